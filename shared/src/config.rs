@@ -1,0 +1,253 @@
+//! Configuration, loaded once from the environment (DECISIONS §1) and
+//! validated at start: a bad value stops the process with a message naming
+//! the variable. Tests build [`Config`] directly instead of touching the
+//! process environment.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// A value that must never reach a log line: `Debug` prints a placeholder.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(s: impl Into<String>) -> Self {
+        Secret(s.into())
+    }
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(***)")
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("invalid configuration: {var}: {reason}")]
+pub struct ConfigError {
+    pub var: &'static str,
+    pub reason: String,
+}
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Postgres, the system of record. Created and migrated on start if missing.
+    pub database_url: String,
+    /// Redis: queues, leases, caps. Can be lost; the scheduler rebuilds it.
+    pub redis_url: String,
+    /// Every Redis key starts with this, so tenants and tests can share a Redis.
+    pub redis_key_prefix: String,
+    /// Where the API listens.
+    pub api_addr: SocketAddr,
+    /// The internal shared secret (SPEC §5); `None` disables that credential.
+    pub internal_secret: Option<Secret>,
+    /// HS256 key of run tokens.
+    pub jwt_signing_key: Option<Secret>,
+    pub oidc_issuer: Option<String>,
+    pub oidc_audience: Option<String>,
+    pub oidc_public_key: Option<String>,
+    /// Per client IP, per minute; 0 disables (SPEC §8).
+    pub rate_limit_global_per_min: u32,
+    pub rate_limit_trigger_per_min: u32,
+    pub rate_limit_bulk_per_min: u32,
+    /// In-flight dispatches per worker process.
+    pub worker_concurrency: usize,
+    /// Refuse targets that resolve to loopback or private addresses.
+    pub target_deny_private: bool,
+    /// Key that encrypts job secrets at rest.
+    pub secrets_key: Option<Secret>,
+    /// How long a worker holds a run before the scheduler may hand it to
+    /// another worker; the worker renews it every third of this while the
+    /// dispatch is in flight, so only a dead or frozen worker loses it.
+    pub lease: Duration,
+    /// How often the scheduler sweeps Postgres for runs missing from Redis.
+    pub reconcile_interval: Duration,
+    /// How long a stopping process waits for in-flight dispatches.
+    pub shutdown_grace: Duration,
+    /// Largest request body the API accepts.
+    pub max_body_bytes: usize,
+}
+
+impl Config {
+    /// The defaults of DECISIONS §1, for tests and `switchyard dev`.
+    pub fn defaults() -> Config {
+        Config {
+            database_url: "postgres://postgres@127.0.0.1:5432/switchyard".into(),
+            redis_url: "redis://127.0.0.1:6379".into(),
+            redis_key_prefix: "sy".into(),
+            api_addr: "127.0.0.1:8080".parse().expect("static address"),
+            internal_secret: None,
+            jwt_signing_key: None,
+            oidc_issuer: None,
+            oidc_audience: None,
+            oidc_public_key: None,
+            rate_limit_global_per_min: 100,
+            rate_limit_trigger_per_min: 10,
+            rate_limit_bulk_per_min: 30,
+            worker_concurrency: 64,
+            target_deny_private: false,
+            secrets_key: None,
+            lease: Duration::from_secs(30),
+            reconcile_interval: Duration::from_secs(30),
+            shutdown_grace: Duration::from_secs(30),
+            max_body_bytes: 1024 * 1024,
+        }
+    }
+
+    pub fn from_env() -> Result<Config, ConfigError> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+        let get = |k: &str| get(k).filter(|v| !v.trim().is_empty());
+        let mut c = Config::defaults();
+        if let Some(v) = get("DATABASE_URL") {
+            if !(v.starts_with("postgres://") || v.starts_with("postgresql://")) {
+                return Err(err("DATABASE_URL", "must start with postgres:// or postgresql://"));
+            }
+            c.database_url = v;
+        }
+        if let Some(v) = get("REDIS_URL") {
+            if v.starts_with("redis+cluster://") || v.contains(',') {
+                return Err(err(
+                    "REDIS_URL",
+                    "Redis Cluster URLs are not supported by this build yet; give a single node redis:// URL",
+                ));
+            }
+            if !(v.starts_with("redis://") || v.starts_with("rediss://") || v.starts_with("unix://")) {
+                return Err(err("REDIS_URL", "must start with redis://, rediss:// or unix://"));
+            }
+            c.redis_url = v;
+        }
+        if let Some(v) = get("REDIS_KEY_PREFIX") {
+            validate_prefix(&v).map_err(|r| err("REDIS_KEY_PREFIX", r))?;
+            c.redis_key_prefix = v;
+        }
+        if let Some(v) = get("API_ADDR") {
+            c.api_addr = v
+                .parse()
+                .map_err(|_| err("API_ADDR", format!("{v:?} is not host:port, e.g. 127.0.0.1:8080")))?;
+        }
+        c.internal_secret = get("INTERNAL_SECRET").map(Secret::new);
+        if let Some(s) = &c.internal_secret {
+            if s.expose().len() < 16 {
+                return Err(err("INTERNAL_SECRET", "must be at least 16 characters"));
+            }
+        }
+        c.jwt_signing_key = get("JWT_SIGNING_KEY").map(Secret::new);
+        c.oidc_issuer = get("OIDC_ISSUER");
+        c.oidc_audience = get("OIDC_AUDIENCE");
+        c.oidc_public_key = get("OIDC_PUBLIC_KEY");
+        c.rate_limit_global_per_min = parse_num(&get, "RATE_LIMIT_GLOBAL_PER_MIN", c.rate_limit_global_per_min)?;
+        c.rate_limit_trigger_per_min = parse_num(&get, "RATE_LIMIT_TRIGGER_PER_MIN", c.rate_limit_trigger_per_min)?;
+        c.rate_limit_bulk_per_min = parse_num(&get, "RATE_LIMIT_BULK_PER_MIN", c.rate_limit_bulk_per_min)?;
+        c.worker_concurrency = parse_num(&get, "WORKER_CONCURRENCY", c.worker_concurrency as u32)? as usize;
+        if c.worker_concurrency == 0 {
+            return Err(err("WORKER_CONCURRENCY", "must be at least 1"));
+        }
+        if let Some(v) = get("TARGET_DENY_PRIVATE") {
+            c.target_deny_private = match v.to_ascii_lowercase().as_str() {
+                "true" | "1" | "yes" => true,
+                "false" | "0" | "no" => false,
+                _ => return Err(err("TARGET_DENY_PRIVATE", "must be true or false")),
+            };
+        }
+        c.secrets_key = get("SECRETS_KEY").map(Secret::new);
+        let lease = parse_num(&get, "LEASE_SECS", c.lease.as_secs() as u32)?;
+        if lease < 2 {
+            return Err(err("LEASE_SECS", "must be at least 2"));
+        }
+        c.lease = Duration::from_secs(lease.into());
+        let reconcile = parse_num(&get, "RECONCILE_INTERVAL_SECS", c.reconcile_interval.as_secs() as u32)?;
+        if reconcile == 0 {
+            return Err(err("RECONCILE_INTERVAL_SECS", "must be at least 1"));
+        }
+        c.reconcile_interval = Duration::from_secs(reconcile.into());
+        c.shutdown_grace =
+            Duration::from_secs(parse_num(&get, "SHUTDOWN_GRACE_SECS", c.shutdown_grace.as_secs() as u32)?.into());
+        Ok(c)
+    }
+
+    /// What separate api and worker processes need beyond [`Config::from_env`]:
+    /// run tokens must verify across processes, so the key cannot be random.
+    pub fn require_jwt_key(&self) -> Result<(), ConfigError> {
+        if self.jwt_signing_key.is_none() {
+            return Err(err(
+                "JWT_SIGNING_KEY",
+                "must be set when api and worker run as separate processes (`switchyard dev` makes one)",
+            ));
+        }
+        Ok(())
+    }
+}
+
+pub fn validate_prefix(p: &str) -> Result<(), String> {
+    if p.is_empty() || p.len() > 64 {
+        return Err("must be 1 to 64 characters".into());
+    }
+    if p.chars().any(|c| matches!(c, '{' | '}' | ':' | '|') || c.is_whitespace() || c.is_control()) {
+        return Err("must not contain braces, ':', '|' or whitespace".into());
+    }
+    Ok(())
+}
+
+fn err(var: &'static str, reason: impl Into<String>) -> ConfigError {
+    ConfigError { var, reason: reason.into() }
+}
+
+fn parse_num(get: &impl Fn(&str) -> Option<String>, var: &'static str, default: u32) -> Result<u32, ConfigError> {
+    match get(var) {
+        None => Ok(default),
+        Some(v) => v
+            .trim()
+            .parse::<u32>()
+            .map_err(|_| err(var, format!("{v:?} is not a non-negative whole number"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn load(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let m: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Config::from_lookup(|k| m.get(k).cloned())
+    }
+
+    #[test]
+    fn defaults_apply() {
+        let c = load(&[]).unwrap();
+        assert_eq!(c.redis_key_prefix, "sy");
+        assert_eq!(c.worker_concurrency, 64);
+        assert_eq!(c.rate_limit_trigger_per_min, 10);
+    }
+
+    #[test]
+    fn bad_values_name_the_variable() {
+        for (var, val) in [
+            ("WORKER_CONCURRENCY", "many"),
+            ("WORKER_CONCURRENCY", "0"),
+            ("API_ADDR", "localhost"),
+            ("REDIS_KEY_PREFIX", "a{b}"),
+            ("DATABASE_URL", "mysql://x"),
+            ("TARGET_DENY_PRIVATE", "maybe"),
+            ("INTERNAL_SECRET", "short"),
+            ("LEASE_SECS", "1"),
+        ] {
+            let e = load(&[(var, val)]).unwrap_err();
+            assert_eq!(e.var, var);
+            assert!(e.to_string().contains(var));
+        }
+    }
+
+    #[test]
+    fn secrets_do_not_print() {
+        let c = load(&[("INTERNAL_SECRET", "0123456789abcdef-secret")]).unwrap();
+        assert!(!format!("{c:?}").contains("0123456789abcdef"));
+    }
+}

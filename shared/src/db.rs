@@ -1,0 +1,84 @@
+//! The Postgres side: pool, database creation, migrations.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{ConnectOptions, Connection, PgPool};
+
+/// Every migration of `migrations/`, embedded: binaries and tests apply the
+/// same set. sqlx takes an advisory lock while migrating, so several
+/// processes starting at once apply each migration exactly once.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
+
+#[derive(Debug, thiserror::Error)]
+pub enum DbError {
+    #[error("bad DATABASE_URL: {0}")]
+    Url(#[source] sqlx::Error),
+    #[error("creating database {name}: {source}")]
+    Create { name: String, source: sqlx::Error },
+    #[error("migrating: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error(transparent)]
+    Sqlx(#[from] sqlx::Error),
+}
+
+/// A pool that connects lazily: processes start while Postgres is down and
+/// report it through /health/ready instead of refusing to start.
+pub fn lazy_pool(url: &str, max_connections: u32) -> Result<PgPool, DbError> {
+    let opts = PgConnectOptions::from_str(url)
+        .map_err(DbError::Url)?
+        .log_statements(tracing::log::LevelFilter::Trace)
+        .log_slow_statements(tracing::log::LevelFilter::Warn, Duration::from_secs(1));
+    Ok(PgPoolOptions::new()
+        .max_connections(max_connections)
+        .acquire_timeout(Duration::from_secs(5))
+        .connect_lazy_with(opts))
+}
+
+/// Creates the database named in `url` when it does not exist yet.
+pub async fn ensure_database(url: &str) -> Result<(), DbError> {
+    let opts = PgConnectOptions::from_str(url).map_err(DbError::Url)?;
+    let name = opts.get_database().unwrap_or("postgres").to_string();
+    let mut admin = opts.clone().database("postgres").connect().await?;
+    let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
+        .bind(&name)
+        .fetch_one(&mut admin)
+        .await?;
+    if !exists {
+        let sql = format!("CREATE DATABASE \"{}\"", name.replace('"', "\"\""));
+        if let Err(e) = sqlx::query(&sql).execute(&mut admin).await {
+            // Another process may have created it a moment ago.
+            let raced = e.as_database_error().and_then(|d| d.code()).is_some_and(|c| c == "42P04");
+            if !raced {
+                return Err(DbError::Create { name, source: e });
+            }
+        }
+    }
+    admin.close().await?;
+    Ok(())
+}
+
+/// Database creation plus migrations; retried until Postgres answers or the
+/// deadline passes, so a process started alongside Postgres waits for it.
+pub async fn prepare(url: &str, wait: Duration) -> Result<(), DbError> {
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        let attempt = async {
+            ensure_database(url).await?;
+            let pool = lazy_pool(url, 2)?;
+            MIGRATOR.run(&pool).await?;
+            pool.close().await;
+            Ok::<_, DbError>(())
+        }
+        .await;
+        match attempt {
+            Ok(()) => return Ok(()),
+            Err(e) if tokio::time::Instant::now() < deadline => {
+                tracing::warn!(error = %e, "postgres not ready; retrying");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}

@@ -1,0 +1,9 @@
+//! Pure domain types and rules: no I/O here.
+
+pub mod job;
+pub mod retry;
+pub mod status;
+
+pub use job::{JobSpec, RateLimitKey};
+pub use retry::{RetryPolicy, RetryStrategy};
+pub use status::{ExecutionMode, RunStatus};

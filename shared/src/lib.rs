@@ -1,0 +1,21 @@
+//! Everything the Switchyard processes share.
+//!
+//! - [`config`]: the typed settings every binary loads once from the environment.
+//! - [`domain`]: run statuses, job definitions, retry policy: pure types and rules.
+//! - [`ids`]: prefixed, time-ordered identifiers.
+//! - [`db`]: the Postgres pool, database creation and the migrator.
+//! - [`store`]: the SQL that reads and writes runs and jobs, shared by api, worker and scheduler.
+//! - [`queue`]: the Redis side of a run's life (keys, Lua scripts, wake-ups).
+//! - [`telemetry`]: tracing setup and the Prometheus metrics of SPEC §4.8.
+//! - [`shutdown`]: the shutdown signal passed down to every task.
+
+pub mod config;
+pub mod db;
+pub mod domain;
+pub mod ids;
+pub mod queue;
+pub mod shutdown;
+pub mod store;
+pub mod telemetry;
+
+pub use config::Config;

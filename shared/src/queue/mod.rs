@@ -1,0 +1,284 @@
+//! The Redis side of a run's life: entries, keys, scripts and the typed calls
+//! that run them. Redis holds no truth of its own: everything here can be
+//! rebuilt from Postgres (see the scheduler's reconciler).
+
+mod entry;
+mod keys;
+mod scripts;
+
+pub use entry::{Entry, EntryError, MAX_PRIORITY, MIN_PRIORITY};
+pub use keys::Keys;
+
+use std::time::Duration;
+
+use deadpool_redis::{Config as PoolConfig, Pool, Runtime};
+use redis::AsyncCommands;
+
+#[derive(Debug, thiserror::Error)]
+pub enum QueueError {
+    #[error("redis pool: {0}")]
+    Pool(#[from] deadpool_redis::PoolError),
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    #[error("bad redis configuration: {0}")]
+    Config(String),
+    #[error(transparent)]
+    Entry(#[from] EntryError),
+}
+
+/// Builds the connection pool. Connections are made on first use, so a
+/// process starts while Redis is down.
+pub fn pool(url: &str, max_size: usize) -> Result<Pool, QueueError> {
+    let cfg = PoolConfig::from_url(url);
+    let mut builder = cfg.builder().map_err(|e| QueueError::Config(e.to_string()))?;
+    builder = builder
+        .max_size(max_size)
+        .wait_timeout(Some(Duration::from_secs(5)))
+        .create_timeout(Some(Duration::from_secs(2)))
+        .recycle_timeout(Some(Duration::from_secs(2)))
+        .runtime(Runtime::Tokio1);
+    builder.build().map_err(|e| QueueError::Config(e.to_string()))
+}
+
+/// The queue of one key prefix: every call goes through a Lua script of `lua/`.
+#[derive(Clone)]
+pub struct Queue {
+    pool: Pool,
+    keys: Keys,
+}
+
+impl Queue {
+    pub fn new(pool: Pool, prefix: &str) -> Queue {
+        Queue { pool, keys: Keys::new(prefix) }
+    }
+
+    pub fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    async fn conn(&self) -> Result<deadpool_redis::Connection, QueueError> {
+        Ok(self.pool.get().await?)
+    }
+
+    /// Puts an entry in `ready`, or in `scheduled` when `due_ms` is later
+    /// than `now_ms`. Returns false when the entry was already queued.
+    pub async fn enqueue(&self, entry: &Entry, due_ms: i64, now_ms: i64) -> Result<bool, QueueError> {
+        let k = &self.keys;
+        let mut c = self.conn().await?;
+        let n: i64 = scripts::ENQUEUE
+            .key(&k.ready)
+            .key(&k.scheduled)
+            .key(&k.throttled)
+            .key(&k.leases)
+            .key(&k.parked)
+            .key(&k.signal)
+            .arg(entry.encode())
+            .arg(entry.rank())
+            .arg(due_ms)
+            .arg(now_ms)
+            .invoke_async(&mut c)
+            .await?;
+        Ok(n == 1)
+    }
+
+    /// Leases up to `max` entries until `now_ms + lease`.
+    pub async fn dequeue(&self, max: usize, lease: Duration, now_ms: i64) -> Result<Vec<Entry>, QueueError> {
+        let k = &self.keys;
+        let mut c = self.conn().await?;
+        let raw: Vec<String> = scripts::DEQUEUE
+            .key(&k.ready)
+            .key(&k.leases)
+            .key(&k.active)
+            .key(&k.limits)
+            .key(&k.parked)
+            .key(&k.throttled)
+            .arg(now_ms)
+            .arg(max)
+            .arg(lease.as_millis() as u64)
+            .arg(max * 8)
+            .invoke_async(&mut c)
+            .await?;
+        raw.iter().map(|s| Entry::decode(s).map_err(Into::into)).collect()
+    }
+
+    /// Ends a dispatch whose outcome is committed; `retry_due_ms` schedules
+    /// the entry again. Returns false when the lease had already been reaped.
+    pub async fn ack(&self, entry: &Entry, retry_due_ms: Option<i64>) -> Result<bool, QueueError> {
+        let k = &self.keys;
+        let mut c = self.conn().await?;
+        let n: i64 = scripts::ACK
+            .key(&k.leases)
+            .key(&k.active)
+            .key(&k.parked)
+            .key(&k.ready)
+            .key(&k.scheduled)
+            .key(&k.signal)
+            .arg(entry.encode())
+            .arg(retry_due_ms.unwrap_or(0).max(0))
+            .invoke_async(&mut c)
+            .await?;
+        Ok(n == 1)
+    }
+
+    /// Takes back leases that expired before `now_ms`.
+    pub async fn reap(&self, now_ms: i64, limit: usize) -> Result<Vec<Entry>, QueueError> {
+        let k = &self.keys;
+        let mut c = self.conn().await?;
+        let raw: Vec<String> = scripts::REAP
+            .key(&k.leases)
+            .key(&k.active)
+            .key(&k.parked)
+            .key(&k.ready)
+            .key(&k.signal)
+            .arg(now_ms)
+            .arg(limit)
+            .invoke_async(&mut c)
+            .await?;
+        raw.iter().map(|s| Entry::decode(s).map_err(Into::into)).collect()
+    }
+
+    /// Moves due scheduled entries to ready. Returns how many moved and how
+    /// long until the next one is due.
+    pub async fn promote(&self, now_ms: i64, limit: usize) -> Result<(usize, Option<Duration>), QueueError> {
+        let k = &self.keys;
+        let mut c = self.conn().await?;
+        let (moved, wait): (i64, i64) = scripts::PROMOTE
+            .key(&k.scheduled)
+            .key(&k.ready)
+            .key(&k.signal)
+            .arg(now_ms)
+            .arg(limit)
+            .invoke_async(&mut c)
+            .await?;
+        let wait = (wait >= 0).then(|| Duration::from_millis(wait as u64));
+        Ok((moved as usize, wait))
+    }
+
+    /// Removes an entry from every waiting set (not from leases).
+    pub async fn remove(&self, entry: &Entry) -> Result<bool, QueueError> {
+        let k = &self.keys;
+        let mut c = self.conn().await?;
+        let n: i64 = scripts::REMOVE
+            .key(&k.ready)
+            .key(&k.scheduled)
+            .key(&k.throttled)
+            .key(&k.parked)
+            .arg(entry.encode())
+            .invoke_async(&mut c)
+            .await?;
+        Ok(n > 0)
+    }
+
+    /// Renews the leases a worker holds; returns how many still existed.
+    pub async fn extend_leases(&self, entries: &[Entry], until_ms: i64) -> Result<usize, QueueError> {
+        if entries.is_empty() {
+            return Ok(0);
+        }
+        let mut c = self.conn().await?;
+        let mut inv = scripts::EXTEND_LEASES.key(&self.keys.leases);
+        inv.arg(until_ms);
+        for e in entries {
+            inv.arg(e.encode());
+        }
+        let n: i64 = inv.invoke_async(&mut c).await?;
+        Ok(n as usize)
+    }
+
+    /// Records a job's limits (`None`: no limits) and releases what they no
+    /// longer hold. Repeats until nothing parked is left to release.
+    pub async fn set_limits(&self, job_id: &str, limits: Option<&str>) -> Result<(), QueueError> {
+        let k = &self.keys;
+        let mut c = self.conn().await?;
+        loop {
+            let moved: i64 = scripts::SET_LIMITS
+                .key(&k.limits)
+                .key(&k.parked)
+                .key(&k.ready)
+                .key(&k.signal)
+                .arg(job_id)
+                .arg(limits.unwrap_or(""))
+                .arg(1000)
+                .invoke_async(&mut c)
+                .await?;
+            if moved < 1000 {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Waits up to `timeout` for a wake-up token. Idle workers block here
+    /// instead of polling.
+    pub async fn wait_for_work(&self, timeout: Duration) -> Result<bool, QueueError> {
+        let mut c = self.conn().await?;
+        let got: Option<(String, String)> = c.blpop(&self.keys.signal, timeout.as_secs_f64()).await?;
+        Ok(got.is_some())
+    }
+
+    /// Whether the marker set by [`Queue::mark_initialised`] is present: its
+    /// absence means Redis lost its data and must be rebuilt from Postgres.
+    pub async fn is_initialised(&self) -> Result<bool, QueueError> {
+        let mut c = self.conn().await?;
+        Ok(c.exists(&self.keys.epoch).await?)
+    }
+
+    pub async fn mark_initialised(&self) -> Result<(), QueueError> {
+        let mut c = self.conn().await?;
+        let _: () = c.set(&self.keys.epoch, chrono::Utc::now().to_rfc3339()).await?;
+        Ok(())
+    }
+
+    /// Takes a short-lived named lock (SET NX PX); true when this caller has it.
+    pub async fn try_lock(&self, name: &str, holder: &str, ttl: Duration) -> Result<bool, QueueError> {
+        let mut c = self.conn().await?;
+        let ok: Option<String> = redis::cmd("SET")
+            .arg(self.keys.lock(name))
+            .arg(holder)
+            .arg("NX")
+            .arg("PX")
+            .arg(ttl.as_millis() as u64)
+            .query_async(&mut c)
+            .await?;
+        Ok(ok.is_some())
+    }
+
+    /// Whether an entry is leased (some worker holds it).
+    pub async fn is_leased(&self, entry: &Entry) -> Result<bool, QueueError> {
+        let mut c = self.conn().await?;
+        let s: Option<f64> = c.zscore(&self.keys.leases, entry.encode()).await?;
+        Ok(s.is_some())
+    }
+
+    /// Counts of each set, for readiness, metrics and stats.
+    pub async fn depths(&self) -> Result<Depths, QueueError> {
+        let k = &self.keys;
+        let mut c = self.conn().await?;
+        let (ready, scheduled, leased, parked, throttled): (u64, u64, u64, u64, u64) = redis::pipe()
+            .zcard(&k.ready)
+            .zcard(&k.scheduled)
+            .zcard(&k.leases)
+            .zcard(&k.parked)
+            .zcard(&k.throttled)
+            .query_async(&mut c)
+            .await?;
+        Ok(Depths { ready, scheduled, leased, parked, throttled })
+    }
+
+    pub async fn ping(&self) -> Result<(), QueueError> {
+        let mut c = self.conn().await?;
+        let _: String = redis::cmd("PING").query_async(&mut c).await?;
+        Ok(())
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Depths {
+    pub ready: u64,
+    pub scheduled: u64,
+    pub leased: u64,
+    pub parked: u64,
+    pub throttled: u64,
+}

@@ -1,0 +1,23 @@
+//! The Lua scripts of `lua/`, embedded. `redis::Script` runs them with
+//! EVALSHA and falls back to EVAL (loading them) on NOSCRIPT, so a Redis that
+//! restarted empty needs no extra step.
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+macro_rules! script {
+    ($name:ident, $file:literal) => {
+        pub static $name: LazyLock<Script> =
+            LazyLock::new(|| Script::new(include_str!(concat!("../../../lua/", $file))));
+    };
+}
+
+script!(ENQUEUE, "enqueue.lua");
+script!(DEQUEUE, "dequeue.lua");
+script!(ACK, "ack.lua");
+script!(REAP, "reap.lua");
+script!(PROMOTE, "promote.lua");
+script!(REMOVE, "remove.lua");
+script!(EXTEND_LEASES, "extend_leases.lua");
+script!(SET_LIMITS, "set_limits.lua");

@@ -1,0 +1,9 @@
+//! The SQL of a run's life, shared by the three processes. Each function is
+//! one round trip; every status change writes its event row in the same
+//! statement, so the history never disagrees with the run.
+
+pub mod jobs;
+pub mod runs;
+
+pub use jobs::JobRecord;
+pub use runs::{Claimed, NewRun, Outcome, Run};

@@ -1,0 +1,344 @@
+//! Job runs in Postgres.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::types::Json;
+use sqlx::PgPool;
+
+use crate::domain::RunStatus;
+use crate::queue::Entry;
+
+/// A job run row (SPEC §2.6).
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct Run {
+    pub id: String,
+    pub project_id: String,
+    pub job_id: String,
+    pub job_version: i32,
+    pub job_version_id: String,
+    pub status: String,
+    pub attempt: i32,
+    pub priority: i32,
+    pub triggered_by: String,
+    pub created_by: Option<String>,
+    pub payload: Option<Json<Value>>,
+    pub result: Option<Json<Value>>,
+    pub error: Option<String>,
+    pub error_class: Option<String>,
+    pub idempotency_key: Option<String>,
+    pub concurrency_key: Option<String>,
+    pub batch_id: Option<String>,
+    pub parent_run_id: Option<String>,
+    pub continuation_of: Option<String>,
+    pub workflow_step_run_id: Option<String>,
+    pub lineage_depth: i32,
+    pub machine_id: Option<String>,
+    pub debug_mode: bool,
+    pub execution_mode: String,
+    pub retry_backoff: Option<String>,
+    pub max_attempts_override: Option<i32>,
+    pub retry_initial_delay_secs: Option<i32>,
+    pub retry_max_delay_secs: Option<i32>,
+    pub timeout_secs_override: Option<i32>,
+    pub metadata: Json<Value>,
+    pub tags: Json<Value>,
+    pub scheduled_at: Option<DateTime<Utc>>,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub heartbeat_at: Option<DateTime<Utc>>,
+    pub next_retry_at: Option<DateTime<Utc>>,
+    pub execution_trace: Option<Json<Value>>,
+    pub dispatch_token: i64,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl Run {
+    pub fn status(&self) -> RunStatus {
+        self.status.parse().unwrap_or(RunStatus::Failed)
+    }
+
+    /// The run's queue entry (stable for the run's whole life).
+    pub fn entry(&self) -> Entry {
+        Entry::new(&self.id, &self.job_id, self.priority, self.created_at, self.concurrency_key.as_deref())
+    }
+}
+
+pub const RUN_COLUMNS: &str = "id, project_id, job_id, job_version, job_version_id, status, attempt, priority, \
+    triggered_by, created_by, payload, result, error, error_class, idempotency_key, concurrency_key, batch_id, \
+    parent_run_id, continuation_of, workflow_step_run_id, lineage_depth, machine_id, debug_mode, execution_mode, \
+    retry_backoff, max_attempts_override, retry_initial_delay_secs, retry_max_delay_secs, timeout_secs_override, \
+    metadata, tags, scheduled_at, expires_at, started_at, finished_at, heartbeat_at, next_retry_at, \
+    execution_trace, dispatch_token, created_at, updated_at";
+
+/// What a trigger asks for; the api fills it after validation.
+#[derive(Clone, Debug, Default)]
+pub struct NewRun {
+    pub id: String,
+    pub project_id: String,
+    pub job_id: String,
+    pub job_version: i32,
+    pub job_version_id: String,
+    pub status: &'static str,
+    pub priority: i32,
+    pub triggered_by: String,
+    pub created_by: Option<String>,
+    pub payload: Option<Value>,
+    pub idempotency_key: Option<String>,
+    pub concurrency_key: Option<String>,
+    pub batch_id: Option<String>,
+    pub parent_run_id: Option<String>,
+    pub lineage_depth: i32,
+    pub debug_mode: bool,
+    pub execution_mode: String,
+    pub retry_backoff: Option<String>,
+    pub max_attempts_override: Option<i32>,
+    pub retry_initial_delay_secs: Option<i32>,
+    pub retry_max_delay_secs: Option<i32>,
+    pub timeout_secs_override: Option<i32>,
+    pub metadata: Value,
+    pub tags: Value,
+    pub scheduled_at: Option<DateTime<Utc>>,
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+/// Inserts a run with its first event. When the idempotency key is taken,
+/// returns the existing run and `false`.
+pub async fn insert(pool: &PgPool, r: &NewRun) -> Result<(Run, bool), sqlx::Error> {
+    let sql = format!(
+        "WITH ins AS (
+            INSERT INTO job_runs (id, project_id, job_id, job_version, job_version_id, status, priority,
+                triggered_by, created_by, payload, idempotency_key, concurrency_key, batch_id, parent_run_id,
+                lineage_depth, debug_mode, execution_mode, retry_backoff, max_attempts_override,
+                retry_initial_delay_secs, retry_max_delay_secs, timeout_secs_override, metadata, tags,
+                scheduled_at, expires_at)
+            VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26)
+            ON CONFLICT (job_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+            RETURNING {RUN_COLUMNS}
+        ), ev AS (
+            INSERT INTO job_run_events (run_id, from_status, to_status, attempt, reason)
+            SELECT id, NULL, status, 0, 'triggered' FROM ins
+        )
+        SELECT {RUN_COLUMNS} FROM ins"
+    );
+    let inserted: Option<Run> = sqlx::query_as(&sql)
+        .bind(&r.id)
+        .bind(&r.project_id)
+        .bind(&r.job_id)
+        .bind(r.job_version)
+        .bind(&r.job_version_id)
+        .bind(r.status)
+        .bind(r.priority)
+        .bind(&r.triggered_by)
+        .bind(&r.created_by)
+        .bind(r.payload.as_ref().map(Json))
+        .bind(&r.idempotency_key)
+        .bind(&r.concurrency_key)
+        .bind(&r.batch_id)
+        .bind(&r.parent_run_id)
+        .bind(r.lineage_depth)
+        .bind(r.debug_mode)
+        .bind(&r.execution_mode)
+        .bind(&r.retry_backoff)
+        .bind(r.max_attempts_override)
+        .bind(r.retry_initial_delay_secs)
+        .bind(r.retry_max_delay_secs)
+        .bind(r.timeout_secs_override)
+        .bind(Json(&r.metadata))
+        .bind(Json(&r.tags))
+        .bind(r.scheduled_at)
+        .bind(r.expires_at)
+        .fetch_optional(pool)
+        .await?;
+    if let Some(run) = inserted {
+        crate::telemetry::transition(None, r.status);
+        return Ok((run, true));
+    }
+    let existing: Run = sqlx::query_as(&format!(
+        "SELECT {RUN_COLUMNS} FROM job_runs WHERE job_id = $1 AND idempotency_key = $2"
+    ))
+    .bind(&r.job_id)
+    .bind(&r.idempotency_key)
+    .fetch_one(pool)
+    .await?;
+    Ok((existing, false))
+}
+
+pub async fn get(pool: &PgPool, id: &str) -> Result<Option<Run>, sqlx::Error> {
+    sqlx::query_as(&format!("SELECT {RUN_COLUMNS} FROM job_runs WHERE id = $1"))
+        .bind(id)
+        .fetch_optional(pool)
+        .await
+}
+
+/// A run a worker has taken: marked running, attempt counted, fenced.
+#[derive(Clone, Debug)]
+pub struct Claimed {
+    pub run: Run,
+}
+
+/// Takes a queued run for dispatch: `queued -> running`, the attempt number
+/// moves on, and `dispatch_token` changes so that an earlier holder's late
+/// outcome cannot land. `None` when the run is no longer queued (cancelled,
+/// already taken, finished): the caller just drops its entry.
+pub async fn claim(pool: &PgPool, run_id: &str) -> Result<Option<Run>, sqlx::Error> {
+    let sql = format!(
+        "WITH c AS (
+            UPDATE job_runs SET status = 'running', attempt = attempt + 1, started_at = now(),
+                heartbeat_at = now(), dispatch_token = dispatch_token + 1, next_retry_at = NULL
+            WHERE id = $1 AND status = 'queued'
+            RETURNING {RUN_COLUMNS}
+        ), ev AS (
+            INSERT INTO job_run_events (run_id, from_status, to_status, attempt)
+            SELECT id, 'queued', 'running', attempt FROM c
+        )
+        SELECT {RUN_COLUMNS} FROM c"
+    );
+    let run: Option<Run> = sqlx::query_as(&sql).bind(run_id).fetch_optional(pool).await?;
+    if run.is_some() {
+        crate::telemetry::transition(Some("queued"), "running");
+    }
+    Ok(run)
+}
+
+/// The result of one dispatch attempt, as the worker records it.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    /// completed, failed, timed_out or retrying.
+    pub status: RunStatus,
+    pub result: Option<Value>,
+    pub error: Option<String>,
+    pub error_class: Option<String>,
+    pub status_code: Option<i32>,
+    pub endpoint_url: String,
+    pub next_retry_at: Option<DateTime<Utc>>,
+    pub attempt_started_at: DateTime<Utc>,
+    pub trace: Value,
+}
+
+/// Records an attempt's outcome if the caller still holds the run (same
+/// dispatch token, still running). Returns whether it was recorded.
+pub async fn finish_attempt(pool: &PgPool, run_id: &str, token: i64, o: &Outcome) -> Result<bool, sqlx::Error> {
+    let terminal = o.status.is_terminal();
+    let row: Option<(i32,)> = sqlx::query_as(
+        "WITH u AS (
+            UPDATE job_runs SET status = $3, result = $4, error = $5, error_class = $6,
+                next_retry_at = $7, execution_trace = $8,
+                finished_at = CASE WHEN $9 THEN now() ELSE NULL END
+            WHERE id = $1 AND dispatch_token = $2 AND status = 'running'
+            RETURNING id, attempt
+        ), a AS (
+            INSERT INTO job_run_attempts (run_id, attempt, outcome, status_code, error, endpoint_url,
+                started_at, finished_at, trace)
+            SELECT id, attempt, $3, $10, $5, $11, $12, now(), $8 FROM u
+        ), ev AS (
+            INSERT INTO job_run_events (run_id, from_status, to_status, attempt, reason)
+            SELECT id, 'running', $3, attempt, $5 FROM u
+        )
+        SELECT attempt FROM u",
+    )
+    .bind(run_id)
+    .bind(token)
+    .bind(o.status.as_str())
+    .bind(o.result.as_ref().map(Json))
+    .bind(&o.error)
+    .bind(&o.error_class)
+    .bind(o.next_retry_at)
+    .bind(Json(&o.trace))
+    .bind(terminal)
+    .bind(o.status_code)
+    .bind(&o.endpoint_url)
+    .bind(o.attempt_started_at)
+    .fetch_optional(pool)
+    .await?;
+    if row.is_some() {
+        crate::telemetry::transition(Some("running"), o.status.as_str());
+    }
+    Ok(row.is_some())
+}
+
+/// Moves runs whose time has come from `retrying` or `pending` (a delay) to
+/// `queued`, just before their entries move to `ready`. Returns the ids moved.
+pub async fn mark_due_queued(pool: &PgPool, ids: &[String]) -> Result<Vec<String>, sqlx::Error> {
+    let moved: Vec<(String, String)> = sqlx::query_as(
+        "WITH old AS (
+            SELECT id, status FROM job_runs WHERE id = ANY($1) AND status IN ('retrying', 'pending') FOR UPDATE
+        ), u AS (
+            UPDATE job_runs r SET status = 'queued' FROM old WHERE r.id = old.id RETURNING r.id, old.status, r.attempt
+        ), ev AS (
+            INSERT INTO job_run_events (run_id, from_status, to_status, attempt, reason)
+            SELECT id, status, 'queued', attempt, 'due' FROM u
+        )
+        SELECT id, status FROM u",
+    )
+    .bind(ids)
+    .fetch_all(pool)
+    .await?;
+    for (_, from) in &moved {
+        crate::telemetry::transition(Some(from), "queued");
+    }
+    Ok(moved.into_iter().map(|(id, _)| id).collect())
+}
+
+/// A run whose worker vanished: `running -> queued` for a redelivery of the
+/// same attempt (the attempt number is stepped back so the next claim lands
+/// on it again and the target sees the same idempotency key). Returns the
+/// run if it was still running.
+pub async fn requeue_lost(pool: &PgPool, run_id: &str) -> Result<Option<Run>, sqlx::Error> {
+    let sql = format!(
+        "WITH u AS (
+            UPDATE job_runs SET status = 'queued', attempt = GREATEST(attempt - 1, 0)
+            WHERE id = $1 AND status = 'running'
+            RETURNING {RUN_COLUMNS}
+        ), ev AS (
+            INSERT INTO job_run_events (run_id, from_status, to_status, attempt, reason)
+            SELECT id, 'running', 'queued', attempt + 1, 'lease expired; redelivering the attempt' FROM u
+        )
+        SELECT {RUN_COLUMNS} FROM u"
+    );
+    let run: Option<Run> = sqlx::query_as(&sql).bind(run_id).fetch_optional(pool).await?;
+    if run.is_some() {
+        crate::telemetry::transition(Some("running"), "queued");
+    }
+    Ok(run)
+}
+
+/// Cancels a run that has not finished. Returns the run after the change,
+/// or `None` when it does not exist; a finished run comes back unchanged.
+pub async fn cancel(pool: &PgPool, run_id: &str, reason: &str) -> Result<Option<(Run, bool)>, sqlx::Error> {
+    let sql = format!(
+        "WITH old AS (
+            SELECT id, status FROM job_runs WHERE id = $1 FOR UPDATE
+        ), u AS (
+            UPDATE job_runs r SET status = 'cancelled', finished_at = now(), error = $2, next_retry_at = NULL
+            FROM old WHERE r.id = old.id AND old.status IN ('pending', 'queued', 'running', 'retrying')
+            RETURNING r.id, old.status AS from_status, r.attempt
+        ), ev AS (
+            INSERT INTO job_run_events (run_id, from_status, to_status, attempt, reason)
+            SELECT id, from_status, 'cancelled', attempt, $2 FROM u
+        )
+        SELECT (SELECT from_status FROM u) AS from_status"
+    );
+    let from: Option<Option<String>> = sqlx::query_scalar(&sql).bind(run_id).bind(reason).fetch_optional(pool).await?;
+    let changed_from = from.flatten();
+    if let Some(f) = &changed_from {
+        crate::telemetry::transition(Some(f), "cancelled");
+    }
+    Ok(get(pool, run_id).await?.map(|r| (r, changed_from.is_some())))
+}
+
+/// Runs that should have an entry somewhere in Redis, in id order from
+/// `after`: queued and due (ready), retrying or delayed (scheduled), running
+/// (leased, or lost). Used by the reconciler.
+pub async fn active_page(pool: &PgPool, after: &str, limit: i64) -> Result<Vec<Run>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "SELECT {RUN_COLUMNS} FROM job_runs
+         WHERE status IN ('queued', 'running', 'retrying', 'pending') AND id > $1
+         ORDER BY id LIMIT $2"
+    ))
+    .bind(after)
+    .bind(limit)
+    .fetch_all(pool)
+    .await
+}

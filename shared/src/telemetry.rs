@@ -1,0 +1,99 @@
+//! Tracing and the Prometheus metrics of SPEC §4.8.
+//!
+//! One recorder per process (installed on first use); every metric is
+//! described at start so `/metrics` lists it even before it is used.
+
+use std::sync::OnceLock;
+
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use tracing_subscriber::EnvFilter;
+
+pub const RUN_TRANSITIONS: &str = "svc_run_transitions_total";
+pub const DISPATCH_DURATION: &str = "svc_dispatch_duration_seconds";
+pub const DEQUEUE_DURATION: &str = "svc_dequeue_duration_seconds";
+pub const WORKER_POOL_ACTIVE: &str = "svc_worker_pool_active";
+pub const WORKER_POOL_QUEUED: &str = "svc_worker_pool_queued";
+pub const ANALYTICS_QUERY_DURATION: &str = "svc_analytics_query_duration_seconds";
+pub const BULK_OPERATIONS: &str = "svc_bulk_operations_total";
+pub const BULK_ITEMS_PROCESSED: &str = "svc_bulk_items_processed_total";
+pub const BULK_CHILD_CANCELLATIONS: &str = "svc_bulk_child_cancellations_total";
+pub const WEBHOOK_RETRY_ATTEMPTS: &str = "svc_webhook_retry_attempts_total";
+
+/// (name, type, labels, help) of every metric of SPEC §4.8.
+pub const METRICS: [(&str, &str, &[&str], &str); 10] = [
+    (RUN_TRANSITIONS, "counter", &["from_status", "to_status"], "Run status transitions."),
+    (DISPATCH_DURATION, "histogram", &["job_id", "outcome"], "Time from sending a dispatch to its outcome."),
+    (DEQUEUE_DURATION, "histogram", &[], "Time of one dequeue call to Redis."),
+    (WORKER_POOL_ACTIVE, "gauge", &[], "Dispatches in flight in this worker process."),
+    (WORKER_POOL_QUEUED, "gauge", &[], "Runs ready in the queue, as last seen by this process."),
+    (ANALYTICS_QUERY_DURATION, "histogram", &["period_hours"], "Time of an analytics query."),
+    (BULK_OPERATIONS, "counter", &[], "Bulk operations performed."),
+    (BULK_ITEMS_PROCESSED, "counter", &[], "Items processed by bulk operations."),
+    (BULK_CHILD_CANCELLATIONS, "counter", &[], "Child runs cancelled with their parent."),
+    (WEBHOOK_RETRY_ATTEMPTS, "counter", &[], "Webhook delivery attempts after the first."),
+];
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// The process's Prometheus recorder, installed on first call.
+pub fn metrics_handle() -> &'static PrometheusHandle {
+    HANDLE.get_or_init(|| {
+        let buckets = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
+        let handle = PrometheusBuilder::new()
+            .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &buckets)
+            .expect("static buckets are valid")
+            .install_recorder()
+            .unwrap_or_else(|_| {
+                // Another recorder is installed (an embedding program's):
+                // keep a private one so /metrics still renders ours.
+                PrometheusBuilder::new().build_recorder().handle()
+            });
+        for (name, kind, _, help) in METRICS {
+            match kind {
+                "counter" => metrics::describe_counter!(name, help),
+                "gauge" => metrics::describe_gauge!(name, help),
+                _ => metrics::describe_histogram!(name, metrics::Unit::Seconds, help),
+            }
+        }
+        for (name, kind, labels, _) in METRICS {
+            if labels.is_empty() {
+                match kind {
+                    "counter" => metrics::counter!(name).absolute(0),
+                    "gauge" => metrics::gauge!(name).set(0.0),
+                    _ => {}
+                }
+            }
+        }
+        handle
+    })
+}
+
+/// The Prometheus text exposition, with every metric of SPEC §4.8 present:
+/// one not yet observed is listed with its HELP and TYPE (and zero samples
+/// where it has no labels).
+pub fn render_metrics() -> String {
+    let mut out = metrics_handle().render();
+    for (name, kind, labels, help) in METRICS {
+        if out.contains(&format!("# TYPE {name} ")) {
+            continue;
+        }
+        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
+        if labels.is_empty() && kind == "histogram" {
+            out.push_str(&format!("{name}_bucket{{le=\"+Inf\"}} 0\n{name}_sum 0\n{name}_count 0\n"));
+        }
+    }
+    out
+}
+
+/// Counts one run status transition.
+pub fn transition(from: Option<&str>, to: &str) {
+    metrics::counter!(RUN_TRANSITIONS, "from_status" => from.unwrap_or("none").to_string(), "to_status" => to.to_string())
+        .increment(1);
+}
+
+/// Logs to stderr; `RUST_LOG` filters, `LOG_FORMAT=json` switches to JSON lines.
+pub fn init_tracing() {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let _ = builder.try_init();
+}
