@@ -1,1 +1,109 @@
+//! The Switchyard HTTP API.
+//!
+//! - [`routes`]: one OpenAPI struct per resource (platform, projects, job
+//!   groups, jobs, runs).
+//! - [`auth`]: credentials to a [`auth::Principal`].
+//! - [`error`]: the one error type, rendered as problem+json.
+//! - [`problem`]: turns every other error response into problem+json.
+//! - [`pagination`]: limit and cursor.
+//! - [`state`]: what handlers share.
 
+pub mod auth;
+pub mod error;
+pub mod pagination;
+pub mod problem;
+pub mod routes;
+pub mod state;
+
+use std::sync::Arc;
+
+use poem::listener::{Acceptor, Listener, TcpListener};
+use poem::middleware::SizeLimit;
+use poem::{EndpointExt, Route};
+use poem_openapi::OpenApiService;
+use switchyard_shared::shutdown::Shutdown;
+use switchyard_shared::{db, queue, Config};
+
+pub use state::AppState;
+
+pub const API_DESCRIPTION: &str = include_str!("openapi_description.md");
+
+type Apis = (
+    routes::platform::PlatformApi,
+    routes::projects::ProjectsApi,
+    routes::groups::GroupsApi,
+    routes::jobs::JobsApi,
+    routes::runs::RunsApi,
+);
+
+pub fn api_service() -> OpenApiService<Apis, ()> {
+    OpenApiService::new(
+        (
+            routes::platform::PlatformApi,
+            routes::projects::ProjectsApi,
+            routes::groups::GroupsApi,
+            routes::jobs::JobsApi,
+            routes::runs::RunsApi,
+        ),
+        "Switchyard",
+        "1.0.0",
+    )
+    .description(API_DESCRIPTION)
+}
+
+/// The OpenAPI 3.1 document, as served at /openapi.json.
+pub fn openapi_json() -> String {
+    api_service().spec()
+}
+
+/// The whole HTTP application: the API, /openapi.json and /docs, wrapped so
+/// that every error is problem+json and bodies over the limit are refused.
+pub fn app(state: AppState) -> impl poem::Endpoint<Output = poem::Response> {
+    let service = api_service();
+    let docs = service.swagger_ui();
+    let spec = service.spec_endpoint();
+    let limit = state.config.max_body_bytes;
+    Route::new()
+        .nest("/", service)
+        .at("/openapi.json", spec)
+        .nest("/docs", docs)
+        .with(SizeLimit::new(limit))
+        .around(auth::internal_secret_header)
+        .data(state)
+        .with(problem::ProblemMiddleware)
+        .map_to_response()
+}
+
+/// Builds the state from configuration: lazy pools, so the API starts (and
+/// answers /health/ready with 503) while Postgres or Redis is down.
+pub fn state_from_config(config: Config) -> anyhow::Result<AppState> {
+    let pool = db::lazy_pool(&config.database_url, 32)?;
+    let redis = queue::pool(&config.redis_url, 64)?;
+    let queue = queue::Queue::new(redis, &config.redis_key_prefix);
+    Ok(AppState { pool, queue, config: Arc::new(config) })
+}
+
+/// Serves until `shutdown` fires, then stops accepting and lets in-flight
+/// requests finish within the grace period.
+pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
+    let addr = config.api_addr;
+    let grace = config.shutdown_grace;
+    let state = state_from_config(config)?;
+    let acceptor = TcpListener::bind(addr).into_acceptor().await?;
+    serve(acceptor, state, shutdown, grace).await
+}
+
+/// Serves on an already bound acceptor (tests bind port 0).
+pub async fn serve(
+    acceptor: impl Acceptor + 'static,
+    state: AppState,
+    shutdown: Shutdown,
+    grace: std::time::Duration,
+) -> anyhow::Result<()> {
+    let _ = switchyard_shared::telemetry::metrics_handle();
+    tracing::info!(addrs = ?acceptor.local_addr(), "api listening");
+    poem::Server::new_with_acceptor(acceptor)
+        .run_with_graceful_shutdown(app(state), async move { shutdown.cancelled().await }, Some(grace))
+        .await?;
+    Ok(())
+}

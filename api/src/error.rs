@@ -1,0 +1,192 @@
+//! The API's one error type. Every failure, the framework's own included
+//! (see `problem::ProblemMiddleware`), reaches the client as
+//! application/problem+json (SPEC §7); internals are logged, never sent.
+
+use poem_openapi::payload::Json;
+use poem_openapi::{ApiResponse, Object};
+use serde_json::Value;
+use switchyard_shared::domain::job::FieldError;
+
+/// An RFC 9457 problem document.
+#[derive(Object, Clone, Debug, serde::Serialize)]
+pub struct Problem {
+    /// Link to documentation of this kind of error.
+    #[oai(rename = "type")]
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// Short summary; the same for every occurrence of this kind of error.
+    pub title: String,
+    /// The HTTP status code.
+    pub status: i64,
+    /// What went wrong this time.
+    #[oai(skip_serializing_if_is_none)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    /// Identifies this occurrence (the request id).
+    #[oai(skip_serializing_if_is_none)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instance: Option<String>,
+    /// Per-field details of a validation failure.
+    #[oai(skip_serializing_if_is_none)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub errors: Option<Vec<ErrorDetail>>,
+}
+
+/// One invalid value.
+#[derive(Object, Clone, Debug, serde::Serialize)]
+pub struct ErrorDetail {
+    /// Where the value is, e.g. `body.endpoint_url` or `query.limit`.
+    pub location: String,
+    pub message: String,
+    /// The offending value.
+    #[oai(skip_serializing_if_is_none)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value: Option<Value>,
+}
+
+impl From<FieldError> for ErrorDetail {
+    fn from(e: FieldError) -> Self {
+        ErrorDetail { location: e.location, message: e.message, value: e.value }
+    }
+}
+
+pub fn title_for(status: u16) -> &'static str {
+    match status {
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        409 => "Conflict",
+        413 => "Payload Too Large",
+        415 => "Unsupported Media Type",
+        422 => "Unprocessable Entity",
+        429 => "Too Many Requests",
+        503 => "Service Unavailable",
+        _ => "Internal Server Error",
+    }
+}
+
+impl Problem {
+    pub fn new(status: u16, detail: impl Into<String>) -> Problem {
+        Problem {
+            type_: "about:blank".into(),
+            title: title_for(status).into(),
+            status: status.into(),
+            detail: Some(detail.into()),
+            instance: None,
+            errors: None,
+        }
+    }
+}
+
+/// Every error status an operation may answer with.
+#[derive(ApiResponse, Debug)]
+#[oai(bad_request_handler = "bad_request")]
+pub enum ApiError {
+    /// Malformed request: bad JSON, wrong content type, unknown property.
+    #[oai(status = 400, content_type = "application/problem+json")]
+    BadRequest(Json<Problem>),
+    /// Missing or invalid credentials.
+    #[oai(status = 401, content_type = "application/problem+json")]
+    Unauthorized(Json<Problem>),
+    /// The credential lacks the required scope or permission.
+    #[oai(status = 403, content_type = "application/problem+json")]
+    Forbidden(Json<Problem>),
+    /// No such resource (or it belongs to another project).
+    #[oai(status = 404, content_type = "application/problem+json")]
+    NotFound(Json<Problem>),
+    /// The resource's state does not allow the operation.
+    #[oai(status = 409, content_type = "application/problem+json")]
+    Conflict(Json<Problem>),
+    /// Well-formed but invalid values; `errors` lists each.
+    #[oai(status = 422, content_type = "application/problem+json")]
+    Unprocessable(Json<Problem>),
+    /// A dependency (Postgres) is unavailable; retry later.
+    #[oai(status = 503, content_type = "application/problem+json")]
+    Unavailable(Json<Problem>),
+    /// An unexpected failure; details are in the server log.
+    #[oai(status = 500, content_type = "application/problem+json")]
+    Internal(Json<Problem>),
+}
+
+fn bad_request(err: poem::Error) -> ApiError {
+    let status = err.status().as_u16();
+    let p = Problem::new(status, err.to_string());
+    match status {
+        401 => ApiError::Unauthorized(Json(p)),
+        403 => ApiError::Forbidden(Json(p)),
+        404 => ApiError::NotFound(Json(p)),
+        503 => ApiError::Unavailable(Json(p)),
+        // 413, 415 and friends: the problem middleware keeps the status.
+        _ => ApiError::BadRequest(Json(Problem::new(400, err.to_string()))),
+    }
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;
+
+impl ApiError {
+    pub fn bad_request(detail: impl Into<String>) -> ApiError {
+        ApiError::BadRequest(Json(Problem::new(400, detail)))
+    }
+    pub fn unauthorized(detail: impl Into<String>) -> ApiError {
+        ApiError::Unauthorized(Json(Problem::new(401, detail)))
+    }
+    pub fn forbidden(detail: impl Into<String>) -> ApiError {
+        ApiError::Forbidden(Json(Problem::new(403, detail)))
+    }
+    pub fn not_found(what: &str, id: &str) -> ApiError {
+        ApiError::NotFound(Json(Problem::new(404, format!("{what} {id:?} not found"))))
+    }
+    pub fn conflict(detail: impl Into<String>) -> ApiError {
+        ApiError::Conflict(Json(Problem::new(409, detail)))
+    }
+    pub fn unavailable(detail: impl Into<String>) -> ApiError {
+        ApiError::Unavailable(Json(Problem::new(503, detail)))
+    }
+    /// 422 with one entry per invalid field.
+    pub fn invalid(errors: Vec<ErrorDetail>) -> ApiError {
+        let detail = match errors.as_slice() {
+            [one] => format!("{}: {}", one.location, one.message),
+            many => format!("{} invalid values", many.len()),
+        };
+        let mut p = Problem::new(422, detail);
+        p.errors = Some(errors);
+        ApiError::Unprocessable(Json(p))
+    }
+    pub fn invalid_field(location: &str, message: impl Into<String>, value: Option<Value>) -> ApiError {
+        Self::invalid(vec![ErrorDetail { location: location.into(), message: message.into(), value }])
+    }
+    pub fn internal(context: &str, err: &dyn std::fmt::Display) -> ApiError {
+        tracing::error!(error = %err, "{context}");
+        ApiError::Internal(Json(Problem::new(500, "internal error; see the server log")))
+    }
+}
+
+/// Postgres errors: an outage is 503 (retry later), a named constraint is
+/// the client's conflict, anything else is ours (500, logged).
+impl From<sqlx::Error> for ApiError {
+    fn from(e: sqlx::Error) -> Self {
+        match &e {
+            sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed => {
+                tracing::warn!(error = %e, "postgres unavailable");
+                ApiError::unavailable("the database is unavailable; nothing was changed, retry later")
+            }
+            sqlx::Error::Database(db) => match (db.code().as_deref(), db.constraint()) {
+                (Some("23505"), Some(c)) => ApiError::conflict(constraint_message(c)),
+                (Some("23503"), _) => ApiError::invalid_field("body", "refers to a resource that does not exist", None),
+                _ => ApiError::internal("database error", &e),
+            },
+            _ => ApiError::internal("database error", &e),
+        }
+    }
+}
+
+fn constraint_message(constraint: &str) -> String {
+    match constraint {
+        "job_groups_project_slug_key" => "a job group with this slug already exists in the project".into(),
+        "jobs_project_slug_key" => "a job with this slug already exists in the project".into(),
+        "projects_pkey" => "a project with this id already exists".into(),
+        other => format!("conflicts with an existing record ({other})"),
+    }
+}

@@ -1,0 +1,51 @@
+//! Keyset pagination (SPEC §8): `limit` (default 50, at most 100) and an
+//! opaque `cursor`, which is the id of the last item returned. Ids are
+//! time-ordered, so "older than the cursor" is `id < cursor`.
+
+use poem_openapi::types::{ParseFromJSON, ToJSON, Type};
+use poem_openapi::Object;
+
+use crate::error::{ApiError, ApiResult};
+
+pub const DEFAULT_LIMIT: i64 = 50;
+pub const MAX_LIMIT: i64 = 100;
+
+pub fn limit(raw: Option<i64>) -> ApiResult<i64> {
+    match raw {
+        None => Ok(DEFAULT_LIMIT),
+        Some(n) if (1..=MAX_LIMIT).contains(&n) => Ok(n),
+        Some(n) => Err(ApiError::invalid_field("query.limit", format!("must be between 1 and {MAX_LIMIT}"), Some(n.into()))),
+    }
+}
+
+pub fn cursor(raw: Option<String>) -> ApiResult<Option<String>> {
+    match raw {
+        None => Ok(None),
+        Some(c) if switchyard_shared::ids::is_valid_external_id(&c) => Ok(Some(c)),
+        Some(c) => Err(ApiError::invalid_field("query.cursor", "not a cursor returned by this API", Some(c.into()))),
+    }
+}
+
+/// A page of results.
+#[derive(Object)]
+pub struct Page<T: ParseFromJSON + ToJSON + Type + Send + Sync> {
+    pub data: Vec<T>,
+    /// Whether more results follow.
+    pub has_more: bool,
+    /// Pass as `cursor` to get the next page; present when has_more.
+    #[oai(skip_serializing_if_is_none)]
+    pub next_cursor: Option<String>,
+}
+
+/// Cuts a fetch of `limit + 1` rows into a page.
+pub fn page<R, T: ParseFromJSON + ToJSON + Type + Send + Sync>(
+    mut rows: Vec<R>,
+    limit: i64,
+    id: impl Fn(&R) -> String,
+    view: impl Fn(R) -> T,
+) -> Page<T> {
+    let has_more = rows.len() as i64 > limit;
+    rows.truncate(limit as usize);
+    let next_cursor = if has_more { rows.last().map(&id) } else { None };
+    Page { data: rows.into_iter().map(view).collect(), has_more, next_cursor }
+}

@@ -1,0 +1,76 @@
+//! Makes every error response problem+json, including the ones poem and
+//! poem-openapi produce before a handler runs (unknown route, wrong method,
+//! unparsable body, body too large, wrong content type), and gives every
+//! response an `X-Request-Id`.
+
+use poem::http::header::{CONTENT_TYPE, HeaderValue};
+use poem::{Endpoint, IntoResponse, Middleware, Request, Response};
+
+use crate::error::Problem;
+
+pub struct ProblemMiddleware;
+
+impl<E: Endpoint> Middleware<E> for ProblemMiddleware {
+    type Output = ProblemEndpoint<E>;
+    fn transform(&self, ep: E) -> Self::Output {
+        ProblemEndpoint(ep)
+    }
+}
+
+pub struct ProblemEndpoint<E>(E);
+
+pub const PROBLEM_JSON: &str = "application/problem+json";
+
+impl<E: Endpoint> Endpoint for ProblemEndpoint<E> {
+    type Output = Response;
+
+    async fn call(&self, req: Request) -> poem::Result<Response> {
+        let request_id = req
+            .header("x-request-id")
+            .filter(|v| v.len() <= 128 && v.chars().all(|c| c.is_ascii_graphic()))
+            .map(str::to_string)
+            .unwrap_or_else(|| uuid::Uuid::now_v7().simple().to_string());
+        let resp = match self.0.call(req).await {
+            Ok(r) => r.into_response(),
+            Err(e) => {
+                let status = e.status();
+                let detail = e.to_string();
+                if status.is_server_error() {
+                    tracing::error!(error = %detail, "unhandled error");
+                }
+                let detail = if status.is_server_error() { "internal error; see the server log".into() } else { detail };
+                problem_response(status.as_u16(), detail)
+            }
+        };
+        let mut resp = if resp.status().as_u16() >= 400 && !is_problem(&resp) {
+            let status = resp.status().as_u16();
+            let headers = resp.headers().clone();
+            let body = resp.into_body().into_string().await.unwrap_or_default();
+            let detail = if body.trim().is_empty() { crate::error::title_for(status).to_string() } else { body };
+            let mut r = problem_response(status, detail);
+            if let Some(v) = headers.get("retry-after") {
+                r.headers_mut().insert("retry-after", v.clone());
+            }
+            r
+        } else {
+            resp
+        };
+        if let Ok(v) = HeaderValue::from_str(&request_id) {
+            resp.headers_mut().insert("x-request-id", v);
+        }
+        Ok(resp)
+    }
+}
+
+fn is_problem(resp: &Response) -> bool {
+    resp.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|v| v.starts_with(PROBLEM_JSON))
+}
+
+pub fn problem_response(status: u16, detail: String) -> Response {
+    let status = if (400..600).contains(&status) { status } else { 500 };
+    let p = Problem::new(status, detail);
+    Response::builder()
+        .status(poem::http::StatusCode::from_u16(status).unwrap_or(poem::http::StatusCode::INTERNAL_SERVER_ERROR))
+        .header(CONTENT_TYPE, PROBLEM_JSON)
+        .body(serde_json::to_vec(&p).unwrap_or_default())
+}

@@ -1,0 +1,295 @@
+//! Job groups (SPEC §2.5, §4.4).
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use poem::web::Data;
+use poem_openapi::param::{Path, Query};
+use poem_openapi::payload::Json;
+use poem_openapi::types::MaybeUndefined;
+use poem_openapi::{ApiResponse, Object, OpenApi};
+use switchyard_shared::domain::{JobSpec, RunStatus};
+use switchyard_shared::store::{self, JobRecord};
+
+use super::jobs::{check_name, check_slug, job_view, patch, sync_limits, Job};
+use super::{check_id, project_of, visible, Tag};
+use crate::auth::Auth;
+use crate::error::{ApiError, ApiResult};
+use crate::pagination;
+use crate::state::AppState;
+
+pub struct GroupsApi;
+
+/// A folder of jobs.
+#[derive(Object, sqlx::FromRow)]
+pub struct JobGroup {
+    pub id: String,
+    pub project_id: String,
+    pub name: String,
+    pub slug: String,
+    #[oai(skip_serializing_if_is_none)]
+    pub description: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+#[derive(Object)]
+#[oai(deny_unknown_fields)]
+pub struct CreateGroup {
+    /// Required for the internal secret unless X-Project-Id is sent.
+    pub project_id: Option<String>,
+    pub name: String,
+    /// Unique in the project.
+    pub slug: String,
+    pub description: Option<String>,
+}
+
+/// Partial update; `{}` changes nothing.
+#[derive(Object)]
+#[oai(deny_unknown_fields)]
+pub struct UpdateGroup {
+    pub name: Option<String>,
+    pub slug: Option<String>,
+    pub description: MaybeUndefined<String>,
+}
+
+/// Run counts of the group's jobs.
+#[derive(Object)]
+pub struct GroupStats {
+    pub group_id: String,
+    /// Every run status, with its count (0 included).
+    pub run_counts: HashMap<String, i64>,
+}
+
+#[derive(ApiResponse)]
+pub enum CreatedGroup {
+    #[oai(status = 201)]
+    Created(Json<JobGroup>),
+}
+
+#[derive(ApiResponse)]
+pub enum Empty {
+    /// Done.
+    #[oai(status = 204)]
+    NoContent,
+}
+
+/// A list answered as a plain array (SPEC §4.4); `X-Next-Cursor` carries the
+/// cursor of the next page when there is one.
+#[derive(ApiResponse)]
+pub enum ArrayPage<T: poem_openapi::types::ToJSON + Send + Sync> {
+    #[oai(status = 200)]
+    Ok(Json<Vec<T>>, #[oai(header = "X-Next-Cursor")] Option<String>),
+}
+
+const COLS: &str = "id, project_id, name, slug, description, created_at, updated_at";
+
+async fn load(state: &AppState, auth: &Auth, id: &str) -> ApiResult<JobGroup> {
+    check_id("job group", id)?;
+    let g: Option<JobGroup> = sqlx::query_as(&format!("SELECT {COLS} FROM job_groups WHERE id = $1"))
+        .bind(id)
+        .fetch_optional(&state.pool)
+        .await?;
+    match g {
+        Some(g) if visible(&auth.0, &g.project_id) => Ok(g),
+        _ => Err(ApiError::not_found("job group", id)),
+    }
+}
+
+fn check_description(d: Option<&String>, errors: &mut Vec<crate::error::ErrorDetail>) {
+    if let Some(d) = d {
+        if d.len() > 2000 {
+            errors.push(crate::error::ErrorDetail {
+                location: "body.description".into(),
+                message: "at most 2000 characters".into(),
+                value: None,
+            });
+        }
+    }
+}
+
+/// Sets `paused` on every live job of the group and pushes it to Redis.
+async fn set_paused(state: &AppState, group_id: &str, paused: bool) -> ApiResult<()> {
+    let jobs: Vec<(String, sqlx::types::Json<JobSpec>)> = sqlx::query_as(
+        "UPDATE jobs SET paused = $2 WHERE group_id = $1 AND deleted_at IS NULL RETURNING id, spec",
+    )
+    .bind(group_id)
+    .bind(paused)
+    .fetch_all(&state.pool)
+    .await?;
+    for (id, spec) in jobs {
+        sync_limits(state, &id, &spec.0, paused).await;
+    }
+    Ok(())
+}
+
+#[OpenApi(tag = "Tag::JobGroups")]
+impl GroupsApi {
+    /// List the job groups of a project, newest first.
+    #[oai(path = "/v1/job-groups", method = "get")]
+    async fn list(
+        &self,
+        state: Data<&AppState>,
+        auth: Auth,
+        project_id: Query<Option<String>>,
+        limit: Query<Option<i64>>,
+        cursor: Query<Option<String>>,
+    ) -> ApiResult<ArrayPage<JobGroup>> {
+        let project_id = project_of(&auth.0, project_id.0.as_deref())?;
+        let limit = pagination::limit(limit.0)?;
+        let cursor = pagination::cursor(cursor.0)?;
+        let rows: Vec<JobGroup> = sqlx::query_as(&format!(
+            "SELECT {COLS} FROM job_groups WHERE project_id = $1 AND ($2::text IS NULL OR id < $2)
+             ORDER BY id DESC LIMIT $3"
+        ))
+        .bind(&project_id)
+        .bind(cursor)
+        .bind(limit + 1)
+        .fetch_all(&state.pool)
+        .await?;
+        let p = pagination::page(rows, limit, |g| g.id.clone(), |g| g);
+        Ok(ArrayPage::Ok(Json(p.data), p.next_cursor))
+    }
+
+    /// Create a job group.
+    #[oai(path = "/v1/job-groups", method = "post")]
+    async fn create(&self, state: Data<&AppState>, auth: Auth, body: Json<CreateGroup>) -> ApiResult<CreatedGroup> {
+        let b = body.0;
+        let project_id = project_of(&auth.0, b.project_id.as_deref())?;
+        let mut errors = Vec::new();
+        check_name(&b.name, &mut errors);
+        check_slug(&b.slug, &mut errors);
+        check_description(b.description.as_ref(), &mut errors);
+        if !errors.is_empty() {
+            return Err(ApiError::invalid(errors));
+        }
+        let exists: Option<(String,)> = sqlx::query_as("SELECT id FROM projects WHERE id = $1")
+            .bind(&project_id)
+            .fetch_optional(&state.pool)
+            .await?;
+        if exists.is_none() {
+            return Err(ApiError::invalid_field("body.project_id", "no such project", Some(project_id.into())));
+        }
+        let g: JobGroup = sqlx::query_as(&format!(
+            "INSERT INTO job_groups (id, project_id, name, slug, description) VALUES ($1, $2, $3, $4, $5) RETURNING {COLS}"
+        ))
+        .bind(switchyard_shared::ids::group_id())
+        .bind(&project_id)
+        .bind(b.name.trim())
+        .bind(&b.slug)
+        .bind(&b.description)
+        .fetch_one(&state.pool)
+        .await?;
+        Ok(CreatedGroup::Created(Json(g)))
+    }
+
+    /// Get a job group.
+    #[oai(path = "/v1/job-groups/:group_id", method = "get")]
+    async fn get(&self, state: Data<&AppState>, auth: Auth, group_id: Path<String>) -> ApiResult<Json<JobGroup>> {
+        Ok(Json(load(&state, &auth, &group_id).await?))
+    }
+
+    /// Change a job group.
+    #[oai(path = "/v1/job-groups/:group_id", method = "patch")]
+    async fn update(
+        &self,
+        state: Data<&AppState>,
+        auth: Auth,
+        group_id: Path<String>,
+        body: Json<UpdateGroup>,
+    ) -> ApiResult<Json<JobGroup>> {
+        let cur = load(&state, &auth, &group_id).await?;
+        let b = body.0;
+        let name = b.name.unwrap_or(cur.name);
+        let slug = b.slug.unwrap_or(cur.slug);
+        let description = patch(b.description, cur.description);
+        let mut errors = Vec::new();
+        check_name(&name, &mut errors);
+        check_slug(&slug, &mut errors);
+        check_description(description.as_ref(), &mut errors);
+        if !errors.is_empty() {
+            return Err(ApiError::invalid(errors));
+        }
+        let g: JobGroup = sqlx::query_as(&format!(
+            "UPDATE job_groups SET name = $2, slug = $3, description = $4 WHERE id = $1 RETURNING {COLS}"
+        ))
+        .bind(&cur.id)
+        .bind(name.trim())
+        .bind(&slug)
+        .bind(&description)
+        .fetch_one(&state.pool)
+        .await?;
+        Ok(Json(g))
+    }
+
+    /// Delete a job group. Its jobs stay, outside any group.
+    #[oai(path = "/v1/job-groups/:group_id", method = "delete")]
+    async fn delete(&self, state: Data<&AppState>, auth: Auth, group_id: Path<String>) -> ApiResult<Empty> {
+        let g = load(&state, &auth, &group_id).await?;
+        sqlx::query("DELETE FROM job_groups WHERE id = $1").bind(&g.id).execute(&state.pool).await?;
+        Ok(Empty::NoContent)
+    }
+
+    /// The jobs of a group, newest first.
+    #[oai(path = "/v1/job-groups/:group_id/jobs", method = "get")]
+    async fn jobs(
+        &self,
+        state: Data<&AppState>,
+        auth: Auth,
+        group_id: Path<String>,
+        limit: Query<Option<i64>>,
+        cursor: Query<Option<String>>,
+    ) -> ApiResult<ArrayPage<Job>> {
+        let g = load(&state, &auth, &group_id).await?;
+        let limit = pagination::limit(limit.0)?;
+        let cursor = pagination::cursor(cursor.0)?;
+        let rows: Vec<JobRecord> = sqlx::query_as(&format!(
+            "SELECT {} FROM jobs WHERE group_id = $1 AND deleted_at IS NULL AND ($2::text IS NULL OR id < $2)
+             ORDER BY id DESC LIMIT $3",
+            store::jobs::JOB_COLUMNS
+        ))
+        .bind(&g.id)
+        .bind(cursor)
+        .bind(limit + 1)
+        .fetch_all(&state.pool)
+        .await?;
+        let p = pagination::page(rows, limit, |j| j.id.clone(), job_view);
+        Ok(ArrayPage::Ok(Json(p.data), p.next_cursor))
+    }
+
+    /// Pause every job of the group: triggers are still accepted, and no
+    /// run of these jobs is dispatched until resume-all.
+    #[oai(path = "/v1/job-groups/:group_id/pause-all", method = "post")]
+    async fn pause_all(&self, state: Data<&AppState>, auth: Auth, group_id: Path<String>) -> ApiResult<Empty> {
+        let g = load(&state, &auth, &group_id).await?;
+        set_paused(&state, &g.id, true).await?;
+        Ok(Empty::NoContent)
+    }
+
+    /// Resume every job of the group; waiting runs are dispatched again.
+    /// Jobs disabled one by one stay disabled.
+    #[oai(path = "/v1/job-groups/:group_id/resume-all", method = "post")]
+    async fn resume_all(&self, state: Data<&AppState>, auth: Auth, group_id: Path<String>) -> ApiResult<Empty> {
+        let g = load(&state, &auth, &group_id).await?;
+        set_paused(&state, &g.id, false).await?;
+        Ok(Empty::NoContent)
+    }
+
+    /// Run counts by status over the group's jobs.
+    #[oai(path = "/v1/job-groups/:group_id/stats", method = "get")]
+    async fn stats(&self, state: Data<&AppState>, auth: Auth, group_id: Path<String>) -> ApiResult<Json<GroupStats>> {
+        let g = load(&state, &auth, &group_id).await?;
+        let rows: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT r.status, count(*) FROM job_runs r JOIN jobs j ON j.id = r.job_id
+             WHERE j.group_id = $1 GROUP BY r.status",
+        )
+        .bind(&g.id)
+        .fetch_all(&state.pool)
+        .await?;
+        let mut run_counts: HashMap<String, i64> = RunStatus::ALL.iter().map(|s| (s.as_str().to_string(), 0)).collect();
+        for (s, n) in rows {
+            run_counts.insert(s, n);
+        }
+        Ok(Json(GroupStats { group_id: g.id, run_counts }))
+    }
+}

@@ -1,0 +1,74 @@
+//! /health, /health/ready and /metrics (SPEC §4.8). No credential needed.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use poem::web::Data;
+use poem_openapi::payload::{Json, PlainText};
+use poem_openapi::{ApiResponse, Object, OpenApi};
+
+use super::Tag;
+use crate::state::AppState;
+
+pub struct PlatformApi;
+
+/// Whether each dependency answers.
+#[derive(Object)]
+pub struct Readiness {
+    pub ready: bool,
+    /// Component name to `ok` or `unavailable`.
+    pub checks: HashMap<String, String>,
+}
+
+#[derive(ApiResponse)]
+pub enum ReadyResponse {
+    /// Every dependency answers.
+    #[oai(status = 200)]
+    Ready(Json<Readiness>),
+    /// At least one dependency does not answer.
+    #[oai(status = 503)]
+    NotReady(Json<Readiness>),
+}
+
+/// Liveness.
+#[derive(Object)]
+pub struct Health {
+    /// Always `ok` while the process runs.
+    pub status: String,
+}
+
+#[OpenApi(tag = "Tag::Platform")]
+impl PlatformApi {
+    /// Liveness: 200 while the process is alive.
+    #[oai(path = "/health", method = "get")]
+    async fn health(&self) -> Json<Health> {
+        Json(Health { status: "ok".into() })
+    }
+
+    /// Readiness: 200 when Postgres and Redis both answer, else 503.
+    #[oai(path = "/health/ready", method = "get")]
+    async fn ready(&self, state: Data<&AppState>) -> ReadyResponse {
+        let timeout = Duration::from_secs(2);
+        let pg = tokio::time::timeout(timeout, sqlx::query("SELECT 1").execute(&state.pool));
+        let redis = tokio::time::timeout(timeout, state.queue.ping());
+        let (pg, redis) = tokio::join!(pg, redis);
+        let pg_ok = matches!(pg, Ok(Ok(_)));
+        let redis_ok = matches!(redis, Ok(Ok(())));
+        let label = |ok: bool| if ok { "ok".to_string() } else { "unavailable".to_string() };
+        let body = Readiness {
+            ready: pg_ok && redis_ok,
+            checks: HashMap::from([("postgres".into(), label(pg_ok)), ("redis".into(), label(redis_ok))]),
+        };
+        if body.ready {
+            ReadyResponse::Ready(Json(body))
+        } else {
+            ReadyResponse::NotReady(Json(body))
+        }
+    }
+
+    /// Prometheus metrics in the text exposition format.
+    #[oai(path = "/metrics", method = "get")]
+    async fn metrics(&self) -> PlainText<String> {
+        PlainText(switchyard_shared::telemetry::render_metrics())
+    }
+}

@@ -1,0 +1,418 @@
+//! Job runs: trigger (via the job), get, list, cancel (SPEC §2.6, DECISIONS §2).
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use poem::web::Data;
+use poem_openapi::param::{Path, Query};
+use poem_openapi::payload::Json;
+use poem_openapi::{Object, OpenApi};
+use serde_json::{Map, Value};
+use switchyard_shared::domain::{ExecutionMode, RetryStrategy, RunStatus};
+use switchyard_shared::queue::{MAX_PRIORITY, MIN_PRIORITY};
+use switchyard_shared::store::{self, JobRecord, NewRun, Run};
+
+use super::{check_id, project_of, visible, Tag};
+use crate::auth::{Auth, Principal};
+use crate::error::{ApiError, ApiResult, ErrorDetail};
+use crate::pagination::{self, Page};
+use crate::state::AppState;
+
+pub struct RunsApi;
+
+/// Measured timings of the last attempt, in milliseconds.
+#[derive(Object, Default)]
+pub struct ExecutionTrace {
+    pub connect_ms: i64,
+    pub dequeue_ms: i64,
+    pub dispatch_ms: i64,
+    pub queue_wait_ms: i64,
+    pub total_ms: i64,
+    pub transfer_ms: i64,
+    pub ttfb_ms: i64,
+}
+
+/// A job run (SPEC §2.6).
+#[derive(Object)]
+pub struct JobRun {
+    pub id: String,
+    pub project_id: String,
+    pub job_id: String,
+    pub job_version: i64,
+    #[oai(skip_serializing_if_is_none)]
+    pub job_version_id: Option<String>,
+    /// pending, queued, running, retrying, completed, failed, timed_out, cancelled or expired.
+    pub status: String,
+    /// The current or last attempt, from 1; 0 before the first dispatch.
+    pub attempt: i64,
+    pub priority: i64,
+    /// api, bulk, cron, replay, workflow or event.
+    pub triggered_by: String,
+    pub debug_mode: bool,
+    pub lineage_depth: i64,
+    pub created_at: DateTime<Utc>,
+    #[oai(skip_serializing_if_is_none)]
+    pub batch_id: Option<String>,
+    #[oai(skip_serializing_if_is_none)]
+    pub concurrency_key: Option<String>,
+    #[oai(skip_serializing_if_is_none)]
+    pub continuation_of: Option<String>,
+    #[oai(skip_serializing_if_is_none)]
+    pub created_by: Option<String>,
+    #[oai(skip_serializing_if_is_none)]
+    pub error: Option<String>,
+    #[oai(skip_serializing_if_is_none)]
+    pub error_class: Option<String>,
+    #[oai(skip_serializing_if_is_none)]
+    pub execution_mode: Option<String>,
+    #[oai(skip_serializing_if_is_none)]
+    pub idempotency_key: Option<String>,
+    #[oai(skip_serializing_if_is_none)]
+    pub machine_id: Option<String>,
+    #[oai(skip_serializing_if_is_none)]
+    pub parent_run_id: Option<String>,
+    #[oai(skip_serializing_if_is_none)]
+    pub retry_backoff: Option<String>,
+    #[oai(skip_serializing_if_is_none)]
+    pub workflow_step_run_id: Option<String>,
+    #[oai(skip_serializing_if_is_none)]
+    pub max_attempts_override: Option<i64>,
+    #[oai(skip_serializing_if_is_none)]
+    pub retry_initial_delay_secs: Option<i64>,
+    #[oai(skip_serializing_if_is_none)]
+    pub retry_max_delay_secs: Option<i64>,
+    #[oai(skip_serializing_if_is_none)]
+    pub timeout_secs_override: Option<i64>,
+    pub metadata: Value,
+    pub tags: Value,
+    #[oai(skip_serializing_if_is_none)]
+    pub payload: Option<Value>,
+    #[oai(skip_serializing_if_is_none)]
+    pub result: Option<Value>,
+    #[oai(skip_serializing_if_is_none)]
+    pub expires_at: Option<DateTime<Utc>>,
+    #[oai(skip_serializing_if_is_none)]
+    pub finished_at: Option<DateTime<Utc>>,
+    #[oai(skip_serializing_if_is_none)]
+    pub heartbeat_at: Option<DateTime<Utc>>,
+    #[oai(skip_serializing_if_is_none)]
+    pub next_retry_at: Option<DateTime<Utc>>,
+    #[oai(skip_serializing_if_is_none)]
+    pub scheduled_at: Option<DateTime<Utc>>,
+    #[oai(skip_serializing_if_is_none)]
+    pub started_at: Option<DateTime<Utc>>,
+    #[oai(skip_serializing_if_is_none)]
+    pub execution_trace: Option<ExecutionTrace>,
+}
+
+pub fn run_view(r: Run) -> JobRun {
+    let trace = r.execution_trace.map(|t| {
+        let g = |k: &str| t.0.get(k).and_then(Value::as_i64).unwrap_or(0);
+        ExecutionTrace {
+            connect_ms: g("connect_ms"),
+            dequeue_ms: g("dequeue_ms"),
+            dispatch_ms: g("dispatch_ms"),
+            queue_wait_ms: g("queue_wait_ms"),
+            total_ms: g("total_ms"),
+            transfer_ms: g("transfer_ms"),
+            ttfb_ms: g("ttfb_ms"),
+        }
+    });
+    JobRun {
+        id: r.id,
+        project_id: r.project_id,
+        job_id: r.job_id,
+        job_version: r.job_version.into(),
+        job_version_id: Some(r.job_version_id),
+        status: r.status,
+        attempt: r.attempt.into(),
+        priority: r.priority.into(),
+        triggered_by: r.triggered_by,
+        debug_mode: r.debug_mode,
+        lineage_depth: r.lineage_depth.into(),
+        created_at: r.created_at,
+        batch_id: r.batch_id,
+        concurrency_key: r.concurrency_key,
+        continuation_of: r.continuation_of,
+        created_by: r.created_by,
+        error: r.error,
+        error_class: r.error_class,
+        execution_mode: Some(r.execution_mode),
+        idempotency_key: r.idempotency_key,
+        machine_id: r.machine_id,
+        parent_run_id: r.parent_run_id,
+        retry_backoff: r.retry_backoff,
+        workflow_step_run_id: r.workflow_step_run_id,
+        max_attempts_override: r.max_attempts_override.map(Into::into),
+        retry_initial_delay_secs: r.retry_initial_delay_secs.map(Into::into),
+        retry_max_delay_secs: r.retry_max_delay_secs.map(Into::into),
+        timeout_secs_override: r.timeout_secs_override.map(Into::into),
+        metadata: r.metadata.0,
+        tags: r.tags.0,
+        payload: r.payload.map(|p| p.0),
+        result: r.result.map(|p| p.0),
+        expires_at: r.expires_at,
+        finished_at: r.finished_at,
+        heartbeat_at: r.heartbeat_at,
+        next_retry_at: r.next_retry_at,
+        scheduled_at: r.scheduled_at,
+        started_at: r.started_at,
+        execution_trace: trace,
+    }
+}
+
+/// Trigger a run (DECISIONS §2). Every field is optional.
+#[derive(Object, Default)]
+#[oai(deny_unknown_fields)]
+pub struct TriggerRequest {
+    /// Sent to the target as `payload`.
+    pub payload: Option<Value>,
+    /// Higher runs first; -1000 to 1000, default 0.
+    pub priority: Option<i64>,
+    /// A second trigger with the same key returns the first run (200).
+    pub idempotency_key: Option<String>,
+    pub tags: Option<HashMap<String, String>>,
+    /// Merged over the job's default_run_metadata.
+    pub metadata: Option<HashMap<String, String>>,
+    /// Runs sharing a key share the job's max_concurrency_per_key.
+    pub concurrency_key: Option<String>,
+    /// Do not start before this time.
+    pub scheduled_at: Option<DateTime<Utc>>,
+    /// Do not start for this many seconds.
+    pub delay_secs: Option<i64>,
+    /// Run ids that must complete first.
+    pub depends_on: Option<Vec<String>>,
+    pub debug_mode: Option<bool>,
+    pub max_attempts_override: Option<i64>,
+    pub timeout_secs_override: Option<i64>,
+    /// fixed, linear, exponential, custom or none.
+    pub retry_backoff: Option<String>,
+    pub retry_initial_delay_secs: Option<i64>,
+    pub retry_max_delay_secs: Option<i64>,
+    /// sync (default) or async.
+    pub execution_mode: Option<String>,
+    /// Makes this run a child of another run of the project.
+    pub parent_run_id: Option<String>,
+}
+
+fn detail(errors: &mut Vec<ErrorDetail>, field: &str, message: impl Into<String>, value: Value) {
+    errors.push(ErrorDetail { location: format!("body.{field}"), message: message.into(), value: Some(value) });
+}
+
+fn check_text(errors: &mut Vec<ErrorDetail>, field: &str, v: &Option<String>, max: usize) {
+    if let Some(v) = v {
+        if v.is_empty() || v.len() > max || v.chars().any(char::is_control) {
+            detail(errors, field, format!("must be 1 to {max} characters, no control characters"), v.clone().into());
+        }
+    }
+}
+
+fn to_i32(errors: &mut Vec<ErrorDetail>, field: &str, v: Option<i64>, min: i64, max: i64) -> Option<i32> {
+    match v {
+        Some(n) if !(min..=max).contains(&n) => {
+            detail(errors, field, format!("must be between {min} and {max}"), n.into());
+            None
+        }
+        other => other.map(|n| n as i32),
+    }
+}
+
+/// Validates a trigger, writes the run to Postgres, then enqueues it in
+/// Redis. The run is durable once the insert commits; if Redis is down the
+/// reconciler enqueues it later, so an accepted run is never lost.
+pub async fn trigger(
+    state: &AppState,
+    who: &Principal,
+    job: &JobRecord,
+    b: TriggerRequest,
+    triggered_by: &str,
+    batch_id: Option<String>,
+) -> ApiResult<(JobRun, bool)> {
+    if !job.enabled {
+        return Err(ApiError::conflict("the job is disabled; enable it to trigger runs"));
+    }
+    let mut errors = Vec::new();
+    let priority = to_i32(&mut errors, "priority", b.priority, MIN_PRIORITY.into(), MAX_PRIORITY.into()).unwrap_or(0);
+    check_text(&mut errors, "idempotency_key", &b.idempotency_key, 256);
+    check_text(&mut errors, "concurrency_key", &b.concurrency_key, 256);
+    let max_attempts_override = to_i32(&mut errors, "max_attempts_override", b.max_attempts_override, 1, 100);
+    let timeout_secs_override = to_i32(&mut errors, "timeout_secs_override", b.timeout_secs_override, 1, 86_400);
+    let retry_initial = to_i32(&mut errors, "retry_initial_delay_secs", b.retry_initial_delay_secs, 0, 86_400);
+    let retry_max = to_i32(&mut errors, "retry_max_delay_secs", b.retry_max_delay_secs, 0, 86_400 * 7);
+    let delay = to_i32(&mut errors, "delay_secs", b.delay_secs, 0, 86_400 * 366);
+    if let Some(r) = &b.retry_backoff {
+        if let Err(m) = r.parse::<RetryStrategy>() {
+            detail(&mut errors, "retry_backoff", m, r.clone().into());
+        }
+    }
+    let mode = match b.execution_mode.as_deref().map(str::parse::<ExecutionMode>) {
+        None => ExecutionMode::Sync,
+        Some(Ok(m)) => m,
+        Some(Err(m)) => {
+            detail(&mut errors, "execution_mode", m, b.execution_mode.clone().into());
+            ExecutionMode::Sync
+        }
+    };
+    if b.scheduled_at.is_some() && b.delay_secs.is_some() {
+        detail(&mut errors, "delay_secs", "give scheduled_at or delay_secs, not both", b.delay_secs.into());
+    }
+    if b.depends_on.as_ref().is_some_and(|d| !d.is_empty()) {
+        detail(
+            &mut errors,
+            "depends_on",
+            "run dependencies are not supported by this server yet",
+            serde_json::to_value(&b.depends_on).unwrap_or_default(),
+        );
+    }
+    for (field, m) in [("tags", &b.tags), ("metadata", &b.metadata)] {
+        if let Some(m) = m {
+            if m.len() > 64 || m.iter().any(|(k, v)| k.is_empty() || k.len() > 128 || v.len() > 1024) {
+                detail(&mut errors, field, "at most 64 entries; keys 1 to 128 characters, values at most 1024", Value::Null);
+            }
+        }
+    }
+    let mut lineage_depth = 0;
+    if let Some(parent) = &b.parent_run_id {
+        match store::runs::get(&state.pool, parent).await? {
+            Some(p) if p.project_id == job.project_id => lineage_depth = p.lineage_depth + 1,
+            _ => detail(&mut errors, "parent_run_id", "no such run in this project", parent.clone().into()),
+        }
+    }
+    if !errors.is_empty() {
+        return Err(ApiError::invalid(errors));
+    }
+    let spec = &job.spec.0;
+    let mut metadata: Map<String, Value> =
+        spec.default_run_metadata.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect();
+    for (k, v) in b.metadata.unwrap_or_default() {
+        metadata.insert(k, Value::String(v));
+    }
+    let now = Utc::now();
+    let scheduled_at = b.scheduled_at.or(delay.map(|d| now + chrono::Duration::seconds(d.into())));
+    let due_later = scheduled_at.is_some_and(|t| t > now);
+    let new = NewRun {
+        id: switchyard_shared::ids::run_id(),
+        project_id: job.project_id.clone(),
+        job_id: job.id.clone(),
+        job_version: job.version,
+        job_version_id: job.version_id.clone(),
+        status: if due_later { RunStatus::Pending.as_str() } else { RunStatus::Queued.as_str() },
+        priority,
+        triggered_by: triggered_by.into(),
+        created_by: who.actor(),
+        payload: b.payload,
+        idempotency_key: b.idempotency_key,
+        concurrency_key: b.concurrency_key,
+        batch_id,
+        parent_run_id: b.parent_run_id,
+        lineage_depth,
+        debug_mode: b.debug_mode.unwrap_or(false),
+        execution_mode: mode.as_str().into(),
+        retry_backoff: b.retry_backoff,
+        max_attempts_override,
+        retry_initial_delay_secs: retry_initial,
+        retry_max_delay_secs: retry_max,
+        timeout_secs_override,
+        metadata: Value::Object(metadata),
+        tags: serde_json::to_value(b.tags.unwrap_or_default()).unwrap_or_default(),
+        scheduled_at,
+        expires_at: (spec.run_ttl_secs > 0).then(|| now + chrono::Duration::seconds(spec.run_ttl_secs)),
+    };
+    let (run, created) = store::runs::insert(&state.pool, &new).await?;
+    if created {
+        let due_ms = if due_later { scheduled_at.map(|t| t.timestamp_millis()).unwrap_or(0) } else { 0 };
+        if let Err(e) = state.queue.enqueue(&run.entry(), due_ms, now.timestamp_millis()).await {
+            tracing::warn!(run_id = %run.id, error = %e, "enqueue failed; the run is durable and the reconciler will enqueue it");
+        }
+    }
+    Ok((run_view(run), created))
+}
+
+async fn load_visible(state: &AppState, auth: &Auth, id: &str) -> ApiResult<Run> {
+    check_id("run", id)?;
+    match store::runs::get(&state.pool, id).await? {
+        Some(r) if visible(&auth.0, &r.project_id) => Ok(r),
+        _ => Err(ApiError::not_found("run", id)),
+    }
+}
+
+#[OpenApi(tag = "Tag::Runs")]
+impl RunsApi {
+    /// List runs of a project, newest first.
+    #[oai(path = "/v1/runs", method = "get")]
+    #[allow(clippy::too_many_arguments)]
+    async fn list(
+        &self,
+        state: Data<&AppState>,
+        auth: Auth,
+        project_id: Query<Option<String>>,
+        job_id: Query<Option<String>>,
+        /// One run status.
+        status: Query<Option<String>>,
+        /// A JSON document the payload must contain (jsonb `@>`), e.g. `{"user":"42"}`.
+        payload_contains: Query<Option<String>>,
+        batch_id: Query<Option<String>>,
+        limit: Query<Option<i64>>,
+        cursor: Query<Option<String>>,
+    ) -> ApiResult<Json<Page<JobRun>>> {
+        let project_id = project_of(&auth.0, project_id.0.as_deref())?;
+        let limit = pagination::limit(limit.0)?;
+        let cursor = pagination::cursor(cursor.0)?;
+        if let Some(s) = &status.0 {
+            if let Err(m) = s.parse::<RunStatus>() {
+                return Err(ApiError::invalid_field("query.status", m, Some(s.clone().into())));
+            }
+        }
+        let contains: Option<Value> = match &payload_contains.0 {
+            None => None,
+            Some(raw) => Some(serde_json::from_str(raw).map_err(|e| {
+                ApiError::invalid_field("query.payload_contains", format!("not JSON: {e}"), Some(raw.clone().into()))
+            })?),
+        };
+        let rows: Vec<Run> = sqlx::query_as(&format!(
+            "SELECT {} FROM job_runs WHERE project_id = $1
+               AND ($2::text IS NULL OR job_id = $2) AND ($3::text IS NULL OR status = $3)
+               AND ($4::jsonb IS NULL OR payload @> $4) AND ($5::text IS NULL OR batch_id = $5)
+               AND ($6::text IS NULL OR id < $6)
+             ORDER BY id DESC LIMIT $7",
+            store::runs::RUN_COLUMNS
+        ))
+        .bind(&project_id)
+        .bind(&job_id.0)
+        .bind(&status.0)
+        .bind(contains.map(sqlx::types::Json))
+        .bind(&batch_id.0)
+        .bind(cursor)
+        .bind(limit + 1)
+        .fetch_all(&state.pool)
+        .await?;
+        Ok(Json(pagination::page(rows, limit, |r| r.id.clone(), run_view)))
+    }
+
+    /// Get a run.
+    #[oai(path = "/v1/runs/:run_id", method = "get")]
+    async fn get(&self, state: Data<&AppState>, auth: Auth, run_id: Path<String>) -> ApiResult<Json<JobRun>> {
+        Ok(Json(run_view(load_visible(&state, &auth, &run_id).await?)))
+    }
+
+    /// Cancel a run that has not finished. A running dispatch is not
+    /// interrupted, but its outcome is discarded. 409 when already finished.
+    #[oai(path = "/v1/runs/:run_id/cancel", method = "post")]
+    async fn cancel(&self, state: Data<&AppState>, auth: Auth, run_id: Path<String>) -> ApiResult<Json<JobRun>> {
+        let run = load_visible(&state, &auth, &run_id).await?;
+        let reason = match auth.0.actor() {
+            Some(a) => format!("cancelled by {a}"),
+            None => "cancelled".to_string(),
+        };
+        let (after, changed) = store::runs::cancel(&state.pool, &run.id, &reason)
+            .await?
+            .ok_or_else(|| ApiError::not_found("run", &run_id))?;
+        if !changed {
+            return Err(ApiError::conflict(format!("the run is already {}", after.status)));
+        }
+        if let Err(e) = state.queue.remove(&after.entry()).await {
+            tracing::warn!(run_id = %after.id, error = %e, "could not remove the cancelled run from redis; a worker will skip it");
+        }
+        Ok(Json(run_view(after)))
+    }
+}

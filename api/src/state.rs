@@ -1,0 +1,14 @@
+//! What every handler shares.
+
+use std::sync::Arc;
+
+use sqlx::PgPool;
+use switchyard_shared::queue::Queue;
+use switchyard_shared::Config;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub pool: PgPool,
+    pub queue: Queue,
+    pub config: Arc<Config>,
+}
