@@ -1,1 +1,166 @@
+//! The Switchyard scheduler: the background loops that move runs through
+//! time and keep Redis in step with Postgres.
+//!
+//! - [`promoter`]: due retries and delayed runs, `scheduled` -> `ready`,
+//!   after their runs are `queued` in Postgres.
+//! - [`reaper`]: expired leases; the runs of dead or stalled workers are
+//!   redelivered on the same attempt.
+//! - [`reconciler`]: rebuilds Redis from Postgres (limits, missing entries,
+//!   runs whose lease vanished), periodically and as soon as Redis is empty.
+//! - [`placement`]: the rule, shared by reaper and reconciler, for where a
+//!   run's entry belongs given its Postgres row.
+//! - [`pace`]: the clock, shutdown-aware sleeps and error back-off.
+//! - [`error`]: the crate's error type and option validation errors.
+//!
+//! Each loop is one type with validated options (interval, batch size), a
+//! public single-step method for tests, and a `run(shutdown)` loop. All are
+//! safe with any number of scheduler processes: the promoter and reaper by
+//! idempotence and atomic Redis scripts, the reconciler by a Redis lock.
+//!
+//! Not here yet: cron triggering (jobs with `cron`/`timezone`) and
+//! execution windows. They belong in their own loop module beside these,
+//! started from [`Scheduler::run`]; until then cron expressions are stored
+//! and validated by the api but never fire.
+//!
+//! [`run`] is what the `switchyard-scheduler` binary and `switchyard dev`
+//! call; tests build a [`Scheduler`] from a pool and a queue and step it.
 
+pub mod error;
+pub mod pace;
+pub mod placement;
+pub mod promoter;
+pub mod reaper;
+pub mod reconciler;
+
+use std::time::Duration;
+
+use anyhow::Context;
+use sqlx::PgPool;
+use switchyard_shared::queue::{self, Queue};
+use switchyard_shared::shutdown::Shutdown;
+use switchyard_shared::{db, Config};
+
+pub use error::{Error, OptionsError};
+pub use promoter::{PromoteReport, Promoter, PromoterOptions};
+pub use reaper::{ReapReport, Reaper, ReaperOptions};
+pub use reconciler::{ReconcileReport, Reconciler, ReconcilerOptions};
+
+/// Options of every loop.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SchedulerOptions {
+    pub promoter: PromoterOptions,
+    pub reaper: ReaperOptions,
+    pub reconciler: ReconcilerOptions,
+}
+
+impl SchedulerOptions {
+    /// The defaults, with the lease and reconcile interval of `config`.
+    pub fn from_config(config: &Config) -> SchedulerOptions {
+        SchedulerOptions {
+            reconciler: ReconcilerOptions {
+                interval: config.reconcile_interval,
+                lease: config.lease,
+                ..ReconcilerOptions::default()
+            },
+            ..SchedulerOptions::default()
+        }
+    }
+}
+
+/// The scheduler's loops over one Postgres pool and one queue.
+#[derive(Clone)]
+pub struct Scheduler {
+    promoter: Promoter,
+    reaper: Reaper,
+    reconciler: Reconciler,
+}
+
+impl Scheduler {
+    pub fn new(pool: PgPool, queue: Queue, options: SchedulerOptions) -> Result<Scheduler, OptionsError> {
+        Ok(Scheduler {
+            promoter: Promoter::new(pool.clone(), queue.clone(), options.promoter)?,
+            reaper: Reaper::new(pool.clone(), queue.clone(), options.reaper)?,
+            reconciler: Reconciler::new(pool, queue, options.reconciler)?,
+        })
+    }
+
+    pub fn promoter(&self) -> &Promoter {
+        &self.promoter
+    }
+
+    pub fn reaper(&self) -> &Reaper {
+        &self.reaper
+    }
+
+    pub fn reconciler(&self) -> &Reconciler {
+        &self.reconciler
+    }
+
+    /// One promoter pass at `now_ms`.
+    pub async fn promote_once(&self, now_ms: i64) -> Result<PromoteReport, Error> {
+        self.promoter.promote_once(now_ms).await
+    }
+
+    /// One reaper pass at `now_ms`.
+    pub async fn reap_once(&self, now_ms: i64) -> Result<ReapReport, Error> {
+        self.reaper.reap_once(now_ms).await
+    }
+
+    /// One full reconciliation sweep now, whether or not another process
+    /// holds the reconcile lock (a sweep is idempotent; the lock only keeps
+    /// the loops from repeating each other's work).
+    pub async fn reconcile_once(&self) -> Result<ReconcileReport, Error> {
+        self.reconciler.sweep(chrono::Utc::now()).await
+    }
+
+    /// Runs every loop until `shutdown` fires, then waits up to `grace` for
+    /// them to finish the step they are in.
+    pub async fn run(&self, shutdown: Shutdown, grace: Duration) {
+        let loops = async {
+            tokio::join!(
+                self.promoter.run(shutdown.clone()),
+                self.reaper.run(shutdown.clone()),
+                self.reconciler.run(shutdown.clone()),
+            )
+        };
+        tokio::pin!(loops);
+        tokio::select! {
+            _ = &mut loops => {}
+            _ = async { shutdown.cancelled().await; tokio::time::sleep(grace).await } => {
+                tracing::warn!(?grace, "scheduler loops did not stop within the grace period");
+            }
+        }
+    }
+}
+
+/// Connects to Postgres and Redis (lazily: either may come up later) and
+/// runs the scheduler until `shutdown` fires. The database must exist and be
+/// migrated (`db::prepare`).
+pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
+    let pool = db::lazy_pool(&config.database_url, 4).context("postgres pool")?;
+    let redis = queue::pool(&config.redis_url, 4).context("redis pool")?;
+    let queue = Queue::new(redis, &config.redis_key_prefix);
+    let scheduler =
+        Scheduler::new(pool.clone(), queue, SchedulerOptions::from_config(&config)).context("scheduler options")?;
+    tracing::info!(prefix = %config.redis_key_prefix, "scheduler started");
+    scheduler.run(shutdown, config.shutdown_grace).await;
+    pool.close().await;
+    tracing::info!("scheduler stopped");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_follow_config() {
+        let mut c = Config::defaults();
+        c.lease = Duration::from_secs(7);
+        c.reconcile_interval = Duration::from_secs(11);
+        let o = SchedulerOptions::from_config(&c);
+        assert_eq!(o.reconciler.lease, Duration::from_secs(7));
+        assert_eq!(o.reconciler.interval, Duration::from_secs(11));
+        assert_eq!(o.promoter, PromoterOptions::default());
+    }
+}

@@ -47,3 +47,28 @@ pub async fn spec_for_run(pool: &PgPool, job_id: &str, version_id: &str) -> Resu
     .await?;
     Ok(row.map(|(pinned, current)| if pinned.0.version_policy == "latest" { current.0 } else { pinned.0 }))
 }
+
+/// What a job's entry in the Redis `limits` hash is built from.
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct JobLimits {
+    pub id: String,
+    pub spec: sqlx::types::Json<JobSpec>,
+    pub paused: bool,
+}
+
+impl JobLimits {
+    /// The value for [`crate::queue::Queue::set_limits`].
+    pub fn field(&self) -> Option<String> {
+        self.spec.limits_field(self.paused)
+    }
+}
+
+/// Live (not deleted) jobs in id order after `after`, at most `limit`: the
+/// reconciler pushes their limits back to Redis page by page.
+pub async fn limits_page(pool: &PgPool, after: &str, limit: i64) -> Result<Vec<JobLimits>, sqlx::Error> {
+    sqlx::query_as("SELECT id, spec, paused FROM jobs WHERE deleted_at IS NULL AND id > $1 ORDER BY id LIMIT $2")
+        .bind(after)
+        .bind(limit)
+        .fetch_all(pool)
+        .await
+}

@@ -1,0 +1,227 @@
+//! The delayed promoter: moves entries whose time has come (retries, delayed
+//! triggers) from `scheduled` to `ready`, Postgres first.
+//!
+//! A worker claims a run only while Postgres says `queued`, so an entry must
+//! never reach `ready` before its run does. Each pass:
+//!
+//! 1. reads up to `batch_size` due entries (a plain read: nothing moves);
+//! 2. flips their runs `retrying`/`pending` -> `queued` (`mark_due_queued`);
+//! 3. moves to `ready` the entries whose runs are now `queued`: those just
+//!    flipped plus any that already were (a pass that died after step 2);
+//! 4. drops the entries whose runs finished, vanished or are running (a
+//!    running run is a lease's business, or the reconciler's if it was lost);
+//! 5. sleeps until the next entry is due, between `min_sleep` and `max_sleep`.
+//!
+//! A crash at any point leaves Postgres ahead of Redis, never behind, and the
+//! next pass finishes the job. Several schedulers may run this at once: the
+//! flip locks its rows, and the Redis moves and drops act only on entries
+//! still in `scheduled` and still due, so one entry moves once and a retry
+//! scheduled again in the meantime is left alone.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use sqlx::PgPool;
+use switchyard_shared::domain::RunStatus;
+use switchyard_shared::queue::Queue;
+use switchyard_shared::shutdown::Shutdown;
+use switchyard_shared::store::runs;
+
+use crate::error::{check_batch, check_positive, Error, OptionsError};
+use crate::pace;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PromoterOptions {
+    /// Due entries handled per pass. Default 500.
+    pub batch_size: usize,
+    /// Longest sleep between passes (default 1 s): bounds how late an entry
+    /// scheduled by another process while this one sleeps is promoted.
+    pub max_sleep: Duration,
+    /// Shortest sleep between passes (default 20 ms), so a backlog is worked
+    /// through in steady batches rather than a busy loop.
+    pub min_sleep: Duration,
+}
+
+impl Default for PromoterOptions {
+    fn default() -> Self {
+        PromoterOptions { batch_size: 500, max_sleep: Duration::from_secs(1), min_sleep: Duration::from_millis(20) }
+    }
+}
+
+impl PromoterOptions {
+    pub fn validate(&self) -> Result<(), OptionsError> {
+        check_batch("promoter.batch_size", self.batch_size)?;
+        check_positive("promoter.min_sleep", self.min_sleep)?;
+        if self.max_sleep < self.min_sleep {
+            return Err(OptionsError::new("promoter.max_sleep", "must not be shorter than promoter.min_sleep"));
+        }
+        Ok(())
+    }
+
+    /// How long to sleep when the next entry is due in `next_due`.
+    pub fn sleep_for(&self, next_due: Option<Duration>) -> Duration {
+        next_due.unwrap_or(self.max_sleep).clamp(self.min_sleep, self.max_sleep)
+    }
+}
+
+/// What one pass did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PromoteReport {
+    /// Due entries read from `scheduled`.
+    pub due: usize,
+    /// Entries moved to `ready`.
+    pub promoted: usize,
+    /// Entries dropped because their runs need no dispatch.
+    pub dropped: usize,
+    /// Time until the first entry left in `scheduled` is due (zero when one
+    /// is due already); `None` when `scheduled` is empty.
+    pub next_due: Option<Duration>,
+}
+
+/// What to do with one due entry, from its run's state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Action {
+    Promote,
+    Drop,
+    Leave,
+}
+
+/// `flipped`: this pass moved the run to `queued`. `status`: the run's
+/// status otherwise, `None` when the run no longer exists.
+fn decide(flipped: bool, status: Option<&str>) -> Action {
+    if flipped {
+        return Action::Promote;
+    }
+    let Some(status) = status else {
+        return Action::Drop;
+    };
+    match status.parse::<RunStatus>() {
+        Ok(RunStatus::Queued) => Action::Promote,
+        Ok(RunStatus::Running) => Action::Drop,
+        Ok(s) if s.is_terminal() => Action::Drop,
+        // pending/retrying again (re-scheduled since the flip), or a status
+        // this build does not know: the next pass looks again.
+        _ => Action::Leave,
+    }
+}
+
+#[derive(Clone)]
+pub struct Promoter {
+    pool: PgPool,
+    queue: Queue,
+    opts: PromoterOptions,
+}
+
+impl Promoter {
+    pub fn new(pool: PgPool, queue: Queue, opts: PromoterOptions) -> Result<Promoter, OptionsError> {
+        opts.validate()?;
+        Ok(Promoter { pool, queue, opts })
+    }
+
+    pub fn options(&self) -> &PromoterOptions {
+        &self.opts
+    }
+
+    /// One pass at `now_ms` (see the module doc).
+    pub async fn promote_once(&self, now_ms: i64) -> Result<PromoteReport, Error> {
+        let due = self.queue.due_scheduled(now_ms, self.opts.batch_size).await?;
+        let mut report = PromoteReport { due: due.len(), ..PromoteReport::default() };
+        let (mut promote, mut drop) = (Vec::new(), Vec::new());
+        if !due.is_empty() {
+            let mut ids: Vec<String> = due.iter().map(|e| e.run_id.clone()).collect();
+            ids.sort();
+            ids.dedup();
+            let flipped: HashSet<String> = runs::mark_due_queued(&self.pool, &ids).await?.into_iter().collect();
+            let rest: Vec<String> = ids.into_iter().filter(|id| !flipped.contains(id)).collect();
+            let statuses = statuses(&self.pool, &rest).await?;
+            for entry in due {
+                let flip = flipped.contains(&entry.run_id);
+                match decide(flip, statuses.get(&entry.run_id).map(String::as_str)) {
+                    Action::Promote => promote.push(entry),
+                    Action::Drop => drop.push(entry),
+                    Action::Leave => {}
+                }
+            }
+        }
+        // Drop first, so the wait promote reports ignores what was dropped.
+        report.dropped = self.queue.remove_scheduled(&drop, now_ms).await?;
+        let (moved, next_due) = self.queue.promote(&promote, now_ms).await?;
+        report.promoted = moved;
+        report.next_due = next_due;
+        if report.promoted > 0 || report.dropped > 0 {
+            tracing::debug!(promoted = report.promoted, dropped = report.dropped, "promoted due runs");
+        }
+        Ok(report)
+    }
+
+    /// Runs passes until shutdown. A pass in progress finishes first.
+    pub async fn run(&self, shutdown: Shutdown) {
+        let mut failures = 0;
+        loop {
+            let pause = match self.promote_once(pace::now_ms()).await {
+                Ok(report) => {
+                    failures = 0;
+                    self.opts.sleep_for(report.next_due)
+                }
+                Err(e) => {
+                    failures += 1;
+                    tracing::warn!(error = %e, failures, "promoter pass failed");
+                    pace::error_backoff(failures)
+                }
+            };
+            if !pace::sleep(pause, &shutdown).await {
+                return;
+            }
+        }
+    }
+}
+
+/// Status of each run among `ids` that still exists, in one query.
+async fn statuses(pool: &PgPool, ids: &[String]) -> Result<HashMap<String, String>, sqlx::Error> {
+    if ids.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let rows: Vec<(String, String)> = sqlx::query_as("SELECT id, status FROM job_runs WHERE id = ANY($1)")
+        .bind(ids)
+        .fetch_all(pool)
+        .await?;
+    Ok(rows.into_iter().collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_queued_runs_are_promoted() {
+        assert_eq!(decide(true, None), Action::Promote, "flipped by this pass");
+        assert_eq!(decide(false, Some("queued")), Action::Promote, "flipped by an earlier pass");
+        assert_eq!(decide(false, None), Action::Drop, "run deleted");
+        for s in ["completed", "failed", "timed_out", "cancelled", "expired", "running"] {
+            assert_eq!(decide(false, Some(s)), Action::Drop, "{s}");
+        }
+        for s in ["pending", "retrying", "unknown"] {
+            assert_eq!(decide(false, Some(s)), Action::Leave, "{s}");
+        }
+    }
+
+    #[test]
+    fn sleep_is_bounded() {
+        let o = PromoterOptions::default();
+        assert_eq!(o.sleep_for(None), Duration::from_secs(1));
+        assert_eq!(o.sleep_for(Some(Duration::ZERO)), Duration::from_millis(20));
+        assert_eq!(o.sleep_for(Some(Duration::from_millis(300))), Duration::from_millis(300));
+        assert_eq!(o.sleep_for(Some(Duration::from_secs(3600))), Duration::from_secs(1));
+    }
+
+    #[test]
+    fn options_are_validated() {
+        assert!(PromoterOptions::default().validate().is_ok());
+        let e = PromoterOptions { batch_size: 0, ..Default::default() }.validate().unwrap_err();
+        assert_eq!(e.field, "promoter.batch_size");
+        let e = PromoterOptions { min_sleep: Duration::ZERO, ..Default::default() }.validate().unwrap_err();
+        assert_eq!(e.field, "promoter.min_sleep");
+        let e = PromoterOptions { max_sleep: Duration::from_millis(5), ..Default::default() }.validate().unwrap_err();
+        assert_eq!(e.field, "promoter.max_sleep");
+    }
+}

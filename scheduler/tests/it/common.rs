@@ -1,0 +1,202 @@
+//! A fresh database (`sy_test_<id>`, migrated) and a unique Redis key prefix
+//! per test, with a project and a job to hang runs on. Both are removed when
+//! the test ends, passed or failed.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, TimeZone, Utc};
+use sqlx::{Connection, PgConnection, PgPool};
+use switchyard_scheduler::{Scheduler, SchedulerOptions};
+use switchyard_shared::domain::JobSpec;
+use switchyard_shared::queue::{self, Entry, Queue};
+use switchyard_shared::store::{runs, NewRun, Run};
+use switchyard_shared::{db, ids};
+
+const PG_ADMIN: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+const PG_BASE: &str = "postgres://postgres@127.0.0.1:5432";
+const REDIS: &str = "redis://127.0.0.1:6379";
+/// Upper bound of one test, setup included.
+const TEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+pub struct Env {
+    pub pool: PgPool,
+    pub queue: Queue,
+    pub scheduler: Scheduler,
+    pub project_id: String,
+    pub job_id: String,
+    pub version_id: String,
+    db_name: String,
+}
+
+/// Runs `test` in a fresh environment and tears it down afterwards, even
+/// when the test panics or times out.
+pub async fn with_env<F, Fut>(test: F)
+where
+    F: FnOnce(Arc<Env>) -> Fut,
+    Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
+{
+    if std::env::var_os("TEST_LOG").is_some() {
+        switchyard_shared::telemetry::init_tracing();
+    }
+    let env = Arc::new(Env::create(JobSpec::with_endpoint("http://127.0.0.1:9/never")).await);
+    let outcome = tokio::spawn(tokio::time::timeout(TEST_TIMEOUT, test(env.clone()))).await;
+    env.destroy().await;
+    match outcome {
+        Ok(Ok(Ok(()))) => {}
+        Ok(Ok(Err(e))) => panic!("test failed: {e:#}"),
+        Ok(Err(_)) => panic!("test timed out after {TEST_TIMEOUT:?}"),
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(e) => panic!("test task: {e}"),
+    }
+}
+
+impl Env {
+    async fn create(spec: JobSpec) -> Env {
+        let db_name = ids::new_id("sy_test");
+        let url = format!("{PG_BASE}/{db_name}");
+        db::prepare(&url, Duration::from_secs(30)).await.expect("create and migrate the test database");
+        let pool = db::lazy_pool(&url, 4).expect("pool");
+        let prefix = ids::new_id("t");
+        let queue = Queue::new(queue::pool(REDIS, 4).expect("redis pool"), &prefix);
+        let scheduler = Scheduler::new(pool.clone(), queue.clone(), SchedulerOptions::default()).expect("options");
+
+        let project_id = ids::project_id();
+        let job_id = ids::job_id();
+        let version_id = ids::job_version_id();
+        let spec = sqlx::types::Json(spec);
+        sqlx::query("INSERT INTO projects (id, name) VALUES ($1, 'test')")
+            .bind(&project_id)
+            .execute(&pool)
+            .await
+            .expect("project");
+        sqlx::query("INSERT INTO jobs (id, project_id, name, slug, spec, version_id) VALUES ($1, $2, 'j', 'j', $3, $4)")
+            .bind(&job_id)
+            .bind(&project_id)
+            .bind(&spec)
+            .bind(&version_id)
+            .execute(&pool)
+            .await
+            .expect("job");
+        sqlx::query(
+            "INSERT INTO job_versions (id, job_id, version, name, slug, enabled, spec) VALUES ($1, $2, 1, 'j', 'j', true, $3)",
+        )
+        .bind(&version_id)
+        .bind(&job_id)
+        .bind(&spec)
+        .execute(&pool)
+        .await
+        .expect("job version");
+        Env { pool, queue, scheduler, project_id, job_id, version_id, db_name }
+    }
+
+    async fn destroy(&self) {
+        self.delete_all_keys().await;
+        self.pool.close().await;
+        let mut admin = PgConnection::connect(PG_ADMIN).await.expect("admin connection");
+        sqlx::query(&format!("DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)", self.db_name))
+            .execute(&mut admin)
+            .await
+            .expect("drop the test database");
+        let _ = admin.close().await;
+    }
+
+    /// Every key of this test's prefix, gone: what a Redis flush does to
+    /// this queue, without touching anyone else's keys.
+    pub async fn delete_all_keys(&self) {
+        let mut c = self.queue.pool().get().await.expect("redis connection");
+        let pattern = format!("{}:*", self.queue.keys().prefix());
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut c)
+                .await
+                .expect("scan");
+            if !keys.is_empty() {
+                let _: () = redis::cmd("DEL").arg(&keys).query_async(&mut c).await.expect("del");
+            }
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+    }
+
+    /// Inserts a run of the test job with `status`, as the api would.
+    pub async fn new_run(&self, status: &'static str, edit: impl FnOnce(&mut NewRun)) -> Run {
+        let mut r = NewRun {
+            id: ids::run_id(),
+            project_id: self.project_id.clone(),
+            job_id: self.job_id.clone(),
+            job_version: 1,
+            job_version_id: self.version_id.clone(),
+            status,
+            triggered_by: "test".into(),
+            execution_mode: "sync".into(),
+            metadata: serde_json::json!({}),
+            tags: serde_json::json!({}),
+            ..NewRun::default()
+        };
+        edit(&mut r);
+        runs::insert(&self.pool, &r).await.expect("insert run").0
+    }
+
+    /// Sets columns of a run directly (`SET <assignments>`), for states the
+    /// public functions reach only through a worker.
+    pub async fn update_run(&self, run_id: &str, assignments: &str) {
+        sqlx::query(&format!("UPDATE job_runs SET {assignments} WHERE id = $1"))
+            .bind(run_id)
+            .execute(&self.pool)
+            .await
+            .expect("update run");
+    }
+
+    pub async fn run(&self, run_id: &str) -> Run {
+        runs::get(&self.pool, run_id).await.expect("get run").expect("run exists")
+    }
+
+    /// Puts an entry in `scheduled`, due at `due_ms` (past or future).
+    pub async fn schedule(&self, entry: &Entry, due_ms: i64) {
+        assert!(self.queue.enqueue(entry, due_ms, due_ms - 1).await.expect("enqueue"), "entry was already queued");
+    }
+
+    pub async fn score(&self, key: &str, entry: &Entry) -> Option<f64> {
+        let mut c = self.queue.pool().get().await.expect("redis connection");
+        redis::cmd("ZSCORE").arg(key).arg(entry.encode()).query_async(&mut c).await.expect("zscore")
+    }
+
+    pub async fn zcard(&self, key: &str) -> u64 {
+        let mut c = self.queue.pool().get().await.expect("redis connection");
+        redis::cmd("ZCARD").arg(key).query_async(&mut c).await.expect("zcard")
+    }
+
+    pub async fn hget(&self, key: &str, field: &str) -> Option<String> {
+        let mut c = self.queue.pool().get().await.expect("redis connection");
+        redis::cmd("HGET").arg(key).arg(field).query_async(&mut c).await.expect("hget")
+    }
+
+    /// The set an entry is in, if any of the plain zsets.
+    pub async fn place_of(&self, entry: &Entry) -> Option<&'static str> {
+        let k = self.queue.keys();
+        for (name, key) in [("ready", &k.ready), ("scheduled", &k.scheduled), ("leases", &k.leases), ("throttled", &k.throttled)] {
+            if self.score(key, entry).await.is_some() {
+                return Some(name);
+            }
+        }
+        None
+    }
+}
+
+pub fn at_ms(ms: i64) -> DateTime<Utc> {
+    Utc.timestamp_millis_opt(ms).single().expect("valid time")
+}
+
+pub fn now_ms() -> i64 {
+    Utc::now().timestamp_millis()
+}
