@@ -1,1 +1,100 @@
+//! The Switchyard worker: takes runs from the Redis queue, dispatches each
+//! to its job's HTTP endpoint, and records what happened in Postgres.
+//!
+//! - [`worker`]: the main loop (capacity, dequeue, idle wait, graceful shutdown) and [`Worker::run_once`].
+//! - [`attempt`]: one entry's life: claim, load the job, dispatch, decide, record, ack, webhook.
+//! - [`dispatch`]: the HTTP call of DECISIONS §4, the fallback endpoint, phase timings.
+//! - [`outcome`]: what a response means for the run (completed, retrying, failed, timed_out). Pure.
+//! - [`client`]: the HTTP client and the connect-time measurement behind `connect_ms`.
+//! - [`target`]: the private-address policy (`TARGET_DENY_PRIVATE`).
+//! - [`token`]: the run JWT sent in `X-Svc-Run-Token`.
+//! - [`signing`]: the HMAC `X-Svc-Signature` headers.
+//! - [`webhook`]: the terminal-state webhook of SPEC §6.1.
+//! - [`leases`]: the in-flight registry and lease renewal.
+//! - [`record`]: committing outcomes through Postgres and Redis blips; handing runs back.
+//! - [`specs`]: job definitions by version, cached when pinned.
+//! - [`trace`]: the run's `execution_trace`.
+//! - [`error`]: the library's error type.
 
+pub mod attempt;
+pub mod client;
+pub mod dispatch;
+pub mod error;
+pub mod leases;
+pub mod outcome;
+pub mod record;
+pub mod signing;
+pub mod specs;
+pub mod target;
+pub mod token;
+pub mod trace;
+pub mod webhook;
+pub mod worker;
+
+#[cfg(test)]
+mod test_server;
+
+use std::time::Duration;
+
+use anyhow::Context;
+use switchyard_shared::config::Secret;
+use switchyard_shared::queue::{self, Queue};
+use switchyard_shared::shutdown::Shutdown;
+use switchyard_shared::{db, Config};
+
+pub use error::WorkerError;
+pub use worker::Worker;
+
+/// What a worker needs beyond its connections.
+#[derive(Clone, Debug)]
+pub struct WorkerOptions {
+    /// Dispatches in flight at once.
+    pub concurrency: usize,
+    /// How long a dequeued entry stays leased without renewal.
+    pub lease: Duration,
+    /// How long shutdown waits for in-flight dispatches before handing them back.
+    pub shutdown_grace: Duration,
+    /// HS256 key of run tokens; must match the api's.
+    pub jwt_key: Secret,
+    /// Refuse targets that resolve to loopback, private or link-local addresses.
+    pub deny_private: bool,
+}
+
+impl WorkerOptions {
+    pub fn from_config(c: &Config) -> anyhow::Result<WorkerOptions> {
+        let jwt_key = c
+            .jwt_signing_key
+            .clone()
+            .context("JWT_SIGNING_KEY is not set: the worker signs run tokens with it")?;
+        Ok(WorkerOptions {
+            concurrency: c.worker_concurrency.max(1),
+            lease: c.lease,
+            shutdown_grace: c.shutdown_grace,
+            jwt_key,
+            deny_private: c.target_deny_private,
+        })
+    }
+}
+
+/// Builds the connections and a [`Worker`] from `config`, and runs it until
+/// `shutdown` fires.
+pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
+    let opts = WorkerOptions::from_config(&config)?;
+    // Dispatches spend their time waiting on targets; each needs Postgres
+    // for three short statements, so a fraction of the concurrency suffices.
+    let db_conns = (opts.concurrency / 4 + 2).clamp(4, 32) as u32;
+    let redis_conns = (opts.concurrency / 8 + 4).clamp(4, 16);
+    let pool = db::lazy_pool(&config.database_url, db_conns).context("postgres pool")?;
+    let redis = queue::pool(&config.redis_url, redis_conns).context("redis pool")?;
+    let queue = Queue::new(redis, &config.redis_key_prefix);
+    tracing::info!(concurrency = opts.concurrency, lease_ms = opts.lease.as_millis() as u64, "worker starting");
+    let worker = Worker::new(pool.clone(), queue, opts)?;
+    let res = worker.run(shutdown).await;
+    pool.close().await;
+    res
+}
+
+/// "Now" for the queue's scripts, which take time as an argument.
+pub(crate) fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}

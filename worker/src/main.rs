@@ -1,1 +1,34 @@
-fn main() {}
+//! `switchyard-worker`: configuration, tracing and signals; the work is in the library.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use switchyard_shared::{db, shutdown, telemetry, Config};
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let config = match Config::from_env().and_then(|c| c.require_jwt_key().map(|()| c)) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("switchyard-worker: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    telemetry::init_tracing();
+    match start(config).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = format!("{e:#}"), "switchyard-worker failed");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn start(config: Config) -> anyhow::Result<()> {
+    db::prepare(&config.database_url, Duration::from_secs(60))
+        .await
+        .context("preparing the database")?;
+    let shutdown = shutdown::on_signals();
+    switchyard_worker::run(config, shutdown).await.context("running the worker")
+}

@@ -141,21 +141,47 @@ impl Queue {
         raw.iter().map(|s| Entry::decode(s).map_err(Into::into)).collect()
     }
 
-    /// Moves due scheduled entries to ready. Returns how many moved and how
-    /// long until the next one is due.
-    pub async fn promote(&self, now_ms: i64, limit: usize) -> Result<(usize, Option<Duration>), QueueError> {
+    /// Entries of `scheduled` due by `now_ms`, earliest first, at most
+    /// `limit`. A plain read: nothing moves.
+    pub async fn due_scheduled(&self, now_ms: i64, limit: usize) -> Result<Vec<Entry>, QueueError> {
+        let mut c = self.conn().await?;
+        let raw: Vec<String> = c.zrangebyscore_limit(&self.keys.scheduled, "-inf", now_ms, 0, limit as isize).await?;
+        raw.iter().map(|s| Entry::decode(s).map_err(Into::into)).collect()
+    }
+
+    /// Moves the given entries from `scheduled` to `ready`, each only if it
+    /// is still there and due by `now_ms`. Name only entries whose runs are
+    /// already `queued` in Postgres: a worker cannot claim any other. Returns
+    /// how many moved and how long until the first entry left in `scheduled`
+    /// is due (`None` when it is empty); an empty `entries` just asks that.
+    pub async fn promote(&self, entries: &[Entry], now_ms: i64) -> Result<(usize, Option<Duration>), QueueError> {
         let k = &self.keys;
         let mut c = self.conn().await?;
-        let (moved, wait): (i64, i64) = scripts::PROMOTE
-            .key(&k.scheduled)
-            .key(&k.ready)
-            .key(&k.signal)
-            .arg(now_ms)
-            .arg(limit)
-            .invoke_async(&mut c)
-            .await?;
+        let mut inv = scripts::PROMOTE.key(&k.scheduled);
+        inv.key(&k.ready).key(&k.signal).arg(now_ms);
+        for e in entries {
+            inv.arg(e.encode());
+        }
+        let (moved, wait): (i64, i64) = inv.invoke_async(&mut c).await?;
         let wait = (wait >= 0).then(|| Duration::from_millis(wait as u64));
         Ok((moved as usize, wait))
+    }
+
+    /// Drops the given entries from `scheduled` (their runs need no dispatch
+    /// any more), each only if it is still due by `now_ms`, so a retry
+    /// scheduled since the caller looked survives. Returns how many went.
+    pub async fn remove_scheduled(&self, entries: &[Entry], now_ms: i64) -> Result<usize, QueueError> {
+        if entries.is_empty() {
+            return Ok(0);
+        }
+        let mut c = self.conn().await?;
+        let mut inv = scripts::REMOVE_SCHEDULED.key(&self.keys.scheduled);
+        inv.arg(now_ms);
+        for e in entries {
+            inv.arg(e.encode());
+        }
+        let n: i64 = inv.invoke_async(&mut c).await?;
+        Ok(n as usize)
     }
 
     /// Removes an entry from every waiting set (not from leases).

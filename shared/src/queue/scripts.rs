@@ -19,5 +19,6 @@ script!(ACK, "ack.lua");
 script!(REAP, "reap.lua");
 script!(PROMOTE, "promote.lua");
 script!(REMOVE, "remove.lua");
+script!(REMOVE_SCHEDULED, "remove_scheduled.lua");
 script!(EXTEND_LEASES, "extend_leases.lua");
 script!(SET_LIMITS, "set_limits.lua");

@@ -183,23 +183,38 @@ pub struct Claimed {
 /// outcome cannot land. `None` when the run is no longer queued (cancelled,
 /// already taken, finished): the caller just drops its entry.
 pub async fn claim(pool: &PgPool, run_id: &str) -> Result<Option<Run>, sqlx::Error> {
+    Ok(claim_with_due(pool, run_id).await?.map(|(run, _)| run))
+}
+
+/// [`claim`], also returning the `next_retry_at` the claim clears: for a
+/// retry, the moment the run became due again, where its queue wait starts
+/// (the worker's execution trace measures from it).
+pub async fn claim_with_due(pool: &PgPool, run_id: &str) -> Result<Option<(Run, Option<DateTime<Utc>>)>, sqlx::Error> {
+    #[derive(sqlx::FromRow)]
+    struct Row {
+        #[sqlx(flatten)]
+        run: Run,
+        due_at: Option<DateTime<Utc>>,
+    }
     let sql = format!(
-        "WITH c AS (
+        "WITH old AS (
+            SELECT id AS old_id, next_retry_at AS due_at FROM job_runs WHERE id = $1 AND status = 'queued' FOR UPDATE
+        ), c AS (
             UPDATE job_runs SET status = 'running', attempt = attempt + 1, started_at = now(),
                 heartbeat_at = now(), dispatch_token = dispatch_token + 1, next_retry_at = NULL
-            WHERE id = $1 AND status = 'queued'
-            RETURNING {RUN_COLUMNS}
+            FROM old WHERE id = old.old_id AND status = 'queued'
+            RETURNING {RUN_COLUMNS}, old.due_at
         ), ev AS (
             INSERT INTO job_run_events (run_id, from_status, to_status, attempt)
             SELECT id, 'queued', 'running', attempt FROM c
         )
-        SELECT {RUN_COLUMNS} FROM c"
+        SELECT {RUN_COLUMNS}, due_at FROM c"
     );
-    let run: Option<Run> = sqlx::query_as(&sql).bind(run_id).fetch_optional(pool).await?;
-    if run.is_some() {
+    let row: Option<Row> = sqlx::query_as(&sql).bind(run_id).fetch_optional(pool).await?;
+    if row.is_some() {
         crate::telemetry::transition(Some("queued"), "running");
     }
-    Ok(run)
+    Ok(row.map(|r| (r.run, r.due_at)))
 }
 
 /// The result of one dispatch attempt, as the worker records it.

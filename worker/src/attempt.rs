@@ -1,0 +1,344 @@
+//! The life of one dequeued entry: claim the run, load its job, dispatch,
+//! decide, record, ack, and send the terminal webhook.
+//!
+//! ```text
+//! entry ─► claim ─ none ─► ack (cancelled, finished or taken meanwhile)
+//!            │
+//!            ▼
+//!       job spec ─ missing ─► failed (job_missing)
+//!            │
+//!            ▼
+//!   POST endpoint ─► verdict ─► retry policy ─► finish_attempt ─► ack (+ retry due)
+//!                        │                           │
+//!                        └ 202 async: ack only       └ terminal + webhook_url ─► webhook
+//! ```
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use serde_json::{json, Value};
+use switchyard_shared::domain::job::MAX_TIMEOUT_SECS;
+use switchyard_shared::domain::{JobSpec, RetryPolicy, RetryStrategy};
+use switchyard_shared::queue::Entry;
+use switchyard_shared::store::{self, Outcome, Run};
+use switchyard_shared::telemetry::DISPATCH_DURATION;
+use tokio::sync::OwnedSemaphorePermit;
+
+use crate::dispatch::{self, DispatchRequest, Timing};
+use crate::leases::ActiveGuard;
+use crate::outcome::{self, Decision, ErrorClass, Verdict};
+use crate::record::{self, with_db_retry};
+use crate::signing;
+use crate::token::RunClaims;
+use crate::trace::ExecutionTrace;
+use crate::webhook::{Delivery, Payload};
+use crate::worker::Inner;
+
+/// Runs one entry to the end. `key` is its slot in the in-flight registry,
+/// released here on normal completion; an aborted or panicked dispatch
+/// leaves the slot for the caller, which hands the entry back.
+pub(crate) async fn run(w: Arc<Inner>, entry: Entry, key: u64, dequeue: Duration, permit: Option<OwnedSemaphorePermit>) {
+    let _active = ActiveGuard::start();
+    handle(&w, &entry, key, dequeue).await;
+    w.inflight.remove(key);
+    drop(permit);
+}
+
+async fn handle(w: &Inner, entry: &Entry, key: u64, dequeue: Duration) {
+    let claimed = with_db_retry("claiming a run", || store::runs::claim_with_due(&w.pool, &entry.run_id)).await;
+    let (run, due_at) = match claimed {
+        Ok(Some(c)) => c,
+        Ok(None) => {
+            record::ack(&w.queue, entry, None).await;
+            return;
+        }
+        Err(e) => {
+            tracing::error!(run_id = %entry.run_id, error = %e, "claim failed; leaving the lease to lapse");
+            return;
+        }
+    };
+    w.inflight.set_token(key, run.dispatch_token);
+
+    let claimed_at = run.started_at.unwrap_or_else(Utc::now);
+    // A delayed run was not waiting in the queue before its time, and a
+    // retry waits from when it fell due again.
+    let waiting_since = due_at.or(run.scheduled_at.filter(|s| *s > run.created_at)).unwrap_or(run.created_at);
+    let trace = ExecutionTrace::new(waiting_since, claimed_at, dequeue);
+
+    let spec = match with_db_retry("loading a job", || w.specs.get(&w.pool, &run.job_id, &run.job_version_id)).await {
+        Ok(Some(spec)) => Ok(spec),
+        Ok(None) => Err(format!("job {} (version {}) no longer exists", run.job_id, run.job_version_id)),
+        Err(e) => Err(format!("job {} (version {}) could not be read: {e}", run.job_id, run.job_version_id)),
+    };
+
+    let (attempted, policy) = match &spec {
+        Err(why) => (Attempted::without_call(Verdict::permanent(ErrorClass::JobMissing, why.clone())), no_retry()),
+        Ok(spec) => match call_target(w, &run, spec).await {
+            Some(a) => (a, policy_for(spec, &run)),
+            None => {
+                let held = crate::leases::Held { entry: entry.clone(), token: Some(run.dispatch_token) };
+                record::hand_back(&w.pool, &w.queue, &held).await;
+                return;
+            }
+        },
+    };
+
+    let now = Utc::now();
+    let rec = match outcome::decide(attempted.verdict, run.attempt.max(1) as u32, &policy, now, rand::random::<f64>()) {
+        Decision::StaysRunning => {
+            // Async mode: the target took the run and finishes it over the
+            // SDK (complete/fail), which records the outcome then. The lease
+            // is released now; heartbeats, not the lease, keep the run alive.
+            record::ack(&w.queue, entry, None).await;
+            return;
+        }
+        Decision::Record(rec) => rec,
+    };
+    let trace = trace.with_http(attempted.timing).finished(run.created_at, now);
+    let outcome = Outcome {
+        status: rec.status,
+        result: rec.result,
+        error: rec.error,
+        error_class: rec.error_class.map(|c| c.as_str().to_string()),
+        status_code: attempted.status_code.map(i32::from),
+        endpoint_url: attempted.endpoint_url,
+        next_retry_at: rec.next_retry_at,
+        attempt_started_at: claimed_at,
+        trace: trace.to_json(),
+    };
+    let recorded = record::finish_attempt(&w.pool, &run.id, run.dispatch_token, &outcome).await;
+    let dispatch_secs = (attempted.timing.ttfb + attempted.timing.transfer).as_secs_f64();
+    metrics::histogram!(DISPATCH_DURATION, "job_id" => run.job_id.clone(), "outcome" => outcome.status.as_str())
+        .record(dispatch_secs);
+    if !recorded {
+        tracing::info!(run_id = %run.id, "outcome not recorded: the run was cancelled or handed on meanwhile");
+    }
+    let retry_due = outcome.next_retry_at.filter(|_| recorded).map(|t| t.timestamp_millis());
+    record::ack(&w.queue, entry, retry_due).await;
+    tracing::debug!(
+        run_id = %run.id, attempt = run.attempt, status = outcome.status.as_str(),
+        error_class = outcome.error_class.as_deref().unwrap_or(""), recorded, "attempt finished"
+    );
+
+    if let (true, true, Ok(spec)) = (recorded, outcome.status.is_terminal(), &spec) {
+        notify(w, spec, &run, outcome);
+    }
+}
+
+/// What the target's side of an attempt came to.
+struct Attempted {
+    verdict: Verdict,
+    endpoint_url: String,
+    status_code: Option<u16>,
+    timing: Timing,
+}
+
+impl Attempted {
+    fn without_call(verdict: Verdict) -> Attempted {
+        Attempted { verdict, endpoint_url: String::new(), status_code: None, timing: Timing::default() }
+    }
+}
+
+/// POSTs the run to its job's endpoint. `None` only when the run token
+/// cannot be signed (the attempt cannot be made at all).
+async fn call_target(w: &Inner, run: &Run, spec: &JobSpec) -> Option<Attempted> {
+    let timeout = timeout_for(spec, run);
+    let token = match w.signer.sign(&RunClaims::for_attempt(run, timeout, Utc::now())) {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::error!(run_id = %run.id, error = %e, "cannot sign the run token; handing the run back");
+            return None;
+        }
+    };
+    let body = request_body(run);
+    let headers = request_headers(run, spec, token, &body);
+    let req = DispatchRequest {
+        endpoint_url: &spec.endpoint_url,
+        fallback_url: spec.fallback_endpoint_url.as_deref().filter(|u| !u.is_empty()),
+        headers: &headers,
+        body: &body,
+        timeout,
+        mode: run.execution_mode.parse().unwrap_or_default(),
+    };
+    let d = dispatch::send(&w.http, &req).await;
+    Some(Attempted { verdict: d.verdict, endpoint_url: d.endpoint_url, status_code: d.status_code, timing: d.timing })
+}
+
+/// Starts the terminal webhook of SPEC §6.1 when the job has one.
+fn notify(w: &Inner, spec: &JobSpec, run: &Run, outcome: Outcome) {
+    let Some(url) = spec.webhook_url.as_deref().filter(|u| !u.is_empty()) else {
+        return;
+    };
+    let payload = Payload {
+        run_id: run.id.clone(),
+        job_id: run.job_id.clone(),
+        project_id: run.project_id.clone(),
+        status: outcome.status.as_str().to_string(),
+        attempt: run.attempt,
+        result: outcome.result,
+        error: outcome.error,
+        timestamp: String::new(),
+    }
+    .at(Utc::now());
+    let secret = spec.webhook_secret.clone().filter(|s| !s.is_empty());
+    w.spawn_webhook(Delivery { url: url.to_string(), secret, payload });
+}
+
+/// The run's own timeout when it sets one, else the job's.
+pub fn timeout_for(spec: &JobSpec, run: &Run) -> Duration {
+    match run.timeout_secs_override {
+        Some(s) if s > 0 => Duration::from_secs((s as i64).min(MAX_TIMEOUT_SECS) as u64),
+        _ => spec.timeout(),
+    }
+}
+
+/// The job's retry policy with the run's overrides applied.
+pub fn policy_for(spec: &JobSpec, run: &Run) -> RetryPolicy {
+    let mut p = spec.retry_policy();
+    if let Some(n) = run.max_attempts_override.filter(|n| *n > 0) {
+        p.max_attempts = n.min(switchyard_shared::domain::job::MAX_ATTEMPTS_LIMIT as i32) as u32;
+    }
+    if let Some(s) = run.retry_backoff.as_deref().and_then(|s| s.parse::<RetryStrategy>().ok()) {
+        p.strategy = s;
+    }
+    if let Some(d) = run.retry_initial_delay_secs.filter(|d| *d >= 0) {
+        p.initial_delay = Duration::from_secs(d as u64);
+    }
+    if let Some(d) = run.retry_max_delay_secs.filter(|d| *d >= 0) {
+        p.max_delay = Duration::from_secs(d as u64);
+    }
+    p
+}
+
+fn no_retry() -> RetryPolicy {
+    RetryPolicy {
+        strategy: RetryStrategy::None,
+        max_attempts: 1,
+        initial_delay: Duration::ZERO,
+        max_delay: Duration::ZERO,
+        custom_delays_secs: vec![],
+    }
+}
+
+/// The dispatch body of DECISIONS §4. `checkpoint` is always null until
+/// checkpoints are stored.
+pub fn request_body(run: &Run) -> Vec<u8> {
+    json!({
+        "run_id": run.id,
+        "job_id": run.job_id,
+        "project_id": run.project_id,
+        "attempt": run.attempt,
+        "payload": run.payload.as_ref().map(|p| p.0.clone()).unwrap_or(Value::Null),
+        "metadata": run.metadata.0,
+        "checkpoint": Value::Null,
+    })
+    .to_string()
+    .into_bytes()
+}
+
+pub fn request_headers(run: &Run, spec: &JobSpec, token: String, body: &[u8]) -> Vec<(&'static str, String)> {
+    let mut h = vec![
+        ("X-Svc-Run-Id", run.id.clone()),
+        ("X-Svc-Attempt", run.attempt.to_string()),
+        // Stable across redeliveries of one attempt, new for each retry.
+        ("Idempotency-Key", format!("{}:{}", run.id, run.attempt)),
+        ("X-Svc-Run-Token", token),
+    ];
+    if let Some(secret) = spec.webhook_secret.as_deref().filter(|s| !s.is_empty()) {
+        h.extend(signing::headers(secret, Utc::now().timestamp(), body));
+    }
+    h
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use sqlx::types::Json;
+
+    pub(crate) fn sample_run() -> Run {
+        let now = Utc::now();
+        Run {
+            id: "run_1".into(),
+            project_id: "prj_1".into(),
+            job_id: "job_1".into(),
+            job_version: 1,
+            job_version_id: "jobv_1".into(),
+            status: "running".into(),
+            attempt: 2,
+            priority: 0,
+            triggered_by: "api".into(),
+            created_by: None,
+            payload: Some(Json(json!({"n": 1}))),
+            result: None,
+            error: None,
+            error_class: None,
+            idempotency_key: None,
+            concurrency_key: None,
+            batch_id: None,
+            parent_run_id: None,
+            continuation_of: None,
+            workflow_step_run_id: None,
+            lineage_depth: 0,
+            machine_id: None,
+            debug_mode: false,
+            execution_mode: "sync".into(),
+            retry_backoff: None,
+            max_attempts_override: None,
+            retry_initial_delay_secs: None,
+            retry_max_delay_secs: None,
+            timeout_secs_override: None,
+            metadata: Json(json!({"team": "a"})),
+            tags: Json(json!({})),
+            scheduled_at: None,
+            expires_at: None,
+            started_at: Some(now),
+            finished_at: None,
+            heartbeat_at: None,
+            next_retry_at: None,
+            execution_trace: None,
+            dispatch_token: 7,
+            created_at: now,
+            updated_at: now,
+        }
+    }
+
+    #[test]
+    fn run_overrides_win_over_the_job() {
+        let spec = JobSpec::with_endpoint("http://x");
+        let mut run = sample_run();
+        assert_eq!(policy_for(&spec, &run), spec.retry_policy());
+        assert_eq!(timeout_for(&spec, &run), Duration::from_secs(30));
+        run.max_attempts_override = Some(7);
+        run.retry_backoff = Some("linear".into());
+        run.retry_initial_delay_secs = Some(3);
+        run.retry_max_delay_secs = Some(9);
+        run.timeout_secs_override = Some(5);
+        let p = policy_for(&spec, &run);
+        assert_eq!((p.max_attempts, p.strategy), (7, RetryStrategy::Linear));
+        assert_eq!((p.initial_delay, p.max_delay), (Duration::from_secs(3), Duration::from_secs(9)));
+        assert_eq!(timeout_for(&spec, &run), Duration::from_secs(5));
+    }
+
+    #[test]
+    fn body_and_headers_follow_the_protocol() {
+        let run = sample_run();
+        let body = request_body(&run);
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            v,
+            json!({"run_id": "run_1", "job_id": "job_1", "project_id": "prj_1", "attempt": 2,
+                   "payload": {"n": 1}, "metadata": {"team": "a"}, "checkpoint": null})
+        );
+        let mut spec = JobSpec::with_endpoint("http://x");
+        let names = |h: &[(&'static str, String)]| h.iter().map(|(n, _)| *n).collect::<Vec<_>>();
+        let h = request_headers(&run, &spec, "tok".into(), &body);
+        assert_eq!(names(&h), ["X-Svc-Run-Id", "X-Svc-Attempt", "Idempotency-Key", "X-Svc-Run-Token"]);
+        assert_eq!(h[2].1, "run_1:2");
+        spec.webhook_secret = Some("s3cret".into());
+        let h = request_headers(&run, &spec, "tok".into(), &body);
+        let ts: i64 = h[4].1.parse().unwrap();
+        assert_eq!(h[4].0, "X-Svc-Timestamp");
+        assert_eq!(h[5], ("X-Svc-Signature", signing::signature("s3cret", ts, &body)));
+    }
+}

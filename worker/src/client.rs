@@ -1,0 +1,151 @@
+//! The HTTP client every dispatch and webhook goes through, and the
+//! measurement of connection setup for the execution trace.
+//!
+//! Connect time is measured by a tower layer around reqwest's connector: the
+//! connector only runs when the pool has no idle keep-alive connection for
+//! the host, so a reused connection costs (and reports) 0 ms. The time lands
+//! in a [`ConnectClock`] that the caller installs as a task-local around its
+//! request ([`ConnectClock::measure`]). A connect that hyper finishes in the
+//! background after the request took a pooled connection instead runs
+//! outside that scope and is, rightly, not counted.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use tower_layer::Layer;
+use tower_service::Service;
+
+use crate::error::WorkerError;
+use crate::target::DenyPrivateResolver;
+
+/// How long establishing a connection (DNS, TCP, TLS) may take before it
+/// counts as a connection error, which lets the fallback endpoint be tried
+/// within the same attempt instead of the attempt timing out.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Idle keep-alive connections are closed after this; targets commonly close
+/// theirs after 60 to 120 seconds.
+const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// The client plus the one policy it cannot enforce by itself: URLs naming a
+/// non-public IP literal never reach the resolver, so callers check them.
+#[derive(Clone, Debug)]
+pub struct Http {
+    pub client: reqwest::Client,
+    pub deny_private: bool,
+}
+
+impl Http {
+    pub fn new(concurrency: usize, deny_private: bool) -> Result<Http, WorkerError> {
+        Ok(Http { client: build(concurrency, deny_private)?, deny_private })
+    }
+
+    /// Parses `raw` and applies the private-address policy to IP literals.
+    pub fn target(&self, raw: &str) -> Result<url::Url, TargetError> {
+        let url = url::Url::parse(raw).map_err(|e| TargetError::Invalid(format!("invalid URL: {e}")))?;
+        if url.scheme() != "http" && url.scheme() != "https" {
+            return Err(TargetError::Invalid(format!("unsupported URL scheme {:?}", url.scheme())));
+        }
+        if self.deny_private {
+            crate::target::check_literal(&url).map_err(TargetError::Denied)?;
+        }
+        Ok(url)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TargetError {
+    Invalid(String),
+    Denied(crate::target::TargetDenied),
+}
+
+fn build(concurrency: usize, deny_private: bool) -> Result<reqwest::Client, WorkerError> {
+    let mut b = reqwest::Client::builder()
+        .use_rustls_tls()
+        // Targets are addressed directly: an environment proxy would see
+        // every payload and run token.
+        .no_proxy()
+        // A redirect is reported, not followed: following could leave the
+        // allowed hosts and would re-send the body to a URL nobody configured.
+        .redirect(reqwest::redirect::Policy::none())
+        .tcp_nodelay(true)
+        .pool_max_idle_per_host(concurrency.max(1))
+        .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+        .connect_timeout(CONNECT_TIMEOUT)
+        .user_agent(concat!("switchyard-worker/", env!("CARGO_PKG_VERSION")))
+        .connector_layer(TimeConnectLayer);
+    if deny_private {
+        b = b.dns_resolver(Arc::new(DenyPrivateResolver));
+    }
+    b.build().map_err(WorkerError::HttpClient)
+}
+
+tokio::task_local! {
+    static CLOCK: Arc<ConnectClock>;
+}
+
+/// Time spent establishing connections on behalf of one request.
+#[derive(Debug, Default)]
+pub struct ConnectClock {
+    micros: AtomicU64,
+}
+
+impl ConnectClock {
+    /// Runs `fut` with this clock collecting the connect time of the requests it makes.
+    pub async fn measure<F: Future>(self: &Arc<Self>, fut: F) -> F::Output {
+        CLOCK.scope(Arc::clone(self), fut).await
+    }
+
+    pub fn elapsed(&self) -> Duration {
+        Duration::from_micros(self.micros.load(Ordering::Relaxed))
+    }
+
+    fn add(&self, d: Duration) {
+        self.micros.fetch_add(d.as_micros().min(u64::MAX as u128) as u64, Ordering::Relaxed);
+    }
+}
+
+/// Wraps reqwest's connector so each connection attempt reports its duration.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TimeConnectLayer;
+
+impl<S> Layer<S> for TimeConnectLayer {
+    type Service = TimeConnect<S>;
+    fn layer(&self, inner: S) -> TimeConnect<S> {
+        TimeConnect { inner }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct TimeConnect<S> {
+    inner: S,
+}
+
+impl<S, R> Service<R> for TimeConnect<S>
+where
+    S: Service<R>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: R) -> Self::Future {
+        let started = Instant::now();
+        let fut = self.inner.call(req);
+        Box::pin(async move {
+            let out = fut.await;
+            // Read at completion, not at call: if hyper moved this connect to
+            // a background task, the request no longer waits for it.
+            let _ = CLOCK.try_with(|c| c.add(started.elapsed()));
+            out
+        })
+    }
+}

@@ -1,0 +1,307 @@
+//! The worker's main loop: take entries from the queue while there is room,
+//! dispatch each in its own task, and stop in order.
+//!
+//! Capacity is a semaphore of `concurrency` permits, one per dispatch in
+//! flight. The loop only dequeues as many entries as there are free permits
+//! (at most [`MAX_BATCH`] per call), so a leased entry never waits inside
+//! this process for a slot. With nothing to do it blocks on the queue's
+//! wake-up list for up to a second instead of polling.
+//!
+//! Shutdown: stop dequeuing, give in-flight dispatches `shutdown_grace` to
+//! finish, then abort the rest and hand each back to the queue so another
+//! worker redelivers the same attempt.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sqlx::PgPool;
+use switchyard_shared::queue::{Entry, Queue};
+use switchyard_shared::shutdown::Shutdown;
+use switchyard_shared::telemetry::{DEQUEUE_DURATION, WORKER_POOL_QUEUED};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::task::{Id, JoinError, JoinSet};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::client::Http;
+use crate::error::WorkerError;
+use crate::leases::{self, InFlight};
+use crate::specs::SpecCache;
+use crate::token::TokenSigner;
+use crate::webhook::{self, Delivery};
+use crate::{attempt, now_ms, record, WorkerOptions};
+
+/// Most entries taken by one dequeue call: bounds the script's run time in
+/// Redis, which blocks every other client meanwhile.
+pub const MAX_BATCH: usize = 64;
+/// Longest idle wait on the wake-up list before looking at the queue again
+/// (entries parked by caps come back without a wake-up).
+const IDLE_WAIT: Duration = Duration::from_secs(1);
+/// Pause after a Redis error, so an outage is not a busy loop of errors.
+const REDIS_BACKOFF: Duration = Duration::from_millis(500);
+/// How often `svc_worker_pool_queued` is refreshed.
+const QUEUED_GAUGE_EVERY: Duration = Duration::from_secs(5);
+
+/// Dequeues runs and dispatches them. Cheap to clone: clones share one pool
+/// of connections, one in-flight registry and one spec cache.
+#[derive(Clone)]
+pub struct Worker {
+    inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) pool: PgPool,
+    pub(crate) queue: Queue,
+    pub(crate) opts: WorkerOptions,
+    pub(crate) http: Http,
+    pub(crate) signer: TokenSigner,
+    pub(crate) specs: SpecCache,
+    pub(crate) inflight: InFlight,
+    webhooks: Mutex<JoinSet<()>>,
+}
+
+impl Inner {
+    /// Starts a terminal webhook delivery in the background.
+    pub(crate) fn spawn_webhook(&self, d: Delivery) {
+        let http = self.http.clone();
+        let mut set = self.webhooks.lock().unwrap_or_else(|p| p.into_inner());
+        // Finished deliveries are dropped here so the set does not grow.
+        while set.try_join_next().is_some() {}
+        set.spawn(async move {
+            webhook::deliver(&http, &d).await;
+        });
+    }
+}
+
+impl Worker {
+    pub fn new(pool: PgPool, queue: Queue, opts: WorkerOptions) -> anyhow::Result<Worker> {
+        Ok(Worker::build(pool, queue, opts)?)
+    }
+
+    fn build(pool: PgPool, queue: Queue, opts: WorkerOptions) -> Result<Worker, WorkerError> {
+        if opts.concurrency == 0 {
+            return Err(WorkerError::Options("concurrency must be at least 1".into()));
+        }
+        if opts.lease < Duration::from_millis(30) {
+            return Err(WorkerError::Options("lease must be at least 30ms".into()));
+        }
+        if opts.jwt_key.expose().is_empty() {
+            return Err(WorkerError::Options("the run token signing key must not be empty".into()));
+        }
+        let http = Http::new(opts.concurrency, opts.deny_private)?;
+        let signer = TokenSigner::new(opts.jwt_key.expose().as_bytes());
+        Ok(Worker {
+            inner: Arc::new(Inner {
+                pool,
+                queue,
+                opts,
+                http,
+                signer,
+                specs: SpecCache::default(),
+                inflight: InFlight::default(),
+                webhooks: Mutex::new(JoinSet::new()),
+            }),
+        })
+    }
+
+    pub fn options(&self) -> &WorkerOptions {
+        &self.inner.opts
+    }
+
+    /// Dispatches currently in flight in this worker.
+    pub fn in_flight(&self) -> usize {
+        self.inner.inflight.len()
+    }
+
+    /// Runs until `shutdown` fires, then drains (see the module docs).
+    pub async fn run(&self, shutdown: Shutdown) -> anyhow::Result<()> {
+        let w = &self.inner;
+        let background = CancellationToken::new();
+        let renew = tokio::spawn({
+            let w = Arc::clone(w);
+            let stop = background.clone();
+            async move { leases::renew_loop(&w.queue, &w.inflight, w.opts.lease, stop).await }
+        });
+        let gauge = tokio::spawn(report_queued(Arc::clone(w), background.clone()));
+
+        let permits = Arc::new(Semaphore::new(w.opts.concurrency));
+        let mut tasks = Dispatches::new(Arc::clone(w));
+        while !shutdown.is_cancelled() {
+            tasks.settle_finished().await;
+            let free = permits.available_permits();
+            if free == 0 {
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    Some(r) = tasks.set.join_next_with_id() => tasks.settle(r).await,
+                }
+                continue;
+            }
+            // Not raced against shutdown: a dequeue cut off after the script
+            // ran would strand its leases until the reaper.
+            let started = Instant::now();
+            let res = w.queue.dequeue(free.min(MAX_BATCH), w.opts.lease, now_ms()).await;
+            let took = started.elapsed();
+            metrics::histogram!(DEQUEUE_DURATION).record(took.as_secs_f64());
+            match res {
+                Ok(entries) if !entries.is_empty() => {
+                    for entry in entries {
+                        tasks.spawn(entry, took, Arc::clone(&permits).try_acquire_owned().ok());
+                    }
+                }
+                Ok(_) => {
+                    // The blocking pop runs in its own task so shutdown need
+                    // not cancel it: a BLPOP dropped mid-flight leaves its
+                    // reply pending on a pooled connection, stalling whatever
+                    // command (an ack, a hand-back) uses that connection next.
+                    let queue = w.queue.clone();
+                    let wait = tokio::spawn(async move { queue.wait_for_work(IDLE_WAIT).await });
+                    tokio::select! {
+                        _ = shutdown.cancelled() => break,
+                        r = wait => {
+                            if let Ok(Err(e)) = r {
+                                tracing::warn!(error = %e, "waiting for work failed");
+                                pause(&shutdown, REDIS_BACKOFF).await;
+                            }
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "dequeue failed");
+                    pause(&shutdown, REDIS_BACKOFF).await;
+                }
+            }
+        }
+
+        tracing::info!(in_flight = tasks.set.len(), "worker stopping; draining in-flight dispatches");
+        let deadline = Instant::now() + w.opts.shutdown_grace;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep_until(deadline) => break,
+                r = tasks.set.join_next_with_id() => match r {
+                    Some(r) => tasks.settle(r).await,
+                    None => break,
+                },
+            }
+        }
+        if !tasks.set.is_empty() {
+            tracing::warn!(count = tasks.set.len(), "shutdown grace is over; handing unfinished dispatches back");
+            tasks.set.abort_all();
+            while let Some(r) = tasks.set.join_next_with_id().await {
+                tasks.settle(r).await;
+            }
+        }
+        let mut hooks = std::mem::take(&mut *w.webhooks.lock().unwrap_or_else(|p| p.into_inner()));
+        let _ = tokio::time::timeout_at(deadline, async { while hooks.join_next().await.is_some() {} }).await;
+        hooks.abort_all();
+
+        background.cancel();
+        let _ = renew.await;
+        let _ = gauge.await;
+        tracing::info!("worker stopped");
+        Ok(())
+    }
+
+    /// Dequeues one batch (up to `min(concurrency, 64)` entries), runs every
+    /// dispatch of it to the end, and returns how many entries it took. The
+    /// deterministic step tests drive; terminal webhooks may still be in
+    /// flight when it returns.
+    pub async fn run_once(&self) -> anyhow::Result<usize> {
+        let w = &self.inner;
+        let started = Instant::now();
+        let entries = w.queue.dequeue(w.opts.concurrency.min(MAX_BATCH), w.opts.lease, now_ms()).await?;
+        let took = started.elapsed();
+        metrics::histogram!(DEQUEUE_DURATION).record(took.as_secs_f64());
+        let n = entries.len();
+        if n == 0 {
+            return Ok(0);
+        }
+        let mut tasks = Dispatches::new(Arc::clone(w));
+        for entry in entries {
+            tasks.spawn(entry, took, None);
+        }
+        let stop = CancellationToken::new();
+        let renew = leases::renew_loop(&w.queue, &w.inflight, w.opts.lease, stop.clone());
+        let drain = async {
+            while let Some(r) = tasks.set.join_next_with_id().await {
+                tasks.settle(r).await;
+            }
+            stop.cancel();
+        };
+        tokio::join!(renew, drain);
+        Ok(n)
+    }
+}
+
+/// Dispatch tasks and the in-flight slot of each.
+struct Dispatches {
+    w: Arc<Inner>,
+    set: JoinSet<()>,
+    keys: HashMap<Id, u64>,
+}
+
+impl Dispatches {
+    fn new(w: Arc<Inner>) -> Dispatches {
+        Dispatches { w, set: JoinSet::new(), keys: HashMap::new() }
+    }
+
+    fn spawn(&mut self, entry: Entry, dequeue: Duration, permit: Option<OwnedSemaphorePermit>) {
+        let key = self.w.inflight.insert(entry.clone());
+        let handle = self.set.spawn(attempt::run(Arc::clone(&self.w), entry, key, dequeue, permit));
+        self.keys.insert(handle.id(), key);
+    }
+
+    async fn settle_finished(&mut self) {
+        while let Some(r) = self.set.try_join_next_with_id() {
+            self.settle(r).await;
+        }
+    }
+
+    /// A dispatch that ended without finishing (aborted at shutdown, or
+    /// panicked) still holds its entry: hand it back.
+    async fn settle(&mut self, r: Result<(Id, ()), JoinError>) {
+        let (id, cut_short) = match r {
+            Ok((id, ())) => (id, None),
+            Err(e) => (e.id(), Some(e)),
+        };
+        let held = self.keys.remove(&id).and_then(|k| self.w.inflight.remove(k));
+        if let (Some(e), Some(held)) = (cut_short, held) {
+            if e.is_panic() {
+                tracing::error!(run_id = %held.entry.run_id, "dispatch task panicked; handing the run back");
+            }
+            record::hand_back(&self.w.pool, &self.w.queue, &held).await;
+        }
+    }
+}
+
+impl Drop for Dispatches {
+    /// Dropped with tasks left (a caller gave up on `run_once`): the tasks
+    /// are aborted with the set, and their leases must stop being renewed
+    /// so that they lapse and the scheduler redelivers.
+    fn drop(&mut self) {
+        for key in self.keys.values() {
+            self.w.inflight.remove(*key);
+        }
+    }
+}
+
+async fn pause(shutdown: &Shutdown, d: Duration) {
+    tokio::select! {
+        _ = shutdown.cancelled() => {}
+        _ = tokio::time::sleep(d) => {}
+    }
+}
+
+async fn report_queued(w: Arc<Inner>, stop: CancellationToken) {
+    let mut tick = tokio::time::interval(QUEUED_GAUGE_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tick.tick() => match w.queue.depths().await {
+                Ok(d) => metrics::gauge!(WORKER_POOL_QUEUED).set(d.ready as f64),
+                Err(e) => tracing::debug!(error = %e, "reading queue depths failed"),
+            },
+        }
+    }
+}
