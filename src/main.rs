@@ -1,1 +1,167 @@
-fn main() {}
+//! `switchyard`: the operator CLI.
+//!
+//! - `switchyard dev`: api + worker + scheduler in one process, with
+//!   development defaults for the secrets it needs.
+//! - `switchyard migrate`: create the database if missing and apply migrations.
+//! - `switchyard api|worker|scheduler`: run one service alone (the same as
+//!   the `switchyard-api`, `switchyard-worker`, `switchyard-scheduler` binaries).
+//! - `switchyard openapi`: print the OpenAPI document.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use switchyard_shared::config::Secret;
+use switchyard_shared::{db, shutdown, telemetry, Config};
+
+/// The internal secret `switchyard dev` uses when INTERNAL_SECRET is unset.
+/// For local development only; README's quickstart uses it.
+const DEV_INTERNAL_SECRET: &str = "dev-internal-secret";
+
+const USAGE: &str = "usage: switchyard <dev|api|worker|scheduler|migrate|openapi>
+
+  dev       run api, worker and scheduler in one process
+  api       run the api alone
+  worker    run a worker alone
+  scheduler run a scheduler alone
+  migrate   create the database if missing and apply migrations
+  openapi   print the OpenAPI document (JSON)
+
+Configuration comes from the environment; see README.md.";
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cmd = std::env::args().nth(1).unwrap_or_default();
+    match cmd.as_str() {
+        "openapi" => {
+            println!("{}", switchyard_api::openapi_json());
+            Ok(())
+        }
+        "migrate" => {
+            let config = load_config();
+            telemetry::init_tracing();
+            db::prepare(&config.database_url, Duration::from_secs(60)).await.context("migrating")?;
+            println!("database ready: {}", redact(&config.database_url));
+            Ok(())
+        }
+        "dev" => dev().await,
+        "api" | "worker" | "scheduler" => single(&cmd).await,
+        "-h" | "--help" | "help" => {
+            println!("{USAGE}");
+            Ok(())
+        }
+        other => {
+            eprintln!("switchyard: unknown command {other:?}\n\n{USAGE}");
+            std::process::exit(2);
+        }
+    }
+}
+
+fn load_config() -> Config {
+    match Config::from_env() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("switchyard: {e}");
+            std::process::exit(2);
+        }
+    }
+}
+
+/// One service alone, configured exactly as its own binary would be.
+async fn single(which: &str) -> anyhow::Result<()> {
+    let config = load_config();
+    if which != "scheduler" {
+        if let Err(e) = config.require_jwt_key() {
+            eprintln!("switchyard {which}: {e}");
+            std::process::exit(2);
+        }
+    }
+    telemetry::init_tracing();
+    if let Err(e) = db::prepare(&config.database_url, Duration::from_secs(60)).await {
+        tracing::warn!(error = %e, "could not prepare the database yet");
+    }
+    let stop = shutdown::on_signals();
+    match which {
+        "api" => switchyard_api::run(config, stop).await,
+        "worker" => switchyard_worker::run(config, stop).await,
+        _ => switchyard_scheduler::run(config, stop).await,
+    }
+}
+
+async fn dev() -> anyhow::Result<()> {
+    let mut config = load_config();
+    telemetry::init_tracing();
+    if config.internal_secret.is_none() {
+        tracing::warn!("INTERNAL_SECRET is unset; using the development secret {DEV_INTERNAL_SECRET:?}");
+        config.internal_secret = Some(Secret::new(DEV_INTERNAL_SECRET));
+    }
+    // One process signs and verifies run tokens, so a random key works.
+    if config.jwt_signing_key.is_none() {
+        config.jwt_signing_key = Some(Secret::new(random_hex()));
+    }
+    if config.secrets_key.is_none() {
+        config.secrets_key = Some(Secret::new(random_hex()));
+    }
+    db::prepare(&config.database_url, Duration::from_secs(60))
+        .await
+        .with_context(|| format!("preparing the database at {}", redact(&config.database_url)))?;
+    let stop = shutdown::on_signals();
+    println!(
+        "switchyard dev: api on http://{}  (docs: http://{}/docs)\n  try: curl -H 'Authorization: Bearer {}' http://{}/v1/projects",
+        config.api_addr,
+        config.api_addr,
+        if config.internal_secret.as_ref().is_some_and(|s| s.expose() == DEV_INTERNAL_SECRET) {
+            DEV_INTERNAL_SECRET
+        } else {
+            "$INTERNAL_SECRET"
+        },
+        config.api_addr
+    );
+    // Whichever service stops first, for whatever reason, stops the others.
+    fn watched(
+        name: &'static str,
+        stop: shutdown::Shutdown,
+        fut: impl std::future::Future<Output = anyhow::Result<()>> + Send + 'static,
+    ) -> tokio::task::JoinHandle<(&'static str, anyhow::Result<()>)> {
+        tokio::spawn(async move {
+            let r = fut.await;
+            stop.cancel();
+            (name, r)
+        })
+    }
+    let tasks = [
+        watched("api", stop.clone(), switchyard_api::run(config.clone(), stop.clone())),
+        watched("worker", stop.clone(), switchyard_worker::run(config.clone(), stop.clone())),
+        watched("scheduler", stop.clone(), switchyard_scheduler::run(config.clone(), stop.clone())),
+    ];
+    let mut result = Ok(());
+    for task in tasks {
+        match task.await {
+            Ok((_, Ok(()))) => {}
+            Ok((name, Err(e))) => {
+                tracing::error!(service = name, error = %e, "stopped with an error");
+                result = Err(e.context(format!("{name} failed")));
+            }
+            Err(e) => result = Err(anyhow::anyhow!("a service panicked: {e}")),
+        }
+    }
+    result
+}
+
+fn random_hex() -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    for b in uuid::Uuid::new_v4().as_bytes().iter().chain(uuid::Uuid::new_v4().as_bytes()) {
+        let _ = write!(s, "{b:02x}");
+    }
+    s
+}
+
+fn redact(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut u) if u.password().is_some() => {
+            let _ = u.set_password(Some("***"));
+            u.to_string()
+        }
+        _ => url.to_string(),
+    }
+}

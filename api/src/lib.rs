@@ -9,7 +9,9 @@
 //! - [`state`]: what handlers share.
 
 pub mod auth;
+pub mod body_limit;
 pub mod error;
+pub mod openapi31;
 pub mod pagination;
 pub mod problem;
 pub mod routes;
@@ -18,7 +20,6 @@ pub mod state;
 use std::sync::Arc;
 
 use poem::listener::{Acceptor, Listener, TcpListener};
-use poem::middleware::SizeLimit;
 use poem::{EndpointExt, Route};
 use poem_openapi::OpenApiService;
 use switchyard_shared::shutdown::Shutdown;
@@ -53,7 +54,16 @@ pub fn api_service() -> OpenApiService<Apis, ()> {
 
 /// The OpenAPI 3.1 document, as served at /openapi.json.
 pub fn openapi_json() -> String {
-    api_service().spec()
+    let generated: serde_json::Value = serde_json::from_str(&api_service().spec()).unwrap_or_default();
+    serde_json::to_string_pretty(&openapi31::convert(generated)).unwrap_or_default()
+}
+
+#[poem::handler]
+fn openapi_document() -> poem::Response {
+    static DOC: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    poem::Response::builder()
+        .content_type("application/json")
+        .body(DOC.get_or_init(openapi_json).clone())
 }
 
 /// The whole HTTP application: the API, /openapi.json and /docs, wrapped so
@@ -61,13 +71,12 @@ pub fn openapi_json() -> String {
 pub fn app(state: AppState) -> impl poem::Endpoint<Output = poem::Response> {
     let service = api_service();
     let docs = service.swagger_ui();
-    let spec = service.spec_endpoint();
     let limit = state.config.max_body_bytes;
     Route::new()
         .nest("/", service)
-        .at("/openapi.json", spec)
+        .at("/openapi.json", poem::get(openapi_document))
         .nest("/docs", docs)
-        .with(SizeLimit::new(limit))
+        .around(move |ep, req| body_limit::limit_body(ep, req, limit))
         .around(auth::internal_secret_header)
         .data(state)
         .with(problem::ProblemMiddleware)

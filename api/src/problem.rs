@@ -30,23 +30,24 @@ impl<E: Endpoint> Endpoint for ProblemEndpoint<E> {
             .filter(|v| v.len() <= 128 && v.chars().all(|c| c.is_ascii_graphic()))
             .map(str::to_string)
             .unwrap_or_else(|| uuid::Uuid::now_v7().simple().to_string());
+        // An error that carries a response (our ApiError) keeps it; the
+        // framework's own errors come as text and are wrapped below.
         let resp = match self.0.call(req).await {
             Ok(r) => r.into_response(),
-            Err(e) => {
-                let status = e.status();
-                let detail = e.to_string();
-                if status.is_server_error() {
-                    tracing::error!(error = %detail, "unhandled error");
-                }
-                let detail = if status.is_server_error() { "internal error; see the server log".into() } else { detail };
-                problem_response(status.as_u16(), detail)
-            }
+            Err(e) => e.into_response(),
         };
-        let mut resp = if resp.status().as_u16() >= 400 && !is_problem(&resp) {
+        let mut resp = if resp.status().as_u16() >= 400 && !is_json(&resp) {
             let status = resp.status().as_u16();
             let headers = resp.headers().clone();
             let body = resp.into_body().into_string().await.unwrap_or_default();
-            let detail = if body.trim().is_empty() { crate::error::title_for(status).to_string() } else { body };
+            let detail = if status >= 500 {
+                tracing::error!(status, error = %body, "unhandled error");
+                "internal error; see the server log".to_string()
+            } else if body.trim().is_empty() {
+                crate::error::title_for(status).to_string()
+            } else {
+                body
+            };
             let mut r = problem_response(status, detail);
             if let Some(v) = headers.get("retry-after") {
                 r.headers_mut().insert("retry-after", v.clone());
@@ -62,8 +63,13 @@ impl<E: Endpoint> Endpoint for ProblemEndpoint<E> {
     }
 }
 
-fn is_problem(resp: &Response) -> bool {
-    resp.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|v| v.starts_with(PROBLEM_JSON))
+/// problem+json, or a JSON body an operation chose on purpose (the 503 of
+/// /health/ready carries {ready, checks}).
+fn is_json(resp: &Response) -> bool {
+    resp.headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with(PROBLEM_JSON) || v.starts_with("application/json"))
 }
 
 pub fn problem_response(status: u16, detail: String) -> Response {

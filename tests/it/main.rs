@@ -1,1 +1,14 @@
+//! Integration tests: one binary, real Postgres and Redis. Each test makes
+//! its own database and its own Redis key prefix, so all run in parallel.
+//! Logs are off unless `TEST_LOG=1`.
 
+mod harness;
+mod target;
+
+mod api_groups;
+mod api_jobs;
+mod api_platform;
+mod api_projects;
+mod api_runs;
+mod execution;
+mod recovery;

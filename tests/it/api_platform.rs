@@ -1,0 +1,180 @@
+//! /health, /health/ready, /metrics, /openapi.json, /docs, and the
+//! problem+json contract for the framework's own errors.
+
+use reqwest::Method;
+use serde_json::{json, Value};
+
+use crate::harness::{assert_problem, TestEnv, SECRET};
+
+#[tokio::test]
+async fn health_and_readiness() {
+    let env = TestEnv::start().await;
+    let (s, v) = env.get("/health").await;
+    assert_eq!((s, v["status"].as_str()), (200, Some("ok")));
+    let (s, v) = env.get("/health/ready").await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v, json!({"ready": true, "checks": {"postgres": "ok", "redis": "ok"}}));
+}
+
+#[tokio::test]
+async fn readiness_reports_each_dependency_down() {
+    // Nothing listens on port 1: both dependencies are down.
+    let env = TestEnv::start().await;
+    let mut cfg = env.config.clone();
+    cfg.database_url = "postgres://postgres@127.0.0.1:1/nope".into();
+    cfg.redis_url = "redis://127.0.0.1:1".into();
+    let state = switchyard_api::state_from_config(cfg).unwrap();
+    let cli = poem::test::TestClient::new(switchyard_api::app(state));
+    let resp = cli.get("/health/ready").send().await;
+    resp.assert_status(poem::http::StatusCode::SERVICE_UNAVAILABLE);
+    let v: Value = serde_json::from_str(&resp.0.into_body().into_string().await.unwrap()).unwrap();
+    assert_eq!(v, json!({"ready": false, "checks": {"postgres": "unavailable", "redis": "unavailable"}}));
+}
+
+#[tokio::test]
+async fn postgres_down_is_503_and_nothing_is_accepted() {
+    let env = TestEnv::start().await;
+    let mut cfg = env.config.clone();
+    cfg.database_url = "postgres://postgres@127.0.0.1:1/nope".into();
+    let state = switchyard_api::state_from_config(cfg).unwrap();
+    let cli = poem::test::TestClient::new(switchyard_api::app(state));
+    let resp = cli
+        .post("/v1/projects")
+        .header("authorization", format!("Bearer {SECRET}"))
+        .body_json(&json!({"name": "x"}))
+        .send()
+        .await;
+    resp.assert_status(poem::http::StatusCode::SERVICE_UNAVAILABLE);
+    resp.assert_content_type("application/problem+json");
+}
+
+#[tokio::test]
+async fn metrics_lists_every_spec_metric() {
+    let env = TestEnv::start().await;
+    let resp = env.http.get(format!("{}/metrics", env.base)).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let text = resp.text().await.unwrap();
+    for name in [
+        "svc_run_transitions_total",
+        "svc_dispatch_duration_seconds",
+        "svc_dequeue_duration_seconds",
+        "svc_worker_pool_active",
+        "svc_worker_pool_queued",
+        "svc_analytics_query_duration_seconds",
+        "svc_bulk_operations_total",
+        "svc_bulk_items_processed_total",
+        "svc_bulk_child_cancellations_total",
+        "svc_webhook_retry_attempts_total",
+    ] {
+        assert!(text.contains(&format!("# TYPE {name} ")), "{name} missing from /metrics:\n{text}");
+    }
+}
+
+#[tokio::test]
+async fn openapi_document_is_complete() {
+    let env = TestEnv::start().await;
+    let resp = env.http.get(format!("{}/openapi.json", env.base)).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let doc: Value = resp.json().await.unwrap();
+    assert_eq!(doc["openapi"], "3.1.0");
+    assert_eq!(doc["info"]["version"], "1.0.0");
+    assert_eq!(doc["components"]["securitySchemes"]["bearerAuth"]["scheme"], "bearer");
+    let paths = doc["paths"].as_object().unwrap();
+    for p in [
+        "/v1/projects",
+        "/v1/projects/{project_id}/settings",
+        "/v1/job-groups",
+        "/v1/job-groups/{group_id}/stats",
+        "/v1/jobs",
+        "/v1/jobs/{job_id}/trigger",
+        "/v1/jobs/{job_id}/versions",
+        "/v1/runs",
+        "/v1/runs/{run_id}/cancel",
+        "/health/ready",
+    ] {
+        assert!(paths.contains_key(p), "{p} missing");
+    }
+    // Every authenticated operation documents its problem+json errors.
+    for (path, ops) in paths {
+        for (method, op) in ops.as_object().unwrap() {
+            if op.get("security").is_none() {
+                continue;
+            }
+            for code in ["401", "404", "422", "500", "503"] {
+                let ct = &op["responses"][code]["content"]["application/problem+json"];
+                assert!(ct.is_object(), "{method} {path} lacks a problem+json {code}");
+            }
+        }
+    }
+    let docs = env.http.get(format!("{}/docs", env.base)).send().await.unwrap();
+    assert_eq!(docs.status(), 200);
+    assert!(docs.text().await.unwrap().to_lowercase().contains("swagger"));
+}
+
+/// The committed document must match what the code serves, so interface
+/// changes show up in review. `UPDATE_OPENAPI=1` rewrites it.
+#[test]
+fn committed_openapi_matches() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/openapi.json");
+    let live: Value = serde_json::from_str(&switchyard_api::openapi_json()).unwrap();
+    let pretty = serde_json::to_string_pretty(&live).unwrap() + "\n";
+    if std::env::var("UPDATE_OPENAPI").is_ok() {
+        std::fs::write(path, &pretty).unwrap();
+    }
+    let committed = std::fs::read_to_string(path).unwrap_or_default();
+    assert!(committed == pretty, "openapi.json is stale: run `UPDATE_OPENAPI=1 cargo test --test it committed_openapi` and commit it");
+}
+
+#[tokio::test]
+async fn framework_errors_are_problem_json() {
+    let env = TestEnv::start().await;
+    let url = |p: &str| format!("{}{}", env.base, p);
+    let send = |req: reqwest::RequestBuilder| async move {
+        let r = req.bearer_auth(SECRET).send().await.unwrap();
+        let status = r.status().as_u16();
+        let ct = r.headers()["content-type"].to_str().unwrap().to_string();
+        let body: Value = serde_json::from_str(&r.text().await.unwrap()).unwrap();
+        assert_eq!(ct, "application/problem+json", "status {status}: {body}");
+        (status, body)
+    };
+    // Unknown route, wrong method.
+    assert_problem(404, send(env.http.get(url("/v1/nothing-here"))).await, 404);
+    assert_problem(405, send(env.http.request(Method::PUT, url("/v1/projects"))).await, 405);
+    // Malformed JSON, wrong content type, unknown property: 400.
+    let bad_json = env.http.post(url("/v1/projects")).header("content-type", "application/json").body("{\"name\":");
+    assert_problem(400, send(bad_json).await, 400);
+    let wrong_ct = env.http.post(url("/v1/projects")).header("content-type", "text/plain").body("name=x");
+    let (s, v) = send(wrong_ct).await;
+    assert!(s == 400 || s == 415, "{s} {v}");
+    let unknown = env.http.post(url("/v1/projects")).json(&json!({"name": "x", "colour": "red"}));
+    assert_problem(400, send(unknown).await, 400);
+    // Over 1 MB: 413.
+    let big = json!({"name": "x".repeat(1_100_000)});
+    assert_problem(413, send(env.http.post(url("/v1/projects")).json(&big)).await, 413);
+    // Nothing was created by any of it.
+    let (_, list) = env.get("/v1/projects").await;
+    assert_eq!(list["data"], json!([]));
+}
+
+#[tokio::test]
+async fn credentials_are_required_and_checked() {
+    let env = TestEnv::start().await;
+    let url = format!("{}/v1/projects", env.base);
+    for req in [
+        env.http.get(&url),
+        env.http.get(&url).bearer_auth("wrong-secret-of-some-length"),
+        env.http.get(&url).bearer_auth("svc_unknownkey"),
+        env.http.get(&url).header("x-internal-secret", "nope"),
+    ] {
+        let r = req.send().await.unwrap();
+        assert_eq!(r.status(), 401);
+        assert_eq!(r.headers()["content-type"], "application/problem+json");
+    }
+    // The X-Internal-Secret form of the credential.
+    let r = env.http.get(&url).header("x-internal-secret", SECRET).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    // Health, metrics and the documents need no credential.
+    for p in ["/health", "/metrics", "/openapi.json"] {
+        assert_eq!(env.http.get(format!("{}{p}", env.base)).send().await.unwrap().status(), 200, "{p}");
+    }
+}

@@ -1,0 +1,236 @@
+//! A whole Switchyard in-process: a fresh database, a private Redis prefix,
+//! the API on an ephemeral port, and workers and schedulers on demand.
+
+use std::time::Duration;
+
+use poem::listener::{Acceptor, Listener, TcpListener};
+use reqwest::Method;
+use serde_json::{json, Value};
+use sqlx::PgPool;
+use switchyard_shared::config::Secret;
+use switchyard_shared::queue::{self, Queue};
+use switchyard_shared::shutdown::Shutdown;
+use switchyard_shared::{db, Config};
+
+pub const SECRET: &str = "test-internal-secret-0123456789";
+
+pub fn pg_base() -> String {
+    std::env::var("TEST_PG_BASE").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into())
+}
+
+pub fn redis_url() -> String {
+    std::env::var("TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+}
+
+pub struct TestEnv {
+    pub config: Config,
+    pub pool: PgPool,
+    pub queue: Queue,
+    pub base: String,
+    pub http: reqwest::Client,
+    pub stop: Shutdown,
+}
+
+fn init_logs() {
+    if std::env::var("TEST_LOG").is_ok() {
+        switchyard_shared::telemetry::init_tracing();
+    }
+}
+
+impl TestEnv {
+    pub async fn start() -> TestEnv {
+        Self::start_with(|_| {}).await
+    }
+
+    /// `tweak` adjusts the configuration before anything starts.
+    pub async fn start_with(tweak: impl FnOnce(&mut Config)) -> TestEnv {
+        init_logs();
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        let mut config = Config::defaults();
+        config.database_url = format!("{}/sy_it_{}", pg_base(), &id[..16]);
+        config.redis_url = redis_url();
+        config.redis_key_prefix = format!("syt{}", &id[..12]);
+        config.internal_secret = Some(Secret::new(SECRET));
+        config.jwt_signing_key = Some(Secret::new("test-jwt-key-0123456789abcdef"));
+        config.rate_limit_global_per_min = 0;
+        config.rate_limit_trigger_per_min = 0;
+        config.rate_limit_bulk_per_min = 0;
+        config.lease = Duration::from_secs(3);
+        config.shutdown_grace = Duration::from_secs(5);
+        tweak(&mut config);
+        db::prepare(&config.database_url, Duration::from_secs(30)).await.expect("prepare test database");
+        let state = switchyard_api::state_from_config(config.clone()).expect("state");
+        let pool = state.pool.clone();
+        let queue = state.queue.clone();
+        let acceptor = TcpListener::bind("127.0.0.1:0").into_acceptor().await.expect("bind");
+        let addr = acceptor.local_addr()[0].as_socket_addr().copied().expect("socket addr");
+        let stop = Shutdown::new();
+        tokio::spawn(switchyard_api::serve(acceptor, state, stop.clone(), Duration::from_secs(1)));
+        let http = reqwest::Client::builder().no_proxy().build().expect("client");
+        TestEnv { config, pool, queue, base: format!("http://{addr}"), http, stop }
+    }
+
+    /// A worker like a worker process would run, on this test's database and prefix.
+    pub fn worker(&self) -> switchyard_worker::Worker {
+        let opts = switchyard_worker::WorkerOptions::from_config(&self.config).expect("worker options");
+        switchyard_worker::Worker::new(self.pool.clone(), self.new_queue(), opts).expect("worker")
+    }
+
+    pub fn scheduler(&self) -> switchyard_scheduler::Scheduler {
+        let opts = switchyard_scheduler::SchedulerOptions::from_config(&self.config);
+        switchyard_scheduler::Scheduler::new(self.pool.clone(), self.new_queue(), opts).expect("scheduler")
+    }
+
+    /// Runs a worker loop until the returned token is cancelled (or the test ends).
+    pub fn spawn_worker(&self) -> Shutdown {
+        let stop = self.stop.child_token();
+        let w = self.worker();
+        let s = stop.clone();
+        tokio::spawn(async move { w.run(s).await });
+        stop
+    }
+
+    pub fn spawn_scheduler(&self) -> Shutdown {
+        let stop = self.stop.child_token();
+        let sched = self.scheduler();
+        let s = stop.clone();
+        tokio::spawn(async move { sched.run(s, Duration::from_secs(2)).await });
+        stop
+    }
+
+    /// The environment a separate `switchyard` process needs to join this test.
+    pub fn process_env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("DATABASE_URL", self.config.database_url.clone()),
+            ("REDIS_URL", self.config.redis_url.clone()),
+            ("REDIS_KEY_PREFIX", self.config.redis_key_prefix.clone()),
+            ("JWT_SIGNING_KEY", "test-jwt-key-0123456789abcdef".into()),
+            ("LEASE_SECS", self.config.lease.as_secs().to_string()),
+            ("RUST_LOG", "warn".into()),
+        ]
+    }
+
+    /// A second queue handle on the same prefix (as another process would have).
+    pub fn new_queue(&self) -> Queue {
+        Queue::new(queue::pool(&self.config.redis_url, 8).expect("redis pool"), &self.config.redis_key_prefix)
+    }
+
+    pub async fn call(&self, method: Method, path: &str, body: Option<Value>) -> (u16, Value) {
+        let mut req = self.http.request(method, format!("{}{}", self.base, path)).bearer_auth(SECRET);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().await.expect("request");
+        let status = resp.status().as_u16();
+        let text = resp.text().await.unwrap_or_default();
+        let v = if text.is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap_or(Value::String(text)) };
+        (status, v)
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        self.call(Method::GET, path, None).await
+    }
+    pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        self.call(Method::POST, path, Some(body)).await
+    }
+    pub async fn patch(&self, path: &str, body: Value) -> (u16, Value) {
+        self.call(Method::PATCH, path, Some(body)).await
+    }
+    pub async fn delete(&self, path: &str) -> (u16, Value) {
+        self.call(Method::DELETE, path, None).await
+    }
+
+    pub async fn project(&self) -> String {
+        let (s, v) = self.post("/v1/projects", json!({"name": "acme"})).await;
+        assert_eq!(s, 201, "{v}");
+        v["id"].as_str().unwrap().to_string()
+    }
+
+    /// A job in a new project, pointing at `endpoint`, with `extra` fields.
+    pub async fn job(&self, endpoint: &str, extra: Value) -> Value {
+        let project = self.project().await;
+        self.job_in(&project, endpoint, extra).await
+    }
+
+    pub async fn job_in(&self, project: &str, endpoint: &str, extra: Value) -> Value {
+        let mut body = json!({"project_id": project, "name": "send email", "endpoint_url": endpoint});
+        if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
+            for (k, v) in e {
+                b.insert(k.clone(), v.clone());
+            }
+        }
+        let (s, v) = self.post("/v1/jobs", body).await;
+        assert_eq!(s, 201, "{v}");
+        v
+    }
+
+    pub async fn trigger(&self, job_id: &str, body: Value) -> Value {
+        let (s, v) = self.post(&format!("/v1/jobs/{job_id}/trigger"), body).await;
+        assert_eq!(s, 201, "{v}");
+        v
+    }
+
+    pub async fn run(&self, run_id: &str) -> Value {
+        let (s, v) = self.get(&format!("/v1/runs/{run_id}")).await;
+        assert_eq!(s, 200, "{v}");
+        v
+    }
+
+    /// Polls the run until `pred` holds or `timeout` passes (then panics
+    /// with the last state seen).
+    pub async fn wait_run(&self, run_id: &str, timeout: Duration, pred: impl Fn(&Value) -> bool) -> Value {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let v = self.run(run_id).await;
+            if pred(&v) {
+                return v;
+            }
+            if tokio::time::Instant::now() > deadline {
+                panic!("run {run_id} did not reach the expected state in {timeout:?}; last: {v:#}");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub async fn wait_status(&self, run_id: &str, status: &str, timeout: Duration) -> Value {
+        self.wait_run(run_id, timeout, |v| v["status"] == status).await
+    }
+
+    /// Every Redis key of this test's prefix.
+    pub async fn redis_keys(&self) -> Vec<String> {
+        let mut c = self.queue.pool().get().await.expect("redis");
+        let pattern = format!("{}:*", self.config.redis_key_prefix);
+        redis::cmd("KEYS").arg(pattern).query_async(&mut c).await.expect("keys")
+    }
+
+    /// Loses this test's Redis data, as a flushed or restarted Redis would.
+    pub async fn wipe_redis(&self) {
+        let keys = self.redis_keys().await;
+        if keys.is_empty() {
+            return;
+        }
+        let mut c = self.queue.pool().get().await.expect("redis");
+        let _: () = redis::cmd("DEL").arg(keys).query_async(&mut c).await.expect("del");
+    }
+
+    pub async fn zcard(&self, key: &str) -> u64 {
+        let mut c = self.queue.pool().get().await.expect("redis");
+        redis::cmd("ZCARD").arg(key).query_async(&mut c).await.expect("zcard")
+    }
+}
+
+impl Drop for TestEnv {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// Asserts a problem+json answer with the status, and returns it.
+pub fn assert_problem(status: u16, got: (u16, Value), want: u16) -> Value {
+    let (s, v) = got;
+    assert_eq!(s, want, "expected {want}, got {s}: {v}");
+    assert_eq!(v["status"], json!(want), "problem body carries the status: {v}");
+    assert!(v["title"].is_string(), "problem body has a title: {v}");
+    let _ = status;
+    v
+}

@@ -1,0 +1,100 @@
+//! Failure handling: a worker killed mid-dispatch, Redis losing its data,
+//! Redis down while a trigger is accepted.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::harness::TestEnv;
+use crate::target::{Reply, Target};
+
+const T: Duration = Duration::from_secs(20);
+
+#[tokio::test]
+async fn worker_killed_mid_dispatch_loses_nothing() {
+    let env = TestEnv::start().await;
+    let target = Target::start().await;
+    // The first delivery hangs; the killed worker never sees its answer.
+    target.script([Reply::slow(Duration::from_secs(30))]);
+    let job = env.job(&target.url, json!({"timeout_secs": 60})).await;
+    let run = env.trigger(job["id"].as_str().unwrap(), json!({})).await;
+    let rid = run["id"].as_str().unwrap();
+
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .arg("worker")
+        .envs(env.process_env())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start a worker process");
+    target.wait_count(1, T).await;
+    assert_eq!(env.run(rid).await["status"], "running");
+    child.start_kill().expect("SIGKILL");
+    child.wait().await.unwrap();
+
+    env.spawn_scheduler();
+    env.spawn_worker();
+    let done = env.wait_status(rid, "completed", T).await;
+    let reqs = target.requests();
+    assert_eq!(reqs.len(), 2, "redelivered once");
+    let key = format!("{rid}:1");
+    assert!(reqs.iter().all(|r| r.header("idempotency-key") == Some(key.as_str())), "same attempt, same key");
+    assert_eq!(done["attempt"], 1);
+}
+
+#[tokio::test]
+async fn redis_lost_is_rebuilt_from_postgres_without_duplicates() {
+    let env = TestEnv::start().await;
+    let target = Target::start().await;
+    let job = env.job(&target.url, json!({})).await;
+    let id = job["id"].as_str().unwrap();
+    let mut runs = vec![];
+    for _ in 0..5 {
+        runs.push(env.trigger(id, json!({})).await["id"].as_str().unwrap().to_string());
+    }
+    let delayed = env.trigger(id, json!({"delay_secs": 1})).await;
+    env.wipe_redis().await;
+    assert!(env.redis_keys().await.is_empty());
+
+    let sched = env.scheduler();
+    sched.reconcile_once().await.unwrap();
+    sched.reconcile_once().await.unwrap();
+    assert_eq!(env.zcard(&env.queue.keys().ready).await, 5, "each queued run once, not twice");
+    assert_eq!(env.zcard(&env.queue.keys().scheduled).await, 1);
+
+    env.spawn_worker();
+    env.spawn_scheduler();
+    for rid in runs.iter().chain([&delayed["id"].as_str().unwrap().to_string()]) {
+        env.wait_status(rid, "completed", T).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(target.count(), 6, "every run dispatched exactly once");
+}
+
+#[tokio::test]
+async fn trigger_accepted_while_redis_is_down_is_dispatched_later() {
+    let env = TestEnv::start().await;
+    let target = Target::start().await;
+    let job = env.job(&target.url, json!({})).await;
+    // A second api whose Redis is unreachable: the trigger is still durable.
+    let mut cfg = env.config.clone();
+    cfg.redis_url = "redis://127.0.0.1:1".into();
+    let state = switchyard_api::state_from_config(cfg).unwrap();
+    let cli = poem::test::TestClient::new(switchyard_api::app(state));
+    let resp = cli
+        .post(format!("/v1/jobs/{}/trigger", job["id"].as_str().unwrap()))
+        .header("authorization", format!("Bearer {}", crate::harness::SECRET))
+        .body_json(&json!({"payload": {"n": 1}}))
+        .send()
+        .await;
+    resp.assert_status(poem::http::StatusCode::CREATED);
+    let run: serde_json::Value = serde_json::from_str(&resp.0.into_body().into_string().await.unwrap()).unwrap();
+    assert_eq!(env.zcard(&env.queue.keys().ready).await, 0);
+
+    env.spawn_worker();
+    env.scheduler().reconcile_once().await.unwrap();
+    env.wait_status(run["id"].as_str().unwrap(), "completed", T).await;
+    assert_eq!(target.count(), 1);
+}
