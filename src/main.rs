@@ -80,6 +80,9 @@ async fn single(which: &str) -> anyhow::Result<()> {
         tracing::warn!(error = %e, "could not prepare the database yet");
     }
     let stop = shutdown::on_signals();
+    if which != "api" {
+        telemetry::spawn_metrics(config.metrics_addr, stop.clone());
+    }
     match which {
         "api" => switchyard_api::run(config, stop).await,
         "worker" => switchyard_worker::run(config, stop).await,

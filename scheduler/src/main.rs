@@ -21,6 +21,7 @@ async fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     let shutdown = shutdown::on_signals();
+    telemetry::spawn_metrics(config.metrics_addr, shutdown.clone());
     match switchyard_scheduler::run(config, shutdown).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

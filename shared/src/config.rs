@@ -70,6 +70,9 @@ pub struct Config {
     pub shutdown_grace: Duration,
     /// Largest request body the API accepts.
     pub max_body_bytes: usize,
+    /// Where a worker or scheduler process serves /metrics and /health
+    /// (the api serves them on its own address). `None`: not served.
+    pub metrics_addr: Option<SocketAddr>,
 }
 
 impl Config {
@@ -95,6 +98,7 @@ impl Config {
             reconcile_interval: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(30),
             max_body_bytes: 1024 * 1024,
+            metrics_addr: None,
         }
     }
 
@@ -131,6 +135,11 @@ impl Config {
             c.api_addr = v
                 .parse()
                 .map_err(|_| err("API_ADDR", format!("{v:?} is not host:port, e.g. 127.0.0.1:8080")))?;
+        }
+        if let Some(v) = get("METRICS_ADDR") {
+            c.metrics_addr = Some(
+                v.parse().map_err(|_| err("METRICS_ADDR", format!("{v:?} is not host:port, e.g. 127.0.0.1:9464")))?,
+            );
         }
         c.internal_secret = get("INTERNAL_SECRET").map(Secret::new);
         if let Some(s) = &c.internal_secret {
@@ -238,6 +247,7 @@ mod tests {
             ("TARGET_DENY_PRIVATE", "maybe"),
             ("INTERNAL_SECRET", "short"),
             ("LEASE_SECS", "1"),
+            ("METRICS_ADDR", "nowhere"),
         ] {
             let e = load(&[(var, val)]).unwrap_err();
             assert_eq!(e.var, var);

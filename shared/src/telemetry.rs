@@ -97,3 +97,55 @@ pub fn init_tracing() {
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     let _ = builder.try_init();
 }
+
+/// Serves `GET /metrics` and `GET /health` on `addr` until `shutdown`, for
+/// worker and scheduler processes (the api serves both on its own port).
+pub async fn serve_metrics(addr: std::net::SocketAddr, shutdown: crate::shutdown::Shutdown) -> std::io::Result<()> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let _ = metrics_handle();
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    tracing::info!(%addr, "metrics listening");
+    loop {
+        let (mut sock, _) = tokio::select! {
+            _ = shutdown.cancelled() => return Ok(()),
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!(error = %e, "metrics accept failed");
+                    continue;
+                }
+            },
+        };
+        tokio::spawn(async move {
+            // A scrape is one small GET; anything else gets 404.
+            let mut buf = [0u8; 1024];
+            let n = tokio::time::timeout(std::time::Duration::from_secs(5), sock.read(&mut buf)).await;
+            let head = match n {
+                Ok(Ok(n)) => String::from_utf8_lossy(&buf[..n]).into_owned(),
+                _ => return,
+            };
+            let path = head.split_whitespace().nth(1).unwrap_or("");
+            let (status, ctype, body) = match (head.starts_with("GET "), path) {
+                (true, "/metrics") => ("200 OK", "text/plain; version=0.0.4", render_metrics()),
+                (true, "/health") => ("200 OK", "application/json", "{\"status\":\"ok\"}".to_string()),
+                _ => ("404 Not Found", "text/plain", "not found".to_string()),
+            };
+            let resp = format!(
+                "HTTP/1.1 {status}\r\ncontent-type: {ctype}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = sock.write_all(resp.as_bytes()).await;
+        });
+    }
+}
+
+/// Starts [`serve_metrics`] in the background when an address is configured.
+pub fn spawn_metrics(addr: Option<std::net::SocketAddr>, shutdown: crate::shutdown::Shutdown) {
+    if let Some(addr) = addr {
+        tokio::spawn(async move {
+            if let Err(e) = serve_metrics(addr, shutdown).await {
+                tracing::error!(%addr, error = %e, "cannot serve metrics");
+            }
+        });
+    }
+}

@@ -218,3 +218,22 @@ async fn concurrency_cap_and_pause_hold_runs_in_redis() {
     env.post(&format!("/v1/job-groups/{}/resume-all", g["id"].as_str().unwrap()), json!({})).await;
     assert_eq!(q.dequeue(10, Duration::from_secs(30), now).await.unwrap().len(), 1, "resumed");
 }
+
+#[tokio::test]
+async fn two_workers_never_exceed_max_concurrency_at_the_target() {
+    let env = TestEnv::start().await;
+    let target = Target::start().await;
+    target.set_default(Reply::slow(Duration::from_millis(150)));
+    let job = env.job(&target.url, json!({"max_concurrency": 3})).await;
+    let mut runs = vec![];
+    for _ in 0..15 {
+        runs.push(env.trigger(job["id"].as_str().unwrap(), json!({})).await["id"].as_str().unwrap().to_string());
+    }
+    env.spawn_worker();
+    env.spawn_worker();
+    for rid in &runs {
+        env.wait_status(rid, "completed", T).await;
+    }
+    assert_eq!(target.count(), 15);
+    assert_eq!(target.max_in_flight(), 3, "the cap is reached and never exceeded");
+}

@@ -98,3 +98,30 @@ async fn trigger_accepted_while_redis_is_down_is_dispatched_later() {
     env.wait_status(run["id"].as_str().unwrap(), "completed", T).await;
     assert_eq!(target.count(), 1);
 }
+
+#[tokio::test]
+async fn a_worker_process_serves_metrics_when_asked() {
+    let env = TestEnv::start().await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .arg("worker")
+        .envs(env.process_env())
+        .env("METRICS_ADDR", format!("127.0.0.1:{port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start a worker process");
+    let url = format!("http://127.0.0.1:{port}/metrics");
+    let deadline = tokio::time::Instant::now() + T;
+    let text = loop {
+        if let Ok(r) = env.http.get(&url).send().await {
+            break r.text().await.unwrap();
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no metrics listener");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(text.contains("# TYPE svc_worker_pool_active gauge"), "{text}");
+    assert!(text.contains("svc_dequeue_duration_seconds"), "{text}");
+    child.start_kill().unwrap();
+}

@@ -111,11 +111,18 @@ async fn handle(w: &Inner, entry: &Entry, key: u64, dequeue: Duration) {
     let dispatch_secs = (attempted.timing.ttfb + attempted.timing.transfer).as_secs_f64();
     metrics::histogram!(DISPATCH_DURATION, "job_id" => run.job_id.clone(), "outcome" => outcome.status.as_str())
         .record(dispatch_secs);
-    if !recorded {
-        tracing::info!(run_id = %run.id, "outcome not recorded: the run was cancelled or handed on meanwhile");
-    }
     let retry_due = outcome.next_retry_at.filter(|_| recorded).map(|t| t.timestamp_millis());
-    record::ack(&w.queue, entry, retry_due).await;
+    if recorded || still_ours(w, &run).await {
+        if !recorded {
+            tracing::info!(run_id = %run.id, "outcome not recorded: the run was cancelled meanwhile");
+        }
+        record::ack(&w.queue, entry, retry_due).await;
+    } else {
+        // Our lease lapsed and another worker claimed the run: the lease on
+        // this entry is now theirs, and releasing it would free their
+        // concurrency slot while they still dispatch.
+        tracing::warn!(run_id = %run.id, "outcome not recorded: the run was handed to another worker");
+    }
     tracing::debug!(
         run_id = %run.id, attempt = run.attempt, status = outcome.status.as_str(),
         error_class = outcome.error_class.as_deref().unwrap_or(""), recorded, "attempt finished"
@@ -249,6 +256,18 @@ pub fn request_headers(run: &Run, spec: &JobSpec, token: String, body: &[u8]) ->
         h.extend(signing::headers(secret, Utc::now().timestamp(), body));
     }
     h
+}
+
+/// Whether no other worker has claimed the run since this one did (its
+/// dispatch token is unchanged). When Postgres cannot tell, the answer is
+/// yes: a wrong ack frees one slot early, a missing one holds a slot until
+/// the lease expires, and the first heals faster.
+async fn still_ours(w: &Inner, run: &Run) -> bool {
+    match switchyard_shared::store::runs::dispatch_token(&w.pool, &run.id).await {
+        Ok(Some(token)) => token == run.dispatch_token,
+        Ok(None) => true,
+        Err(_) => true,
+    }
 }
 
 #[cfg(test)]

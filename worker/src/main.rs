@@ -30,5 +30,6 @@ async fn start(config: Config) -> anyhow::Result<()> {
         .await
         .context("preparing the database")?;
     let shutdown = shutdown::on_signals();
+    telemetry::spawn_metrics(config.metrics_addr, shutdown.clone());
     switchyard_worker::run(config, shutdown).await.context("running the worker")
 }

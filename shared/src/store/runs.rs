@@ -357,3 +357,8 @@ pub async fn active_page(pool: &PgPool, after: &str, limit: i64) -> Result<Vec<R
     .fetch_all(pool)
     .await
 }
+
+/// The run's current dispatch token (see `claim`), `None` if it is gone.
+pub async fn dispatch_token(pool: &PgPool, run_id: &str) -> Result<Option<i64>, sqlx::Error> {
+    sqlx::query_scalar("SELECT dispatch_token FROM job_runs WHERE id = $1").bind(run_id).fetch_optional(pool).await
+}
