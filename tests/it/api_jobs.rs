@@ -134,3 +134,40 @@ async fn jobs_list_pages_and_filters() {
     let (_, none) = env.get(&format!("/v1/jobs?project_id={other}")).await;
     assert_eq!(none["data"], json!([]));
 }
+
+#[tokio::test]
+async fn actor_headers_are_recorded_on_jobs_and_runs() {
+    let env = TestEnv::start().await;
+    let project = env.project().await;
+    let send = |method: reqwest::Method, path: String, body: serde_json::Value, actor: &'static str| {
+        env.http
+            .request(method, format!("{}{}", env.base, path))
+            .header("x-internal-secret", crate::harness::SECRET)
+            .header("x-actor-id", actor)
+            .header("x-actor-email", format!("{actor}@example.com"))
+            .json(&body)
+            .send()
+    };
+    let job: serde_json::Value = send(
+        reqwest::Method::POST,
+        "/v1/jobs".into(),
+        json!({"project_id": project, "name": "n", "endpoint_url": "http://127.0.0.1:9/"}),
+        "user-ada",
+    )
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    assert_eq!((job["created_by"].as_str(), job["updated_by"].as_str()), (Some("user-ada"), Some("user-ada")));
+    let id = job["id"].as_str().unwrap();
+    let up: serde_json::Value =
+        send(reqwest::Method::PATCH, format!("/v1/jobs/{id}"), json!({"timeout_secs": 9}), "user-bob").await.unwrap().json().await.unwrap();
+    assert_eq!((up["created_by"].as_str(), up["updated_by"].as_str()), (Some("user-ada"), Some("user-bob")));
+    let run: serde_json::Value =
+        send(reqwest::Method::POST, format!("/v1/jobs/{id}/trigger"), json!({}), "user-cy").await.unwrap().json().await.unwrap();
+    assert_eq!(run["created_by"], "user-cy");
+    // Without actor headers the internal secret acts as a service: nothing recorded.
+    let anon = env.trigger(id, json!({})).await;
+    assert!(anon.get("created_by").is_none());
+}

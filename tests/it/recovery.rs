@@ -125,3 +125,50 @@ async fn a_worker_process_serves_metrics_when_asked() {
     assert!(text.contains("svc_dequeue_duration_seconds"), "{text}");
     child.start_kill().unwrap();
 }
+
+#[tokio::test]
+async fn sigterm_lets_the_in_flight_dispatch_finish() {
+    let env = TestEnv::start().await;
+    let target = Target::start().await;
+    target.script([Reply::slow(Duration::from_millis(1500))]);
+    let job = env.job(&target.url, json!({})).await;
+    let run = env.trigger(job["id"].as_str().unwrap(), json!({})).await;
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .arg("worker")
+        .envs(env.process_env())
+        .env("SHUTDOWN_GRACE_SECS", "10")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start a worker process");
+    target.wait_count(1, T).await;
+    let pid = child.id().expect("pid").to_string();
+    let killed = std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    assert!(killed.success());
+    let status = tokio::time::timeout(T, child.wait()).await.expect("exits within the grace period").unwrap();
+    assert!(status.success(), "clean exit: {status:?}");
+    // The worker finished and recorded the dispatch it held before exiting.
+    let v = env.run(run["id"].as_str().unwrap()).await;
+    assert_eq!(v["status"], "completed", "{v}");
+    assert_eq!(target.count(), 1, "no redelivery was needed");
+}
+
+#[tokio::test]
+async fn a_bad_setting_stops_the_process_naming_the_variable() {
+    for (var, value) in [("WORKER_CONCURRENCY", "lots"), ("REDIS_KEY_PREFIX", "a{b}"), ("API_ADDR", "here")] {
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
+            .arg("api")
+            .env(var, value)
+            .env("JWT_SIGNING_KEY", "k")
+            .output()
+            .await
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{var}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(var), "{var}: {err}");
+    }
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchyard")).arg("worker").env_remove("JWT_SIGNING_KEY").output().await.unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("JWT_SIGNING_KEY"));
+}
