@@ -2,6 +2,7 @@
 //! one round trip; every status change writes its event row in the same
 //! statement, so the history never disagrees with the run.
 
+pub mod group;
 pub mod jobs;
 pub mod runs;
 
