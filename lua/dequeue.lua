@@ -3,41 +3,86 @@
 -- An entry whose job or concurrency key is at its cap, or whose job is
 -- paused, is parked instead, and comes back when a slot of that job or key
 -- is released (ack.lua, reap.lua) or the job's limits change (set_limits.lua).
+-- An entry whose job is at a rate limit (its own rate_limit_max per window,
+-- or a named limit shared by its project) goes to `throttled`, scored with
+-- the time the fullest window lets it through; due throttled entries come
+-- back to `ready` at the start of every call. A leased entry is written to
+-- the dispatch log of each of its buckets (`rate`).
+--
+-- Rate windows are sliding: a bucket admits while fewer than `max` entries
+-- of its log are younger than window + guard (ARGV[5], see RATE_GUARD_MS),
+-- so no window of `window` ms, even measured at the target, holds more
+-- than `max` dispatches. Entries older than that are trimmed from the log.
 --
 -- KEYS[1] ready   KEYS[2] leases   KEYS[3] active   KEYS[4] limits
--- KEYS[5] parked  KEYS[6] throttled
+-- KEYS[5] parked  KEYS[6] throttled  KEYS[7] rate
 -- ARGV[1] now_ms  ARGV[2] max_items  ARGV[3] lease_ms  ARGV[4] max_scan
+-- ARGV[5] rate_guard_ms
 -- Returns the leased entries (possibly empty).
 local now = tonumber(ARGV[1])
 local want = tonumber(ARGV[2])
 local lease_until = now + tonumber(ARGV[3])
 local max_scan = tonumber(ARGV[4])
+local guard = tonumber(ARGV[5] or '0')
+local OFFSET = 9007199254740992
 
 -- Entries held by a rate limit whose window has opened go back first.
 local due = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now, 'LIMIT', 0, 256)
 for _, e in ipairs(due) do
   redis.call('ZREM', KEYS[6], e)
   local rankhex = string.match(e, '^[^|]+|[^|]+|([^|]+)|')
-  redis.call('ZADD', KEYS[1], tonumber(rankhex, 16) - 9007199254740992, e)
+  redis.call('ZADD', KEYS[1], tonumber(rankhex, 16) - OFFSET, e)
 end
 
 local out = {}
 local scanned = 0
 local limits_cache = {}
+-- Per job, this call's throttle decision: later entries of a throttled job
+-- are spread over the following windows instead of all coming back at once.
+local throttle_cache = {}
 
 local function limits_of(job)
   local l = limits_cache[job]
   if l == nil then
     local raw = redis.call('HGET', KEYS[4], job)
-    -- max_concurrency|max_per_key|rate_max|rate_window_ms|paused
-    l = { 0, 0, 0, 0, 0 }
+    -- max_concurrency|max_per_key|rate_max|rate_window_ms|paused then
+    -- |max|window_ms|bucket for each named rate limit.
+    local p = {}
     if raw then
-      local i = 1
-      for v in string.gmatch(raw, '[^|]+') do l[i] = tonumber(v); i = i + 1 end
+      for v in string.gmatch(raw, '[^|]+') do p[#p + 1] = v end
+    end
+    l = { tonumber(p[1] or '0'), tonumber(p[2] or '0'), tonumber(p[3] or '0'), tonumber(p[4] or '0'),
+          tonumber(p[5] or '0'), buckets = {} }
+    if l[3] > 0 and l[4] > 0 then
+      l.buckets[#l.buckets + 1] = { max = l[3], span = l[4] + guard, id = 'j:' .. job }
+    end
+    for i = 6, #p - 2, 3 do
+      local max, win = tonumber(p[i]), tonumber(p[i + 1])
+      if max and win and max > 0 and win > 0 then
+        l.buckets[#l.buckets + 1] = { max = max, span = win + guard, id = p[i + 2] }
+      end
     end
     limits_cache[job] = l
   end
   return l
+end
+
+-- 0 when every bucket of the job admits a dispatch now, else
+-- {ms when the fullest window admits one, that bucket}.
+local function rate_wait(lim)
+  local wait, binding = 0, nil
+  for _, b in ipairs(lim.buckets) do
+    local first = b.id .. '|'
+    redis.call('ZREMRANGEBYLEX', KEYS[7], '[' .. first, '(' .. first .. string.format('%016x', math.max(0, now - b.span + 1)))
+    local n = redis.call('ZLEXCOUNT', KEYS[7], '[' .. first, '[' .. first .. '\255')
+    if n >= b.max then
+      -- The window opens when the entry `max` places from the newest ages out.
+      local m = redis.call('ZRANGEBYLEX', KEYS[7], '[' .. first, '[' .. first .. '\255', 'LIMIT', n - b.max, 1)
+      local at = tonumber(string.sub(m[1], #first + 1, #first + 16), 16) + b.span
+      if at > wait then wait, binding = at, b end
+    end
+  end
+  return wait, binding
 end
 
 while #out < want and scanned < max_scan do
@@ -60,17 +105,33 @@ while #out < want and scanned < max_scan do
         if p[1] then
           redis.call('ZREM', KEYS[5], p[1])
           local pe = string.sub(p[1], #job + 4 + 17)
-          redis.call('ZADD', KEYS[1], tonumber(string.sub(p[1], #job + 4, #job + 19), 16) - 9007199254740992, pe)
+          redis.call('ZADD', KEYS[1], tonumber(string.sub(p[1], #job + 4, #job + 19), 16) - OFFSET, pe)
         end
       end
     elseif lim[5] == 1 or (lim[1] > 0 and jactive >= lim[1]) then
       -- A paused job parks everything; resuming it brings them back.
       redis.call('ZADD', KEYS[5], 0, 'J|' .. job .. '|' .. rankhex .. '|' .. e)
     else
-      redis.call('HINCRBY', KEYS[3], jfield, 1)
-      if ckey ~= '' then redis.call('HINCRBY', KEYS[3], kfield, 1) end
-      redis.call('ZADD', KEYS[2], lease_until, e)
-      out[#out + 1] = e
+      local t = throttle_cache[job]
+      local wait, binding = 0, nil
+      if t then
+        t.n = t.n + 1
+        wait = t.at + math.floor(t.n / t.max) * t.span
+      elseif #lim.buckets > 0 then
+        wait, binding = rate_wait(lim)
+        if wait > 0 then throttle_cache[job] = { at = wait, n = 0, max = binding.max, span = binding.span } end
+      end
+      if wait > 0 then
+        redis.call('ZADD', KEYS[6], wait, e)
+      else
+        for _, b in ipairs(lim.buckets) do
+          redis.call('ZADD', KEYS[7], 0, b.id .. '|' .. string.format('%016x', now) .. '|' .. run)
+        end
+        redis.call('HINCRBY', KEYS[3], jfield, 1)
+        if ckey ~= '' then redis.call('HINCRBY', KEYS[3], kfield, 1) end
+        redis.call('ZADD', KEYS[2], lease_until, e)
+        out[#out + 1] = e
+      end
     end
     if #out >= want or scanned >= max_scan then break end
   end

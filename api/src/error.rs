@@ -157,6 +157,20 @@ impl ApiError {
     pub fn invalid_field(location: &str, message: impl Into<String>, value: Option<Value>) -> ApiError {
         Self::invalid(vec![ErrorDetail { location: location.into(), message: message.into(), value }])
     }
+    /// The problem's detail (per-item errors of bulk operations).
+    pub fn detail(&self) -> String {
+        let p = match self {
+            ApiError::BadRequest(p)
+            | ApiError::Unauthorized(p)
+            | ApiError::Forbidden(p)
+            | ApiError::NotFound(p)
+            | ApiError::Conflict(p)
+            | ApiError::Unprocessable(p)
+            | ApiError::Unavailable(p)
+            | ApiError::Internal(p) => &p.0,
+        };
+        p.detail.clone().unwrap_or_else(|| p.title.clone())
+    }
     pub fn internal(context: &str, err: &dyn std::fmt::Display) -> ApiError {
         tracing::error!(error = %err, "{context}");
         ApiError::Internal(Json(Problem::new(500, "internal error; see the server log")))
@@ -187,6 +201,7 @@ fn constraint_message(constraint: &str) -> String {
         "job_groups_project_slug_key" => "a job group with this slug already exists in the project".into(),
         "jobs_project_slug_key" => "a job with this slug already exists in the project".into(),
         "projects_pkey" => "a project with this id already exists".into(),
+        "roles_project_name_key" => "a role with this name already exists in the project".into(),
         other => format!("conflicts with an existing record ({other})"),
     }
 }

@@ -2,18 +2,22 @@
 //!
 //! - [`routes`]: one OpenAPI struct per resource (platform, projects, job
 //!   groups, jobs, runs).
-//! - [`auth`]: credentials to a [`auth::Principal`].
+//! - [`auth`]: credentials to a [`auth::Principal`], scopes, roles, policies.
+//! - [`audit`]: the audit trail of mutations.
+//! - [`rate_limit`]: per-client request limits, shared through Redis.
 //! - [`error`]: the one error type, rendered as problem+json.
 //! - [`problem`]: turns every other error response into problem+json.
 //! - [`pagination`]: limit and cursor.
 //! - [`state`]: what handlers share.
 
+pub mod audit;
 pub mod auth;
 pub mod body_limit;
 pub mod error;
 pub mod openapi31;
 pub mod pagination;
 pub mod problem;
+pub mod rate_limit;
 pub mod routes;
 pub mod state;
 
@@ -35,6 +39,8 @@ type Apis = (
     routes::groups::GroupsApi,
     routes::jobs::JobsApi,
     routes::runs::RunsApi,
+    routes::AccessApis,
+    routes::RecordApis,
 );
 
 pub fn api_service() -> OpenApiService<Apis, ()> {
@@ -45,6 +51,8 @@ pub fn api_service() -> OpenApiService<Apis, ()> {
             routes::groups::GroupsApi,
             routes::jobs::JobsApi,
             routes::runs::RunsApi,
+            routes::access_apis(),
+            routes::record_apis(),
         ),
         "Switchyard",
         "1.0.0",
@@ -55,7 +63,9 @@ pub fn api_service() -> OpenApiService<Apis, ()> {
 /// The OpenAPI 3.1 document, as served at /openapi.json.
 pub fn openapi_json() -> String {
     let generated: serde_json::Value = serde_json::from_str(&api_service().spec()).unwrap_or_default();
-    serde_json::to_string_pretty(&openapi31::convert(generated)).unwrap_or_default()
+    let mut doc = openapi31::convert(generated);
+    auth::scopes::annotate(&mut doc);
+    serde_json::to_string_pretty(&doc).unwrap_or_default()
 }
 
 #[poem::handler]
@@ -78,6 +88,7 @@ pub fn app(state: AppState) -> impl poem::Endpoint<Output = poem::Response> {
         .nest("/docs", docs)
         .around(move |ep, req| body_limit::limit_body(ep, req, limit))
         .around(auth::internal_secret_header)
+        .around(rate_limit::limit)
         .data(state)
         .with(problem::ProblemMiddleware)
         .map_to_response()
@@ -89,7 +100,8 @@ pub fn state_from_config(config: Config) -> anyhow::Result<AppState> {
     let pool = db::lazy_pool(&config.database_url, 32)?;
     let redis = queue::pool(&config.redis_url, 64)?;
     let queue = queue::Queue::new(redis, &config.redis_key_prefix);
-    Ok(AppState { pool, queue, config: Arc::new(config) })
+    let auth = Arc::new(auth::AuthState::from_config(&config)?);
+    Ok(AppState { pool, queue, config: Arc::new(config), auth })
 }
 
 /// Serves until `shutdown` fires, then stops accepting and lets in-flight

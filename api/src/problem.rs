@@ -10,6 +10,11 @@ use crate::error::Problem;
 
 pub struct ProblemMiddleware;
 
+/// The request's id (the client's `X-Request-Id` when printable, else a new
+/// one), set before the request goes further so audit events can carry it.
+#[derive(Clone, Debug)]
+pub struct RequestId(pub String);
+
 impl<E: Endpoint> Middleware<E> for ProblemMiddleware {
     type Output = ProblemEndpoint<E>;
     fn transform(&self, ep: E) -> Self::Output {
@@ -24,12 +29,13 @@ pub const PROBLEM_JSON: &str = "application/problem+json";
 impl<E: Endpoint> Endpoint for ProblemEndpoint<E> {
     type Output = Response;
 
-    async fn call(&self, req: Request) -> poem::Result<Response> {
+    async fn call(&self, mut req: Request) -> poem::Result<Response> {
         let request_id = req
             .header("x-request-id")
             .filter(|v| v.len() <= 128 && v.chars().all(|c| c.is_ascii_graphic()))
             .map(str::to_string)
             .unwrap_or_else(|| uuid::Uuid::now_v7().simple().to_string());
+        req.set_data(RequestId(request_id.clone()));
         // An error that carries a response (our ApiError) keeps it; the
         // framework's own errors come as text and are wrapped below.
         let resp = match self.0.call(req).await {

@@ -11,4 +11,6 @@ pub struct AppState {
     pub pool: PgPool,
     pub queue: Queue,
     pub config: Arc<Config>,
+    /// Credential caches, the OIDC verifier, and write throttles.
+    pub auth: Arc<crate::auth::AuthState>,
 }

@@ -7,6 +7,15 @@
 //!   redelivered on the same attempt.
 //! - [`reconciler`]: rebuilds Redis from Postgres (limits, missing entries,
 //!   runs whose lease vanished), periodically and as soon as Redis is empty.
+//! - [`heartbeats`]: async runs whose SDK heartbeats stopped are timed out
+//!   and retried by their policy.
+//! - [`cron`]: fires the runs of jobs with a `cron` schedule, once per tick
+//!   however many schedulers run (policies for missed ticks and
+//!   daylight-saving changes in its doc).
+//! - [`dependencies`]: releases runs whose `depends_on` runs completed, or
+//!   fails them (`dependency_failed`) when one did not.
+//! - [`expirer`]: runs not started within their job's run_ttl_secs become
+//!   `expired`.
 //! - [`placement`]: the rule, shared by reaper and reconciler, for where a
 //!   run's entry belongs given its Postgres row.
 //! - [`pace`]: the clock, shutdown-aware sleeps and error back-off.
@@ -17,15 +26,18 @@
 //! safe with any number of scheduler processes: the promoter and reaper by
 //! idempotence and atomic Redis scripts, the reconciler by a Redis lock.
 //!
-//! Not here yet: cron triggering (jobs with `cron`/`timezone`) and
-//! execution windows. They belong in their own loop module beside these,
-//! started from [`Scheduler::run`]; until then cron expressions are stored
-//! and validated by the api but never fire.
+//! Execution windows are applied where runs become due: by the api at
+//! trigger, the cron enqueuer and the dependency resolver when they admit a
+//! run, and the promoter for every delayed or retried run.
 //!
 //! [`run`] is what the `switchyard-scheduler` binary and `switchyard dev`
 //! call; tests build a [`Scheduler`] from a pool and a queue and step it.
 
+pub mod cron;
+pub mod dependencies;
 pub mod error;
+pub mod expirer;
+pub mod heartbeats;
 pub mod pace;
 pub mod placement;
 pub mod promoter;
@@ -40,7 +52,11 @@ use switchyard_shared::queue::{self, Queue};
 use switchyard_shared::shutdown::Shutdown;
 use switchyard_shared::{db, Config};
 
+pub use cron::{CronEnqueuer, CronOptions, CronReport};
+pub use dependencies::{DependencyOptions, DependencyResolver, ResolveReport};
 pub use error::{Error, OptionsError};
+pub use expirer::{Expirer, ExpirerOptions};
+pub use heartbeats::{HeartbeatOptions, HeartbeatReport, HeartbeatSweeper};
 pub use promoter::{PromoteReport, Promoter, PromoterOptions};
 pub use reaper::{ReapReport, Reaper, ReaperOptions};
 pub use reconciler::{ReconcileReport, Reconciler, ReconcilerOptions};
@@ -51,6 +67,10 @@ pub struct SchedulerOptions {
     pub promoter: PromoterOptions,
     pub reaper: ReaperOptions,
     pub reconciler: ReconcilerOptions,
+    pub heartbeats: HeartbeatOptions,
+    pub cron: CronOptions,
+    pub dependencies: DependencyOptions,
+    pub expirer: ExpirerOptions,
 }
 
 impl SchedulerOptions {
@@ -62,6 +82,7 @@ impl SchedulerOptions {
                 lease: config.lease,
                 ..ReconcilerOptions::default()
             },
+            heartbeats: HeartbeatOptions { deny_private: config.target_deny_private, ..HeartbeatOptions::default() },
             ..SchedulerOptions::default()
         }
     }
@@ -73,6 +94,10 @@ pub struct Scheduler {
     promoter: Promoter,
     reaper: Reaper,
     reconciler: Reconciler,
+    heartbeats: HeartbeatSweeper,
+    cron: CronEnqueuer,
+    dependencies: DependencyResolver,
+    expirer: Expirer,
 }
 
 impl Scheduler {
@@ -80,6 +105,10 @@ impl Scheduler {
         Ok(Scheduler {
             promoter: Promoter::new(pool.clone(), queue.clone(), options.promoter)?,
             reaper: Reaper::new(pool.clone(), queue.clone(), options.reaper)?,
+            heartbeats: HeartbeatSweeper::new(pool.clone(), queue.clone(), options.heartbeats)?,
+            cron: CronEnqueuer::new(pool.clone(), queue.clone(), options.cron)?,
+            dependencies: DependencyResolver::new(pool.clone(), queue.clone(), options.dependencies)?,
+            expirer: Expirer::new(pool.clone(), queue.clone(), options.expirer)?,
             reconciler: Reconciler::new(pool, queue, options.reconciler)?,
         })
     }
@@ -94,6 +123,37 @@ impl Scheduler {
 
     pub fn reconciler(&self) -> &Reconciler {
         &self.reconciler
+    }
+
+    pub fn heartbeats(&self) -> &HeartbeatSweeper {
+        &self.heartbeats
+    }
+
+    /// One heartbeat sweep at `now`.
+    pub async fn sweep_heartbeats_once(&self, now: chrono::DateTime<chrono::Utc>) -> Result<HeartbeatReport, Error> {
+        self.heartbeats.sweep_once(now).await
+    }
+
+    pub fn cron(&self) -> &CronEnqueuer {
+        &self.cron
+    }
+
+    /// One cron pass at `now`.
+    pub async fn cron_once(&self, now: chrono::DateTime<chrono::Utc>) -> Result<CronReport, Error> {
+        self.cron.tick_once(now).await
+    }
+
+    /// One dependency resolution batch at `now`.
+    pub async fn resolve_dependencies_once(
+        &self,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<ResolveReport, Error> {
+        self.dependencies.resolve_once(now).await
+    }
+
+    /// One expiry batch at `now`; returns how many runs expired.
+    pub async fn expire_once(&self, now: chrono::DateTime<chrono::Utc>) -> Result<usize, Error> {
+        self.expirer.expire_once(now).await
     }
 
     /// One promoter pass at `now_ms`.
@@ -121,6 +181,10 @@ impl Scheduler {
                 self.promoter.run(shutdown.clone()),
                 self.reaper.run(shutdown.clone()),
                 self.reconciler.run(shutdown.clone()),
+                self.heartbeats.run(shutdown.clone()),
+                self.cron.run(shutdown.clone()),
+                self.dependencies.run(shutdown.clone()),
+                self.expirer.run(shutdown.clone()),
             )
         };
         tokio::pin!(loops);

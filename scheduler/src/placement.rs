@@ -5,7 +5,8 @@
 //! |---|---|
 //! | queued | `ready` |
 //! | retrying | `scheduled` at next_retry_at (now when unset) |
-//! | pending with scheduled_at | `scheduled` at scheduled_at |
+//! | pending, awaiting dependencies | nowhere: the dependency resolver releases it |
+//! | pending with scheduled_at | `scheduled` at scheduled_at (a delay, or an execution window's opening) |
 //! | pending without | nowhere yet: held by something other than time |
 //! | running | held by a worker's lease; only a lost one needs recovery |
 //! | terminal | nowhere |
@@ -38,6 +39,7 @@ pub fn placement(run: &Run) -> Placement {
     match run.status.parse::<RunStatus>() {
         Ok(RunStatus::Queued) => Placement::Ready,
         Ok(RunStatus::Retrying) => Placement::Scheduled { due_ms: run.next_retry_at.map_or(0, |t| t.timestamp_millis()) },
+        Ok(RunStatus::Pending) if run.awaiting_dependencies => Placement::Blocked,
         Ok(RunStatus::Pending) => match run.scheduled_at {
             Some(t) => Placement::Scheduled { due_ms: t.timestamp_millis() },
             None => Placement::Blocked,
@@ -121,6 +123,11 @@ pub(crate) mod tests {
             next_retry_at: None,
             execution_trace: None,
             dispatch_token: 0,
+            resource_class: None,
+            progress: None,
+            progress_message: None,
+            async_accepted_at: None,
+            awaiting_dependencies: false,
             created_at: t,
             updated_at: t,
         }
@@ -139,6 +146,8 @@ pub(crate) mod tests {
         assert_eq!(placement(&p), Placement::Blocked);
         p.scheduled_at = Some(at);
         assert_eq!(placement(&p), Placement::Scheduled { due_ms: ms });
+        p.awaiting_dependencies = true;
+        assert_eq!(placement(&p), Placement::Blocked, "a delay waits for the dependencies too");
         assert_eq!(placement(&run_with("running")), Placement::Running);
         for s in ["completed", "failed", "timed_out", "cancelled", "expired"] {
             assert_eq!(placement(&run_with(s)), Placement::Finished, "{s}");

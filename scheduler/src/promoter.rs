@@ -5,12 +5,17 @@
 //! never reach `ready` before its run does. Each pass:
 //!
 //! 1. reads up to `batch_size` due entries (a plain read: nothing moves);
-//! 2. flips their runs `retrying`/`pending` -> `queued` (`mark_due_queued`);
-//! 3. moves to `ready` the entries whose runs are now `queued`: those just
-//!    flipped plus any that already were (a pass that died after step 2);
-//! 4. drops the entries whose runs finished, vanished or are running (a
+//! 2. holds the runs of jobs whose execution window is closed: their
+//!    scheduled_at / next_retry_at and their entries move to the window's
+//!    next opening (`hold_until`, `reschedule.lua`), so every run of such a
+//!    job (delayed, retried, cron-made or released by its dependencies)
+//!    becomes `queued` only inside the window;
+//! 3. flips the other runs `retrying`/`pending` -> `queued` (`mark_due_queued`);
+//! 4. moves to `ready` the entries whose runs are now `queued`: those just
+//!    flipped plus any that already were (a pass that died after step 3);
+//! 5. drops the entries whose runs finished, vanished or are running (a
 //!    running run is a lease's business, or the reconciler's if it was lost);
-//! 5. sleeps until the next entry is due, between `min_sleep` and `max_sleep`.
+//! 6. sleeps until the next entry is due, between `min_sleep` and `max_sleep`.
 //!
 //! A crash at any point leaves Postgres ahead of Redis, never behind, and the
 //! next pass finishes the job. Several schedulers may run this at once: the
@@ -21,11 +26,12 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use sqlx::PgPool;
-use switchyard_shared::domain::RunStatus;
-use switchyard_shared::queue::Queue;
+use switchyard_shared::domain::{schedule, RunStatus};
+use switchyard_shared::queue::{Entry, Queue};
 use switchyard_shared::shutdown::Shutdown;
-use switchyard_shared::store::runs;
+use switchyard_shared::store::{flow, runs};
 
 use crate::error::{check_batch, check_positive, Error, OptionsError};
 use crate::pace;
@@ -73,6 +79,8 @@ pub struct PromoteReport {
     pub promoted: usize,
     /// Entries dropped because their runs need no dispatch.
     pub dropped: usize,
+    /// Entries held back until their job's execution window opens.
+    pub held: usize,
     /// Time until the first entry left in `scheduled` is due (zero when one
     /// is due already); `None` when `scheduled` is empty.
     pub next_due: Option<Duration>,
@@ -127,6 +135,9 @@ impl Promoter {
         let due = self.queue.due_scheduled(now_ms, self.opts.batch_size).await?;
         let mut report = PromoteReport { due: due.len(), ..PromoteReport::default() };
         let (mut promote, mut drop) = (Vec::new(), Vec::new());
+        let held = self.hold_for_windows(&due, now_ms).await?;
+        report.held = held.len();
+        let due: Vec<Entry> = due.into_iter().filter(|e| !held.contains(&e.run_id)).collect();
         if !due.is_empty() {
             let mut ids: Vec<String> = due.iter().map(|e| e.run_id.clone()).collect();
             ids.sort();
@@ -152,6 +163,44 @@ impl Promoter {
             tracing::debug!(promoted = report.promoted, dropped = report.dropped, "promoted due runs");
         }
         Ok(report)
+    }
+
+    /// Holds the due runs of jobs whose execution window is closed at
+    /// `now_ms` until it opens. Returns the ids of the runs held.
+    async fn hold_for_windows(&self, due: &[Entry], now_ms: i64) -> Result<HashSet<String>, Error> {
+        let mut held = HashSet::new();
+        if due.is_empty() {
+            return Ok(held);
+        }
+        let mut jobs: Vec<String> = due.iter().map(|e| e.job_id.clone()).collect();
+        jobs.sort();
+        jobs.dedup();
+        let windows = flow::windows_of(&self.pool, &jobs).await?;
+        if windows.is_empty() {
+            return Ok(held);
+        }
+        let Some(now) = DateTime::<Utc>::from_timestamp_millis(now_ms) else {
+            return Ok(held);
+        };
+        let mut by_opening: HashMap<DateTime<Utc>, Vec<&Entry>> = HashMap::new();
+        for e in due {
+            let Some((window, tz)) = windows.get(&e.job_id) else { continue };
+            // A window that never opens again cannot be saved; should one
+            // appear anyway, its runs are not held forever.
+            if let Ok(open) = schedule::admit_at(Some(window), tz.as_deref(), now) {
+                if open > now {
+                    by_opening.entry(open).or_default().push(e);
+                }
+            }
+        }
+        for (open, entries) in by_opening {
+            let ids: Vec<String> = entries.iter().map(|e| e.run_id.clone()).collect();
+            let changed: HashSet<String> = flow::hold_until(&self.pool, &ids, open).await?.into_iter().collect();
+            let moved: Vec<Entry> = entries.into_iter().filter(|e| changed.contains(&e.run_id)).cloned().collect();
+            self.queue.reschedule(&moved, open.timestamp_millis()).await?;
+            held.extend(changed);
+        }
+        Ok(held)
     }
 
     /// Runs passes until shutdown. A pass in progress finishes first.

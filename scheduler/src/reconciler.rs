@@ -196,7 +196,9 @@ impl Reconciler {
         let Some(cutoff) = cutoff else {
             return Ok(false);
         };
-        let stale = |r: &Run| r.status == "running" && last_sign_of_life(r) < cutoff;
+        // An accepted async run has no lease by design: the heartbeat sweep
+        // watches it, with the run's own timeout.
+        let stale = |r: &Run| r.status == "running" && r.async_accepted_at.is_none() && last_sign_of_life(r) < cutoff;
         if !stale(run) || self.queue.is_leased(&run.entry()).await? {
             return Ok(false);
         }

@@ -151,6 +151,14 @@ impl Config {
         c.oidc_issuer = get("OIDC_ISSUER");
         c.oidc_audience = get("OIDC_AUDIENCE");
         c.oidc_public_key = get("OIDC_PUBLIC_KEY");
+        let oidc_set = [&c.oidc_issuer, &c.oidc_audience, &c.oidc_public_key].iter().filter(|v| v.is_some()).count();
+        if oidc_set != 0 && oidc_set != 3 {
+            let missing = [("OIDC_ISSUER", &c.oidc_issuer), ("OIDC_AUDIENCE", &c.oidc_audience), ("OIDC_PUBLIC_KEY", &c.oidc_public_key)]
+                .into_iter()
+                .find(|(_, v)| v.is_none())
+                .map_or("OIDC_ISSUER", |(k, _)| k);
+            return Err(err(missing, "OIDC needs OIDC_ISSUER, OIDC_AUDIENCE and OIDC_PUBLIC_KEY together"));
+        }
         c.rate_limit_global_per_min = parse_num(&get, "RATE_LIMIT_GLOBAL_PER_MIN", c.rate_limit_global_per_min)?;
         c.rate_limit_trigger_per_min = parse_num(&get, "RATE_LIMIT_TRIGGER_PER_MIN", c.rate_limit_trigger_per_min)?;
         c.rate_limit_bulk_per_min = parse_num(&get, "RATE_LIMIT_BULK_PER_MIN", c.rate_limit_bulk_per_min)?;
@@ -253,6 +261,14 @@ mod tests {
             assert_eq!(e.var, var);
             assert!(e.to_string().contains(var));
         }
+    }
+
+    #[test]
+    fn oidc_needs_all_three_settings() {
+        let e = load(&[("OIDC_ISSUER", "https://issuer.example"), ("OIDC_PUBLIC_KEY", "/keys/oidc.pem")]).unwrap_err();
+        assert_eq!(e.var, "OIDC_AUDIENCE");
+        let c = load(&[("OIDC_ISSUER", "i"), ("OIDC_AUDIENCE", "a"), ("OIDC_PUBLIC_KEY", "k")]).unwrap();
+        assert_eq!(c.oidc_audience.as_deref(), Some("a"));
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! - [`db`]: the Postgres pool, database creation and the migrator.
 //! - [`store`]: the SQL that reads and writes runs and jobs, shared by api, worker and scheduler.
 //! - [`queue`]: the Redis side of a run's life (keys, Lua scripts, wake-ups).
+//! - [`secrets`]: encryption of job secrets at rest (`SECRETS_KEY`).
 //! - [`telemetry`]: tracing setup and the Prometheus metrics of SPEC §4.8.
 //! - [`shutdown`]: the shutdown signal passed down to every task.
 
@@ -14,6 +15,7 @@ pub mod db;
 pub mod domain;
 pub mod ids;
 pub mod queue;
+pub mod secrets;
 pub mod shutdown;
 pub mod store;
 pub mod telemetry;

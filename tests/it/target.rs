@@ -3,7 +3,7 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use poem::listener::{Acceptor, Listener, TcpListener};
 use poem::web::Data;
@@ -51,6 +51,15 @@ struct Inner {
     default: Mutex<Option<Reply>>,
     in_flight: AtomicUsize,
     max_in_flight: AtomicUsize,
+    spans: Mutex<Vec<Span>>,
+}
+
+/// When one request arrived and when its answer was sent, with its body.
+#[derive(Clone, Debug)]
+pub struct Span {
+    pub body: Value,
+    pub start: Instant,
+    pub end: Instant,
 }
 
 #[derive(Clone)]
@@ -61,6 +70,7 @@ pub struct Target {
 
 #[handler]
 async fn hook(req: &Request, body: String, Data(inner): Data<&Arc<Inner>>) -> Response {
+    let start = Instant::now();
     let now = inner.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
     inner.max_in_flight.fetch_max(now, Ordering::SeqCst);
     let rec = Recorded {
@@ -73,6 +83,7 @@ async fn hook(req: &Request, body: String, Data(inner): Data<&Arc<Inner>>) -> Re
         body: serde_json::from_str(&body).unwrap_or(Value::Null),
         raw: body,
     };
+    let span_body = rec.body.clone();
     inner.requests.lock().unwrap().push(rec);
     let reply = inner
         .script
@@ -84,6 +95,7 @@ async fn hook(req: &Request, body: String, Data(inner): Data<&Arc<Inner>>) -> Re
     if !reply.delay.is_zero() {
         tokio::time::sleep(reply.delay).await;
     }
+    inner.spans.lock().unwrap().push(Span { body: span_body, start, end: Instant::now() });
     inner.in_flight.fetch_sub(1, Ordering::SeqCst);
     let mut b = Response::builder()
         .status(poem::http::StatusCode::from_u16(reply.status).unwrap())
@@ -119,6 +131,11 @@ impl Target {
 
     pub fn count(&self) -> usize {
         self.inner.requests.lock().unwrap().len()
+    }
+
+    /// Every answered request, in the order the answers were sent.
+    pub fn spans(&self) -> Vec<Span> {
+        self.inner.spans.lock().unwrap().clone()
     }
 
     pub fn max_in_flight(&self) -> usize {

@@ -18,7 +18,6 @@ use std::time::Duration;
 
 use chrono::Utc;
 use serde_json::{json, Value};
-use switchyard_shared::domain::job::MAX_TIMEOUT_SECS;
 use switchyard_shared::domain::{JobSpec, RetryPolicy, RetryStrategy};
 use switchyard_shared::queue::Entry;
 use switchyard_shared::store::{self, Outcome, Run};
@@ -32,7 +31,6 @@ use crate::record::{self, with_db_retry};
 use crate::signing;
 use crate::token::RunClaims;
 use crate::trace::ExecutionTrace;
-use crate::webhook::{Delivery, Payload};
 use crate::worker::Inner;
 
 /// Runs one entry to the end. `key` is its slot in the in-flight registry,
@@ -89,8 +87,22 @@ async fn handle(w: &Inner, entry: &Entry, key: u64, dequeue: Duration) {
         Decision::StaysRunning => {
             // Async mode: the target took the run and finishes it over the
             // SDK (complete/fail), which records the outcome then. The lease
-            // is released now; heartbeats, not the lease, keep the run alive.
-            record::ack(&w.queue, entry, None).await;
+            // is released now, and with it the concurrency slot: from here
+            // heartbeats, not the lease, keep the run alive (the scheduler's
+            // heartbeat sweep times it out when they stop).
+            let trace = trace.with_http(attempted.timing).finished(run.created_at, now).to_json();
+            let marked = with_db_retry("recording an async acceptance", || {
+                store::settle::mark_async_accepted(&w.pool, &run.id, run.dispatch_token, &trace)
+            })
+            .await;
+            match &marked {
+                Ok(true) => {}
+                Ok(false) => tracing::info!(run_id = %run.id, "async acceptance not recorded: the run moved on meanwhile"),
+                Err(e) => tracing::error!(run_id = %run.id, error = %e, "could not record the async acceptance"),
+            }
+            if matches!(marked, Ok(true)) || still_ours(w, &run).await {
+                record::ack(&w.queue, entry, None).await;
+            }
             return;
         }
         Decision::Record(rec) => rec,
@@ -158,7 +170,22 @@ async fn call_target(w: &Inner, run: &Run, spec: &JobSpec) -> Option<Attempted> 
             return None;
         }
     };
-    let body = request_body(run);
+    let extras = match with_db_retry("loading the checkpoint and secrets", || {
+        store::records::dispatch_extras(&w.pool, &run.id, &run.job_id)
+    })
+    .await
+    {
+        Ok(x) => x,
+        Err(e) => {
+            tracing::error!(run_id = %run.id, error = %e, "cannot load the dispatch extras; handing the run back");
+            return None;
+        }
+    };
+    let secrets = match open_secrets(w, &run.job_id, &extras.secrets) {
+        Ok(s) => s,
+        Err(why) => return Some(Attempted::without_call(Verdict::permanent(ErrorClass::SecretsUnavailable, why))),
+    };
+    let body = request_body(run, extras.checkpoint.as_ref(), secrets.as_ref());
     let headers = request_headers(run, spec, token, &body);
     let req = DispatchRequest {
         endpoint_url: &spec.endpoint_url,
@@ -172,50 +199,47 @@ async fn call_target(w: &Inner, run: &Run, spec: &JobSpec) -> Option<Attempted> 
     Some(Attempted { verdict: d.verdict, endpoint_url: d.endpoint_url, status_code: d.status_code, timing: d.timing })
 }
 
+/// The job's secrets in plaintext, `None` when it has none. An error (no
+/// key, or one that does not open them) is the run's failure message.
+fn open_secrets(
+    w: &Inner,
+    job_id: &str,
+    stored: &[store::records::StoredSecret],
+) -> Result<Option<serde_json::Map<String, Value>>, String> {
+    if stored.is_empty() {
+        return Ok(None);
+    }
+    let Some(key) = &w.secrets else {
+        return Err("the job has secrets but this worker has no SECRETS_KEY to decrypt them".into());
+    };
+    let mut out = serde_json::Map::new();
+    for s in stored {
+        match key.decrypt(job_id, &s.name, &s.nonce, &s.ciphertext) {
+            Ok(v) => {
+                out.insert(s.name.clone(), Value::String(v));
+            }
+            Err(e) => return Err(format!("job secret {:?}: {e}", s.name)),
+        }
+    }
+    Ok(Some(out))
+}
+
 /// Starts the terminal webhook of SPEC §6.1 when the job has one.
 fn notify(w: &Inner, spec: &JobSpec, run: &Run, outcome: Outcome) {
-    let Some(url) = spec.webhook_url.as_deref().filter(|u| !u.is_empty()) else {
-        return;
-    };
-    let payload = Payload {
-        run_id: run.id.clone(),
-        job_id: run.job_id.clone(),
-        project_id: run.project_id.clone(),
-        status: outcome.status.as_str().to_string(),
-        attempt: run.attempt,
-        result: outcome.result,
-        error: outcome.error,
-        timestamp: String::new(),
+    if let Some(d) = crate::webhook::terminal_delivery(spec, run, &outcome, Utc::now()) {
+        w.spawn_webhook(d);
     }
-    .at(Utc::now());
-    let secret = spec.webhook_secret.clone().filter(|s| !s.is_empty());
-    w.spawn_webhook(Delivery { url: url.to_string(), secret, payload });
 }
 
 /// The run's own timeout when it sets one, else the job's.
 pub fn timeout_for(spec: &JobSpec, run: &Run) -> Duration {
-    match run.timeout_secs_override {
-        Some(s) if s > 0 => Duration::from_secs((s as i64).min(MAX_TIMEOUT_SECS) as u64),
-        _ => spec.timeout(),
-    }
+    store::settle::attempt_timeout(spec, run)
 }
 
-/// The job's retry policy with the run's overrides applied.
+/// The job's retry policy with the run's overrides applied (the same rule
+/// the SDK's `fail` and the heartbeat sweep use).
 pub fn policy_for(spec: &JobSpec, run: &Run) -> RetryPolicy {
-    let mut p = spec.retry_policy();
-    if let Some(n) = run.max_attempts_override.filter(|n| *n > 0) {
-        p.max_attempts = n.min(switchyard_shared::domain::job::MAX_ATTEMPTS_LIMIT as i32) as u32;
-    }
-    if let Some(s) = run.retry_backoff.as_deref().and_then(|s| s.parse::<RetryStrategy>().ok()) {
-        p.strategy = s;
-    }
-    if let Some(d) = run.retry_initial_delay_secs.filter(|d| *d >= 0) {
-        p.initial_delay = Duration::from_secs(d as u64);
-    }
-    if let Some(d) = run.retry_max_delay_secs.filter(|d| *d >= 0) {
-        p.max_delay = Duration::from_secs(d as u64);
-    }
-    p
+    store::settle::retry_policy(spec, run)
 }
 
 fn no_retry() -> RetryPolicy {
@@ -228,20 +252,27 @@ fn no_retry() -> RetryPolicy {
     }
 }
 
-/// The dispatch body of DECISIONS §4. `checkpoint` is always null until
-/// checkpoints are stored.
-pub fn request_body(run: &Run) -> Vec<u8> {
-    json!({
+/// The dispatch body of DECISIONS §4: `checkpoint` is the data of the
+/// run's latest checkpoint (saved by any earlier attempt) or null. Extension:
+/// `secrets`, {name: value}, only when the job has secrets.
+pub fn request_body(
+    run: &Run,
+    checkpoint: Option<&Value>,
+    secrets: Option<&serde_json::Map<String, Value>>,
+) -> Vec<u8> {
+    let mut body = json!({
         "run_id": run.id,
         "job_id": run.job_id,
         "project_id": run.project_id,
         "attempt": run.attempt,
         "payload": run.payload.as_ref().map(|p| p.0.clone()).unwrap_or(Value::Null),
         "metadata": run.metadata.0,
-        "checkpoint": Value::Null,
-    })
-    .to_string()
-    .into_bytes()
+        "checkpoint": checkpoint.cloned().unwrap_or(Value::Null),
+    });
+    if let (Some(s), Some(b)) = (secrets, body.as_object_mut()) {
+        b.insert("secrets".into(), Value::Object(s.clone()));
+    }
+    body.to_string().into_bytes()
 }
 
 pub fn request_headers(run: &Run, spec: &JobSpec, token: String, body: &[u8]) -> Vec<(&'static str, String)> {
@@ -317,6 +348,11 @@ pub(crate) mod tests {
             next_retry_at: None,
             execution_trace: None,
             dispatch_token: 7,
+            resource_class: None,
+            progress: None,
+            progress_message: None,
+            async_accepted_at: None,
+            awaiting_dependencies: false,
             created_at: now,
             updated_at: now,
         }
@@ -342,13 +378,19 @@ pub(crate) mod tests {
     #[test]
     fn body_and_headers_follow_the_protocol() {
         let run = sample_run();
-        let body = request_body(&run);
+        let body = request_body(&run, None, None);
         let v: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(
             v,
             json!({"run_id": "run_1", "job_id": "job_1", "project_id": "prj_1", "attempt": 2,
                    "payload": {"n": 1}, "metadata": {"team": "a"}, "checkpoint": null})
         );
+        let mut secrets = serde_json::Map::new();
+        secrets.insert("API_TOKEN".into(), json!("t0k"));
+        let with = request_body(&run, Some(&json!({"step": 3})), Some(&secrets));
+        let v: Value = serde_json::from_slice(&with).unwrap();
+        assert_eq!(v["checkpoint"], json!({"step": 3}));
+        assert_eq!(v["secrets"], json!({"API_TOKEN": "t0k"}));
         let mut spec = JobSpec::with_endpoint("http://x");
         let names = |h: &[(&'static str, String)]| h.iter().map(|(n, _)| *n).collect::<Vec<_>>();
         let h = request_headers(&run, &spec, "tok".into(), &body);

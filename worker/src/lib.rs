@@ -58,6 +58,9 @@ pub struct WorkerOptions {
     pub jwt_key: Secret,
     /// Refuse targets that resolve to loopback, private or link-local addresses.
     pub deny_private: bool,
+    /// Decrypts job secrets for the dispatch body (`SECRETS_KEY`). Without
+    /// it, a run of a job that has secrets fails with `secrets_unavailable`.
+    pub secrets_key: Option<Secret>,
 }
 
 impl WorkerOptions {
@@ -72,6 +75,7 @@ impl WorkerOptions {
             shutdown_grace: c.shutdown_grace,
             jwt_key,
             deny_private: c.target_deny_private,
+            secrets_key: c.secrets_key.clone(),
         })
     }
 }
@@ -88,6 +92,9 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
     let redis = queue::pool(&config.redis_url, redis_conns).context("redis pool")?;
     let queue = Queue::new(redis, &config.redis_key_prefix);
     tracing::info!(concurrency = opts.concurrency, lease_ms = opts.lease.as_millis() as u64, "worker starting");
+    if opts.secrets_key.is_none() {
+        tracing::warn!("SECRETS_KEY is not set: runs of jobs that have secrets will fail with secrets_unavailable");
+    }
     let worker = Worker::new(pool.clone(), queue, opts)?;
     let res = worker.run(shutdown).await;
     pool.close().await;

@@ -33,6 +33,9 @@ pub enum ErrorClass {
     TargetDenied,
     /// A 2xx whose body is larger than a run result may be.
     ResponseTooLarge,
+    /// The job has secrets this worker cannot decrypt (no `SECRETS_KEY`, or
+    /// a different one): the run is not dispatched without them.
+    SecretsUnavailable,
 }
 
 impl ErrorClass {
@@ -48,6 +51,7 @@ impl ErrorClass {
             ErrorClass::JobMissing => "job_missing",
             ErrorClass::TargetDenied => "target_denied",
             ErrorClass::ResponseTooLarge => "response_too_large",
+            ErrorClass::SecretsUnavailable => "secrets_unavailable",
         }
     }
 }

@@ -11,6 +11,8 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use reqwest::header::CONTENT_TYPE;
 use serde::Serialize;
 use serde_json::Value;
+use switchyard_shared::domain::JobSpec;
+use switchyard_shared::store::{Outcome, Run};
 use switchyard_shared::telemetry::WEBHOOK_RETRY_ATTEMPTS;
 
 use crate::client::{Http, TargetError};
@@ -46,6 +48,26 @@ pub struct Delivery {
     pub url: String,
     pub secret: Option<String>,
     pub payload: Payload,
+}
+
+/// The terminal webhook of `run` after `outcome`, when its job has a
+/// webhook_url. Also used by the api and the scheduler for runs that end
+/// without a worker (finished over the SDK, heartbeats stopped).
+pub fn terminal_delivery(spec: &JobSpec, run: &Run, outcome: &Outcome, now: DateTime<Utc>) -> Option<Delivery> {
+    let url = spec.webhook_url.as_deref().filter(|u| !u.is_empty())?;
+    let payload = Payload {
+        run_id: run.id.clone(),
+        job_id: run.job_id.clone(),
+        project_id: run.project_id.clone(),
+        status: outcome.status.as_str().to_string(),
+        attempt: run.attempt,
+        result: outcome.result.clone(),
+        error: outcome.error.clone(),
+        timestamp: String::new(),
+    }
+    .at(now);
+    let secret = spec.webhook_secret.clone().filter(|s| !s.is_empty());
+    Some(Delivery { url: url.to_string(), secret, payload })
 }
 
 /// How one attempt went.

@@ -57,6 +57,7 @@ pub(crate) struct Inner {
     pub(crate) http: Http,
     pub(crate) signer: TokenSigner,
     pub(crate) specs: SpecCache,
+    pub(crate) secrets: Option<switchyard_shared::secrets::SecretsKey>,
     pub(crate) inflight: InFlight,
     webhooks: Mutex<JoinSet<()>>,
 }
@@ -91,6 +92,7 @@ impl Worker {
         }
         let http = Http::new(opts.concurrency, opts.deny_private)?;
         let signer = TokenSigner::new(opts.jwt_key.expose().as_bytes());
+        let secrets = opts.secrets_key.as_ref().map(switchyard_shared::secrets::SecretsKey::from_secret);
         Ok(Worker {
             inner: Arc::new(Inner {
                 pool,
@@ -99,6 +101,7 @@ impl Worker {
                 http,
                 signer,
                 specs: SpecCache::default(),
+                secrets,
                 inflight: InFlight::default(),
                 webhooks: Mutex::new(JoinSet::new()),
             }),

@@ -13,6 +13,8 @@ use switchyard_shared::store::{self, JobRecord};
 
 use super::jobs::{check_name, check_slug, job_view, patch, sync_limits, Job};
 use super::{check_id, project_of, visible, Tag};
+use crate::audit::{self, Change};
+use crate::auth::policy::{self, Resource};
 use crate::auth::Auth;
 use crate::error::{ApiError, ApiResult};
 use crate::pagination;
@@ -91,9 +93,27 @@ async fn load(state: &AppState, auth: &Auth, id: &str) -> ApiResult<JobGroup> {
         .fetch_optional(&state.pool)
         .await?;
     match g {
-        Some(g) if visible(&auth.0, &g.project_id) => Ok(g),
+        Some(g) if visible(&auth.0, &g.project_id) => {
+            let no_tags = Default::default();
+            policy::check(state, &auth.0, &g.project_id, Resource { kind: "job_group", id: Some(&g.id), tags: &no_tags })
+                .await?;
+            Ok(g)
+        }
         _ => Err(ApiError::not_found("job group", id)),
     }
+}
+
+/// Records a change of a group in the audit trail.
+async fn audit_group(state: &AppState, auth: &Auth, g: &JobGroup, action: &str) -> ApiResult<()> {
+    audit::record(&state.pool, &auth.0, Change {
+        project_id: &g.project_id,
+        action,
+        resource_type: "job_group",
+        resource_id: &g.id,
+        details: serde_json::json!({"name": g.name, "slug": g.slug}),
+    })
+    .await?;
+    Ok(())
 }
 
 fn check_description(d: Option<&String>, errors: &mut Vec<crate::error::ErrorDetail>) {
@@ -110,15 +130,15 @@ fn check_description(d: Option<&String>, errors: &mut Vec<crate::error::ErrorDet
 
 /// Sets `paused` on every live job of the group and pushes it to Redis.
 async fn set_paused(state: &AppState, group_id: &str, paused: bool) -> ApiResult<()> {
-    let jobs: Vec<(String, sqlx::types::Json<JobSpec>)> = sqlx::query_as(
-        "UPDATE jobs SET paused = $2 WHERE group_id = $1 AND deleted_at IS NULL RETURNING id, spec",
+    let jobs: Vec<(String, String, sqlx::types::Json<JobSpec>)> = sqlx::query_as(
+        "UPDATE jobs SET paused = $2 WHERE group_id = $1 AND deleted_at IS NULL RETURNING id, project_id, spec",
     )
     .bind(group_id)
     .bind(paused)
     .fetch_all(&state.pool)
     .await?;
-    for (id, spec) in jobs {
-        sync_limits(state, &id, &spec.0, paused).await;
+    for (id, project_id, spec) in jobs {
+        sync_limits(state, &id, &project_id, &spec.0, paused).await;
     }
     Ok(())
 }
@@ -180,6 +200,7 @@ impl GroupsApi {
         .bind(&b.description)
         .fetch_one(&state.pool)
         .await?;
+        audit_group(&state, &auth, &g, "job_group.created").await?;
         Ok(CreatedGroup::Created(Json(g)))
     }
 
@@ -219,6 +240,7 @@ impl GroupsApi {
         .bind(&description)
         .fetch_one(&state.pool)
         .await?;
+        audit_group(&state, &auth, &g, "job_group.updated").await?;
         Ok(Json(g))
     }
 
@@ -227,6 +249,7 @@ impl GroupsApi {
     async fn delete(&self, state: Data<&AppState>, auth: Auth, group_id: Path<String>) -> ApiResult<Empty> {
         let g = load(&state, &auth, &group_id).await?;
         sqlx::query("DELETE FROM job_groups WHERE id = $1").bind(&g.id).execute(&state.pool).await?;
+        audit_group(&state, &auth, &g, "job_group.deleted").await?;
         Ok(Empty::NoContent)
     }
 
@@ -263,6 +286,7 @@ impl GroupsApi {
     async fn pause_all(&self, state: Data<&AppState>, auth: Auth, group_id: Path<String>) -> ApiResult<Empty> {
         let g = load(&state, &auth, &group_id).await?;
         set_paused(&state, &g.id, true).await?;
+        audit_group(&state, &auth, &g, "job_group.paused").await?;
         Ok(Empty::NoContent)
     }
 
@@ -272,6 +296,7 @@ impl GroupsApi {
     async fn resume_all(&self, state: Data<&AppState>, auth: Auth, group_id: Path<String>) -> ApiResult<Empty> {
         let g = load(&state, &auth, &group_id).await?;
         set_paused(&state, &g.id, false).await?;
+        audit_group(&state, &auth, &g, "job_group.resumed").await?;
         Ok(Empty::NoContent)
     }
 

@@ -15,6 +15,8 @@ use switchyard_shared::store::{self, JobRecord};
 
 use super::runs::{self as run_routes, JobRun};
 use super::{check_id, project_of, visible, Tag};
+use crate::audit::{self, Change};
+use crate::auth::policy::{self, Resource};
 use crate::auth::Auth;
 use crate::error::{ApiError, ApiResult, ErrorDetail};
 use crate::pagination::{self, Page};
@@ -22,12 +24,17 @@ use crate::state::AppState;
 
 pub struct JobsApi;
 
-/// A named rate limit shared by every job of the project that names it.
+/// A named rate limit shared by every job of the project that names it:
+/// one dispatch log per (project, name), and each job admits a dispatch
+/// while that log holds fewer than its own `max` entries in its own
+/// `window_secs`. Give every job the same numbers for a name.
 #[derive(Object, Clone)]
 #[oai(deny_unknown_fields)]
 pub struct RateLimitKeyBody {
+    /// 1 to 128 letters, digits, `_`, `-`, `.` or `:`.
     pub name: String,
     pub max: i64,
+    /// 1 to 86400.
     pub window_secs: i64,
 }
 
@@ -158,25 +165,39 @@ pub struct CreateJob {
     pub endpoint_url: String,
     /// Tried, within the same attempt, when endpoint_url refuses the connection.
     pub fallback_endpoint_url: Option<String>,
-    /// 5 fields, or 6 with seconds first.
+    /// 5 fields, or 6 with seconds first: fires a run (triggered_by `cron`)
+    /// on every tick, once however many schedulers run. See the API
+    /// description for missed ticks and daylight-saving changes.
     pub cron: Option<String>,
-    /// IANA zone of cron (default UTC).
+    /// IANA zone of cron and execution_window_cron (default UTC).
     pub timezone: Option<String>,
+    /// Runs (of any origin) become due only in the minutes this expression
+    /// matches; outside it they wait as `pending`.
     pub execution_window_cron: Option<String>,
-    /// JSON Schema every trigger payload must satisfy.
+    /// JSON Schema every trigger payload must satisfy (422 otherwise); must
+    /// itself be a valid schema, without remote `$ref`s.
     pub payload_schema: Option<Value>,
     pub tags: Option<HashMap<String, String>>,
     /// Default 3.
     pub max_attempts: Option<i64>,
     /// Default 30.
     pub timeout_secs: Option<i64>,
+    /// Runs of the job in flight at once (0: no cap).
     pub max_concurrency: Option<i64>,
+    /// Runs in flight at once per concurrency_key (0: no cap).
     pub max_concurrency_per_key: Option<i64>,
+    /// At most this many dispatches in any window of rate_limit_window_secs;
+    /// limited runs wait, they are never dropped.
     pub rate_limit_max: Option<i64>,
+    /// 1 to 86400; set together with rate_limit_max.
     pub rate_limit_window_secs: Option<i64>,
+    /// Named limits shared by every job of the project naming them.
     pub rate_limit_keys: Option<Vec<RateLimitKeyBody>>,
     pub default_run_metadata: Option<HashMap<String, String>>,
+    /// A trigger whose payload equals that of a run of the job created in
+    /// the last this-many seconds returns that run (200) instead.
     pub dedup_window_secs: Option<i64>,
+    /// A run not started this many seconds after it was due becomes `expired`.
     pub run_ttl_secs: Option<i64>,
     /// Default true.
     pub enabled: Option<bool>,
@@ -270,7 +291,8 @@ pub enum Triggered {
     /// A new run.
     #[oai(status = 201)]
     Created(Json<JobRun>),
-    /// The idempotency key matched an earlier run, which is returned; nothing was created.
+    /// The idempotency key, or (within the job's dedup_window_secs) the
+    /// payload, matched an earlier run, which is returned; nothing was created.
     #[oai(status = 200)]
     Existing(Json<JobRun>),
 }
@@ -327,11 +349,16 @@ pub fn check_name(name: &str, errors: &mut Vec<ErrorDetail>) {
     }
 }
 
-/// The job, if it exists and the caller may see it.
+/// The job, if it exists and the caller may see it (404 otherwise), and
+/// the project's resource policies let the caller act on it (403 otherwise).
 pub async fn load_visible(state: &AppState, auth: &Auth, id: &str) -> ApiResult<JobRecord> {
     check_id("job", id)?;
     match store::jobs::get(&state.pool, id).await? {
-        Some(j) if visible(&auth.0, &j.project_id) => Ok(j),
+        Some(j) if visible(&auth.0, &j.project_id) => {
+            let r = Resource { kind: "job", id: Some(&j.id), tags: &j.spec.0.tags };
+            policy::check(state, &auth.0, &j.project_id, r).await?;
+            Ok(j)
+        }
         _ => Err(ApiError::not_found("job", id)),
     }
 }
@@ -355,8 +382,8 @@ async fn check_group(state: &AppState, project_id: &str, group_id: &str) -> ApiR
 
 /// Pushes a job's caps and pause state to Redis. A Redis outage is logged,
 /// not failed: the reconciler pushes every job's limits again.
-pub async fn sync_limits(state: &AppState, job_id: &str, spec: &JobSpec, paused: bool) {
-    if let Err(e) = state.queue.set_limits(job_id, spec.limits_field(paused).as_deref()).await {
+pub async fn sync_limits(state: &AppState, job_id: &str, project_id: &str, spec: &JobSpec, paused: bool) {
+    if let Err(e) = state.queue.set_limits(job_id, spec.limits_field(project_id, paused).as_deref()).await {
         tracing::warn!(job_id, error = %e, "could not push job limits to redis; the reconciler will");
     }
 }
@@ -419,6 +446,11 @@ impl JobsApi {
         if let Some(g) = &b.group_id {
             check_group(&state, &project_id, g).await?;
         }
+        if let Some(env) = &spec.environment_id {
+            super::environments::check_job_environment(&state.pool, &project_id, env).await?;
+        }
+        policy::enforce_tags(&state.pool, &project_id, "job", &spec.tags).await?;
+        policy::check(&state, &auth.0, &project_id, Resource { kind: "job", id: None, tags: &spec.tags }).await?;
         let id = switchyard_shared::ids::job_id();
         let version_id = switchyard_shared::ids::job_version_id();
         let enabled = b.enabled.unwrap_or(true);
@@ -452,8 +484,16 @@ impl JobsApi {
             .bind(&actor)
             .execute(&mut *tx)
             .await?;
+        audit::record(&mut *tx, &auth.0, Change {
+            project_id: &project_id,
+            action: "job.created",
+            resource_type: "job",
+            resource_id: &id,
+            details: serde_json::json!({"name": rec.name, "slug": rec.slug, "version": rec.version}),
+        })
+        .await?;
         tx.commit().await?;
-        sync_limits(&state, &id, &spec, false).await;
+        sync_limits(&state, &id, &project_id, &spec, false).await;
         Ok(CreatedJob::Created(Json(job_view(rec))))
     }
 
@@ -546,6 +586,12 @@ impl JobsApi {
                 check_group(&state, &cur.project_id, g).await?;
             }
         }
+        if let Some(env) = &s.environment_id {
+            if cur.spec.0.environment_id.as_ref() != Some(env) {
+                super::environments::check_job_environment(&state.pool, &cur.project_id, env).await?;
+            }
+        }
+        policy::enforce_tags(&state.pool, &cur.project_id, "job", &s.tags).await?;
         let enabled = b.enabled.unwrap_or(cur.enabled);
         let version_id = switchyard_shared::ids::job_version_id();
         let actor = auth.0.actor();
@@ -581,8 +627,16 @@ impl JobsApi {
             .bind(&actor)
             .execute(&mut *tx)
             .await?;
+        audit::record(&mut *tx, &auth.0, Change {
+            project_id: &rec.project_id,
+            action: "job.updated",
+            resource_type: "job",
+            resource_id: &rec.id,
+            details: serde_json::json!({"version": rec.version, "version_id": rec.version_id}),
+        })
+        .await?;
         tx.commit().await?;
-        sync_limits(&state, &rec.id, &s, rec.paused).await;
+        sync_limits(&state, &rec.id, &rec.project_id, &s, rec.paused).await;
         Ok(Json(job_view(rec)))
     }
 
@@ -612,6 +666,14 @@ impl JobsApi {
         ))
         .bind(&cur.id)
         .fetch_all(&mut *tx)
+        .await?;
+        audit::record(&mut *tx, &auth.0, Change {
+            project_id: &cur.project_id,
+            action: "job.deleted",
+            resource_type: "job",
+            resource_id: &cur.id,
+            details: serde_json::json!({"name": cur.name, "cancelled_runs": cancelled.len()}),
+        })
         .await?;
         tx.commit().await?;
         for r in &cancelled {

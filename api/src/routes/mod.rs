@@ -1,10 +1,22 @@
 //! One `#[OpenApi]` struct per resource, combined in `crate::api_service`.
 
+pub mod api_keys;
+pub mod audit;
+pub mod bulk;
+pub mod environments;
 pub mod groups;
 pub mod jobs;
+pub mod members;
 pub mod platform;
+pub mod policies;
 pub mod projects;
+pub mod roles;
+pub mod run_ops;
+pub mod run_records;
 pub mod runs;
+pub mod sdk;
+pub mod sdk_runs;
+pub mod secrets;
 
 use poem_openapi::Tags;
 
@@ -23,6 +35,22 @@ pub enum Tag {
     Jobs,
     /// Job runs: one execution of a job, with its attempts.
     Runs,
+    /// API keys: project credentials limited by scopes.
+    ApiKeys,
+    /// Roles: named sets of scopes for members.
+    Roles,
+    /// Members: users (OIDC subjects) holding a role in a project.
+    Members,
+    /// Resource and tag policies.
+    Policies,
+    /// The audit trail of every change.
+    Audit,
+    /// Called by job targets with their run token.
+    Sdk,
+    /// Many runs at once: bulk trigger, cancel and replay, and batches.
+    Bulk,
+    /// Deployment environments of a project, named by jobs.
+    Environments,
 }
 
 /// The project a project-scoped call acts in: the credential's own project,
@@ -57,4 +85,42 @@ pub fn check_id(what: &str, id: &str) -> ApiResult<()> {
     } else {
         Err(ApiError::not_found(what, id))
     }
+}
+
+/// The access-control operations (SPEC §4.7) and the SDK, as one member of
+/// the service's tuple.
+pub type AccessApis = (
+    api_keys::ApiKeysApi,
+    roles::RolesApi,
+    members::MembersApi,
+    policies::PoliciesApi,
+    audit::AuditApi,
+    sdk::SdkApi,
+);
+
+pub fn access_apis() -> AccessApis {
+    (api_keys::ApiKeysApi, roles::RolesApi, members::MembersApi, policies::PoliciesApi, audit::AuditApi, sdk::SdkApi)
+}
+
+/// Bulk operations, run records and actions, the SDK's run records,
+/// environments and job secrets (issue 4, second half), as one member of
+/// the service's tuple.
+pub type RecordApis = (
+    bulk::BulkApi,
+    run_ops::RunOpsApi,
+    run_records::RunRecordsApi,
+    sdk_runs::SdkRunsApi,
+    environments::EnvironmentsApi,
+    secrets::SecretsApi,
+);
+
+pub fn record_apis() -> RecordApis {
+    (
+        bulk::BulkApi,
+        run_ops::RunOpsApi,
+        run_records::RunRecordsApi,
+        sdk_runs::SdkRunsApi,
+        environments::EnvironmentsApi,
+        secrets::SecretsApi,
+    )
 }

@@ -8,8 +8,9 @@ use poem_openapi::param::{Path, Query};
 use poem_openapi::payload::Json;
 use poem_openapi::{Object, OpenApi};
 use serde_json::{Map, Value};
-use switchyard_shared::domain::{ExecutionMode, RetryStrategy, RunStatus};
+use switchyard_shared::domain::{payload_schema, schedule, ExecutionMode, RetryStrategy, RunStatus};
 use switchyard_shared::queue::{MAX_PRIORITY, MIN_PRIORITY};
+use switchyard_shared::store::flow::{self, CreateOptions, MAX_DEPENDENCIES};
 use switchyard_shared::store::{self, JobRecord, NewRun, Run};
 
 use super::{check_id, project_of, visible, Tag};
@@ -103,6 +104,14 @@ pub struct JobRun {
     pub started_at: Option<DateTime<Utc>>,
     #[oai(skip_serializing_if_is_none)]
     pub execution_trace: Option<ExecutionTrace>,
+    /// small, medium or large: the machine preset of the last restart.
+    #[oai(skip_serializing_if_is_none)]
+    pub resource_class: Option<String>,
+    /// The last progress the target reported over the SDK, 0 to 1.
+    #[oai(skip_serializing_if_is_none)]
+    pub progress: Option<f64>,
+    #[oai(skip_serializing_if_is_none)]
+    pub progress_message: Option<String>,
 }
 
 pub fn run_view(r: Run) -> JobRun {
@@ -158,29 +167,58 @@ pub fn run_view(r: Run) -> JobRun {
         scheduled_at: r.scheduled_at,
         started_at: r.started_at,
         execution_trace: trace,
+        resource_class: r.resource_class,
+        progress: r.progress,
+        progress_message: r.progress_message,
     }
+}
+
+/// The answer of `GET /v1/runs/{runID}/dependency-status`.
+#[derive(Object)]
+pub struct DependencyStatus {
+    pub run_id: String,
+    /// Every dependency has completed (true without dependencies).
+    pub unblocked: bool,
+    /// In the order the trigger's `depends_on` named them.
+    pub dependencies: Vec<DependencyState>,
+}
+
+/// One dependency of a run.
+#[derive(Object)]
+pub struct DependencyState {
+    pub run_id: String,
+    /// The dependency's current status.
+    pub status: String,
+    /// It has completed.
+    pub satisfied: bool,
 }
 
 /// Trigger a run (DECISIONS §2). Every field is optional.
 #[derive(Object, Default)]
 #[oai(deny_unknown_fields)]
 pub struct TriggerRequest {
-    /// Sent to the target as `payload`.
+    /// Sent to the target as `payload`. Must satisfy the job's
+    /// `payload_schema`, if it has one (else 422 with one `errors[]` entry
+    /// per violation, located at `body.payload/<json pointer>`).
     pub payload: Option<Value>,
     /// Higher runs first; -1000 to 1000, default 0.
     pub priority: Option<i64>,
-    /// A second trigger with the same key returns the first run (200).
+    /// A second trigger of the job with the same key returns the first run
+    /// (200) and creates nothing.
     pub idempotency_key: Option<String>,
     pub tags: Option<HashMap<String, String>>,
     /// Merged over the job's default_run_metadata.
     pub metadata: Option<HashMap<String, String>>,
     /// Runs sharing a key share the job's max_concurrency_per_key.
     pub concurrency_key: Option<String>,
-    /// Do not start before this time.
+    /// Do not start before this time (the run is `pending` until then).
     pub scheduled_at: Option<DateTime<Utc>>,
     /// Do not start for this many seconds.
     pub delay_secs: Option<i64>,
-    /// Run ids that must complete first.
+    /// Up to 100 run ids of the same project that must complete first: the
+    /// run stays `pending` until all have completed, and fails with
+    /// error_class `dependency_failed` if one ends failed, cancelled,
+    /// timed_out or expired. An unknown id or another project's run is 422.
     pub depends_on: Option<Vec<String>>,
     pub debug_mode: Option<bool>,
     pub max_attempts_override: Option<i64>,
@@ -215,6 +253,41 @@ fn to_i32(errors: &mut Vec<ErrorDetail>, field: &str, v: Option<i64>, min: i64, 
         }
         other => other.map(|n| n as i32),
     }
+}
+
+/// Checks `depends_on`: at most [`MAX_DEPENDENCIES`] ids, each an existing
+/// run of the project (a new run cannot be named, so there are no cycles).
+/// Returns the ids without repeats and whether all have completed already.
+async fn check_dependencies(
+    state: &AppState,
+    errors: &mut Vec<ErrorDetail>,
+    project_id: &str,
+    depends_on: &Option<Vec<String>>,
+) -> ApiResult<(Vec<String>, bool)> {
+    let Some(raw) = depends_on.as_ref().filter(|d| !d.is_empty()) else {
+        return Ok((vec![], true));
+    };
+    if raw.len() > MAX_DEPENDENCIES {
+        detail(errors, "depends_on", format!("at most {MAX_DEPENDENCIES} runs"), raw.len().into());
+        return Ok((vec![], true));
+    }
+    let mut ids: Vec<String> = Vec::with_capacity(raw.len());
+    for id in raw {
+        if !ids.contains(id) {
+            ids.push(id.clone());
+        }
+    }
+    let valid: Vec<String> =
+        ids.iter().filter(|id| switchyard_shared::ids::is_valid_external_id(id)).cloned().collect();
+    let found = flow::runs_brief(&state.pool, &valid).await?;
+    let mut all_completed = true;
+    for (i, id) in raw.iter().enumerate() {
+        match found.get(id) {
+            Some((p, status)) if p == project_id => all_completed &= status == "completed",
+            _ => detail(errors, &format!("depends_on[{i}]"), "no such run in this project", id.clone().into()),
+        }
+    }
+    Ok((ids, all_completed))
 }
 
 /// Validates a trigger, writes the run to Postgres, then enqueues it in
@@ -256,13 +329,10 @@ pub async fn trigger(
     if b.scheduled_at.is_some() && b.delay_secs.is_some() {
         detail(&mut errors, "delay_secs", "give scheduled_at or delay_secs, not both", b.delay_secs.into());
     }
-    if b.depends_on.as_ref().is_some_and(|d| !d.is_empty()) {
-        detail(
-            &mut errors,
-            "depends_on",
-            "run dependencies are not supported by this server yet",
-            serde_json::to_value(&b.depends_on).unwrap_or_default(),
-        );
+    let (depends_on, dependencies_met) = check_dependencies(state, &mut errors, &job.project_id, &b.depends_on).await?;
+    if let Some(schema) = &job.spec.0.payload_schema {
+        let payload = b.payload.clone().unwrap_or(Value::Null);
+        errors.extend(payload_schema::violations(schema, &payload).into_iter().map(ErrorDetail::from));
     }
     for (field, m) in [("tags", &b.tags), ("metadata", &b.metadata)] {
         if let Some(m) = m {
@@ -288,15 +358,16 @@ pub async fn trigger(
         metadata.insert(k, Value::String(v));
     }
     let now = Utc::now();
-    let scheduled_at = b.scheduled_at.or(delay.map(|d| now + chrono::Duration::seconds(d.into())));
-    let due_later = scheduled_at.is_some_and(|t| t > now);
+    let requested = b.scheduled_at.or(delay.map(|d| now + chrono::Duration::seconds(d.into())));
+    let awaiting = !depends_on.is_empty() && !dependencies_met;
+    let admitted = schedule::admission(spec, now, requested, awaiting).map_err(ApiError::conflict)?;
     let new = NewRun {
         id: switchyard_shared::ids::run_id(),
         project_id: job.project_id.clone(),
         job_id: job.id.clone(),
         job_version: job.version,
         job_version_id: job.version_id.clone(),
-        status: if due_later { RunStatus::Pending.as_str() } else { RunStatus::Queued.as_str() },
+        status: admitted.status.as_str(),
         priority,
         triggered_by: triggered_by.into(),
         created_by: who.actor(),
@@ -315,12 +386,21 @@ pub async fn trigger(
         timeout_secs_override,
         metadata: Value::Object(metadata),
         tags: serde_json::to_value(b.tags.unwrap_or_default()).unwrap_or_default(),
-        scheduled_at,
-        expires_at: (spec.run_ttl_secs > 0).then(|| now + chrono::Duration::seconds(spec.run_ttl_secs)),
+        scheduled_at: admitted.scheduled_at,
+        expires_at: admitted.expires_at,
+        awaiting_dependencies: awaiting,
+        ..NewRun::default()
     };
-    let (run, created) = store::runs::insert(&state.pool, &new).await?;
-    if created {
-        let due_ms = if due_later { scheduled_at.map(|t| t.timestamp_millis()).unwrap_or(0) } else { 0 };
+    // A replay asks for a new run of an earlier payload on purpose: the
+    // dedup window does not fold it into the run it repeats.
+    let dedup_window_secs = if triggered_by == "replay" { 0 } else { spec.dedup_window_secs };
+    let opts = CreateOptions { dedup_window_secs, depends_on };
+    let (run, created) = flow::create(&state.pool, new, &opts).await?;
+    if created && !run.awaiting_dependencies {
+        let due_ms = match admitted.status {
+            RunStatus::Pending => admitted.scheduled_at.map_or(0, |t| t.timestamp_millis()),
+            _ => 0,
+        };
         if let Err(e) = state.queue.enqueue(&run.entry(), due_ms, now.timestamp_millis()).await {
             tracing::warn!(run_id = %run.id, error = %e, "enqueue failed; the run is durable and the reconciler will enqueue it");
         }
@@ -328,10 +408,15 @@ pub async fn trigger(
     Ok((run_view(run), created))
 }
 
-async fn load_visible(state: &AppState, auth: &Auth, id: &str) -> ApiResult<Run> {
+pub async fn load_visible(state: &AppState, auth: &Auth, id: &str) -> ApiResult<Run> {
     check_id("run", id)?;
     match store::runs::get(&state.pool, id).await? {
-        Some(r) if visible(&auth.0, &r.project_id) => Ok(r),
+        Some(r) if visible(&auth.0, &r.project_id) => {
+            let tags = crate::auth::policy::tags_of(&r.tags.0);
+            let res = crate::auth::policy::Resource { kind: "run", id: Some(&r.id), tags: &tags };
+            crate::auth::policy::check(state, &auth.0, &r.project_id, res).await?;
+            Ok(r)
+        }
         _ => Err(ApiError::not_found("run", id)),
     }
 }
@@ -395,8 +480,34 @@ impl RunsApi {
         Ok(Json(run_view(load_visible(&state, &auth, &run_id).await?)))
     }
 
-    /// Cancel a run that has not finished. A running dispatch is not
-    /// interrupted, but its outcome is discarded. 409 when already finished.
+    /// Whether a run's dependencies (its trigger's `depends_on`) have
+    /// completed. `unblocked` is true when every dependency is `completed`
+    /// (and for a run without dependencies); a dependency that ends
+    /// `failed`, `cancelled`, `timed_out` or `expired` fails the run with
+    /// error_class `dependency_failed`.
+    #[oai(path = "/v1/runs/:run_id/dependency-status", method = "get")]
+    async fn dependency_status(
+        &self,
+        state: Data<&AppState>,
+        auth: Auth,
+        run_id: Path<String>,
+    ) -> ApiResult<Json<DependencyStatus>> {
+        let run = load_visible(&state, &auth, &run_id).await?;
+        let deps = flow::dependencies_of(&state.pool, &run.id).await?;
+        let dependencies: Vec<DependencyState> = deps
+            .into_iter()
+            .map(|(run_id, status)| DependencyState { satisfied: status == "completed", run_id, status })
+            .collect();
+        Ok(Json(DependencyStatus {
+            unblocked: dependencies.iter().all(|d| d.satisfied),
+            run_id: run.id,
+            dependencies,
+        }))
+    }
+
+    /// Cancel a run that has not finished, and its unfinished child runs
+    /// (parent_run_id, recursively). A running dispatch is not interrupted,
+    /// but its outcome is discarded. 409 when already finished.
     #[oai(path = "/v1/runs/:run_id/cancel", method = "post")]
     async fn cancel(&self, state: Data<&AppState>, auth: Auth, run_id: Path<String>) -> ApiResult<Json<JobRun>> {
         let run = load_visible(&state, &auth, &run_id).await?;
@@ -413,6 +524,16 @@ impl RunsApi {
         if let Err(e) = state.queue.remove(&after.entry()).await {
             tracing::warn!(run_id = %after.id, error = %e, "could not remove the cancelled run from redis; a worker will skip it");
         }
+        // Its unfinished child runs go with it (DECISIONS §6).
+        super::run_ops::cancel_descendants(&state, std::slice::from_ref(&after.id), &reason).await?;
+        crate::audit::record(&state.pool, &auth.0, crate::audit::Change {
+            project_id: &after.project_id,
+            action: "run.cancelled",
+            resource_type: "run",
+            resource_id: &after.id,
+            details: serde_json::json!({"job_id": after.job_id, "from_status": run.status}),
+        })
+        .await?;
         Ok(Json(run_view(after)))
     }
 }

@@ -98,22 +98,49 @@ impl JobSpec {
     }
 
     /// The value dequeue.lua reads from the `limits` hash, or `None` when the
-    /// job has no limit at all (and is not paused).
-    pub fn limits_field(&self, paused: bool) -> Option<String> {
+    /// job has no limit at all (and is not paused):
+    /// `max_concurrency|max_per_key|rate_max|rate_window_ms|paused`, then
+    /// `|max|window_ms|n:<project_id>:<name>` for each named rate limit. The
+    /// last part is the bucket the project's jobs share (see lua/README.md);
+    /// neither ids nor names contain `|`.
+    pub fn limits_field(&self, project_id: &str, paused: bool) -> Option<String> {
         let window_ms = self.rate_limit_window_secs.max(0) * 1000;
         let parts = [self.max_concurrency, self.max_concurrency_per_key, self.rate_limit_max, window_ms];
-        if parts.iter().all(|v| *v <= 0) && !paused {
+        let named: Vec<&RateLimitKey> =
+            self.rate_limit_keys.iter().filter(|k| k.max > 0 && k.window_secs > 0).collect();
+        if parts.iter().all(|v| *v <= 0) && !paused && named.is_empty() {
             return None;
         }
-        Some(format!(
+        let mut out = format!(
             "{}|{}|{}|{}|{}",
             parts[0].max(0),
             parts[1].max(0),
             parts[2].max(0),
             parts[3],
             u8::from(paused)
-        ))
+        );
+        for k in named {
+            out.push_str(&format!("|{}|{}|{}", k.max, k.window_secs * 1000, rate_bucket(project_id, &k.name)));
+        }
+        Some(out)
     }
+}
+
+/// Longest rate limit window: the dispatch log of a bucket keeps this much.
+pub const MAX_RATE_WINDOW_SECS: i64 = 86_400;
+
+/// The bucket of a named rate limit: shared by every job of the project
+/// that names it.
+pub fn rate_bucket(project_id: &str, name: &str) -> String {
+    format!("n:{project_id}:{name}")
+}
+
+/// Names of rate limits: they become part of Redis members, so they keep
+/// to a safe alphabet.
+pub fn is_valid_rate_limit_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 128
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':'))
 }
 
 /// A validation failure of one field: where, what, and the offending value.
@@ -130,15 +157,66 @@ impl FieldError {
     }
 }
 
-/// Checks a cron expression of 5 fields, or 6 with seconds first.
+/// Checks a cron expression of 5 fields, or 6 with seconds first. The
+/// day-of-week field is standard cron's: 0 or 7 is Sunday, 1 Monday ... 6
+/// Saturday, or the names SUN..SAT (the `cron` crate numbers Sunday 1, so
+/// numbers are translated). A day-of-month and a day-of-week that are both
+/// restricted must both match.
 pub fn parse_cron(expr: &str) -> Result<cron::Schedule, String> {
-    let fields = expr.split_whitespace().count();
-    let full = match fields {
-        5 => format!("0 {expr}"),
-        6 => expr.to_string(),
-        _ => return Err(format!("expected 5 fields, or 6 with seconds first; got {fields}")),
+    let mut fields: Vec<String> = expr.split_whitespace().map(str::to_string).collect();
+    match fields.len() {
+        5 => fields.insert(0, "0".into()),
+        6 => {}
+        n => return Err(format!("expected 5 fields, or 6 with seconds first; got {n}")),
+    }
+    fields[5] = crate_day_of_week(&fields[5])?;
+    cron::Schedule::from_str(&fields.join(" ")).map_err(|e| e.to_string())
+}
+
+/// A standard cron day-of-week field as the `cron` crate's (Sunday = 1):
+/// the days it names, spelled out as a list.
+fn crate_day_of_week(field: &str) -> Result<String, String> {
+    if field == "*" || field == "?" {
+        return Ok(field.to_string());
+    }
+    const NAMES: [&str; 7] = ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"];
+    let day = |s: &str| -> Result<u32, String> {
+        let up = s.to_ascii_uppercase();
+        if let Some(i) = NAMES.iter().position(|n| *n == up) {
+            return Ok(i as u32);
+        }
+        match s.parse::<u32>() {
+            Ok(n) if n <= 7 => Ok(n),
+            _ => Err(format!("invalid day of week {s:?}: use 0-7 (0 and 7 are Sunday) or SUN-SAT")),
+        }
     };
-    cron::Schedule::from_str(&full).map_err(|e| e.to_string())
+    let mut days = [false; 7];
+    for item in field.split(',') {
+        let (range, step) = match item.split_once('/') {
+            Some((r, s)) => match s.parse::<u32>() {
+                Ok(s) if s > 0 => (r, s),
+                _ => return Err(format!("invalid step in day of week {item:?}")),
+            },
+            None => (item, 1),
+        };
+        let (lo, hi) = match range.split_once('-') {
+            _ if range == "*" => (0, 6),
+            Some((a, b)) => (day(a)?, day(b)?),
+            // `a/s` runs from a to the end of the week.
+            None if item.contains('/') => (day(range)?, 6),
+            None => (day(range)?, day(range)?),
+        };
+        if lo > hi {
+            return Err(format!("invalid day of week range {range:?}"));
+        }
+        let mut d = lo;
+        while d <= hi {
+            days[(d % 7) as usize] = true;
+            d += step;
+        }
+    }
+    let list: Vec<String> = (0..7).filter(|d| days[*d as usize]).map(|d: u32| (d + 1).to_string()).collect();
+    Ok(list.join(","))
 }
 
 pub fn parse_timezone(tz: &str) -> Result<chrono_tz::Tz, String> {
@@ -177,8 +255,14 @@ impl JobSpec {
         }
         for (field, v) in [("cron", &self.cron), ("execution_window_cron", &self.execution_window_cron)] {
             if let Some(v) = v {
-                if let Err(m) = parse_cron(v) {
-                    bad(field, format!("invalid cron expression: {m}"), v.clone().into());
+                match parse_cron(v) {
+                    Err(m) => bad(field, format!("invalid cron expression: {m}"), v.clone().into()),
+                    // An expression that matches no future time (30 February)
+                    // would hold runs forever.
+                    Ok(s) if s.upcoming(chrono::Utc).next().is_none() => {
+                        bad(field, "matches no future time".into(), v.clone().into())
+                    }
+                    Ok(_) => {}
                 }
             }
         }
@@ -214,15 +298,32 @@ impl JobSpec {
                 self.rate_limit_window_secs.into(),
             );
         }
+        if self.rate_limit_window_secs > MAX_RATE_WINDOW_SECS {
+            bad(
+                "rate_limit_window_secs",
+                format!("must be at most {MAX_RATE_WINDOW_SECS}"),
+                self.rate_limit_window_secs.into(),
+            );
+        }
         for (i, k) in self.rate_limit_keys.iter().enumerate() {
-            if k.name.is_empty() || k.name.len() > 128 {
-                bad(&format!("rate_limit_keys[{i}].name"), "must be 1 to 128 characters".into(), k.name.clone().into());
+            if !is_valid_rate_limit_name(&k.name) {
+                bad(
+                    &format!("rate_limit_keys[{i}].name"),
+                    "must be 1 to 128 letters, digits, '_', '-', '.' or ':'".into(),
+                    k.name.clone().into(),
+                );
+            } else if self.rate_limit_keys[..i].iter().any(|o| o.name == k.name) {
+                bad(&format!("rate_limit_keys[{i}].name"), "named twice".into(), k.name.clone().into());
             }
             if k.max <= 0 {
                 bad(&format!("rate_limit_keys[{i}].max"), "must be positive".into(), k.max.into());
             }
-            if k.window_secs <= 0 {
-                bad(&format!("rate_limit_keys[{i}].window_secs"), "must be positive".into(), k.window_secs.into());
+            if !(1..=MAX_RATE_WINDOW_SECS).contains(&k.window_secs) {
+                bad(
+                    &format!("rate_limit_keys[{i}].window_secs"),
+                    format!("must be between 1 and {MAX_RATE_WINDOW_SECS}"),
+                    k.window_secs.into(),
+                );
             }
         }
         match RetryStrategy::from_str(&self.retry_strategy) {
@@ -241,8 +342,8 @@ impl JobSpec {
             bad("version_policy", "must be pin or latest".into(), self.version_policy.clone().into());
         }
         if let Some(s) = &self.payload_schema {
-            if !s.is_object() {
-                bad("payload_schema", "must be a JSON Schema object".into(), s.clone());
+            if let Err(m) = super::payload_schema::check_schema(s) {
+                bad("payload_schema", m, s.clone());
             }
         }
         for (field, map) in [("tags", &self.tags), ("default_run_metadata", &self.default_run_metadata)] {
@@ -287,13 +388,67 @@ mod tests {
     }
 
     #[test]
+    fn day_of_week_is_standard_cron() {
+        use chrono::TimeZone;
+        // 2027-01-04 is a Monday, 2027-01-10 a Sunday.
+        let monday = chrono::Utc.with_ymd_and_hms(2027, 1, 4, 12, 0, 0).unwrap();
+        let sunday = chrono::Utc.with_ymd_and_hms(2027, 1, 10, 12, 0, 0).unwrap();
+        for (expr, on_monday, on_sunday) in [
+            ("0 12 * * 1-5", true, false),
+            ("0 12 * * MON-FRI", true, false),
+            ("0 12 * * 0", false, true),
+            ("0 12 * * 7", false, true),
+            ("0 12 * * 5-7", false, true),
+            ("0 12 * * */2", false, true),
+            ("0 12 * * 1/3", true, false),
+            ("0 12 * * 1,sun", true, true),
+            ("0 12 * * *", true, true),
+        ] {
+            let s = parse_cron(expr).unwrap();
+            assert_eq!((s.includes(monday), s.includes(sunday)), (on_monday, on_sunday), "{expr}");
+        }
+        assert!(parse_cron("0 12 * * 8").is_err());
+        assert!(parse_cron("0 12 * * 5-1").is_err());
+    }
+
+    #[test]
     fn limits_field_encodes_caps_and_pause() {
         let mut s = JobSpec::with_endpoint("http://x");
-        assert_eq!(s.limits_field(false), None);
-        assert_eq!(s.limits_field(true).as_deref(), Some("0|0|0|0|1"));
+        assert_eq!(s.limits_field("p", false), None);
+        assert_eq!(s.limits_field("p", true).as_deref(), Some("0|0|0|0|1"));
         s.max_concurrency = 3;
         s.rate_limit_max = 10;
         s.rate_limit_window_secs = 2;
-        assert_eq!(s.limits_field(false).as_deref(), Some("3|0|10|2000|0"));
+        assert_eq!(s.limits_field("p", false).as_deref(), Some("3|0|10|2000|0"));
+        s.rate_limit_keys = vec![
+            RateLimitKey { name: "openai".into(), max: 5, window_secs: 60 },
+            RateLimitKey { name: "crm:eu".into(), max: 1, window_secs: 1 },
+        ];
+        assert_eq!(
+            s.limits_field("prj_1", false).as_deref(),
+            Some("3|0|10|2000|0|5|60000|n:prj_1:openai|1|1000|n:prj_1:crm:eu")
+        );
+    }
+
+    #[test]
+    fn rate_limit_names_and_schemas_are_checked() {
+        let mut s = JobSpec::with_endpoint("http://127.0.0.1:9/x");
+        s.rate_limit_keys = vec![
+            RateLimitKey { name: "a|b".into(), max: 1, window_secs: 1 },
+            RateLimitKey { name: "ok".into(), max: 1, window_secs: 1 },
+            RateLimitKey { name: "ok".into(), max: 1, window_secs: 100_000 },
+        ];
+        s.payload_schema = Some(serde_json::json!({"type": 12}));
+        s.execution_window_cron = Some("0 0 30 2 *".into());
+        let locs: Vec<_> = s.validate().into_iter().map(|e| e.location).collect();
+        for want in [
+            "body.rate_limit_keys[0].name",
+            "body.rate_limit_keys[2].name",
+            "body.rate_limit_keys[2].window_secs",
+            "body.payload_schema",
+            "body.execution_window_cron",
+        ] {
+            assert!(locs.iter().any(|l| l == want), "{want} missing from {locs:?}");
+        }
     }
 }

@@ -1,7 +1,9 @@
 //! Pure domain types and rules: no I/O here.
 
 pub mod job;
+pub mod payload_schema;
 pub mod retry;
+pub mod schedule;
 pub mod status;
 
 pub use job::{JobSpec, RateLimitKey};

@@ -19,6 +19,10 @@ pub struct Keys {
     pub active: String,
     /// hash: job id -> encoded limits (see `JobSpec::limits_field`).
     pub limits: String,
+    /// zset (lexicographic, all scores 0): the dispatch log of every rate
+    /// limit bucket, members `<bucket>|<ms as 16 hex>|<run_id>`; dequeue.lua
+    /// counts a bucket's window and trims what has aged out.
+    pub rate: String,
     /// list: wake-up tokens for idle workers.
     pub signal: String,
     /// string: set once the queue is built; missing means Redis lost its data.
@@ -37,6 +41,7 @@ impl Keys {
             parked: k("parked"),
             active: k("active"),
             limits: k("limits"),
+            rate: k("rate"),
             signal: k("signal"),
             epoch: k("epoch"),
         }
@@ -50,6 +55,20 @@ impl Keys {
     pub fn prefix(&self) -> &str {
         &self.prefix
     }
+
+    /// string: changes (to a fresh random value) whenever an API key, role,
+    /// member or policy changes; every api process drops its auth caches
+    /// when the value it sees differs from the one its entries were read under.
+    pub fn auth_version(&self) -> String {
+        format!("{}:{{auth}}:version", self.prefix)
+    }
+
+    /// string (counter with a TTL): requests of one client address in the
+    /// current window of `bucket` (global, trigger, bulk). The address is the
+    /// hash tag, so one script call can check all buckets of a client.
+    pub fn client_rate(&self, client: &str, bucket: &str) -> String {
+        format!("{}:{{rl:{client}}}:{bucket}", self.prefix)
+    }
 }
 
 #[cfg(test)]
@@ -59,7 +78,7 @@ mod tests {
     #[test]
     fn keys_share_one_hash_tag() {
         let k = Keys::new("sy");
-        for key in [&k.ready, &k.scheduled, &k.throttled, &k.leases, &k.parked, &k.active, &k.limits, &k.signal] {
+        for key in [&k.ready, &k.scheduled, &k.throttled, &k.leases, &k.parked, &k.active, &k.limits, &k.rate, &k.signal] {
             assert!(key.starts_with("sy:{main}:"), "{key}");
         }
     }

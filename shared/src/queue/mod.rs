@@ -26,6 +26,15 @@ pub enum QueueError {
     Entry(#[from] EntryError),
 }
 
+/// Added to every rate limit window when dequeue.lua counts it. A window is
+/// counted in admission times (the "now" of the dequeue call), but the limit
+/// is promised at the target: the guard absorbs the time between a dispatch
+/// being admitted and its request arriving (claim, connect), and clock skew
+/// between workers, so that no window of `window_secs` at the target sees
+/// more than `max` requests. The cost is that a saturated limit admits `max`
+/// per `window + guard`.
+pub const RATE_GUARD_MS: i64 = 200;
+
 /// Builds the connection pool. Connections are made on first use, so a
 /// process starts while Redis is down.
 pub fn pool(url: &str, max_size: usize) -> Result<Pool, QueueError> {
@@ -96,10 +105,12 @@ impl Queue {
             .key(&k.limits)
             .key(&k.parked)
             .key(&k.throttled)
+            .key(&k.rate)
             .arg(now_ms)
             .arg(max)
             .arg(lease.as_millis() as u64)
             .arg(max * 8)
+            .arg(RATE_GUARD_MS)
             .invoke_async(&mut c)
             .await?;
         raw.iter().map(|s| Entry::decode(s).map_err(Into::into)).collect()
@@ -147,6 +158,22 @@ impl Queue {
         let mut c = self.conn().await?;
         let raw: Vec<String> = c.zrangebyscore_limit(&self.keys.scheduled, "-inf", now_ms, 0, limit as isize).await?;
         raw.iter().map(|s| Entry::decode(s).map_err(Into::into)).collect()
+    }
+
+    /// Moves entries still in `scheduled` to a later due time (an execution
+    /// window that is closed). Returns how many moved.
+    pub async fn reschedule(&self, entries: &[Entry], due_ms: i64) -> Result<usize, QueueError> {
+        if entries.is_empty() {
+            return Ok(0);
+        }
+        let mut c = self.conn().await?;
+        let mut inv = scripts::RESCHEDULE.key(&self.keys.scheduled);
+        inv.arg(due_ms);
+        for e in entries {
+            inv.arg(e.encode());
+        }
+        let n: i64 = inv.invoke_async(&mut c).await?;
+        Ok(n as usize)
     }
 
     /// Moves the given entries from `scheduled` to `ready`, each only if it

@@ -22,3 +22,4 @@ script!(REMOVE, "remove.lua");
 script!(REMOVE_SCHEDULED, "remove_scheduled.lua");
 script!(EXTEND_LEASES, "extend_leases.lua");
 script!(SET_LIMITS, "set_limits.lua");
+script!(RESCHEDULE, "reschedule.lua");

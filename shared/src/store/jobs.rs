@@ -52,6 +52,7 @@ pub async fn spec_for_run(pool: &PgPool, job_id: &str, version_id: &str) -> Resu
 #[derive(Clone, Debug, sqlx::FromRow)]
 pub struct JobLimits {
     pub id: String,
+    pub project_id: String,
     pub spec: sqlx::types::Json<JobSpec>,
     pub paused: bool,
 }
@@ -59,14 +60,14 @@ pub struct JobLimits {
 impl JobLimits {
     /// The value for [`crate::queue::Queue::set_limits`].
     pub fn field(&self) -> Option<String> {
-        self.spec.limits_field(self.paused)
+        self.spec.limits_field(&self.project_id, self.paused)
     }
 }
 
 /// Live (not deleted) jobs in id order after `after`, at most `limit`: the
 /// reconciler pushes their limits back to Redis page by page.
 pub async fn limits_page(pool: &PgPool, after: &str, limit: i64) -> Result<Vec<JobLimits>, sqlx::Error> {
-    sqlx::query_as("SELECT id, spec, paused FROM jobs WHERE deleted_at IS NULL AND id > $1 ORDER BY id LIMIT $2")
+    sqlx::query_as("SELECT id, project_id, spec, paused FROM jobs WHERE deleted_at IS NULL AND id > $1 ORDER BY id LIMIT $2")
         .bind(after)
         .bind(limit)
         .fetch_all(pool)

@@ -2,9 +2,12 @@
 //! one round trip; every status change writes its event row in the same
 //! statement, so the history never disagrees with the run.
 
+pub mod flow;
 pub mod group;
 pub mod jobs;
+pub mod records;
 pub mod runs;
+pub mod settle;
 
 pub use jobs::JobRecord;
 pub use runs::{Claimed, NewRun, Outcome, Run};

@@ -50,6 +50,17 @@ pub struct Run {
     pub next_retry_at: Option<DateTime<Utc>>,
     pub execution_trace: Option<Json<Value>>,
     pub dispatch_token: i64,
+    /// small, medium or large: the machine preset of the last restart.
+    pub resource_class: Option<String>,
+    /// The last progress reported over the SDK (0 to 1), and its message.
+    pub progress: Option<f64>,
+    pub progress_message: Option<String>,
+    /// When the target took the run asynchronously (HTTP 202): from then on
+    /// SDK heartbeats, not a worker's lease, keep it alive. Cleared by a claim.
+    pub async_accepted_at: Option<DateTime<Utc>>,
+    /// A pending run whose depends_on runs have not all completed: it has no
+    /// queue entry until the scheduler's dependency resolver releases it.
+    pub awaiting_dependencies: bool,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
@@ -70,7 +81,8 @@ pub const RUN_COLUMNS: &str = "id, project_id, job_id, job_version, job_version_
     parent_run_id, continuation_of, workflow_step_run_id, lineage_depth, machine_id, debug_mode, execution_mode, \
     retry_backoff, max_attempts_override, retry_initial_delay_secs, retry_max_delay_secs, timeout_secs_override, \
     metadata, tags, scheduled_at, expires_at, started_at, finished_at, heartbeat_at, next_retry_at, \
-    execution_trace, dispatch_token, created_at, updated_at";
+    execution_trace, dispatch_token, resource_class, progress, progress_message, async_accepted_at, \
+    awaiting_dependencies, created_at, updated_at";
 
 /// What a trigger asks for; the api fills it after validation.
 #[derive(Clone, Debug, Default)]
@@ -101,20 +113,34 @@ pub struct NewRun {
     pub tags: Value,
     pub scheduled_at: Option<DateTime<Utc>>,
     pub expires_at: Option<DateTime<Utc>>,
+    /// sha256 of the canonical payload, for jobs with a dedup window.
+    pub payload_hash: Option<Vec<u8>>,
+    /// The cron tick this run was made for (unique per job).
+    pub cron_tick: Option<DateTime<Utc>>,
+    /// Waits (status pending, no queue entry) for its dependencies.
+    pub awaiting_dependencies: bool,
 }
 
-/// Inserts a run with its first event. When the idempotency key is taken,
-/// returns the existing run and `false`.
+/// Inserts a run with its first event. When the idempotency key (or the
+/// cron tick) is taken, returns the existing run and `false`.
 pub async fn insert(pool: &PgPool, r: &NewRun) -> Result<(Run, bool), sqlx::Error> {
+    let mut conn = pool.acquire().await?;
+    insert_in(&mut conn, r).await
+}
+
+/// [`insert`] on a given connection, so that it can be part of a
+/// transaction (payload dedup and dependencies, see `store::triggers`).
+pub async fn insert_in(conn: &mut sqlx::PgConnection, r: &NewRun) -> Result<(Run, bool), sqlx::Error> {
     let sql = format!(
         "WITH ins AS (
             INSERT INTO job_runs (id, project_id, job_id, job_version, job_version_id, status, priority,
                 triggered_by, created_by, payload, idempotency_key, concurrency_key, batch_id, parent_run_id,
                 lineage_depth, debug_mode, execution_mode, retry_backoff, max_attempts_override,
                 retry_initial_delay_secs, retry_max_delay_secs, timeout_secs_override, metadata, tags,
-                scheduled_at, expires_at)
-            VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26)
-            ON CONFLICT (job_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+                scheduled_at, expires_at, payload_hash, cron_tick, awaiting_dependencies)
+            VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26,
+                $27,$28,$29)
+            ON CONFLICT DO NOTHING
             RETURNING {RUN_COLUMNS}
         ), ev AS (
             INSERT INTO job_run_events (run_id, from_status, to_status, attempt, reason)
@@ -149,18 +175,26 @@ pub async fn insert(pool: &PgPool, r: &NewRun) -> Result<(Run, bool), sqlx::Erro
         .bind(Json(&r.tags))
         .bind(r.scheduled_at)
         .bind(r.expires_at)
-        .fetch_optional(pool)
+        .bind(&r.payload_hash)
+        .bind(r.cron_tick)
+        .bind(r.awaiting_dependencies)
+        .fetch_optional(&mut *conn)
         .await?;
     if let Some(run) = inserted {
         crate::telemetry::transition(None, r.status);
         return Ok((run, true));
     }
+    // Only the unique keys a caller chose can conflict (ids are fresh):
+    // the idempotency key, else the cron tick.
     let existing: Run = sqlx::query_as(&format!(
-        "SELECT {RUN_COLUMNS} FROM job_runs WHERE job_id = $1 AND idempotency_key = $2"
+        "SELECT {RUN_COLUMNS} FROM job_runs
+         WHERE job_id = $1 AND (($2::text IS NOT NULL AND idempotency_key = $2)
+            OR ($2::text IS NULL AND cron_tick = $3))"
     ))
     .bind(&r.job_id)
     .bind(&r.idempotency_key)
-    .fetch_one(pool)
+    .bind(r.cron_tick)
+    .fetch_one(&mut *conn)
     .await?;
     Ok((existing, false))
 }
@@ -181,7 +215,8 @@ pub struct Claimed {
 /// Takes a queued run for dispatch: `queued -> running`, the attempt number
 /// moves on, and `dispatch_token` changes so that an earlier holder's late
 /// outcome cannot land. `None` when the run is no longer queued (cancelled,
-/// already taken, finished): the caller just drops its entry.
+/// already taken, finished) or has expired (the claim marks it `expired`):
+/// the caller just drops its entry.
 pub async fn claim(pool: &PgPool, run_id: &str) -> Result<Option<Run>, sqlx::Error> {
     Ok(claim_with_due(pool, run_id).await?.map(|(run, _)| run))
 }
@@ -195,26 +230,49 @@ pub async fn claim_with_due(pool: &PgPool, run_id: &str) -> Result<Option<(Run, 
         #[sqlx(flatten)]
         run: Run,
         due_at: Option<DateTime<Utc>>,
+        expired: bool,
     }
+    // A run that never started and whose expires_at (run_ttl_secs) has
+    // passed is not dispatched: the claim turns it `expired` instead, so a
+    // worker cannot start it between the expirer's sweeps.
     let sql = format!(
         "WITH old AS (
-            SELECT id AS old_id, next_retry_at AS due_at FROM job_runs WHERE id = $1 AND status = 'queued' FOR UPDATE
+            SELECT id AS old_id, next_retry_at AS due_at,
+                (expires_at IS NOT NULL AND expires_at <= now() AND started_at IS NULL) AS expired
+            FROM job_runs WHERE id = $1 AND status = 'queued' FOR UPDATE
         ), c AS (
             UPDATE job_runs SET status = 'running', attempt = attempt + 1, started_at = now(),
-                heartbeat_at = now(), dispatch_token = dispatch_token + 1, next_retry_at = NULL
-            FROM old WHERE id = old.old_id AND status = 'queued'
-            RETURNING {RUN_COLUMNS}, old.due_at
+                heartbeat_at = now(), dispatch_token = dispatch_token + 1, next_retry_at = NULL,
+                async_accepted_at = NULL
+            FROM old WHERE id = old.old_id AND status = 'queued' AND NOT old.expired
+            RETURNING {RUN_COLUMNS}, old.due_at, false AS expired
+        ), x AS (
+            UPDATE job_runs SET status = 'expired', finished_at = now(), next_retry_at = NULL,
+                error = 'not started within the job''s run_ttl_secs', error_class = 'expired'
+            FROM old WHERE id = old.old_id AND status = 'queued' AND old.expired
+            RETURNING {RUN_COLUMNS}, NULL::timestamptz AS due_at, true AS expired
         ), ev AS (
-            INSERT INTO job_run_events (run_id, from_status, to_status, attempt)
-            SELECT id, 'queued', 'running', attempt FROM c
+            INSERT INTO job_run_events (run_id, from_status, to_status, attempt, reason)
+            SELECT id, 'queued', 'running', attempt, NULL FROM c
+            UNION ALL
+            SELECT id, 'queued', 'expired', attempt, 'not started before expires_at' FROM x
         )
-        SELECT {RUN_COLUMNS}, due_at FROM c"
+        SELECT {RUN_COLUMNS}, due_at, expired FROM c
+        UNION ALL
+        SELECT {RUN_COLUMNS}, due_at, expired FROM x"
     );
     let row: Option<Row> = sqlx::query_as(&sql).bind(run_id).fetch_optional(pool).await?;
-    if row.is_some() {
-        crate::telemetry::transition(Some("queued"), "running");
+    match row {
+        Some(r) if r.expired => {
+            crate::telemetry::transition(Some("queued"), "expired");
+            Ok(None)
+        }
+        Some(r) => {
+            crate::telemetry::transition(Some("queued"), "running");
+            Ok(Some((r.run, r.due_at)))
+        }
+        None => Ok(None),
     }
-    Ok(row.map(|r| (r.run, r.due_at)))
 }
 
 /// The result of one dispatch attempt, as the worker records it.

@@ -1,0 +1,617 @@
+//! Bulk operations (SPEC §4.3, §8; DECISIONS §6): trigger many runs of a
+//! job, cancel or replay many runs, replay the dead-letter queue, cancel by
+//! filter, and the status of bulk trigger batches.
+//!
+//! Every item goes through the same code as its single counterpart (the
+//! trigger through `routes::runs::trigger`), and one bad item never fails
+//! the others: each gets its own result. Only the request as a whole (too
+//! many items, none, a bad filter) is refused, with 422.
+
+use std::collections::{BTreeMap, HashMap};
+
+use chrono::{DateTime, Utc};
+use poem::web::Data;
+use poem_openapi::param::{Path, Query};
+use poem_openapi::payload::Json;
+use poem_openapi::{Object, OpenApi};
+use serde_json::Value;
+use switchyard_shared::store::{self, Run};
+use switchyard_shared::telemetry::{BULK_ITEMS_PROCESSED, BULK_OPERATIONS};
+
+use super::run_ops::{self, ACTIVE_STATUSES};
+use super::runs::TriggerRequest;
+use super::{check_id, project_of, visible, Tag};
+use crate::auth::{Auth, Principal};
+use crate::error::{ApiError, ApiResult};
+use crate::pagination::{self, Page};
+use crate::state::AppState;
+
+pub struct BulkApi;
+
+/// Items per bulk request (SPEC §8).
+pub const MAX_ITEMS: usize = 100;
+/// Runs cancelled by one bulk-cancel-all call at most; call again while
+/// `has_more`.
+pub const CANCEL_ALL_LIMIT: i64 = 1000;
+
+/// One run to trigger.
+#[derive(Object)]
+#[oai(deny_unknown_fields)]
+pub struct BulkTriggerItem {
+    pub payload: Option<Value>,
+    /// -1000 to 1000, default 0.
+    pub priority: Option<i64>,
+    /// An item whose key was used before returns that run as `duplicate`.
+    pub idempotency_key: Option<String>,
+    pub tags: Option<HashMap<String, String>>,
+}
+
+/// Up to 100 runs of one job.
+#[derive(Object)]
+#[oai(deny_unknown_fields)]
+pub struct BulkTriggerRequest {
+    pub items: Vec<BulkTriggerItem>,
+}
+
+/// What became of one item.
+#[derive(Object)]
+pub struct BulkTriggerResult {
+    /// The item's position in the request, from 0.
+    pub index: i64,
+    /// `created`, `duplicate` (the run with its idempotency key, or an equal
+    /// payload inside the dedup window, is returned) or `error`.
+    pub status: String,
+    #[oai(skip_serializing_if_is_none)]
+    pub run_id: Option<String>,
+    #[oai(skip_serializing_if_is_none)]
+    pub error: Option<String>,
+}
+
+#[derive(Object)]
+pub struct BulkTriggerResponse {
+    /// Carried by every run this request created (`batch_id` of the run).
+    pub batch_id: String,
+    pub results: Vec<BulkTriggerResult>,
+}
+
+/// Runs to act on.
+#[derive(Object)]
+#[oai(deny_unknown_fields)]
+pub struct BulkRunIds {
+    /// 1 to 100 run ids.
+    pub run_ids: Vec<String>,
+}
+
+#[derive(Object)]
+pub struct BulkCancelResult {
+    pub run_id: String,
+    /// `cancelled`, `not_cancellable` (already finished) or `not_found`.
+    pub status: String,
+    /// Unfinished descendant runs (parent_run_id, recursively) cancelled with it.
+    pub children_cancelled: i64,
+    #[oai(skip_serializing_if_is_none)]
+    pub error: Option<String>,
+}
+
+#[derive(Object)]
+pub struct BulkCancelResponse {
+    pub results: Vec<BulkCancelResult>,
+}
+
+#[derive(Object)]
+pub struct BulkReplayResult {
+    /// The original run.
+    pub run_id: String,
+    /// `replayed`, `not_found` or `error`.
+    pub status: String,
+    /// The new run (its `continuation_of` is `run_id`).
+    #[oai(skip_serializing_if_is_none)]
+    pub new_run_id: Option<String>,
+    #[oai(skip_serializing_if_is_none)]
+    pub error: Option<String>,
+}
+
+#[derive(Object)]
+pub struct BulkReplayResponse {
+    pub results: Vec<BulkReplayResult>,
+}
+
+/// Which dead-lettered runs to replay.
+#[derive(Object)]
+#[oai(deny_unknown_fields)]
+pub struct DlqReplayRequest {
+    /// Required for the internal secret unless X-Project-Id is sent.
+    pub project_id: Option<String>,
+    /// Only this job's runs.
+    pub job_id: Option<String>,
+    /// 1 to 100, default 100: runs replayed by this call, oldest first.
+    pub limit: Option<i64>,
+}
+
+/// Which runs to cancel.
+#[derive(Object)]
+#[oai(deny_unknown_fields)]
+pub struct CancelAllRequest {
+    /// Required for the internal secret unless X-Project-Id is sent.
+    pub project_id: Option<String>,
+    pub job_id: Option<String>,
+    /// One unfinished status (pending, queued, running, retrying); default all four.
+    pub status: Option<String>,
+}
+
+#[derive(Object)]
+pub struct CancelAllResponse {
+    /// Runs that matched the filter in this call (at most 1000).
+    pub matched: i64,
+    /// Of those, cancelled by this call.
+    pub cancelled: i64,
+    /// Their unfinished descendant runs, cancelled with them.
+    pub children_cancelled: i64,
+    /// More runs match: call again.
+    pub has_more: bool,
+}
+
+/// A bulk trigger request and how its runs are doing.
+#[derive(Object)]
+pub struct BatchOperation {
+    pub batch_id: String,
+    pub project_id: String,
+    pub job_id: String,
+    pub created_at: DateTime<Utc>,
+    #[oai(skip_serializing_if_is_none)]
+    pub created_by: Option<String>,
+    /// Items in the request.
+    pub total: i64,
+    /// Items that made a new run (these carry the batch_id).
+    pub created: i64,
+    /// Items that returned an earlier run.
+    pub duplicates: i64,
+    /// Items refused.
+    pub errors: i64,
+    /// The batch's runs by current status.
+    pub counts: BTreeMap<String, i64>,
+}
+
+#[derive(sqlx::FromRow)]
+struct BatchRow {
+    id: String,
+    project_id: String,
+    job_id: String,
+    created_at: DateTime<Utc>,
+    created_by: Option<String>,
+    total: i32,
+    created: i32,
+    duplicates: i32,
+    errors: i32,
+    counts: sqlx::types::Json<BTreeMap<String, i64>>,
+}
+
+fn batch_view(r: BatchRow) -> BatchOperation {
+    BatchOperation {
+        batch_id: r.id,
+        project_id: r.project_id,
+        job_id: r.job_id,
+        created_at: r.created_at,
+        created_by: r.created_by,
+        total: r.total.into(),
+        created: r.created.into(),
+        duplicates: r.duplicates.into(),
+        errors: r.errors.into(),
+        counts: r.counts.0,
+    }
+}
+
+const BATCH_SELECT: &str = "SELECT b.id, b.project_id, b.job_id, b.created_at, b.created_by, b.total, b.created,
+        b.duplicates, b.errors,
+        COALESCE((SELECT jsonb_object_agg(status, n) FROM
+            (SELECT status, count(*) AS n FROM job_runs WHERE batch_id = b.id GROUP BY status) c), '{}') AS counts
+     FROM run_batches b";
+
+/// The one-line message of an error, for a per-item result.
+pub fn error_text(e: &ApiError) -> String {
+    let p = match e {
+        ApiError::BadRequest(p)
+        | ApiError::Unauthorized(p)
+        | ApiError::Forbidden(p)
+        | ApiError::NotFound(p)
+        | ApiError::Conflict(p)
+        | ApiError::Unprocessable(p)
+        | ApiError::Unavailable(p)
+        | ApiError::Internal(p) => &p.0,
+    };
+    let mut text = p.detail.clone().unwrap_or_else(|| p.title.clone());
+    if let Some(errors) = p.errors.as_ref().filter(|e| e.len() > 1) {
+        let parts: Vec<String> = errors.iter().map(|d| format!("{}: {}", d.location, d.message)).collect();
+        text = parts.join("; ");
+    }
+    text
+}
+
+fn is_outage(e: &ApiError) -> bool {
+    matches!(e, ApiError::Unavailable(_))
+}
+
+fn check_size(n: usize, field: &str) -> ApiResult<()> {
+    if n == 0 || n > MAX_ITEMS {
+        return Err(ApiError::invalid_field(
+            &format!("body.{field}"),
+            format!("must hold 1 to {MAX_ITEMS} entries"),
+            Some((n as i64).into()),
+        ));
+    }
+    Ok(())
+}
+
+fn counted(items: usize) {
+    metrics::counter!(BULK_OPERATIONS).increment(1);
+    metrics::counter!(BULK_ITEMS_PROCESSED).increment(items as u64);
+}
+
+/// A run the caller may see (`None`: missing, or another project's), or
+/// why not (a resource policy, an outage), for a per-item result.
+async fn find_run(state: &AppState, auth: &Auth, id: &str) -> ApiResult<Option<Run>> {
+    match super::runs::load_visible(state, auth, id).await {
+        Ok(r) => Ok(Some(r)),
+        Err(ApiError::NotFound(_)) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+#[OpenApi(tag = "Tag::Bulk")]
+impl BulkApi {
+    /// Trigger up to 100 runs of a job at once. Each item is triggered as
+    /// by `POST /v1/jobs/{job_id}/trigger` with that item's fields, and
+    /// every run created carries the answer's `batch_id`. Results come in
+    /// request order; an invalid item is `error` and the others still run.
+    /// An empty list or more than 100 items is 422; a disabled job is 409.
+    #[oai(path = "/v1/jobs/:job_id/trigger/bulk", method = "post")]
+    async fn trigger_bulk(
+        &self,
+        state: Data<&AppState>,
+        auth: Auth,
+        job_id: Path<String>,
+        body: Json<BulkTriggerRequest>,
+    ) -> ApiResult<Json<BulkTriggerResponse>> {
+        let job = super::jobs::load_visible(&state, &auth, &job_id).await?;
+        let items = body.0.items;
+        check_size(items.len(), "items")?;
+        if !job.enabled {
+            return Err(ApiError::conflict("the job is disabled; enable it to trigger runs"));
+        }
+        let batch_id = switchyard_shared::ids::batch_id();
+        sqlx::query("INSERT INTO run_batches (id, project_id, job_id, total, created_by) VALUES ($1, $2, $3, $4, $5)")
+            .bind(&batch_id)
+            .bind(&job.project_id)
+            .bind(&job.id)
+            .bind(items.len() as i32)
+            .bind(auth.0.actor())
+            .execute(&state.pool)
+            .await?;
+        let mut results = Vec::with_capacity(items.len());
+        let (mut created, mut duplicates, mut errors) = (0, 0, 0);
+        let mut outage: Option<String> = None;
+        for (index, item) in items.into_iter().enumerate() {
+            let mut r = BulkTriggerResult { index: index as i64, status: "error".into(), run_id: None, error: None };
+            if let Some(why) = &outage {
+                r.error = Some(format!("not attempted: {why}"));
+                errors += 1;
+                results.push(r);
+                continue;
+            }
+            let req = TriggerRequest {
+                payload: item.payload,
+                priority: item.priority,
+                idempotency_key: item.idempotency_key,
+                tags: item.tags,
+                ..TriggerRequest::default()
+            };
+            match super::runs::trigger(&state, &auth.0, &job, req, "bulk", Some(batch_id.clone())).await {
+                Ok((run, true)) => {
+                    created += 1;
+                    r.status = "created".into();
+                    r.run_id = Some(run.id);
+                }
+                Ok((run, false)) => {
+                    duplicates += 1;
+                    r.status = "duplicate".into();
+                    r.run_id = Some(run.id);
+                }
+                Err(e) => {
+                    errors += 1;
+                    if is_outage(&e) {
+                        outage = Some(error_text(&e));
+                    }
+                    r.error = Some(error_text(&e));
+                }
+            }
+            results.push(r);
+        }
+        if let Err(e) = sqlx::query("UPDATE run_batches SET created = $2, duplicates = $3, errors = $4 WHERE id = $1")
+            .bind(&batch_id)
+            .bind(created)
+            .bind(duplicates)
+            .bind(errors)
+            .execute(&state.pool)
+            .await
+        {
+            // The runs are committed and the answer lists them; only the
+            // batch's tallies are missing.
+            tracing::warn!(batch_id, error = %e, "could not record the batch tallies");
+        }
+        counted(results.len());
+        Ok(Json(BulkTriggerResponse { batch_id, results }))
+    }
+
+    /// Cancel up to 100 runs. Each run is cancelled as by
+    /// `POST /v1/runs/{run_id}/cancel`, its unfinished child runs
+    /// (parent_run_id, recursively) with it. A run already finished is
+    /// `not_cancellable`; one that does not exist or belongs to another
+    /// project is `not_found`.
+    #[oai(path = "/v1/runs/bulk-cancel", method = "post")]
+    async fn bulk_cancel(
+        &self,
+        state: Data<&AppState>,
+        auth: Auth,
+        body: Json<BulkRunIds>,
+    ) -> ApiResult<Json<BulkCancelResponse>> {
+        let ids = body.0.run_ids;
+        check_size(ids.len(), "run_ids")?;
+        let reason = run_ops::cancel_reason(&auth.0);
+        let mut results = Vec::with_capacity(ids.len());
+        for id in ids {
+            let mut r = BulkCancelResult { run_id: id.clone(), status: "not_found".into(), children_cancelled: 0, error: None };
+            match find_run(&state, &auth, &id).await {
+                Ok(None) => r.error = Some(format!("run {id:?} not found")),
+                Err(e) => r.error = Some(error_text(&e)),
+                Ok(Some(run)) => match run_ops::cancel_with_children(&state, &run.id, &reason).await {
+                    Ok(Some(c)) if c.changed => {
+                        r.status = "cancelled".into();
+                        r.children_cancelled = c.children as i64;
+                        let audited = crate::audit::record(&state.pool, &auth.0, crate::audit::Change {
+                            project_id: &c.run.project_id,
+                            action: "run.cancelled",
+                            resource_type: "run",
+                            resource_id: &c.run.id,
+                            details: serde_json::json!({"bulk": true, "children_cancelled": c.children}),
+                        })
+                        .await;
+                        if let Err(e) = audited {
+                            tracing::warn!(run_id = %c.run.id, error = %e, "could not record the audit event of a bulk cancel");
+                        }
+                    }
+                    Ok(Some(c)) => {
+                        r.status = "not_cancellable".into();
+                        r.error = Some(format!("the run is already {}", c.run.status));
+                    }
+                    Ok(None) => r.error = Some(format!("run {id:?} not found")),
+                    Err(e) => {
+                        r.status = "not_cancellable".into();
+                        r.error = Some(error_text(&ApiError::from(e)));
+                    }
+                },
+            }
+            results.push(r);
+        }
+        counted(results.len());
+        Ok(Json(BulkCancelResponse { results }))
+    }
+
+    /// Replay up to 100 runs: each becomes a new run as by
+    /// `POST /v1/runs/{run_id}/replay`.
+    #[oai(path = "/v1/runs/bulk-replay", method = "post")]
+    async fn bulk_replay(
+        &self,
+        state: Data<&AppState>,
+        auth: Auth,
+        body: Json<BulkRunIds>,
+    ) -> ApiResult<Json<BulkReplayResponse>> {
+        let ids = body.0.run_ids;
+        check_size(ids.len(), "run_ids")?;
+        let mut results = Vec::with_capacity(ids.len());
+        for id in ids {
+            let r = match find_run(&state, &auth, &id).await {
+                Ok(Some(run)) => replay_result(&state, &auth.0, &run).await,
+                Ok(None) => BulkReplayResult {
+                    run_id: id.clone(),
+                    status: "not_found".into(),
+                    new_run_id: None,
+                    error: Some(format!("run {id:?} not found")),
+                },
+                Err(e) => BulkReplayResult { run_id: id, status: "error".into(), new_run_id: None, error: Some(error_text(&e)) },
+            };
+            results.push(r);
+        }
+        counted(results.len());
+        Ok(Json(BulkReplayResponse { results }))
+    }
+
+    /// Replay the dead-letter queue: `failed` and `timed_out` runs whose
+    /// attempts are exhausted (attempt reached the run's max_attempts, or
+    /// its retry strategy is `none`) and that were not replayed before,
+    /// oldest first, at most `limit` (default and maximum 100) per call.
+    /// Runs of deleted jobs are skipped.
+    #[oai(path = "/v1/runs/bulk-dlq-replay", method = "post")]
+    async fn bulk_dlq_replay(
+        &self,
+        state: Data<&AppState>,
+        auth: Auth,
+        body: Json<DlqReplayRequest>,
+    ) -> ApiResult<Json<BulkReplayResponse>> {
+        let b = body.0;
+        let project_id = project_of(&auth.0, b.project_id.as_deref())?;
+        let limit = match b.limit {
+            None => MAX_ITEMS as i64,
+            Some(n) if (1..=MAX_ITEMS as i64).contains(&n) => n,
+            Some(n) => return Err(ApiError::invalid_field("body.limit", "must be between 1 and 100", Some(n.into()))),
+        };
+        if let Some(j) = &b.job_id {
+            check_id("job", j).map_err(|_| ApiError::invalid_field("body.job_id", "not a job id", Some(j.clone().into())))?;
+        }
+        // The chosen runs stay locked until every replay is made, so a
+        // concurrent call skips them instead of replaying them twice.
+        let mut tx = state.pool.begin().await?;
+        let dead: Vec<Run> = sqlx::query_as(&format!(
+            "SELECT {} FROM job_runs r
+               JOIN job_versions v ON v.id = r.job_version_id
+               JOIN jobs j ON j.id = r.job_id AND j.deleted_at IS NULL
+             WHERE r.project_id = $1 AND ($2::text IS NULL OR r.job_id = $2)
+               AND r.status IN ('failed', 'timed_out')
+               AND (r.attempt >= COALESCE(NULLIF(r.max_attempts_override, 0), (v.spec->>'max_attempts')::int, 1)
+                    OR COALESCE(r.retry_backoff, v.spec->>'retry_strategy') = 'none')
+               AND NOT EXISTS (SELECT 1 FROM job_runs c WHERE c.continuation_of = r.id)
+             ORDER BY r.id LIMIT $3
+             FOR UPDATE OF r SKIP LOCKED",
+            qualified_run_columns()
+        ))
+        .bind(&project_id)
+        .bind(&b.job_id)
+        .bind(limit)
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut results = Vec::with_capacity(dead.len());
+        for run in &dead {
+            results.push(replay_result(&state, &auth.0, run).await);
+        }
+        tx.commit().await?;
+        counted(results.len());
+        Ok(Json(BulkReplayResponse { results }))
+    }
+
+    /// Cancel the unfinished runs of a project (optionally one job's, or
+    /// one status), with their child runs, at most 1000 per call, oldest
+    /// first; `has_more` says to call again.
+    #[oai(path = "/v1/runs/bulk-cancel-all", method = "post")]
+    async fn bulk_cancel_all(
+        &self,
+        state: Data<&AppState>,
+        auth: Auth,
+        body: Json<CancelAllRequest>,
+    ) -> ApiResult<Json<CancelAllResponse>> {
+        let b = body.0;
+        let project_id = project_of(&auth.0, b.project_id.as_deref())?;
+        let statuses: Vec<String> = match &b.status {
+            None => ACTIVE_STATUSES.iter().map(|s| s.to_string()).collect(),
+            Some(s) if ACTIVE_STATUSES.contains(&s.as_str()) => vec![s.clone()],
+            Some(s) => {
+                return Err(ApiError::invalid_field(
+                    "body.status",
+                    "must be an unfinished status: pending, queued, running or retrying",
+                    Some(s.clone().into()),
+                ))
+            }
+        };
+        let reason = run_ops::cancel_reason(&auth.0);
+        let ids: Vec<String> = sqlx::query_scalar(
+            "SELECT id FROM job_runs WHERE project_id = $1 AND ($2::text IS NULL OR job_id = $2)
+               AND status = ANY($3) ORDER BY id LIMIT $4",
+        )
+        .bind(&project_id)
+        .bind(&b.job_id)
+        .bind(&statuses)
+        .bind(CANCEL_ALL_LIMIT + 1)
+        .fetch_all(&state.pool)
+        .await?;
+        let has_more = ids.len() as i64 > CANCEL_ALL_LIMIT;
+        let ids: Vec<String> = ids.into_iter().take(CANCEL_ALL_LIMIT as usize).collect();
+        let cancelled: Vec<Run> = sqlx::query_as(&format!(
+            "WITH old AS (
+                SELECT id, status FROM job_runs WHERE id = ANY($1) AND status = ANY($3) FOR UPDATE
+             ), u AS (
+                UPDATE job_runs r SET status = 'cancelled', finished_at = now(), error = $2, next_retry_at = NULL
+                FROM old WHERE r.id = old.id RETURNING r.*, old.status AS from_status
+             ), ev AS (
+                INSERT INTO job_run_events (run_id, from_status, to_status, attempt, reason)
+                SELECT id, from_status, 'cancelled', attempt, $2 FROM u
+             )
+             SELECT {} FROM u",
+            store::runs::RUN_COLUMNS
+        ))
+        .bind(&ids)
+        .bind(&reason)
+        .bind(&statuses)
+        .fetch_all(&state.pool)
+        .await?;
+        for r in &cancelled {
+            switchyard_shared::telemetry::transition(None, "cancelled");
+            if let Err(e) = state.queue.remove(&r.entry()).await {
+                tracing::warn!(run_id = %r.id, error = %e, "could not remove a cancelled run from redis; a worker will skip it");
+            }
+        }
+        let parents: Vec<String> = cancelled.iter().map(|r| r.id.clone()).collect();
+        let children = run_ops::cancel_descendants(&state, &parents, &reason).await?;
+        if !cancelled.is_empty() {
+            crate::audit::record(&state.pool, &auth.0, crate::audit::Change {
+                project_id: &project_id,
+                action: "run.bulk_cancelled",
+                resource_type: "project",
+                resource_id: &project_id,
+                details: serde_json::json!({
+                    "job_id": b.job_id, "statuses": statuses, "cancelled": cancelled.len(), "children_cancelled": children,
+                }),
+            })
+            .await?;
+        }
+        counted(ids.len());
+        Ok(Json(CancelAllResponse {
+            matched: ids.len() as i64,
+            cancelled: cancelled.len() as i64,
+            children_cancelled: children as i64,
+            has_more,
+        }))
+    }
+
+    /// Bulk trigger batches of a project, newest first, with their runs'
+    /// counts by status.
+    #[oai(path = "/v1/batch-operations", method = "get")]
+    async fn batches(
+        &self,
+        state: Data<&AppState>,
+        auth: Auth,
+        project_id: Query<Option<String>>,
+        job_id: Query<Option<String>>,
+        limit: Query<Option<i64>>,
+        cursor: Query<Option<String>>,
+    ) -> ApiResult<Json<Page<BatchOperation>>> {
+        let project_id = project_of(&auth.0, project_id.0.as_deref())?;
+        let limit = pagination::limit(limit.0)?;
+        let cursor = pagination::cursor(cursor.0)?;
+        let rows: Vec<BatchRow> = sqlx::query_as(&format!(
+            "{BATCH_SELECT} WHERE b.project_id = $1 AND ($2::text IS NULL OR b.job_id = $2)
+               AND ($3::text IS NULL OR b.id < $3)
+             ORDER BY b.id DESC LIMIT $4"
+        ))
+        .bind(&project_id)
+        .bind(&job_id.0)
+        .bind(cursor)
+        .bind(limit + 1)
+        .fetch_all(&state.pool)
+        .await?;
+        Ok(Json(pagination::page(rows, limit, |r| r.id.clone(), batch_view)))
+    }
+
+    /// One bulk trigger batch.
+    #[oai(path = "/v1/batch-operations/:batch_id", method = "get")]
+    async fn batch(&self, state: Data<&AppState>, auth: Auth, batch_id: Path<String>) -> ApiResult<Json<BatchOperation>> {
+        check_id("batch", &batch_id)?;
+        let row: Option<BatchRow> = sqlx::query_as(&format!("{BATCH_SELECT} WHERE b.id = $1"))
+            .bind(&batch_id.0)
+            .fetch_optional(&state.pool)
+            .await?;
+        match row {
+            Some(r) if visible(&auth.0, &r.project_id) => Ok(Json(batch_view(r))),
+            _ => Err(ApiError::not_found("batch", &batch_id)),
+        }
+    }
+}
+
+async fn replay_result(state: &AppState, who: &Principal, run: &Run) -> BulkReplayResult {
+    match run_ops::replay_run(state, who, run).await {
+        Ok(new) => BulkReplayResult { run_id: run.id.clone(), status: "replayed".into(), new_run_id: Some(new.id), error: None },
+        Err(e) => BulkReplayResult { run_id: run.id.clone(), status: "error".into(), new_run_id: None, error: Some(error_text(&e)) },
+    }
+}
+
+/// RUN_COLUMNS prefixed with `r.`, for queries that join.
+pub fn qualified_run_columns() -> String {
+    store::runs::RUN_COLUMNS.split(',').map(|c| format!("r.{}", c.trim())).collect::<Vec<_>>().join(", ")
+}

@@ -1,0 +1,336 @@
+//! Members (SPEC §4.7, §5.3): external users (OIDC subjects) holding one
+//! role in a project. Every change reaches every api process's permission
+//! cache at once (see `auth::cache`).
+
+use chrono::{DateTime, Utc};
+use poem::web::Data;
+use poem_openapi::param::{Path, Query};
+use poem_openapi::payload::Json;
+use poem_openapi::{ApiResponse, Object, OpenApi};
+use serde_json::json;
+
+use super::{project_of, Tag};
+use crate::audit::{self, Change};
+use crate::auth::{cache, rbac, Auth};
+use crate::error::{ApiError, ApiResult};
+use crate::pagination::{self, Page};
+use crate::state::AppState;
+
+pub struct MembersApi;
+
+/// A user's role in a project.
+#[derive(Object, sqlx::FromRow)]
+pub struct Member {
+    pub project_id: String,
+    /// The external user id (the OIDC `sub`).
+    pub user_id: String,
+    pub role_id: String,
+    #[oai(skip_serializing_if_is_none)]
+    pub created_by: Option<String>,
+    #[oai(skip_serializing_if_is_none)]
+    pub updated_by: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    /// Orders the listing (the cursor).
+    #[oai(skip)]
+    pub id: String,
+}
+
+/// Give a user a role in the project (or change the role it has).
+#[derive(Object)]
+#[oai(deny_unknown_fields)]
+pub struct AssignMember {
+    /// Required for the internal secret unless X-Project-Id is sent.
+    pub project_id: Option<String>,
+    /// 1 to 256 printable characters, no `/`.
+    pub user_id: String,
+    /// A system role or a role of the project.
+    pub role_id: String,
+}
+
+/// One assignment of a bulk request.
+#[derive(Object)]
+#[oai(deny_unknown_fields)]
+pub struct BulkMember {
+    pub user_id: String,
+    pub role_id: String,
+}
+
+/// Up to 100 assignments in one project, each applied on its own.
+#[derive(Object)]
+#[oai(deny_unknown_fields)]
+pub struct BulkAssign {
+    pub project_id: Option<String>,
+    /// 1 to 100 assignments.
+    pub members: Vec<BulkMember>,
+}
+
+/// The outcome of one bulk assignment.
+#[derive(Object)]
+pub struct BulkMemberResult {
+    /// Position in the request.
+    pub index: i64,
+    pub user_id: String,
+    /// `assigned` (new member), `updated` (role changed), `unchanged` or `error`.
+    pub status: String,
+    #[oai(skip_serializing_if_is_none)]
+    pub member: Option<Member>,
+    #[oai(skip_serializing_if_is_none)]
+    pub error: Option<String>,
+}
+
+#[derive(Object)]
+pub struct BulkAssignResult {
+    pub results: Vec<BulkMemberResult>,
+}
+
+#[derive(ApiResponse)]
+pub enum Assigned {
+    /// A new member.
+    #[oai(status = 201)]
+    Created(Json<Member>),
+    /// The member's role was changed (or already was this one).
+    #[oai(status = 200)]
+    Updated(Json<Member>),
+}
+
+#[derive(ApiResponse)]
+pub enum Removed {
+    /// Removed: the user has no permissions in the project from the next request on.
+    #[oai(status = 204)]
+    NoContent,
+}
+
+const COLS: &str = "id, project_id, user_id, role_id, created_by, updated_by, created_at, updated_at";
+
+fn check_user_id(user_id: &str, location: &str) -> ApiResult<()> {
+    let ok = !user_id.is_empty()
+        && user_id.len() <= 256
+        && !user_id.contains('/')
+        && !user_id.chars().any(|c| c.is_control() || c.is_whitespace());
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::invalid_field(location, "1 to 256 printable characters, no '/' or spaces", Some(user_id.into())))
+    }
+}
+
+/// 403 unless the caller could grant everything `role_id` grants.
+async fn check_role_grantable(state: &AppState, auth: &Auth, role_id: &str) -> ApiResult<()> {
+    let perms = rbac::effective_permissions(&state.pool, role_id).await?;
+    if !perms.is_empty() && !rbac::grantable(&auth.0, &perms) {
+        return Err(ApiError::forbidden(format!(
+            "the role {role_id} grants scopes the caller does not hold"
+        )));
+    }
+    Ok(())
+}
+
+/// Assigns one member; the status is `assigned`, `updated` or `unchanged`.
+async fn assign(
+    state: &AppState,
+    auth: &Auth,
+    project_id: &str,
+    user_id: &str,
+    role_id: &str,
+    location: &str,
+) -> ApiResult<(Member, &'static str)> {
+    check_user_id(user_id, &format!("{location}user_id"))?;
+    let role: Option<(Option<String>,)> = if switchyard_shared::ids::is_valid_external_id(role_id) {
+        sqlx::query_as("SELECT project_id FROM roles WHERE id = $1").bind(role_id).fetch_optional(&state.pool).await?
+    } else {
+        None
+    };
+    match role {
+        Some((None,)) => {}
+        Some((Some(p),)) if p == project_id => {}
+        _ => {
+            return Err(ApiError::invalid_field(
+                &format!("{location}role_id"),
+                "no such role in this project",
+                Some(role_id.into()),
+            ))
+        }
+    }
+    check_role_grantable(state, auth, role_id).await?;
+    let mut tx = state.pool.begin().await?;
+    let before: Option<(String,)> =
+        sqlx::query_as("SELECT role_id FROM members WHERE project_id = $1 AND user_id = $2 FOR UPDATE")
+            .bind(project_id)
+            .bind(user_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+    if let Some((old,)) = &before {
+        if old != role_id {
+            check_role_grantable(state, auth, old).await?;
+        }
+    }
+    let member: Member = sqlx::query_as(&format!(
+        "INSERT INTO members (id, project_id, user_id, role_id, created_by, updated_by) VALUES ($1, $2, $3, $4, $5, $5)
+         ON CONFLICT (project_id, user_id) DO UPDATE SET role_id = EXCLUDED.role_id, updated_by = EXCLUDED.updated_by
+         RETURNING {COLS}"
+    ))
+    .bind(switchyard_shared::ids::new_id("mem"))
+    .bind(project_id)
+    .bind(user_id)
+    .bind(role_id)
+    .bind(auth.0.actor())
+    .fetch_one(&mut *tx)
+    .await?;
+    let status = match &before {
+        None => "assigned",
+        Some((old,)) if old == role_id => "unchanged",
+        Some(_) => "updated",
+    };
+    if status != "unchanged" {
+        audit::record(&mut *tx, &auth.0, Change {
+            project_id,
+            action: "member.assigned",
+            resource_type: "member",
+            resource_id: user_id,
+            details: json!({"role_id": role_id, "previous_role_id": before.map(|b| b.0)}),
+        })
+        .await?;
+    }
+    tx.commit().await?;
+    Ok((member, status))
+}
+
+async fn project_exists(state: &AppState, project_id: &str) -> ApiResult<()> {
+    let exists: Option<(String,)> =
+        sqlx::query_as("SELECT id FROM projects WHERE id = $1").bind(project_id).fetch_optional(&state.pool).await?;
+    if exists.is_none() {
+        return Err(ApiError::invalid_field("body.project_id", "no such project", Some(project_id.into())));
+    }
+    Ok(())
+}
+
+#[OpenApi(tag = "Tag::Members")]
+impl MembersApi {
+    /// Assign a role to a user in a project, or change the role it has.
+    /// Nobody assigns (or takes away) a role granting scopes they lack (403).
+    #[oai(path = "/v1/members", method = "post")]
+    async fn assign(&self, state: Data<&AppState>, auth: Auth, body: Json<AssignMember>) -> ApiResult<Assigned> {
+        let b = body.0;
+        let project_id = project_of(&auth.0, b.project_id.as_deref())?;
+        project_exists(&state, &project_id).await?;
+        let (member, status) = assign(&state, &auth, &project_id, &b.user_id, &b.role_id, "body.").await?;
+        if status != "unchanged" {
+            cache::bump_version(&state.queue).await;
+        }
+        Ok(if status == "assigned" { Assigned::Created(Json(member)) } else { Assigned::Updated(Json(member)) })
+    }
+
+    /// Assign up to 100 members in one request. Each item succeeds or fails
+    /// on its own; `results` has one entry per item, in order.
+    #[oai(path = "/v1/members/bulk", method = "post")]
+    async fn bulk(&self, state: Data<&AppState>, auth: Auth, body: Json<BulkAssign>) -> ApiResult<Json<BulkAssignResult>> {
+        let b = body.0;
+        let project_id = project_of(&auth.0, b.project_id.as_deref())?;
+        if b.members.is_empty() || b.members.len() > 100 {
+            return Err(ApiError::invalid_field("body.members", "1 to 100 assignments", Some(b.members.len().into())));
+        }
+        project_exists(&state, &project_id).await?;
+        let mut results = Vec::with_capacity(b.members.len());
+        let mut changed = false;
+        for (i, m) in b.members.into_iter().enumerate() {
+            let location = format!("body.members[{i}].");
+            match assign(&state, &auth, &project_id, &m.user_id, &m.role_id, &location).await {
+                Ok((member, status)) => {
+                    changed |= status != "unchanged";
+                    results.push(BulkMemberResult {
+                        index: i as i64,
+                        user_id: m.user_id,
+                        status: status.into(),
+                        member: Some(member),
+                        error: None,
+                    });
+                }
+                Err(e) => results.push(BulkMemberResult {
+                    index: i as i64,
+                    user_id: m.user_id,
+                    status: "error".into(),
+                    member: None,
+                    error: Some(e.detail()),
+                }),
+            }
+        }
+        if changed {
+            cache::bump_version(&state.queue).await;
+        }
+        Ok(Json(BulkAssignResult { results }))
+    }
+
+    /// The members of a project, oldest first; `role_id` narrows to one role.
+    #[oai(path = "/v1/members", method = "get")]
+    async fn list(
+        &self,
+        state: Data<&AppState>,
+        auth: Auth,
+        project_id: Query<Option<String>>,
+        role_id: Query<Option<String>>,
+        limit: Query<Option<i64>>,
+        cursor: Query<Option<String>>,
+    ) -> ApiResult<Json<Page<Member>>> {
+        let project_id = project_of(&auth.0, project_id.0.as_deref())?;
+        let limit = pagination::limit(limit.0)?;
+        let cursor = pagination::cursor(cursor.0)?;
+        let rows: Vec<Member> = sqlx::query_as(&format!(
+            "SELECT {COLS} FROM members WHERE project_id = $1 AND ($2::text IS NULL OR role_id = $2)
+               AND ($3::text IS NULL OR id > $3) ORDER BY id LIMIT $4"
+        ))
+        .bind(&project_id)
+        .bind(&role_id.0)
+        .bind(cursor)
+        .bind(limit + 1)
+        .fetch_all(&state.pool)
+        .await?;
+        Ok(Json(pagination::page(rows, limit, |m| m.id.clone(), |m| m)))
+    }
+
+    /// Remove a member from a project.
+    #[oai(path = "/v1/members/:user_id", method = "delete")]
+    async fn remove(
+        &self,
+        state: Data<&AppState>,
+        auth: Auth,
+        user_id: Path<String>,
+        project_id: Query<Option<String>>,
+    ) -> ApiResult<Removed> {
+        let project_id = project_of(&auth.0, project_id.0.as_deref())?;
+        let user_id = user_id.0;
+        let gone = || ApiError::not_found("member", &user_id);
+        if check_user_id(&user_id, "path.user_id").is_err() {
+            return Err(gone());
+        }
+        let current: Option<(String,)> =
+            sqlx::query_as("SELECT role_id FROM members WHERE project_id = $1 AND user_id = $2")
+                .bind(&project_id)
+                .bind(&user_id)
+                .fetch_optional(&state.pool)
+                .await?;
+        let Some((role_id,)) = current else { return Err(gone()) };
+        check_role_grantable(&state, &auth, &role_id).await?;
+        let mut tx = state.pool.begin().await?;
+        let n = sqlx::query("DELETE FROM members WHERE project_id = $1 AND user_id = $2")
+            .bind(&project_id)
+            .bind(&user_id)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        if n == 0 {
+            return Err(gone());
+        }
+        audit::record(&mut *tx, &auth.0, Change {
+            project_id: &project_id,
+            action: "member.removed",
+            resource_type: "member",
+            resource_id: &user_id,
+            details: json!({"role_id": role_id}),
+        })
+        .await?;
+        tx.commit().await?;
+        cache::bump_version(&state.queue).await;
+        Ok(Removed::NoContent)
+    }
+}

@@ -1,0 +1,92 @@
+//! The SDK under /sdk/v1 (DECISIONS §2): called by a job's target with the
+//! run token it received in `X-Svc-Run-Token`.
+//!
+//! Authorisation is done before a handler runs (`auth::authorize`): an
+//! operation whose table requirement is `RunToken` accepts only a run token
+//! whose subject equals the path's `{run_id}` (403 otherwise), or the
+//! internal secret; a run token is refused (401) by every other operation.
+//! A new SDK operation therefore needs: a `{run_id}` path parameter, a
+//! `RunToken` row in `auth::scopes::OPERATIONS`, and [`sdk_run`] to load
+//! its run.
+
+use poem::web::Data;
+use poem_openapi::param::Path;
+use poem_openapi::payload::Json;
+use poem_openapi::{Object, OpenApi};
+use switchyard_shared::store::{self, Run};
+
+use super::{check_id, Tag};
+use crate::auth::Auth;
+use crate::error::{ApiError, ApiResult};
+use crate::state::AppState;
+
+pub struct SdkApi;
+
+/// The run an SDK call acts on. Re-checks the token's subject (the checker
+/// did already) and answers 404 when the run no longer exists.
+pub async fn sdk_run(state: &AppState, auth: &Auth, run_id: &str) -> ApiResult<Run> {
+    check_id("run", run_id)?;
+    if auth.0.run_id.as_deref().is_some_and(|own| own != run_id) {
+        return Err(ApiError::forbidden("the run token is for another run"));
+    }
+    store::runs::get(&state.pool, run_id).await?.ok_or_else(|| ApiError::not_found("run", run_id))
+}
+
+/// A sign of life from the target while it works on the run.
+#[derive(Object, Default)]
+#[oai(deny_unknown_fields)]
+pub struct HeartbeatRequest {
+    /// 0 to 1.
+    pub progress: Option<f64>,
+    /// At most 1024 characters.
+    pub message: Option<String>,
+}
+
+#[derive(Object)]
+pub struct HeartbeatResponse {
+    /// True when the run was cancelled: stop working on it.
+    pub cancel_requested: bool,
+}
+
+#[OpenApi(tag = "Tag::Sdk")]
+impl SdkApi {
+    /// Record a heartbeat (sets the run's heartbeat_at while it is not
+    /// finished) and learn whether the run was cancelled.
+    #[oai(path = "/sdk/v1/runs/:run_id/heartbeat", method = "post")]
+    async fn heartbeat(
+        &self,
+        state: Data<&AppState>,
+        auth: Auth,
+        run_id: Path<String>,
+        body: Json<HeartbeatRequest>,
+    ) -> ApiResult<Json<HeartbeatResponse>> {
+        let run = sdk_run(&state, &auth, &run_id).await?;
+        let b = body.0;
+        if let Some(p) = b.progress {
+            if !(0.0..=1.0).contains(&p) {
+                return Err(ApiError::invalid_field("body.progress", "must be between 0 and 1", Some(p.into())));
+            }
+        }
+        if let Some(m) = &b.message {
+            if m.len() > 1024 {
+                return Err(ApiError::invalid_field("body.message", "at most 1024 characters", None));
+            }
+        }
+        let status: Option<(String,)> = sqlx::query_as(
+            "WITH beat AS (
+                UPDATE job_runs SET heartbeat_at = now(),
+                    progress = COALESCE($2, progress), progress_message = COALESCE($3, progress_message)
+                WHERE id = $1 AND status IN ('pending', 'queued', 'running', 'retrying') RETURNING id
+             )
+             SELECT status FROM job_runs WHERE id = $1",
+        )
+        .bind(&run.id)
+        // Progress reported with a beat shows on the run like the SDK's progress call.
+        .bind(b.progress)
+        .bind(b.message.map(|m| m.replace('\0', "\u{fffd}")))
+        .fetch_optional(&state.pool)
+        .await?;
+        let Some((status,)) = status else { return Err(ApiError::not_found("run", &run.id)) };
+        Ok(Json(HeartbeatResponse { cancel_requested: status == "cancelled" }))
+    }
+}

@@ -1,0 +1,807 @@
+//! The SDK's run records and endings (DECISIONS §2, §6): logs, checkpoints,
+//! progress, outputs, usage, tool calls, key-value state, and `complete` /
+//! `fail` of an async run. Authorisation is the run token's (see
+//! `routes::sdk`: a `RunToken` row in the scope table for each operation).
+//!
+//! Which calls need the run to be running:
+//!
+//! | call | needs |
+//! |---|---|
+//! | logs, usage, tool-calls | nothing: they record what happened, even late |
+//! | checkpoints, progress, outputs, state PUT/DELETE, complete, fail | the run `running`, on the token's attempt (409 otherwise) |
+//! | reads (latest checkpoint, state GET) | nothing |
+//!
+//! The token's attempt matters for the second row: after a retry, a late
+//! call from the previous attempt's process must not finish or change the
+//! attempt in flight. Records carry the attempt that wrote them.
+//!
+//! Per-run caps keep one chatty target from filling the database: 10,000
+//! log lines, usage records and tool calls each, 1,000 outputs and state
+//! keys; only the 100 newest checkpoints are kept.
+
+use std::sync::OnceLock;
+
+use chrono::{DateTime, Utc};
+use poem::web::Data;
+use poem::Request;
+use poem_openapi::param::Path;
+use poem_openapi::payload::Json;
+use poem_openapi::{ApiResponse, Object, OpenApi};
+use serde_json::Value;
+use switchyard_shared::domain::{JobSpec, RunStatus};
+use switchyard_shared::store::settle::{self, Ending};
+use switchyard_shared::store::{self, Run};
+use switchyard_worker::client::Http;
+use switchyard_worker::outcome::{scrub, scrub_str};
+
+use super::run_records::{Checkpoint, RunOutput, ToolCall, UsageRecord};
+use super::runs::{run_view, JobRun};
+use super::sdk::sdk_run;
+use super::Tag;
+use crate::auth::{Auth, CredentialKind};
+use crate::error::{ApiError, ApiResult, ErrorDetail};
+use crate::state::AppState;
+
+pub struct SdkRunsApi;
+
+pub const LOG_LEVELS: [&str; 4] = ["debug", "info", "warn", "error"];
+const MAX_LINES_PER_CALL: usize = 100;
+const MAX_LOG_LINES: i64 = 10_000;
+const MAX_USAGE_RECORDS: i64 = 10_000;
+const MAX_TOOL_CALLS: i64 = 10_000;
+const MAX_OUTPUTS: i64 = 1_000;
+const MAX_STATE_KEYS: i64 = 1_000;
+const KEEP_CHECKPOINTS: i64 = 100;
+/// Serialized size of one state value, output or tool call input/output.
+const MAX_VALUE_BYTES: usize = 256 * 1024;
+const MAX_MESSAGE_BYTES: usize = 16 * 1024;
+
+/// The attempt the caller works on: the run token's, or the run's current
+/// one for the internal secret (which may act for any attempt).
+fn caller_attempt(req: &Request, state: &AppState, auth: &Auth, run: &Run) -> i32 {
+    if auth.0.kind != CredentialKind::RunToken {
+        return run.attempt;
+    }
+    let token = req
+        .header("authorization")
+        .and_then(|h| h.strip_prefix("Bearer ").or_else(|| h.strip_prefix("bearer ")))
+        .map(str::trim);
+    let key = state.config.jwt_signing_key.as_ref();
+    match (token, key) {
+        (Some(t), Some(k)) => {
+            crate::auth::run_token::verify(t, k.expose().as_bytes()).ok().and_then(|c| c.attempt).unwrap_or(run.attempt)
+        }
+        _ => run.attempt,
+    }
+}
+
+/// 409 unless the run is running on the caller's attempt.
+fn require_running(run: &Run, attempt: i32) -> ApiResult<()> {
+    if run.status() != RunStatus::Running {
+        return Err(ApiError::conflict(format!("the run is {}, not running", run.status)));
+    }
+    if attempt != run.attempt {
+        return Err(ApiError::conflict(format!(
+            "the run token is for attempt {attempt}, but the run is on attempt {}",
+            run.attempt
+        )));
+    }
+    Ok(())
+}
+
+async fn count(state: &AppState, table: &str, run_id: &str) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(&format!("SELECT count(*) FROM {table} WHERE run_id = $1"))
+        .bind(run_id)
+        .fetch_one(&state.pool)
+        .await
+}
+
+fn at_cap(what: &str, cap: i64) -> ApiError {
+    ApiError::invalid_field("body", format!("the run already has the most {what} it may keep ({cap})"), None)
+}
+
+fn too_big(location: &str, v: &Value) -> Option<ErrorDetail> {
+    let n = serde_json::to_vec(v).map(|b| b.len()).unwrap_or(usize::MAX);
+    (n > MAX_VALUE_BYTES).then(|| ErrorDetail {
+        location: location.into(),
+        message: format!("at most {MAX_VALUE_BYTES} bytes of JSON"),
+        value: None,
+    })
+}
+
+fn text_ok(errors: &mut Vec<ErrorDetail>, location: &str, v: &str, max: usize, required: bool) {
+    if (required && v.trim().is_empty()) || v.len() > max {
+        let message = if required { format!("1 to {max} characters") } else { format!("at most {max} characters") };
+        errors.push(ErrorDetail { location: location.into(), message, value: None });
+    }
+}
+
+/// A state key: 1 to 128 of `A-Z a-z 0-9 _ - . :`.
+pub fn is_valid_state_key(k: &str) -> bool {
+    !k.is_empty()
+        && k.len() <= 128
+        && k.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':'))
+}
+
+/// The terminal-webhook client of this process, one per private-address
+/// policy (tests run both in one process).
+fn webhook_http(deny_private: bool) -> Option<&'static Http> {
+    static OPEN: OnceLock<Option<Http>> = OnceLock::new();
+    static DENY: OnceLock<Option<Http>> = OnceLock::new();
+    let cell = if deny_private { &DENY } else { &OPEN };
+    cell.get_or_init(|| match Http::new(8, deny_private) {
+        Ok(h) => Some(h),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot build the webhook client; terminal webhooks of SDK-finished runs are off");
+            None
+        }
+    })
+    .as_ref()
+}
+
+// ---- bodies ----
+
+/// One log line.
+#[derive(Object)]
+#[oai(deny_unknown_fields)]
+pub struct LogLineIn {
+    /// debug, info (default), warn or error.
+    pub level: Option<String>,
+    /// At most 16 KiB.
+    pub message: String,
+    /// When it was written; default: when it arrives.
+    pub timestamp: Option<DateTime<Utc>>,
+    /// Structured context (a JSON object).
+    pub fields: Option<Value>,
+}
+
+#[derive(Object)]
+#[oai(deny_unknown_fields)]
+pub struct LogsRequest {
+    /// 1 to 100 lines.
+    pub lines: Vec<LogLineIn>,
+}
+
+#[derive(Object)]
+pub struct LogsAccepted {
+    pub accepted: i64,
+}
+
+#[derive(Object)]
+#[oai(deny_unknown_fields)]
+pub struct CheckpointRequest {
+    /// Required (not null): what the next attempt needs to resume, handed to
+    /// it as the dispatch body's `checkpoint`. At most 256 KiB of JSON.
+    pub data: Value,
+    pub label: Option<String>,
+}
+
+#[derive(Object)]
+#[oai(deny_unknown_fields)]
+pub struct ProgressRequest {
+    /// 0 to 1.
+    pub progress: f64,
+    /// At most 1024 characters.
+    pub message: Option<String>,
+}
+
+#[derive(Object)]
+pub struct ProgressResponse {
+    pub run_id: String,
+    pub progress: f64,
+    #[oai(skip_serializing_if_is_none)]
+    pub message: Option<String>,
+}
+
+#[derive(Object)]
+#[oai(deny_unknown_fields)]
+pub struct OutputRequest {
+    /// 1 to 256 characters.
+    pub name: String,
+    pub data: Option<Value>,
+}
+
+#[derive(Object)]
+#[oai(deny_unknown_fields)]
+pub struct UsageRequest {
+    /// Micro-dollars, at least 0.
+    pub cost_microusd: Option<i64>,
+    pub tokens_in: Option<i64>,
+    pub tokens_out: Option<i64>,
+    pub model: Option<String>,
+    pub cpu_ms: Option<i64>,
+}
+
+#[derive(Object)]
+#[oai(deny_unknown_fields)]
+pub struct ToolCallRequest {
+    /// 1 to 256 characters.
+    pub name: String,
+    pub input: Option<Value>,
+    pub output: Option<Value>,
+    pub duration_ms: Option<i64>,
+    /// For example `ok` or `error`; at most 64 characters.
+    pub status: Option<String>,
+}
+
+#[derive(Object)]
+#[oai(deny_unknown_fields)]
+pub struct StatePut {
+    pub value: Value,
+}
+
+/// One key of the run's state store.
+#[derive(Object)]
+pub struct StateEntry {
+    pub key: String,
+    pub value: Value,
+    pub updated_at: DateTime<Utc>,
+}
+
+#[derive(Object)]
+#[oai(deny_unknown_fields)]
+pub struct CompleteRequest {
+    /// The run's result.
+    pub result: Option<Value>,
+}
+
+#[derive(Object)]
+#[oai(deny_unknown_fields)]
+pub struct FailRequest {
+    /// What went wrong; at most 4096 characters.
+    pub error: String,
+    /// Recorded as the run's error_class (default `target_failed`): 1 to 64
+    /// of `a-z 0-9 _`.
+    pub error_class: Option<String>,
+    /// Whether another attempt may help (default false). The job's retry
+    /// policy still decides: `retrying` while attempts remain, else `failed`.
+    pub retryable: Option<bool>,
+}
+
+#[derive(ApiResponse)]
+pub enum CreatedCheckpoint {
+    #[oai(status = 201)]
+    Created(Json<Checkpoint>),
+}
+
+#[derive(ApiResponse)]
+pub enum CreatedOutput {
+    #[oai(status = 201)]
+    Created(Json<RunOutput>),
+}
+
+#[derive(ApiResponse)]
+pub enum CreatedUsage {
+    #[oai(status = 201)]
+    Created(Json<UsageRecord>),
+}
+
+#[derive(ApiResponse)]
+pub enum CreatedToolCall {
+    #[oai(status = 201)]
+    Created(Json<ToolCall>),
+}
+
+#[derive(ApiResponse)]
+pub enum StateDeleted {
+    #[oai(status = 204)]
+    NoContent,
+}
+
+#[OpenApi(tag = "Tag::Sdk")]
+impl SdkRunsApi {
+    /// Append 1 to 100 log lines to the run's log. Accepted in any status
+    /// (a target may flush its logs after finishing).
+    #[oai(path = "/sdk/v1/runs/:run_id/logs", method = "post")]
+    async fn logs(
+        &self,
+        state: Data<&AppState>,
+        auth: Auth,
+        req: &Request,
+        run_id: Path<String>,
+        body: Json<LogsRequest>,
+    ) -> ApiResult<Json<LogsAccepted>> {
+        let run = sdk_run(&state, &auth, &run_id).await?;
+        let lines = body.0.lines;
+        if lines.is_empty() || lines.len() > MAX_LINES_PER_CALL {
+            return Err(ApiError::invalid_field(
+                "body.lines",
+                format!("must hold 1 to {MAX_LINES_PER_CALL} lines"),
+                Some((lines.len() as i64).into()),
+            ));
+        }
+        let mut errors = Vec::new();
+        for (i, l) in lines.iter().enumerate() {
+            if let Some(level) = &l.level {
+                if !LOG_LEVELS.contains(&level.as_str()) {
+                    errors.push(ErrorDetail {
+                        location: format!("body.lines[{i}].level"),
+                        message: "must be debug, info, warn or error".into(),
+                        value: Some(level.clone().into()),
+                    });
+                }
+            }
+            text_ok(&mut errors, &format!("body.lines[{i}].message"), &l.message, MAX_MESSAGE_BYTES, false);
+            if let Some(f) = &l.fields {
+                if !f.is_object() {
+                    errors.push(ErrorDetail {
+                        location: format!("body.lines[{i}].fields"),
+                        message: "must be a JSON object".into(),
+                        value: None,
+                    });
+                } else if serde_json::to_vec(f).map(|b| b.len()).unwrap_or(usize::MAX) > MAX_MESSAGE_BYTES {
+                    errors.push(ErrorDetail {
+                        location: format!("body.lines[{i}].fields"),
+                        message: format!("at most {MAX_MESSAGE_BYTES} bytes of JSON"),
+                        value: None,
+                    });
+                }
+            }
+        }
+        if !errors.is_empty() {
+            return Err(ApiError::invalid(errors));
+        }
+        if count(&state, "job_run_logs", &run.id).await? + lines.len() as i64 > MAX_LOG_LINES {
+            return Err(at_cap("log lines", MAX_LOG_LINES));
+        }
+        let attempt = caller_attempt(req, &state, &auth, &run);
+        let now = Utc::now();
+        let n = lines.len();
+        let mut ids = Vec::with_capacity(n);
+        let mut levels = Vec::with_capacity(n);
+        let mut messages = Vec::with_capacity(n);
+        let mut fields = Vec::with_capacity(n);
+        let mut stamps = Vec::with_capacity(n);
+        for l in lines {
+            ids.push(switchyard_shared::ids::new_id("log"));
+            levels.push(l.level.unwrap_or_else(|| "info".into()));
+            messages.push(scrub_str(l.message));
+            fields.push(scrub(l.fields.unwrap_or_else(|| Value::Object(Default::default()))));
+            stamps.push(l.timestamp.unwrap_or(now));
+        }
+        sqlx::query(
+            "INSERT INTO job_run_logs (id, run_id, attempt, level, message, fields, logged_at)
+             SELECT id, $1, $2, level, message, fields, logged_at
+             FROM unnest($3::text[], $4::text[], $5::text[], $6::jsonb[], $7::timestamptz[])
+                AS t(id, level, message, fields, logged_at)",
+        )
+        .bind(&run.id)
+        .bind(attempt)
+        .bind(&ids)
+        .bind(&levels)
+        .bind(&messages)
+        .bind(fields.into_iter().map(sqlx::types::Json).collect::<Vec<_>>())
+        .bind(&stamps)
+        .execute(&state.pool)
+        .await?;
+        Ok(Json(LogsAccepted { accepted: n as i64 }))
+    }
+
+    /// Save a checkpoint. The newest checkpoint of the run is handed to its
+    /// next attempt in the dispatch body (`checkpoint`); the 100 newest are kept.
+    #[oai(path = "/sdk/v1/runs/:run_id/checkpoints", method = "post")]
+    async fn checkpoint(
+        &self,
+        state: Data<&AppState>,
+        auth: Auth,
+        req: &Request,
+        run_id: Path<String>,
+        body: Json<CheckpointRequest>,
+    ) -> ApiResult<CreatedCheckpoint> {
+        let run = sdk_run(&state, &auth, &run_id).await?;
+        let b = body.0;
+        let mut errors = Vec::new();
+        if let Some(l) = &b.label {
+            text_ok(&mut errors, "body.label", l, 256, false);
+        }
+        if b.data.is_null() {
+            errors.push(ErrorDetail { location: "body.data".into(), message: "required: any JSON value but null".into(), value: None });
+        }
+        errors.extend(too_big("body.data", &b.data));
+        if !errors.is_empty() {
+            return Err(ApiError::invalid(errors));
+        }
+        let attempt = caller_attempt(req, &state, &auth, &run);
+        require_running(&run, attempt)?;
+        let id = switchyard_shared::ids::new_id("ckpt");
+        let cp: Checkpoint = sqlx::query_as(
+            "WITH ins AS (
+                INSERT INTO job_run_checkpoints (id, run_id, attempt, label, data) VALUES ($1, $2, $3, $4, $5)
+                RETURNING id, run_id, attempt, label, data, created_at
+             ), prune AS (
+                DELETE FROM job_run_checkpoints WHERE run_id = $2 AND id IN (
+                    SELECT id FROM job_run_checkpoints WHERE run_id = $2 ORDER BY id DESC OFFSET $6)
+             )
+             SELECT * FROM ins",
+        )
+        .bind(&id)
+        .bind(&run.id)
+        .bind(attempt)
+        .bind(b.label.map(scrub_str))
+        .bind(sqlx::types::Json(scrub(b.data)))
+        .bind(KEEP_CHECKPOINTS - 1)
+        .fetch_one(&state.pool)
+        .await?;
+        Ok(CreatedCheckpoint::Created(Json(cp)))
+    }
+
+    /// The run's newest checkpoint; 404 when it has none.
+    #[oai(path = "/sdk/v1/runs/:run_id/checkpoints/latest", method = "get")]
+    async fn latest_checkpoint(&self, state: Data<&AppState>, auth: Auth, run_id: Path<String>) -> ApiResult<Json<Checkpoint>> {
+        let run = sdk_run(&state, &auth, &run_id).await?;
+        let cp: Option<Checkpoint> = sqlx::query_as(
+            "SELECT id, run_id, attempt, label, data, created_at FROM job_run_checkpoints
+             WHERE run_id = $1 ORDER BY id DESC LIMIT 1",
+        )
+        .bind(&run.id)
+        .fetch_optional(&state.pool)
+        .await?;
+        cp.map(Json).ok_or_else(|| ApiError::NotFound(Json(crate::error::Problem::new(404, "the run has no checkpoint"))))
+    }
+
+    /// Report progress (0 to 1) with an optional message; shown on the run
+    /// as `progress` and `progress_message`.
+    #[oai(path = "/sdk/v1/runs/:run_id/progress", method = "post")]
+    async fn progress(
+        &self,
+        state: Data<&AppState>,
+        auth: Auth,
+        req: &Request,
+        run_id: Path<String>,
+        body: Json<ProgressRequest>,
+    ) -> ApiResult<Json<ProgressResponse>> {
+        let run = sdk_run(&state, &auth, &run_id).await?;
+        let b = body.0;
+        let mut errors = Vec::new();
+        if !(0.0..=1.0).contains(&b.progress) {
+            errors.push(ErrorDetail {
+                location: "body.progress".into(),
+                message: "must be between 0 and 1".into(),
+                value: Some(b.progress.into()),
+            });
+        }
+        if let Some(m) = &b.message {
+            text_ok(&mut errors, "body.message", m, 1024, false);
+        }
+        if !errors.is_empty() {
+            return Err(ApiError::invalid(errors));
+        }
+        let attempt = caller_attempt(req, &state, &auth, &run);
+        require_running(&run, attempt)?;
+        let message = b.message.map(scrub_str);
+        let done = sqlx::query(
+            "UPDATE job_runs SET progress = $2, progress_message = $3, heartbeat_at = now()
+             WHERE id = $1 AND status = 'running' AND attempt = $4",
+        )
+        .bind(&run.id)
+        .bind(b.progress)
+        .bind(&message)
+        .bind(attempt)
+        .execute(&state.pool)
+        .await?;
+        if done.rows_affected() == 0 {
+            return Err(ApiError::conflict("the run is no longer running on this attempt"));
+        }
+        Ok(Json(ProgressResponse { run_id: run.id, progress: b.progress, message }))
+    }
+
+    /// Record a named structured output of the run.
+    #[oai(path = "/sdk/v1/runs/:run_id/outputs", method = "post")]
+    async fn output(
+        &self,
+        state: Data<&AppState>,
+        auth: Auth,
+        req: &Request,
+        run_id: Path<String>,
+        body: Json<OutputRequest>,
+    ) -> ApiResult<CreatedOutput> {
+        let run = sdk_run(&state, &auth, &run_id).await?;
+        let b = body.0;
+        let mut errors = Vec::new();
+        text_ok(&mut errors, "body.name", &b.name, 256, true);
+        errors.extend(b.data.as_ref().and_then(|d| too_big("body.data", d)));
+        if !errors.is_empty() {
+            return Err(ApiError::invalid(errors));
+        }
+        let attempt = caller_attempt(req, &state, &auth, &run);
+        require_running(&run, attempt)?;
+        if count(&state, "job_run_outputs", &run.id).await? >= MAX_OUTPUTS {
+            return Err(at_cap("outputs", MAX_OUTPUTS));
+        }
+        let out: RunOutput = sqlx::query_as(
+            "INSERT INTO job_run_outputs (id, run_id, attempt, name, data) VALUES ($1, $2, $3, $4, $5)
+             RETURNING id, run_id, attempt, name, data, created_at",
+        )
+        .bind(switchyard_shared::ids::new_id("out"))
+        .bind(&run.id)
+        .bind(attempt)
+        .bind(scrub_str(b.name))
+        .bind(b.data.map(|d| sqlx::types::Json(scrub(d))))
+        .fetch_one(&state.pool)
+        .await?;
+        Ok(CreatedOutput::Created(Json(out)))
+    }
+
+    /// Record resources a step of the run used (cost in micro-dollars,
+    /// tokens, CPU time). Accepted in any status; `GET /v1/runs/{run_id}/usage`
+    /// sums them.
+    #[oai(path = "/sdk/v1/runs/:run_id/usage", method = "post")]
+    async fn usage(
+        &self,
+        state: Data<&AppState>,
+        auth: Auth,
+        req: &Request,
+        run_id: Path<String>,
+        body: Json<UsageRequest>,
+    ) -> ApiResult<CreatedUsage> {
+        let run = sdk_run(&state, &auth, &run_id).await?;
+        let b = body.0;
+        let mut errors = Vec::new();
+        for (field, v) in [
+            ("cost_microusd", b.cost_microusd),
+            ("tokens_in", b.tokens_in),
+            ("tokens_out", b.tokens_out),
+            ("cpu_ms", b.cpu_ms),
+        ] {
+            if let Some(n) = v.filter(|n| *n < 0) {
+                errors.push(ErrorDetail { location: format!("body.{field}"), message: "must be at least 0".into(), value: Some(n.into()) });
+            }
+        }
+        if let Some(m) = &b.model {
+            text_ok(&mut errors, "body.model", m, 256, true);
+        }
+        if !errors.is_empty() {
+            return Err(ApiError::invalid(errors));
+        }
+        if count(&state, "job_run_usage", &run.id).await? >= MAX_USAGE_RECORDS {
+            return Err(at_cap("usage records", MAX_USAGE_RECORDS));
+        }
+        let attempt = caller_attempt(req, &state, &auth, &run);
+        let rec: UsageRecord = sqlx::query_as(
+            "INSERT INTO job_run_usage (id, run_id, attempt, cost_microusd, tokens_in, tokens_out, model, cpu_ms)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+             RETURNING id, run_id, attempt, cost_microusd, tokens_in, tokens_out, model, cpu_ms, created_at",
+        )
+        .bind(switchyard_shared::ids::new_id("use"))
+        .bind(&run.id)
+        .bind(attempt)
+        .bind(b.cost_microusd.unwrap_or(0))
+        .bind(b.tokens_in.unwrap_or(0))
+        .bind(b.tokens_out.unwrap_or(0))
+        .bind(b.model.map(scrub_str))
+        .bind(b.cpu_ms.unwrap_or(0))
+        .fetch_one(&state.pool)
+        .await?;
+        Ok(CreatedUsage::Created(Json(rec)))
+    }
+
+    /// Record a tool the run called, with its input, output and duration.
+    /// Accepted in any status.
+    #[oai(path = "/sdk/v1/runs/:run_id/tool-calls", method = "post")]
+    async fn tool_call(
+        &self,
+        state: Data<&AppState>,
+        auth: Auth,
+        req: &Request,
+        run_id: Path<String>,
+        body: Json<ToolCallRequest>,
+    ) -> ApiResult<CreatedToolCall> {
+        let run = sdk_run(&state, &auth, &run_id).await?;
+        let b = body.0;
+        let mut errors = Vec::new();
+        text_ok(&mut errors, "body.name", &b.name, 256, true);
+        if let Some(s) = &b.status {
+            text_ok(&mut errors, "body.status", s, 64, true);
+        }
+        if let Some(d) = b.duration_ms.filter(|d| *d < 0) {
+            errors.push(ErrorDetail { location: "body.duration_ms".into(), message: "must be at least 0".into(), value: Some(d.into()) });
+        }
+        errors.extend(b.input.as_ref().and_then(|v| too_big("body.input", v)));
+        errors.extend(b.output.as_ref().and_then(|v| too_big("body.output", v)));
+        if !errors.is_empty() {
+            return Err(ApiError::invalid(errors));
+        }
+        if count(&state, "job_run_tool_calls", &run.id).await? >= MAX_TOOL_CALLS {
+            return Err(at_cap("tool calls", MAX_TOOL_CALLS));
+        }
+        let attempt = caller_attempt(req, &state, &auth, &run);
+        let rec: ToolCall = sqlx::query_as(
+            "INSERT INTO job_run_tool_calls (id, run_id, attempt, name, input, output, duration_ms, status)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+             RETURNING id, run_id, attempt, name, input, output, duration_ms, status, created_at",
+        )
+        .bind(switchyard_shared::ids::new_id("tool"))
+        .bind(&run.id)
+        .bind(attempt)
+        .bind(scrub_str(b.name))
+        .bind(b.input.map(|v| sqlx::types::Json(scrub(v))))
+        .bind(b.output.map(|v| sqlx::types::Json(scrub(v))))
+        .bind(b.duration_ms)
+        .bind(b.status.map(scrub_str))
+        .fetch_one(&state.pool)
+        .await?;
+        Ok(CreatedToolCall::Created(Json(rec)))
+    }
+
+    /// One key of the run's state store; 404 when unset.
+    #[oai(path = "/sdk/v1/runs/:run_id/state/:key", method = "get")]
+    async fn state_get(
+        &self,
+        state: Data<&AppState>,
+        auth: Auth,
+        run_id: Path<String>,
+        key: Path<String>,
+    ) -> ApiResult<Json<StateEntry>> {
+        let run = sdk_run(&state, &auth, &run_id).await?;
+        let row: Option<(sqlx::types::Json<Value>, DateTime<Utc>)> = if is_valid_state_key(&key) {
+            sqlx::query_as("SELECT value, updated_at FROM job_run_state WHERE run_id = $1 AND key = $2")
+                .bind(&run.id)
+                .bind(&key.0)
+                .fetch_optional(&state.pool)
+                .await?
+        } else {
+            None
+        };
+        let (value, updated_at) = row.ok_or_else(|| ApiError::not_found("state key", &key))?;
+        Ok(Json(StateEntry { key: key.0, value: value.0, updated_at }))
+    }
+
+    /// Set one key of the run's state store (keys: 1 to 128 of
+    /// `A-Z a-z 0-9 _ - . :`; values up to 256 KiB of JSON; 1000 keys per run).
+    #[oai(path = "/sdk/v1/runs/:run_id/state/:key", method = "put")]
+    async fn state_put(
+        &self,
+        state: Data<&AppState>,
+        auth: Auth,
+        req: &Request,
+        run_id: Path<String>,
+        key: Path<String>,
+        body: Json<StatePut>,
+    ) -> ApiResult<Json<StateEntry>> {
+        let run = sdk_run(&state, &auth, &run_id).await?;
+        let mut errors = Vec::new();
+        if !is_valid_state_key(&key) {
+            errors.push(ErrorDetail {
+                location: "path.key".into(),
+                message: "1 to 128 characters of A-Z a-z 0-9 _ - . :".into(),
+                value: Some(key.0.clone().into()),
+            });
+        }
+        errors.extend(too_big("body.value", &body.0.value));
+        if !errors.is_empty() {
+            return Err(ApiError::invalid(errors));
+        }
+        let attempt = caller_attempt(req, &state, &auth, &run);
+        require_running(&run, attempt)?;
+        let row: Option<(sqlx::types::Json<Value>, DateTime<Utc>)> = sqlx::query_as(
+            "INSERT INTO job_run_state (run_id, key, value)
+             SELECT $1, $2, $3
+             WHERE EXISTS (SELECT 1 FROM job_run_state WHERE run_id = $1 AND key = $2)
+                OR (SELECT count(*) FROM job_run_state WHERE run_id = $1) < $4
+             ON CONFLICT (run_id, key) DO UPDATE SET value = EXCLUDED.value, updated_at = now()
+             RETURNING value, updated_at",
+        )
+        .bind(&run.id)
+        .bind(&key.0)
+        .bind(sqlx::types::Json(scrub(body.0.value)))
+        .bind(MAX_STATE_KEYS)
+        .fetch_optional(&state.pool)
+        .await?;
+        let (value, updated_at) = row.ok_or_else(|| at_cap("state keys", MAX_STATE_KEYS))?;
+        Ok(Json(StateEntry { key: key.0, value: value.0, updated_at }))
+    }
+
+    /// Remove one key of the run's state store; 404 when unset.
+    #[oai(path = "/sdk/v1/runs/:run_id/state/:key", method = "delete")]
+    async fn state_delete(
+        &self,
+        state: Data<&AppState>,
+        auth: Auth,
+        req: &Request,
+        run_id: Path<String>,
+        key: Path<String>,
+    ) -> ApiResult<StateDeleted> {
+        let run = sdk_run(&state, &auth, &run_id).await?;
+        let attempt = caller_attempt(req, &state, &auth, &run);
+        require_running(&run, attempt)?;
+        let gone = if is_valid_state_key(&key) {
+            sqlx::query("DELETE FROM job_run_state WHERE run_id = $1 AND key = $2")
+                .bind(&run.id)
+                .bind(&key.0)
+                .execute(&state.pool)
+                .await?
+                .rows_affected()
+        } else {
+            0
+        };
+        if gone == 0 {
+            return Err(ApiError::not_found("state key", &key));
+        }
+        Ok(StateDeleted::NoContent)
+    }
+
+    /// Finish the attempt successfully with `result` (an async run after
+    /// its 202, or any running run). 409 unless the run is running on the
+    /// token's attempt.
+    #[oai(path = "/sdk/v1/runs/:run_id/complete", method = "post")]
+    async fn complete(
+        &self,
+        state: Data<&AppState>,
+        auth: Auth,
+        req: &Request,
+        run_id: Path<String>,
+        body: Json<CompleteRequest>,
+    ) -> ApiResult<Json<JobRun>> {
+        let run = sdk_run(&state, &auth, &run_id).await?;
+        let result = scrub(body.0.result.unwrap_or(Value::Null));
+        if serde_json::to_vec(&result).map(|b| b.len()).unwrap_or(usize::MAX) > switchyard_worker::dispatch::MAX_RESULT_BYTES {
+            return Err(ApiError::invalid_field("body.result", "too large for a run result", None));
+        }
+        let attempt = caller_attempt(req, &state, &auth, &run);
+        require_running(&run, attempt)?;
+        finish(&state, &run, Ending::Completed { result }).await
+    }
+
+    /// Finish the attempt as failed. With `retryable: true` the job's retry
+    /// policy applies as for a failed dispatch (`retrying` with
+    /// next_retry_at while attempts remain, then `failed`); otherwise the
+    /// run fails now. 409 unless the run is running on the token's attempt.
+    #[oai(path = "/sdk/v1/runs/:run_id/fail", method = "post")]
+    async fn fail(
+        &self,
+        state: Data<&AppState>,
+        auth: Auth,
+        req: &Request,
+        run_id: Path<String>,
+        body: Json<FailRequest>,
+    ) -> ApiResult<Json<JobRun>> {
+        let run = sdk_run(&state, &auth, &run_id).await?;
+        let b = body.0;
+        let mut errors = Vec::new();
+        text_ok(&mut errors, "body.error", &b.error, 4096, true);
+        if let Some(c) = &b.error_class {
+            let ok = !c.is_empty() && c.len() <= 64 && c.bytes().all(|x| x.is_ascii_lowercase() || x.is_ascii_digit() || x == b'_');
+            if !ok {
+                errors.push(ErrorDetail {
+                    location: "body.error_class".into(),
+                    message: "1 to 64 of a-z, 0-9 and _".into(),
+                    value: Some(c.clone().into()),
+                });
+            }
+        }
+        if !errors.is_empty() {
+            return Err(ApiError::invalid(errors));
+        }
+        let attempt = caller_attempt(req, &state, &auth, &run);
+        require_running(&run, attempt)?;
+        let ending = Ending::Failed {
+            error: scrub_str(b.error),
+            error_class: b.error_class.unwrap_or_else(|| "target_failed".into()),
+            retryable: b.retryable.unwrap_or(false),
+            timed_out: false,
+        };
+        finish(&state, &run, ending).await
+    }
+}
+
+/// Records the ending through the same rules as the worker and the
+/// heartbeat sweep (`store::settle`), then sends the terminal webhook.
+async fn finish(state: &AppState, run: &Run, ending: Ending) -> ApiResult<Json<JobRun>> {
+    let spec = store::jobs::spec_for_run(&state.pool, &run.job_id, &run.job_version_id).await?;
+    let spec = spec.unwrap_or_else(|| {
+        // The job is gone: no retry policy to apply, the ending stands.
+        JobSpec { max_attempts: 1, ..JobSpec::default() }
+    });
+    let Some((outcome, after)) = settle::settle(&state.pool, &state.queue, run, &spec, ending).await? else {
+        return Err(ApiError::conflict("the run is no longer running on this attempt"));
+    };
+    if outcome.status.is_terminal() {
+        if let (Some(d), Some(http)) = (
+            switchyard_worker::webhook::terminal_delivery(&spec, &after, &outcome, Utc::now()),
+            webhook_http(state.config.target_deny_private),
+        ) {
+            tokio::spawn(async move { switchyard_worker::webhook::deliver(http, &d).await });
+        }
+    }
+    Ok(Json(run_view(after)))
+}

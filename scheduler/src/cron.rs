@@ -1,0 +1,247 @@
+//! The cron enqueuer: makes the runs of jobs that have a `cron` schedule.
+//!
+//! Each pass reads every live, enabled, unpaused job with a schedule and,
+//! at `now`, finds the latest tick at or before `now` (in the job's
+//! `timezone`, with the daylight-saving policy of
+//! [`schedule`](switchyard_shared::domain::schedule): a skipped local time
+//! fires once at the transition, a repeated one once). It makes a run for
+//! that tick (triggered_by `cron`, no payload) when the tick is later than
+//! both the job's `cron_since` and the last tick it already has a run for.
+//!
+//! - **Exactly once per tick.** The run carries `cron_tick`, unique per job
+//!   in Postgres, so any number of schedulers racing on one tick insert one
+//!   run; the losers find it and do nothing.
+//! - **Missed ticks.** Ticks that passed while no scheduler ran fire at most
+//!   one catch-up run (the latest of them) when a scheduler is back; the
+//!   schedule then resumes. Older missed ticks are skipped.
+//! - **Not active, not fired.** Disabled, paused (group pause-all) and
+//!   deleted jobs are not read. Enabling, resuming or changing the schedule
+//!   moves `cron_since` to that moment (a trigger in migration 0004), so the
+//!   ticks of the inactive period are not caught up.
+//! - **Windows, TTL.** A cron run is admitted like any other run: outside
+//!   the job's execution window it waits as `pending`; run_ttl_secs counts
+//!   from the tick's firing. Payload dedup does not apply (each tick is its
+//!   own run) and there is no payload to check against payload_schema.
+//!
+//! A pass sleeps until the earliest next tick of all jobs, between
+//! `min_sleep` and `max_sleep` (which bounds how late a new job's first tick
+//! or a changed schedule is noticed).
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde_json::{Map, Value};
+use sqlx::PgPool;
+use switchyard_shared::domain::schedule::{self, CronSchedule};
+use switchyard_shared::domain::RunStatus;
+use switchyard_shared::queue::Queue;
+use switchyard_shared::shutdown::Shutdown;
+use switchyard_shared::store::flow::{self, CronJob};
+use switchyard_shared::store::{runs, NewRun};
+
+use crate::error::{check_batch, check_positive, Error, OptionsError};
+use crate::pace;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CronOptions {
+    /// Longest sleep between passes (default 1 s).
+    pub max_sleep: Duration,
+    /// Shortest sleep between passes (default 50 ms).
+    pub min_sleep: Duration,
+    /// Jobs read per query (default 500).
+    pub page_size: usize,
+}
+
+impl Default for CronOptions {
+    fn default() -> Self {
+        CronOptions { max_sleep: Duration::from_secs(1), min_sleep: Duration::from_millis(50), page_size: 500 }
+    }
+}
+
+impl CronOptions {
+    pub fn validate(&self) -> Result<(), OptionsError> {
+        check_positive("cron.min_sleep", self.min_sleep)?;
+        if self.max_sleep < self.min_sleep {
+            return Err(OptionsError::new("cron.max_sleep", "must not be shorter than cron.min_sleep"));
+        }
+        check_batch("cron.page_size", self.page_size)
+    }
+}
+
+/// What one pass did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CronReport {
+    /// Jobs with a schedule looked at.
+    pub jobs: usize,
+    /// Runs made by this pass.
+    pub fired: usize,
+    /// Ticks another scheduler had already made a run for.
+    pub already_fired: usize,
+    /// The earliest tick after `now` of all jobs.
+    pub next_tick: Option<DateTime<Utc>>,
+}
+
+/// The tick a job should fire at `now`, if any: the latest one at or
+/// before `now`, when later than both `since` and `last`.
+pub fn due_tick(
+    schedule: &CronSchedule,
+    since: DateTime<Utc>,
+    last: Option<DateTime<Utc>>,
+    now: DateTime<Utc>,
+) -> Option<DateTime<Utc>> {
+    let bound = last.map_or(since, |l| l.max(since));
+    schedule.latest_at_or_before(now).filter(|t| *t > bound)
+}
+
+#[derive(Clone)]
+pub struct CronEnqueuer {
+    pool: PgPool,
+    queue: Queue,
+    opts: CronOptions,
+}
+
+impl CronEnqueuer {
+    pub fn new(pool: PgPool, queue: Queue, opts: CronOptions) -> Result<CronEnqueuer, OptionsError> {
+        opts.validate()?;
+        Ok(CronEnqueuer { pool, queue, opts })
+    }
+
+    pub fn options(&self) -> &CronOptions {
+        &self.opts
+    }
+
+    /// One pass at `now` (see the module doc).
+    pub async fn tick_once(&self, now: DateTime<Utc>) -> Result<CronReport, Error> {
+        let mut report = CronReport::default();
+        let mut after = String::new();
+        loop {
+            let jobs = flow::cron_jobs_page(&self.pool, &after, self.opts.page_size as i64).await?;
+            for job in &jobs {
+                report.jobs += 1;
+                let spec = &job.spec.0;
+                let Some(expr) = spec.cron.as_deref() else { continue };
+                let sched = match CronSchedule::parse(expr, spec.timezone.as_deref()) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        tracing::warn!(job_id = %job.id, error = %e, "job has an unusable cron schedule; skipped");
+                        continue;
+                    }
+                };
+                if let Some(tick) = due_tick(&sched, job.cron_since, job.last_tick, now) {
+                    if self.fire(job, tick, now).await? {
+                        report.fired += 1;
+                    } else {
+                        report.already_fired += 1;
+                    }
+                }
+                if let Some(next) = sched.next_after(now) {
+                    report.next_tick = Some(report.next_tick.map_or(next, |n| n.min(next)));
+                }
+            }
+            match jobs.last() {
+                Some(last) if jobs.len() == self.opts.page_size => after = last.id.clone(),
+                _ => break,
+            }
+        }
+        if report.fired > 0 {
+            tracing::debug!(fired = report.fired, "fired cron ticks");
+        }
+        Ok(report)
+    }
+
+    /// Makes the run of `tick`; false when one exists already.
+    async fn fire(&self, job: &CronJob, tick: DateTime<Utc>, now: DateTime<Utc>) -> Result<bool, Error> {
+        let spec = &job.spec.0;
+        let admitted = match schedule::admission(spec, now, None, false) {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!(job_id = %job.id, error = %e, "cron tick not fired");
+                return Ok(false);
+            }
+        };
+        let metadata: Map<String, Value> =
+            spec.default_run_metadata.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect();
+        let new = NewRun {
+            id: switchyard_shared::ids::run_id(),
+            project_id: job.project_id.clone(),
+            job_id: job.id.clone(),
+            job_version: job.version,
+            job_version_id: job.version_id.clone(),
+            status: admitted.status.as_str(),
+            triggered_by: "cron".into(),
+            created_by: Some("cron".into()),
+            execution_mode: "sync".into(),
+            metadata: Value::Object(metadata),
+            tags: Value::Object(Map::new()),
+            scheduled_at: admitted.scheduled_at,
+            expires_at: admitted.expires_at,
+            cron_tick: Some(tick),
+            ..NewRun::default()
+        };
+        let (run, created) = runs::insert(&self.pool, &new).await?;
+        if !created {
+            return Ok(false);
+        }
+        tracing::info!(job_id = %job.id, run_id = %run.id, tick = %tick, "cron tick fired");
+        let due_ms = match admitted.status {
+            RunStatus::Pending => admitted.scheduled_at.map_or(0, |t| t.timestamp_millis()),
+            _ => 0,
+        };
+        // A Redis outage leaves the run to the reconciler: it is durable.
+        if let Err(e) = self.queue.enqueue(&run.entry(), due_ms, now.timestamp_millis()).await {
+            tracing::warn!(run_id = %run.id, error = %e, "enqueue of a cron run failed; the reconciler will");
+        }
+        Ok(true)
+    }
+
+    /// Runs passes until shutdown.
+    pub async fn run(&self, shutdown: Shutdown) {
+        let mut failures = 0;
+        loop {
+            let now = chrono::Utc::now();
+            let pause = match self.tick_once(now).await {
+                Ok(report) => {
+                    failures = 0;
+                    let until_next = report.next_tick.and_then(|t| (t - chrono::Utc::now()).to_std().ok());
+                    until_next.unwrap_or(self.opts.max_sleep).clamp(self.opts.min_sleep, self.opts.max_sleep)
+                }
+                Err(e) => {
+                    failures += 1;
+                    tracing::warn!(error = %e, failures, "cron pass failed");
+                    pace::error_backoff(failures)
+                }
+            };
+            if !pace::sleep(pause, &shutdown).await {
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn utc(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+    }
+
+    #[test]
+    fn at_most_one_catch_up_and_nothing_before_since() {
+        let every_min = CronSchedule::parse("* * * * *", None).unwrap();
+        let since = utc("2027-01-01T10:00:30Z");
+        // Ten ticks missed: only the latest fires.
+        assert_eq!(due_tick(&every_min, since, None, utc("2027-01-01T10:10:20Z")), Some(utc("2027-01-01T10:10:00Z")));
+        assert_eq!(due_tick(&every_min, since, Some(utc("2027-01-01T10:10:00Z")), utc("2027-01-01T10:10:50Z")), None);
+        assert_eq!(due_tick(&every_min, since, None, utc("2027-01-01T10:00:50Z")), None, "the 10:00 tick predates the job");
+    }
+
+    #[test]
+    fn options_are_validated() {
+        assert!(CronOptions::default().validate().is_ok());
+        let e = CronOptions { min_sleep: Duration::ZERO, ..Default::default() }.validate().unwrap_err();
+        assert_eq!(e.field, "cron.min_sleep");
+        let e = CronOptions { max_sleep: Duration::from_millis(1), ..Default::default() }.validate().unwrap_err();
+        assert_eq!(e.field, "cron.max_sleep");
+    }
+}

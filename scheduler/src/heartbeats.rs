@@ -1,0 +1,188 @@
+//! The heartbeat sweep: async runs whose target went quiet.
+//!
+//! After an async target answers 202 the worker lets go of the run: no lease,
+//! no concurrency slot (see `store::settle`). From then on the target keeps
+//! it alive with SDK heartbeats (`POST /sdk/v1/runs/{id}/heartbeat`), and
+//! finishes it with `complete` or `fail`. A run whose last heartbeat (or
+//! acceptance) is older than its attempt timeout is ended here as if the
+//! attempt had timed out:
+//!
+//! ```text
+//! running (async, silent > timeout) ── policy allows ──► retrying ─► queued when due (promoter)
+//!                                   └─ exhausted ──────► timed_out (+ terminal webhook)
+//! ```
+//!
+//! Safe with many schedulers: the outcome is written fenced by the run's
+//! dispatch token and only while it is still running, so of two sweeps (or
+//! a sweep and a late `complete`) exactly one lands.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::PgPool;
+use switchyard_shared::domain::RunStatus;
+use switchyard_shared::queue::Queue;
+use switchyard_shared::shutdown::Shutdown;
+use switchyard_shared::store::settle::{self, Ending, HEARTBEAT_TIMEOUT};
+use switchyard_shared::store::{jobs, runs};
+use switchyard_worker::client::Http;
+
+use crate::error::{check_batch, check_positive, Error, OptionsError};
+use crate::pace;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeartbeatOptions {
+    /// Time between passes (default 1 s): how late past its timeout a silent
+    /// run is noticed, at most.
+    pub interval: Duration,
+    /// Overdue runs handled per pass (default 200); a full batch is followed
+    /// by another pass at once.
+    pub batch_size: usize,
+    /// Whether terminal webhooks may go to loopback or private addresses
+    /// (`TARGET_DENY_PRIVATE`), as for the worker.
+    pub deny_private: bool,
+}
+
+impl Default for HeartbeatOptions {
+    fn default() -> Self {
+        HeartbeatOptions { interval: Duration::from_secs(1), batch_size: 200, deny_private: false }
+    }
+}
+
+impl HeartbeatOptions {
+    pub fn validate(&self) -> Result<(), OptionsError> {
+        check_positive("heartbeats.interval", self.interval)?;
+        check_batch("heartbeats.batch_size", self.batch_size)
+    }
+}
+
+/// What one pass did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HeartbeatReport {
+    /// Silent async runs found.
+    pub overdue: usize,
+    /// Of those, put back for another attempt.
+    pub retrying: usize,
+    /// Of those, ended (`timed_out`, or `failed` when their job is gone).
+    pub ended: usize,
+    /// Finished, cancelled or heard from between the query and the write.
+    pub skipped: usize,
+}
+
+#[derive(Clone)]
+pub struct HeartbeatSweeper {
+    pool: PgPool,
+    queue: Queue,
+    opts: HeartbeatOptions,
+    http: Http,
+}
+
+impl HeartbeatSweeper {
+    pub fn new(pool: PgPool, queue: Queue, opts: HeartbeatOptions) -> Result<HeartbeatSweeper, OptionsError> {
+        opts.validate()?;
+        let http = Http::new(4, opts.deny_private)
+            .map_err(|e| OptionsError::new("heartbeats.http", format!("cannot build the webhook client: {e}")))?;
+        Ok(HeartbeatSweeper { pool, queue, opts, http })
+    }
+
+    pub fn options(&self) -> &HeartbeatOptions {
+        &self.opts
+    }
+
+    /// One pass at `now`: ends every async run silent for longer than its timeout.
+    pub async fn sweep_once(&self, now: DateTime<Utc>) -> Result<HeartbeatReport, Error> {
+        let overdue = settle::overdue_async(&self.pool, now, self.opts.batch_size as i64).await?;
+        let mut report = HeartbeatReport { overdue: overdue.len(), ..HeartbeatReport::default() };
+        for run in overdue {
+            // The page may be a moment old: a heartbeat that just arrived wins.
+            let Some(fresh) = runs::get(&self.pool, &run.id).await? else {
+                report.skipped += 1;
+                continue;
+            };
+            if fresh.dispatch_token != run.dispatch_token
+                || fresh.heartbeat_at != run.heartbeat_at
+                || fresh.status != "running"
+            {
+                report.skipped += 1;
+                continue;
+            }
+            let spec = jobs::spec_for_run(&self.pool, &run.job_id, &run.job_version_id).await?;
+            let (spec, ending) = match spec {
+                Some(spec) => {
+                    let secs = settle::attempt_timeout(&spec, &run).as_secs();
+                    let ending = Ending::Failed {
+                        error: format!("no heartbeat from the target for {secs}s (the attempt timeout)"),
+                        error_class: HEARTBEAT_TIMEOUT.into(),
+                        retryable: true,
+                        timed_out: true,
+                    };
+                    (spec, ending)
+                }
+                None => {
+                    let ending = Ending::Failed {
+                        error: format!("job {} (version {}) no longer exists", run.job_id, run.job_version_id),
+                        error_class: "job_missing".into(),
+                        retryable: false,
+                        timed_out: false,
+                    };
+                    (switchyard_shared::domain::JobSpec::default(), ending)
+                }
+            };
+            match settle::settle(&self.pool, &self.queue, &fresh, &spec, ending).await? {
+                None => report.skipped += 1,
+                Some((outcome, after)) if outcome.status == RunStatus::Retrying => {
+                    tracing::info!(run_id = %after.id, attempt = after.attempt, "async run went silent; retrying");
+                    report.retrying += 1;
+                }
+                Some((outcome, after)) => {
+                    tracing::warn!(run_id = %after.id, status = outcome.status.as_str(), "async run went silent; ended");
+                    report.ended += 1;
+                    if let Some(d) = switchyard_worker::webhook::terminal_delivery(&spec, &after, &outcome, Utc::now()) {
+                        let http = self.http.clone();
+                        tokio::spawn(async move { switchyard_worker::webhook::deliver(&http, &d).await });
+                    }
+                }
+            }
+        }
+        Ok(report)
+    }
+
+    /// Runs passes until shutdown.
+    pub async fn run(&self, shutdown: Shutdown) {
+        let mut failures = 0;
+        loop {
+            let pause = match self.sweep_once(Utc::now()).await {
+                Ok(r) if r.overdue >= self.opts.batch_size => {
+                    failures = 0;
+                    Duration::ZERO
+                }
+                Ok(_) => {
+                    failures = 0;
+                    self.opts.interval
+                }
+                Err(e) => {
+                    failures += 1;
+                    tracing::warn!(error = %e, failures, "heartbeat sweep failed");
+                    pace::error_backoff(failures).max(self.opts.interval)
+                }
+            };
+            if shutdown.is_cancelled() || !pace::sleep(pause, &shutdown).await {
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_are_validated() {
+        assert!(HeartbeatOptions::default().validate().is_ok());
+        let e = HeartbeatOptions { interval: Duration::ZERO, ..Default::default() }.validate().unwrap_err();
+        assert_eq!(e.field, "heartbeats.interval");
+        let e = HeartbeatOptions { batch_size: 0, ..Default::default() }.validate().unwrap_err();
+        assert_eq!(e.field, "heartbeats.batch_size");
+    }
+}

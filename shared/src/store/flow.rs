@@ -1,0 +1,329 @@
+//! The SQL of flow control: creating a run with payload dedup and
+//! dependencies, resolving dependencies, expiring runs that did not start
+//! in time, holding runs for an execution window, and the cron loop's reads.
+//! Every status change writes its event row in the same statement.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use sqlx::types::Json;
+use sqlx::{PgConnection, PgPool};
+
+use super::runs::{self, NewRun, Run, RUN_COLUMNS};
+use crate::domain::JobSpec;
+
+/// Statuses in which a dependency can never complete any more.
+pub const DEPENDENCY_FAILED_STATUSES: [&str; 4] = ["failed", "cancelled", "timed_out", "expired"];
+/// error_class of a run failed because a dependency did not complete.
+pub const DEPENDENCY_FAILED: &str = "dependency_failed";
+/// Most run ids one trigger may depend on.
+pub const MAX_DEPENDENCIES: usize = 100;
+
+/// What a trigger asks of `create` beyond the run itself.
+#[derive(Clone, Debug, Default)]
+pub struct CreateOptions {
+    /// The job's dedup_window_secs: a run of the same job with an equal
+    /// payload created within this many seconds is returned instead.
+    pub dedup_window_secs: i64,
+    /// Run ids (already checked to exist in the project) the run depends
+    /// on, recorded for the resolver and the dependency-status endpoint.
+    /// Whether the run waits for them is `NewRun::awaiting_dependencies`.
+    pub depends_on: Vec<String>,
+}
+
+/// Creates a run, or finds the earlier run it duplicates: the one with the
+/// same idempotency key, else (with a dedup window) the newest run of the
+/// job with an equal payload inside the window. Returns `(run, created)`.
+///
+/// Payload dedup is race-free: the lookup and the insert happen under a
+/// transaction-scoped advisory lock on (job, payload hash), so of two equal
+/// concurrent triggers the second waits and then finds the first.
+pub async fn create(pool: &PgPool, mut new: NewRun, opts: &CreateOptions) -> Result<(Run, bool), sqlx::Error> {
+    if opts.depends_on.is_empty() && opts.dedup_window_secs <= 0 {
+        return runs::insert(pool, &new).await;
+    }
+    let mut tx = pool.begin().await?;
+    if let Some(key) = &new.idempotency_key {
+        let found: Option<Run> =
+            sqlx::query_as(&format!("SELECT {RUN_COLUMNS} FROM job_runs WHERE job_id = $1 AND idempotency_key = $2"))
+                .bind(&new.job_id)
+                .bind(key)
+                .fetch_optional(&mut *tx)
+                .await?;
+        if let Some(run) = found {
+            tx.commit().await?;
+            return Ok((run, false));
+        }
+    }
+    if opts.dedup_window_secs > 0 {
+        // jsonb text is canonical (sorted keys, fixed spacing), so equal
+        // payloads hash equally however the client wrote them.
+        let hash: Vec<u8> =
+            sqlx::query_scalar("SELECT sha256(convert_to(coalesce($1::jsonb, 'null'::jsonb)::text, 'UTF8'))")
+                .bind(new.payload.as_ref().map(Json))
+                .fetch_one(&mut *tx)
+                .await?;
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1 || ':' || encode($2, 'hex'), 0))")
+            .bind(&new.job_id)
+            .bind(&hash)
+            .execute(&mut *tx)
+            .await?;
+        let found: Option<Run> = sqlx::query_as(&format!(
+            "SELECT {RUN_COLUMNS} FROM job_runs
+             WHERE job_id = $1 AND payload_hash = $2 AND created_at > now() - make_interval(secs => $3)
+             ORDER BY created_at DESC LIMIT 1"
+        ))
+        .bind(&new.job_id)
+        .bind(&hash)
+        .bind(opts.dedup_window_secs as f64)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if let Some(run) = found {
+            tx.commit().await?;
+            return Ok((run, false));
+        }
+        new.payload_hash = Some(hash);
+    }
+    let (run, created) = runs::insert_in(&mut tx, &new).await?;
+    if created && !opts.depends_on.is_empty() {
+        insert_dependencies(&mut tx, &run.id, &opts.depends_on).await?;
+    }
+    tx.commit().await?;
+    Ok((run, created))
+}
+
+async fn insert_dependencies(conn: &mut PgConnection, run_id: &str, deps: &[String]) -> Result<(), sqlx::Error> {
+    let positions: Vec<i32> = (0..deps.len() as i32).collect();
+    sqlx::query(
+        "INSERT INTO job_run_dependencies (run_id, depends_on_run_id, position)
+         SELECT $1, d, p FROM unnest($2::text[], $3::int[]) AS t(d, p)
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(run_id)
+    .bind(deps)
+    .bind(&positions)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Project and status of each of `ids` that exists.
+pub async fn runs_brief(pool: &PgPool, ids: &[String]) -> Result<HashMap<String, (String, String)>, sqlx::Error> {
+    let rows: Vec<(String, String, String)> =
+        sqlx::query_as("SELECT id, project_id, status FROM job_runs WHERE id = ANY($1)")
+            .bind(ids)
+            .fetch_all(pool)
+            .await?;
+    Ok(rows.into_iter().map(|(id, p, s)| (id, (p, s))).collect())
+}
+
+/// The dependencies of a run, in the order the trigger named them, with
+/// each one's current status.
+pub async fn dependencies_of(pool: &PgPool, run_id: &str) -> Result<Vec<(String, String)>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT d.id, d.status FROM job_run_dependencies x JOIN job_runs d ON d.id = x.depends_on_run_id
+         WHERE x.run_id = $1 ORDER BY x.position",
+    )
+    .bind(run_id)
+    .fetch_all(pool)
+    .await
+}
+
+/// A blocked run whose dependencies have all finished (or one failed),
+/// locked for resolution.
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct Resolvable {
+    pub id: String,
+    pub scheduled_at: Option<DateTime<Utc>>,
+    /// `"<run_id> <status>"` of a dependency that cannot complete, if any.
+    pub failed_dependency: Option<String>,
+    pub execution_window_cron: Option<String>,
+    pub timezone: Option<String>,
+}
+
+/// What to do with a [`Resolvable`] run.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Resolution {
+    /// `pending -> failed`, error_class dependency_failed.
+    Fail { error: String },
+    /// `pending -> queued`: due and inside its window.
+    Queue,
+    /// Stays `pending` with this scheduled_at (a delay or a closed window).
+    Schedule { at: DateTime<Utc> },
+}
+
+/// Up to `limit` blocked runs that can be resolved now, locked (SKIP
+/// LOCKED: concurrent resolvers share the work) in the transaction.
+pub async fn lock_resolvable(conn: &mut PgConnection, limit: i64) -> Result<Vec<Resolvable>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT r.id, r.scheduled_at,
+            (SELECT d.id || ' ' || d.status FROM job_run_dependencies x JOIN job_runs d ON d.id = x.depends_on_run_id
+             WHERE x.run_id = r.id AND d.status IN ('failed', 'cancelled', 'timed_out', 'expired')
+             ORDER BY x.position LIMIT 1) AS failed_dependency,
+            j.spec->>'execution_window_cron' AS execution_window_cron, j.spec->>'timezone' AS timezone
+         FROM job_runs r JOIN jobs j ON j.id = r.job_id
+         WHERE r.status = 'pending' AND r.awaiting_dependencies
+           AND (NOT EXISTS (SELECT 1 FROM job_run_dependencies x JOIN job_runs d ON d.id = x.depends_on_run_id
+                            WHERE x.run_id = r.id AND d.status <> 'completed')
+             OR EXISTS (SELECT 1 FROM job_run_dependencies x JOIN job_runs d ON d.id = x.depends_on_run_id
+                        WHERE x.run_id = r.id AND d.status IN ('failed', 'cancelled', 'timed_out', 'expired')))
+         ORDER BY r.id LIMIT $1
+         FOR UPDATE OF r SKIP LOCKED",
+    )
+    .bind(limit)
+    .fetch_all(conn)
+    .await
+}
+
+/// Applies resolutions to runs locked by [`lock_resolvable`]. Returns the
+/// runs after the change (those that were still blocked), with the status
+/// each left.
+pub async fn apply_resolutions(
+    conn: &mut PgConnection,
+    decisions: &[(String, Resolution)],
+) -> Result<Vec<Run>, sqlx::Error> {
+    let mut ids = Vec::new();
+    let mut statuses = Vec::new();
+    let mut errors: Vec<Option<String>> = Vec::new();
+    let mut times: Vec<Option<DateTime<Utc>>> = Vec::new();
+    for (id, d) in decisions {
+        ids.push(id.clone());
+        let (status, error, at) = match d {
+            Resolution::Fail { error } => ("failed", Some(error.clone()), None),
+            Resolution::Queue => ("queued", None, None),
+            Resolution::Schedule { at } => ("pending", None, Some(*at)),
+        };
+        statuses.push(status.to_string());
+        errors.push(error);
+        times.push(at);
+    }
+    let rows: Vec<Run> = sqlx::query_as(&format!(
+        "WITH d AS (
+            SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[]) AS t(id, status, error, at)
+         ), u AS (
+            UPDATE job_runs r SET status = d.status, awaiting_dependencies = false,
+                error = coalesce(d.error, r.error),
+                error_class = CASE WHEN d.status = 'failed' THEN '{DEPENDENCY_FAILED}' ELSE r.error_class END,
+                finished_at = CASE WHEN d.status = 'failed' THEN now() ELSE r.finished_at END,
+                scheduled_at = coalesce(d.at, r.scheduled_at)
+            FROM d WHERE r.id = d.id AND r.status = 'pending' AND r.awaiting_dependencies
+            RETURNING r.*
+         ), ev AS (
+            INSERT INTO job_run_events (run_id, from_status, to_status, attempt, reason)
+            SELECT id, 'pending', status, attempt,
+                CASE WHEN status = 'failed' THEN error ELSE 'dependencies completed' END
+            FROM u WHERE status <> 'pending'
+         )
+         SELECT {RUN_COLUMNS} FROM u"
+    ))
+    .bind(&ids)
+    .bind(&statuses)
+    .bind(&errors)
+    .bind(&times)
+    .fetch_all(conn)
+    .await?;
+    for r in &rows {
+        if r.status != "pending" {
+            crate::telemetry::transition(Some("pending"), &r.status);
+        }
+    }
+    Ok(rows)
+}
+
+/// Marks `expired` up to `limit` runs that have not started and whose
+/// expires_at is at or before `now`. Returns them (to drop their entries).
+pub async fn expire_due(pool: &PgPool, now: DateTime<Utc>, limit: i64) -> Result<Vec<(Run, String)>, sqlx::Error> {
+    #[derive(sqlx::FromRow)]
+    struct Row {
+        #[sqlx(flatten)]
+        run: Run,
+        from_status: String,
+    }
+    let rows: Vec<Row> = sqlx::query_as(&format!(
+        "WITH old AS (
+            SELECT id, status FROM job_runs
+            WHERE status IN ('pending', 'queued') AND started_at IS NULL AND expires_at IS NOT NULL
+              AND expires_at <= $1
+            ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED
+         ), u AS (
+            UPDATE job_runs r SET status = 'expired', finished_at = now(), next_retry_at = NULL,
+                awaiting_dependencies = false, error_class = 'expired',
+                error = 'not started within the job''s run_ttl_secs'
+            FROM old WHERE r.id = old.id AND r.status = old.status
+            RETURNING r.*, old.status AS from_status
+         ), ev AS (
+            INSERT INTO job_run_events (run_id, from_status, to_status, attempt, reason)
+            SELECT id, from_status, 'expired', attempt, 'not started before expires_at' FROM u
+         )
+         SELECT {RUN_COLUMNS}, from_status FROM u"
+    ))
+    .bind(now)
+    .bind(limit)
+    .fetch_all(pool)
+    .await?;
+    for r in &rows {
+        crate::telemetry::transition(Some(&r.from_status), "expired");
+    }
+    Ok(rows.into_iter().map(|r| (r.run, r.from_status)).collect())
+}
+
+/// Each job's execution window and zone, for the jobs that have one.
+pub async fn windows_of(
+    pool: &PgPool,
+    job_ids: &[String],
+) -> Result<HashMap<String, (String, Option<String>)>, sqlx::Error> {
+    let rows: Vec<(String, String, Option<String>)> = sqlx::query_as(
+        "SELECT id, spec->>'execution_window_cron', spec->>'timezone' FROM jobs
+         WHERE id = ANY($1) AND spec ? 'execution_window_cron'",
+    )
+    .bind(job_ids)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows.into_iter().map(|(id, w, tz)| (id, (w, tz))).collect())
+}
+
+/// Holds due runs until `at` (their window opens): a pending run's
+/// scheduled_at, a retrying run's next_retry_at. Returns the ids changed.
+pub async fn hold_until(pool: &PgPool, ids: &[String], at: DateTime<Utc>) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar(
+        "UPDATE job_runs SET
+            scheduled_at = CASE WHEN status = 'pending' THEN $2 ELSE scheduled_at END,
+            next_retry_at = CASE WHEN status = 'retrying' THEN $2 ELSE next_retry_at END
+         WHERE id = ANY($1) AND status IN ('pending', 'retrying') AND NOT awaiting_dependencies
+         RETURNING id",
+    )
+    .bind(ids)
+    .bind(at)
+    .fetch_all(pool)
+    .await
+}
+
+/// A job with a cron schedule, as the cron loop reads it.
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct CronJob {
+    pub id: String,
+    pub project_id: String,
+    pub spec: Json<JobSpec>,
+    pub version: i32,
+    pub version_id: String,
+    /// Ticks at or before this never fire (see migration 0004).
+    pub cron_since: DateTime<Utc>,
+    /// The latest tick a run was made for.
+    pub last_tick: Option<DateTime<Utc>>,
+}
+
+/// Live, enabled, unpaused jobs with a cron schedule, in id order after
+/// `after`, at most `limit`.
+pub async fn cron_jobs_page(pool: &PgPool, after: &str, limit: i64) -> Result<Vec<CronJob>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT j.id, j.project_id, j.spec, j.version, j.version_id, j.cron_since,
+            (SELECT max(r.cron_tick) FROM job_runs r WHERE r.job_id = j.id AND r.cron_tick IS NOT NULL) AS last_tick
+         FROM jobs j
+         WHERE j.deleted_at IS NULL AND j.enabled AND NOT j.paused AND j.spec ? 'cron' AND j.id > $1
+         ORDER BY j.id LIMIT $2",
+    )
+    .bind(after)
+    .bind(limit)
+    .fetch_all(pool)
+    .await
+}

@@ -1,0 +1,234 @@
+//! Ending an attempt that no worker holds: an async run the target finishes
+//! over the SDK (`complete`, `fail`), or one whose heartbeats stopped.
+//!
+//! The rules are the worker's: the job's retry policy (with the run's
+//! overrides) decides between `retrying` and the final status, the outcome
+//! is recorded by [`runs::finish_attempt`] fenced by the run's dispatch
+//! token, and then the queue entry is acked with the retry's due time. After
+//! a 202 the worker already released the lease, so that ack frees no
+//! concurrency slot: an async run holds none once its target accepted it. It
+//! only puts the entry in `scheduled` when the run is retrying.
+//!
+//! ```text
+//! running (async, accepted) ─ complete ──────────────► completed
+//!                           ─ fail, retryable ───────► retrying (policy allows) ─► queued when due
+//!                           ─ fail / no heartbeat ───► failed / timed_out (attempts exhausted)
+//! ```
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde_json::{json, Value};
+use sqlx::types::Json;
+use sqlx::PgPool;
+
+use crate::domain::job::{MAX_ATTEMPTS_LIMIT, MAX_TIMEOUT_SECS};
+use crate::domain::{JobSpec, RetryPolicy, RetryStrategy, RunStatus};
+use crate::queue::Queue;
+use crate::store::runs::{self, Outcome, Run, RUN_COLUMNS};
+
+/// The error class of an async run whose heartbeats stopped.
+pub const HEARTBEAT_TIMEOUT: &str = "heartbeat_timeout";
+
+/// The job's retry policy with the run's overrides applied.
+pub fn retry_policy(spec: &JobSpec, run: &Run) -> RetryPolicy {
+    let mut p = spec.retry_policy();
+    if let Some(n) = run.max_attempts_override.filter(|n| *n > 0) {
+        p.max_attempts = (n as i64).min(MAX_ATTEMPTS_LIMIT) as u32;
+    }
+    if let Some(s) = run.retry_backoff.as_deref().and_then(|s| s.parse::<RetryStrategy>().ok()) {
+        p.strategy = s;
+    }
+    if let Some(d) = run.retry_initial_delay_secs.filter(|d| *d >= 0) {
+        p.initial_delay = Duration::from_secs(d as u64);
+    }
+    if let Some(d) = run.retry_max_delay_secs.filter(|d| *d >= 0) {
+        p.max_delay = Duration::from_secs(d as u64);
+    }
+    p
+}
+
+/// The run's own timeout when it sets one, else the job's.
+pub fn attempt_timeout(spec: &JobSpec, run: &Run) -> Duration {
+    match run.timeout_secs_override {
+        Some(s) if s > 0 => Duration::from_secs((s as i64).min(MAX_TIMEOUT_SECS) as u64),
+        _ => spec.timeout(),
+    }
+}
+
+/// How the attempt ended.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Ending {
+    Completed { result: Value },
+    Failed {
+        error: String,
+        error_class: String,
+        /// Whether another attempt may help; the policy still decides.
+        retryable: bool,
+        /// An exhausted run becomes `timed_out` rather than `failed`.
+        timed_out: bool,
+    },
+}
+
+/// What `ending` of attempt `attempt` makes of the run. Pure; `jitter` is a
+/// uniform sample in [0, 1] for exponential backoff.
+pub fn decide(ending: Ending, attempt: u32, policy: &RetryPolicy, now: DateTime<Utc>, jitter: f64) -> Decided {
+    match ending {
+        Ending::Completed { result } => Decided {
+            status: RunStatus::Completed,
+            result: Some(result),
+            error: None,
+            error_class: None,
+            next_retry_at: None,
+        },
+        Ending::Failed { error, error_class, retryable, timed_out } => {
+            if retryable && policy.may_retry(attempt) {
+                let delay = chrono::Duration::from_std(policy.delay_after(attempt, None, jitter))
+                    .unwrap_or(chrono::Duration::MAX);
+                Decided {
+                    status: RunStatus::Retrying,
+                    result: None,
+                    error: Some(error),
+                    error_class: Some(error_class),
+                    next_retry_at: Some(now.checked_add_signed(delay).unwrap_or(DateTime::<Utc>::MAX_UTC)),
+                }
+            } else {
+                Decided {
+                    status: if timed_out { RunStatus::TimedOut } else { RunStatus::Failed },
+                    result: None,
+                    error: Some(error),
+                    error_class: Some(error_class),
+                    next_retry_at: None,
+                }
+            }
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Decided {
+    pub status: RunStatus,
+    pub result: Option<Value>,
+    pub error: Option<String>,
+    pub error_class: Option<String>,
+    pub next_retry_at: Option<DateTime<Utc>>,
+}
+
+/// Records `ending` for the run's current attempt if the run is still
+/// running under the same claim, then acks its queue entry (scheduling the
+/// retry). `None`: the run moved on meanwhile (finished, cancelled,
+/// claimed again) and nothing was written.
+///
+/// A failed ack is logged, not returned: the outcome is committed, and the
+/// reconciler puts a retrying run missing from `scheduled` back.
+pub async fn settle(pool: &PgPool, queue: &Queue, run: &Run, spec: &JobSpec, ending: Ending) -> Result<Option<(Outcome, Run)>, sqlx::Error> {
+    let now = Utc::now();
+    let d = decide(ending, run.attempt.max(1) as u32, &retry_policy(spec, run), now, rand::random::<f64>());
+    let outcome = Outcome {
+        status: d.status,
+        result: d.result,
+        error: d.error,
+        error_class: d.error_class,
+        status_code: None,
+        endpoint_url: String::new(),
+        next_retry_at: d.next_retry_at,
+        attempt_started_at: run.started_at.unwrap_or(now),
+        trace: run.execution_trace.as_ref().map(|t| t.0.clone()).unwrap_or_else(|| json!({})),
+    };
+    if !runs::finish_attempt(pool, &run.id, run.dispatch_token, &outcome).await? {
+        return Ok(None);
+    }
+    let retry_due = outcome.next_retry_at.map(|t| t.timestamp_millis());
+    if let Err(e) = queue.ack(&run.entry(), retry_due).await {
+        tracing::warn!(run_id = %run.id, error = %e, "ack after settling failed; the reconciler will restore the entry");
+    }
+    let after = runs::get(pool, &run.id).await?.unwrap_or_else(|| run.clone());
+    Ok(Some((outcome, after)))
+}
+
+/// The worker's note that the target accepted the run asynchronously (202):
+/// fenced like an outcome, so only the claim that dispatched may write it.
+/// The heartbeat clock starts now. Returns whether it was recorded.
+pub async fn mark_async_accepted(pool: &PgPool, run_id: &str, token: i64, trace: &Value) -> Result<bool, sqlx::Error> {
+    let row: Option<(i32,)> = sqlx::query_as(
+        "WITH u AS (
+            UPDATE job_runs SET async_accepted_at = now(), heartbeat_at = now(), execution_trace = $3
+            WHERE id = $1 AND dispatch_token = $2 AND status = 'running'
+            RETURNING id, attempt
+        ), ev AS (
+            INSERT INTO job_run_events (run_id, from_status, to_status, attempt, reason)
+            SELECT id, 'running', 'running', attempt, 'accepted by the target (HTTP 202); finished over the SDK' FROM u
+        )
+        SELECT attempt FROM u",
+    )
+    .bind(run_id)
+    .bind(token)
+    .bind(Json(trace))
+    .fetch_optional(pool)
+    .await?;
+    Ok(row.is_some())
+}
+
+/// Running async runs whose last heartbeat (or acceptance) is older than
+/// their attempt timeout at `now`, oldest first, at most `limit`.
+pub async fn overdue_async(pool: &PgPool, now: DateTime<Utc>, limit: i64) -> Result<Vec<Run>, sqlx::Error> {
+    let cols = RUN_COLUMNS.split(", ").map(|c| format!("r.{}", c.trim())).collect::<Vec<_>>().join(", ");
+    sqlx::query_as(&format!(
+        "SELECT {cols} FROM job_runs r
+           JOIN job_versions v ON v.id = r.job_version_id
+           JOIN jobs j ON j.id = r.job_id
+         WHERE r.status = 'running' AND r.async_accepted_at IS NOT NULL
+           AND r.heartbeat_at < $1 - make_interval(secs => LEAST(GREATEST(COALESCE(
+                 NULLIF(r.timeout_secs_override, 0),
+                 ((CASE WHEN v.spec->>'version_policy' = 'latest' THEN j.spec ELSE v.spec END)->>'timeout_secs')::int,
+                 30), 1), {MAX_TIMEOUT_SECS}))
+         ORDER BY r.heartbeat_at LIMIT $2"
+    ))
+    .bind(now)
+    .bind(limit)
+    .fetch_all(pool)
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    fn policy(max_attempts: u32) -> RetryPolicy {
+        RetryPolicy {
+            strategy: RetryStrategy::Fixed,
+            max_attempts,
+            initial_delay: Duration::from_secs(2),
+            max_delay: Duration::from_secs(60),
+            custom_delays_secs: vec![],
+        }
+    }
+
+    fn failed(retryable: bool, timed_out: bool) -> Ending {
+        Ending::Failed { error: "boom".into(), error_class: "x".into(), retryable, timed_out }
+    }
+
+    #[test]
+    fn the_policy_decides_retries() {
+        let now = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
+        let d = decide(failed(true, false), 1, &policy(3), now, 0.5);
+        assert_eq!((d.status, d.next_retry_at), (RunStatus::Retrying, Some(now + chrono::Duration::seconds(2))));
+        let d = decide(failed(true, false), 3, &policy(3), now, 0.5);
+        assert_eq!((d.status, d.next_retry_at), (RunStatus::Failed, None));
+        let d = decide(failed(true, true), 3, &policy(3), now, 0.5);
+        assert_eq!(d.status, RunStatus::TimedOut);
+        let d = decide(failed(false, false), 1, &policy(3), now, 0.5);
+        assert_eq!(d.status, RunStatus::Failed, "not retryable: no retry whatever the policy");
+        let d = decide(Ending::Completed { result: json!(1) }, 1, &policy(3), now, 0.5);
+        assert_eq!((d.status, d.result), (RunStatus::Completed, Some(json!(1))));
+    }
+
+    #[test]
+    fn none_strategy_never_retries() {
+        let mut p = policy(5);
+        p.strategy = RetryStrategy::None;
+        let d = decide(failed(true, false), 1, &p, Utc::now(), 0.0);
+        assert_eq!(d.status, RunStatus::Failed);
+    }
+}

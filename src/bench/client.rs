@@ -1,0 +1,173 @@
+//! The API calls of the load generator: one keep-alive HTTP/1.1 client, the
+//! request bodies serialized once, responses parsed only for the run ids.
+
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use reqwest::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+/// The trigger body: a ~200-byte payload, the same object the anchors' peers
+/// send (shared/anchors/common.js `PAYLOAD`).
+pub const TRIGGER_BODY: &str = concat!(
+    r#"{"payload":{"job":"send-email","attempt":1,"payload":{"to":"user@example.com","template":"welcome","#,
+    r#""vars":{"name":"Ada","plan":"pro","n":42}},"pad":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}}"#
+);
+
+/// What one trigger call came to.
+#[derive(Debug)]
+pub enum Sent {
+    Created(String),
+    /// An HTTP answer other than 201: status and the start of the body.
+    Rejected(u16, String),
+    /// No HTTP answer at all.
+    Failed(String),
+}
+
+/// What one bulk trigger call came to.
+#[derive(Debug)]
+pub enum BulkSent {
+    /// Run ids created, and per-item errors (`status` other than created).
+    Done { created: Vec<String>, item_errors: Vec<String> },
+    /// 404 or 405: the server has no bulk endpoint.
+    NotBuilt(u16),
+    Rejected(u16, String),
+    Failed(String),
+}
+
+#[derive(Clone)]
+pub struct Api {
+    http: reqwest::Client,
+    base: String,
+    auth: HeaderValue,
+}
+
+#[derive(Deserialize)]
+struct Created {
+    id: String,
+}
+
+#[derive(Deserialize)]
+struct BulkAnswer {
+    results: Vec<BulkItem>,
+}
+
+#[derive(Deserialize)]
+struct BulkItem {
+    status: String,
+    run_id: Option<String>,
+    error: Option<Value>,
+}
+
+fn snippet(s: &str) -> String {
+    s.chars().take(300).collect()
+}
+
+impl Api {
+    pub fn new(base: &str, secret: &str) -> anyhow::Result<Api> {
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .http1_only()
+            .tcp_nodelay(true)
+            .pool_max_idle_per_host(512)
+            .timeout(Duration::from_secs(30))
+            .build()?;
+        let auth = HeaderValue::from_str(&format!("Bearer {secret}"))?;
+        Ok(Api { http, base: base.trim_end_matches('/').to_string(), auth })
+    }
+
+    pub async fn healthy(&self) -> bool {
+        let r = self.http.get(format!("{}/health", self.base)).send().await;
+        r.is_ok_and(|r| r.status().is_success())
+    }
+
+    async fn create(&self, path: &str, body: Value) -> anyhow::Result<String> {
+        let r = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .header(AUTHORIZATION, self.auth.clone())
+            .json(&body)
+            .send()
+            .await
+            .with_context(|| format!("POST {path}"))?;
+        let status = r.status().as_u16();
+        let text = r.text().await.unwrap_or_default();
+        if status != 201 {
+            bail!("POST {path}: HTTP {status}: {}", snippet(&text));
+        }
+        Ok(serde_json::from_str::<Created>(&text).with_context(|| format!("POST {path}: {}", snippet(&text)))?.id)
+    }
+
+    pub async fn create_project(&self, name: &str) -> anyhow::Result<String> {
+        self.create("/v1/projects", json!({ "name": name })).await
+    }
+
+    pub async fn create_job(&self, project: &str, name: &str, endpoint: &str) -> anyhow::Result<String> {
+        self.create("/v1/jobs", json!({ "project_id": project, "name": name, "endpoint_url": endpoint })).await
+    }
+
+    pub fn trigger_url(&self, job: &str) -> String {
+        format!("{}/v1/jobs/{job}/trigger", self.base)
+    }
+
+    pub fn bulk_url(&self, job: &str) -> String {
+        format!("{}/v1/jobs/{job}/trigger/bulk", self.base)
+    }
+
+    async fn post(&self, url: &str, body: impl Into<reqwest::Body>) -> Result<(u16, Vec<u8>), String> {
+        let r = self
+            .http
+            .post(url)
+            .header(AUTHORIZATION, self.auth.clone())
+            .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| format!("{e:#}"))?;
+        let status = r.status().as_u16();
+        let body = r.bytes().await.map_err(|e| format!("{e:#}"))?;
+        Ok((status, body.to_vec()))
+    }
+
+    pub async fn trigger(&self, url: &str) -> Sent {
+        match self.post(url, TRIGGER_BODY).await {
+            Ok((201, body)) => match serde_json::from_slice::<Created>(&body) {
+                Ok(c) => Sent::Created(c.id),
+                Err(_) => Sent::Rejected(201, snippet(&String::from_utf8_lossy(&body))),
+            },
+            Ok((status, body)) => Sent::Rejected(status, snippet(&String::from_utf8_lossy(&body))),
+            Err(e) => Sent::Failed(e),
+        }
+    }
+
+    pub async fn trigger_bulk(&self, url: &str, body: String) -> BulkSent {
+        match self.post(url, body).await {
+            Ok((status @ (404 | 405), _)) => BulkSent::NotBuilt(status),
+            Ok((status, body)) if (200..300).contains(&status) => {
+                match serde_json::from_slice::<BulkAnswer>(&body) {
+                    Ok(a) => {
+                        let mut created = Vec::new();
+                        let mut item_errors = Vec::new();
+                        for item in a.results {
+                            match (item.status.as_str(), item.run_id) {
+                                ("created", Some(id)) => created.push(id),
+                                (s, _) => item_errors.push(format!("{s}: {}", item.error.unwrap_or(Value::Null))),
+                            }
+                        }
+                        BulkSent::Done { created, item_errors }
+                    }
+                    Err(e) => BulkSent::Rejected(status, format!("unreadable answer ({e}): {}", snippet(&String::from_utf8_lossy(&body)))),
+                }
+            }
+            Ok((status, body)) => BulkSent::Rejected(status, snippet(&String::from_utf8_lossy(&body))),
+            Err(e) => BulkSent::Failed(e),
+        }
+    }
+}
+
+/// The bulk request body: `items` trigger bodies in one call.
+pub fn bulk_body(items: usize) -> String {
+    let item: Value = serde_json::from_str(TRIGGER_BODY).expect("static JSON");
+    json!({ "items": vec![item; items] }).to_string()
+}

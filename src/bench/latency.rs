@@ -1,0 +1,204 @@
+//! Phase (b): open-loop latency at a fixed offered rate. Triggers start on a
+//! schedule (every ~1 ms, as many as are due), whatever the answers; after a
+//! warm-up that is not measured, each run gives two latencies from the
+//! instant its trigger was sent:
+//! - to the target: the target's receive instant (same process, same clock);
+//! - to the terminal state committed: the instant this process receives the
+//!   NOTIFY that a trigger installed in the bench database sends when a run
+//!   gets its `finished_at` (Postgres delivers it at commit).
+//!
+//! A rate the system cannot sustain would only grow a backlog for the rest
+//! of the window (and delay the next phase while it drains), so the phase
+//! stops offering load once the target lags the triggers by more than
+//! [`MAX_BACKLOG`] of work, and says so.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use sqlx::postgres::PgListener;
+use tokio::task::JoinSet;
+
+use super::check::{self, Calls, Check};
+use super::client::Sent;
+use super::cpu::BoxTicks;
+use super::settle::settle;
+use super::stats::{summarize, Summary};
+use super::system::System;
+
+const CHANNEL: &str = "sybench_done";
+/// How far the target may lag the triggers, in seconds of offered load.
+const MAX_BACKLOG: f64 = 2.0;
+
+/// Terminal-state notifications: run id → instant received.
+pub struct Notices {
+    seen: Arc<Mutex<HashMap<String, Instant>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Notices {
+    /// Installs the notifying trigger (bench database only) and listens.
+    pub async fn start(sys: &System) -> anyhow::Result<Notices> {
+        for sql in [
+            "CREATE OR REPLACE FUNCTION sybench_notify_done() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN PERFORM pg_notify('sybench_done', NEW.id); RETURN NULL; END $$",
+            "DROP TRIGGER IF EXISTS sybench_done ON job_runs",
+            "CREATE TRIGGER sybench_done AFTER UPDATE ON job_runs FOR EACH ROW
+             WHEN (NEW.finished_at IS NOT NULL AND OLD.finished_at IS NULL)
+             EXECUTE FUNCTION sybench_notify_done()",
+        ] {
+            sqlx::query(sql).execute(sys.pool()).await?;
+        }
+        let mut listener = PgListener::connect(&sys.database_url).await?;
+        listener.listen(CHANNEL).await?;
+        let seen = Arc::new(Mutex::new(HashMap::new()));
+        let into = seen.clone();
+        let task = tokio::spawn(async move {
+            while let Ok(n) = listener.recv().await {
+                into.lock().expect("notices lock").insert(n.payload().to_string(), Instant::now());
+            }
+        });
+        Ok(Notices { seen, task })
+    }
+
+    pub async fn stop(self, sys: &System) {
+        self.task.abort();
+        let _ = sqlx::query("DROP TRIGGER IF EXISTS sybench_done ON job_runs").execute(sys.pool()).await;
+    }
+
+    fn of(&self, ids: &HashSet<&str>) -> HashMap<String, Instant> {
+        let seen = self.seen.lock().expect("notices lock");
+        ids.iter().filter_map(|id| seen.get(*id).map(|t| (id.to_string(), *t))).collect()
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct Latency {
+    pub rate: u32,
+    /// Trigger calls started per second over the measured window.
+    pub offered_per_s: f64,
+    pub runs: usize,
+    pub warmup_runs: usize,
+    pub to_target_ms: Summary,
+    pub to_terminal_ms: Summary,
+    pub trigger_ms: Summary,
+    pub box_busy_pct: f64,
+    /// Measured runs without a target request / a terminal notice.
+    pub missing_target: usize,
+    pub missing_terminal: usize,
+    /// Seconds into the phase when the backlog passed [`MAX_BACKLOG`] and
+    /// the load stopped; `None` when the rate was sustained.
+    pub overloaded_after_s: Option<f64>,
+    pub timed_out: bool,
+    pub check: Check,
+}
+
+struct Sample {
+    index: usize,
+    sent_at: Instant,
+    sent: Sent,
+    took: Duration,
+}
+
+pub async fn run(
+    sys: &System,
+    notices: &Notices,
+    job: &str,
+    rate: u32,
+    warmup: Duration,
+    measured: Duration,
+) -> anyhow::Result<Latency> {
+    let api = sys.api().clone();
+    let url: Arc<str> = api.trigger_url(job).into();
+    let per_s = f64::from(rate);
+    let warm_n = (per_s * warmup.as_secs_f64()) as usize;
+    let total = warm_n + (per_s * measured.as_secs_f64()) as usize;
+    let hits0 = sys.target().count();
+    let mut tasks = JoinSet::new();
+    let mut samples = Vec::with_capacity(total);
+    let start = Instant::now();
+    let mut measure_from: Option<(Instant, BoxTicks)> = None;
+    let mut issued = 0;
+    let mut overloaded_after_s = None;
+    while issued < total {
+        let backlog = issued.saturating_sub(sys.target().count() - hits0);
+        if backlog as f64 > per_s * MAX_BACKLOG {
+            overloaded_after_s = Some((start.elapsed().as_secs_f64() * 10.0).round() / 10.0);
+            break;
+        }
+        let due = ((start.elapsed().as_secs_f64() * per_s) as usize).min(total);
+        while issued < due {
+            if issued == warm_n {
+                measure_from = Some((Instant::now(), BoxTicks::read()));
+            }
+            let (api, url, index) = (api.clone(), url.clone(), issued);
+            tasks.spawn(async move {
+                let sent_at = Instant::now();
+                let sent = api.trigger(&url).await;
+                Sample { index, sent_at, sent, took: sent_at.elapsed() }
+            });
+            issued += 1;
+        }
+        while let Some(done) = tasks.try_join_next() {
+            samples.push(done?);
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let (from, ticks0) = measure_from.unwrap_or((start, BoxTicks::read()));
+    let window = from.elapsed().as_secs_f64();
+    let busy = ticks0.busy_pct(&BoxTicks::read());
+    while let Some(done) = tasks.join_next().await {
+        samples.push(done?);
+    }
+
+    let mut calls = Calls::default();
+    let mut measured_runs: Vec<(String, Instant)> = Vec::new();
+    let mut trigger_lat = Vec::new();
+    samples.sort_by_key(|s| s.index);
+    for s in samples {
+        if s.index >= warm_n {
+            trigger_lat.push(s.took);
+            if let Sent::Created(id) = &s.sent {
+                measured_runs.push((id.clone(), s.sent_at));
+            }
+        }
+        calls.record(s.sent);
+    }
+    let n = calls.created.len();
+    let settled = settle(sys, job, n, hits0 + n, Instant::now() + Duration::from_secs(30)).await?;
+    let ids: HashSet<&str> = measured_runs.iter().map(|(id, _)| id.as_str()).collect();
+    // A notice follows the commit by a moment; give the last ones that long.
+    let wait_until = Instant::now() + Duration::from_secs(2);
+    let mut terminal = notices.of(&ids);
+    while terminal.len() < ids.len() && Instant::now() < wait_until {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        terminal = notices.of(&ids);
+    }
+    let hits = sys.target().hits_of(&ids);
+    let (mut to_target, mut to_terminal) = (Vec::new(), Vec::new());
+    for (id, sent_at) in &measured_runs {
+        if let Some(first) = hits.get(id).and_then(|h| h.iter().map(|x| x.at).min()) {
+            to_target.push(first.saturating_duration_since(*sent_at));
+        }
+        if let Some(t) = terminal.get(id) {
+            to_terminal.push(t.saturating_duration_since(*sent_at));
+        }
+    }
+    let check = check::check(sys, job, &calls).await?;
+    Ok(Latency {
+        rate,
+        offered_per_s: ((trigger_lat.len() as f64 / window.max(1e-3)) * 10.0).round() / 10.0,
+        runs: measured_runs.len(),
+        warmup_runs: warm_n,
+        missing_target: measured_runs.len() - to_target.len(),
+        missing_terminal: measured_runs.len() - to_terminal.len(),
+        overloaded_after_s,
+        to_target_ms: summarize(to_target),
+        to_terminal_ms: summarize(to_terminal),
+        trigger_ms: summarize(trigger_lat),
+        box_busy_pct: (busy * 10.0).round() / 10.0,
+        timed_out: settled.timed_out,
+        check,
+    })
+}

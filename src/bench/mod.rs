@@ -1,0 +1,193 @@
+//! The benchmark driver behind `scripts/bench` (README, "Benchmark"). It
+//! brings up a fresh system on loopback, runs each phase within a count and
+//! a deadline, prints a table and one `BENCH {json}` line, and takes the
+//! system down again on every exit path.
+//!
+//! - [`opts`]: command-line options and their defaults.
+//! - [`system`]: fresh database + Redis prefix, the three service processes, cleanup.
+//! - [`target`]: the recording HTTP target, on its own thread.
+//! - [`client`]: the API calls of the load generator.
+//! - [`cpu`], [`meter`]: CPU time from /proc, per part of the system.
+//! - [`settle`]: waiting for a phase's runs to end. [`check`]: their correctness.
+//! - Phases: [`throughput`] (a, g), [`latency`] (b), [`bulk`] (c),
+//!   [`queue_depth`] (d, e), [`idle`] (f).
+//! - [`stats`]: percentiles. [`anchors`]: the peer figures. [`report`]: the output.
+
+mod anchors;
+mod bulk;
+mod check;
+mod client;
+mod cpu;
+mod idle;
+mod latency;
+mod meter;
+mod opts;
+mod queue_depth;
+mod report;
+mod settle;
+mod stats;
+mod system;
+mod target;
+mod throughput;
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use tokio::signal::unix::{signal, SignalKind};
+
+use anchors::Anchors;
+use opts::{Opts, Parsed, USAGE};
+use report::Report;
+use system::System;
+
+pub fn main() -> ExitCode {
+    let opts = match Opts::parse(std::env::args().skip(1)) {
+        Ok(Parsed::Run(o)) => *o,
+        Ok(Parsed::Help) => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("switchyard-bench: {e:#}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    // One thread drives the load (and the target has its own): the load
+    // generator shares the box with what it measures, so it stays small.
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("switchyard-bench: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    rt.block_on(run(opts))
+}
+
+async fn interrupted() -> &'static str {
+    let (Ok(mut term), Ok(mut hup)) = (signal(SignalKind::terminate()), signal(SignalKind::hangup())) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => "Ctrl-C",
+        _ = term.recv() => "SIGTERM",
+        _ = hup.recv() => "SIGHUP",
+    }
+}
+
+/// Below this whole-box busy share the box counts as quiet.
+const QUIET_PCT: f64 = 15.0;
+
+/// Waits up to `max` for a second in which the box is quiet; returns the
+/// busy share of the last second looked at.
+async fn wait_quiet(max: Duration) -> f64 {
+    let deadline = std::time::Instant::now() + max;
+    loop {
+        let a = cpu::BoxTicks::read();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let busy = a.busy_pct(&cpu::BoxTicks::read());
+        if busy < QUIET_PCT || std::time::Instant::now() >= deadline {
+            return (busy * 10.0).round() / 10.0;
+        }
+        eprintln!("bench: the box is {busy:.0} % busy before the start; waiting for it to be quiet");
+    }
+}
+
+async fn run(opts: Opts) -> ExitCode {
+    let busy_before = wait_quiet(Duration::from_secs(opts.wait_quiet_secs)).await;
+    let mut sys = System::new(&opts);
+    eprintln!(
+        "bench: database {}, Redis prefix {}, logs in {}",
+        sys.db_name,
+        sys.prefix,
+        sys.dir.display()
+    );
+    let outcome = tokio::select! {
+        r = async {
+            sys.start(&opts).await?;
+            phases(&sys, &opts).await
+        } => r,
+        why = interrupted() => Err(anyhow::anyhow!("stopped by {why}")),
+    };
+    let mut report = match outcome {
+        Ok(r) => Report { box_busy_before_pct: busy_before, ..r },
+        Err(e) => {
+            eprintln!("bench: {e:#}");
+            sys.stop().await;
+            return ExitCode::FAILURE;
+        }
+    };
+    let anchors = opts.anchors.as_deref().map(|f| Anchors::load(f, opts.anchors_log.as_deref()));
+    report.finish(&sys, anchors);
+    sys.stop().await;
+    let json = report.json();
+    print!("{}", report.table());
+    println!("BENCH {json}");
+    if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(opts.out.join("results.jsonl")) {
+        let _ = writeln!(f, "{json}");
+    }
+    if report.correct {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// Keeps a phase's figures, or notes why it has none and goes on.
+fn keep<T>(failures: &mut Vec<String>, phase: &str, r: anyhow::Result<T>) -> Option<T> {
+    match r {
+        Ok(v) => Some(v),
+        Err(e) => {
+            eprintln!("bench: phase {phase} failed: {e:#}");
+            failures.push(format!("phase {phase}: {e:#}"));
+            None
+        }
+    }
+}
+
+async fn phases(sys: &System, opts: &Opts) -> anyhow::Result<Report> {
+    let mut report = Report::new();
+    let meter = meter::Meter::new(sys).await;
+    let api = sys.api();
+    let project = api.create_project("bench").await?;
+    let project = project.as_str();
+    let job = |name: String| async move { api.create_job(project, &name, &sys.target().url).await };
+
+    if opts.wants('a') {
+        eprintln!("bench: (a) throughput: {} runs, {} clients, after {} warm-up", opts.runs, opts.clients, opts.warmup);
+        let j = job("throughput".into()).await?;
+        report.throughput = keep(&mut report.failures, "(a)", throughput::run(sys, &meter, &j, opts).await);
+    }
+    if opts.wants('b') && !opts.rates.is_empty() {
+        let notices = latency::Notices::start(sys).await?;
+        for &rate in &opts.rates {
+            eprintln!("bench: (b) latency at {rate} runs/s for {} s", opts.rate_warmup_secs + opts.rate_secs);
+            let j = job(format!("latency-{rate}")).await?;
+            let measured = Duration::from_secs(opts.rate_secs);
+            let r = latency::run(sys, &notices, &j, rate, opts.rate_warmup(), measured).await;
+            if let Some(l) = keep(&mut report.failures, &format!("(b) at {rate}/s"), r) {
+                report.latency.push(l);
+            }
+        }
+        notices.stop(sys).await;
+    }
+    if opts.wants('c') {
+        eprintln!("bench: (c) bulk trigger: {} runs", opts.bulk_runs);
+        let j = job("bulk".into()).await?;
+        report.bulk = keep(&mut report.failures, "(c)", bulk::run(sys, &j, opts.bulk_runs, opts.bulk_clients).await);
+    }
+    if opts.wants('d') {
+        eprintln!("bench: (d, e) Redis queue at {} and {} entries", opts.shallow, opts.deep);
+        let prefix = format!("{}q", sys.prefix);
+        let r = queue_depth::run(&sys.redis_url, &prefix, opts.shallow, opts.deep, opts.dequeues).await;
+        report.queue = keep(&mut report.failures, "(d, e)", r);
+    }
+    if opts.wants('f') {
+        eprintln!("bench: (f) idle for {} s", opts.idle_secs);
+        // Lets the last statements' statistics reach pg_stat_database first.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        report.idle = keep(&mut report.failures, "(f)", idle::run(sys, Duration::from_secs(opts.idle_secs)).await);
+    }
+    Ok(report)
+}

@@ -1,0 +1,137 @@
+//! Command-line options. Defaults are the figures README's "Benchmark"
+//! section reports; every phase is bounded by a count and a deadline.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+
+pub const USAGE: &str = "usage: switchyard-bench [options]   (normally run through scripts/bench)
+
+  --runs N            closed-loop runs measured in phase (a) (default 12000)
+  --warmup N          closed-loop runs before phase (a), not measured (default 1000)
+  --clients N         concurrent trigger clients in phase (a) (default 32)
+  --rates R,R,..      offered rates of phase (b), runs/s (default 500,1000,2000)
+  --rate-secs S       measured seconds per rate (default 10, after 2 s warm-up)
+  --bulk-runs N       runs triggered through the bulk endpoint in phase (c) (default 20000)
+  --dequeues N        dequeues timed per queue depth in phase (d) (default 50000)
+  --deep N            the deep queue of phase (d) and (e) (default 1000000)
+  --idle-secs S       idle window of phase (f) (default 10)
+  --wait-quiet S      wait up to S seconds for a quiet box (<15 % busy) before starting (default 30)
+  --only a,b,c,d,f    run only these phases ((g) comes with (a), (e) with (d))
+  --pg-base URL       Postgres server (default postgres://postgres@127.0.0.1:5432)
+  --redis URL         Redis (default redis://127.0.0.1:6379)
+  --bin PATH          the switchyard binary (default: next to this one)
+  --out DIR           logs and results history (default target/bench)
+  --pidfile PATH      append 'name pid' of every process started (for the caller's cleanup)
+  --anchors FILE      results of the anchors' run.sh (RESULT lines), for the ratios
+  --anchors-log FILE  its stderr, quoted when it produced no composite figure";
+
+#[derive(Clone, Debug)]
+pub struct Opts {
+    pub runs: usize,
+    pub warmup: usize,
+    pub clients: usize,
+    pub rates: Vec<u32>,
+    pub rate_secs: u64,
+    pub rate_warmup_secs: u64,
+    pub bulk_runs: usize,
+    pub bulk_clients: usize,
+    pub dequeues: usize,
+    pub shallow: usize,
+    pub deep: usize,
+    pub idle_secs: u64,
+    pub wait_quiet_secs: u64,
+    pub only: Option<Vec<char>>,
+    pub pg_base: String,
+    pub redis_url: String,
+    pub bin: Option<PathBuf>,
+    pub out: PathBuf,
+    pub pidfile: Option<PathBuf>,
+    pub anchors: Option<PathBuf>,
+    pub anchors_log: Option<PathBuf>,
+}
+
+impl Default for Opts {
+    fn default() -> Opts {
+        Opts {
+            runs: 12_000,
+            warmup: 1_000,
+            clients: 32,
+            rates: vec![500, 1_000, 2_000],
+            rate_secs: 10,
+            rate_warmup_secs: 2,
+            bulk_runs: 20_000,
+            bulk_clients: 4,
+            dequeues: 50_000,
+            shallow: 1_000,
+            deep: 1_000_000,
+            idle_secs: 10,
+            wait_quiet_secs: 30,
+            only: None,
+            pg_base: "postgres://postgres@127.0.0.1:5432".into(),
+            redis_url: "redis://127.0.0.1:6379".into(),
+            bin: None,
+            out: PathBuf::from("target/bench"),
+            pidfile: None,
+            anchors: None,
+            anchors_log: None,
+        }
+    }
+}
+
+/// What `parse` found: options to run with, or a request for the usage text.
+pub enum Parsed {
+    Run(Box<Opts>),
+    Help,
+}
+
+impl Opts {
+    pub fn parse(args: impl IntoIterator<Item = String>) -> anyhow::Result<Parsed> {
+        let mut o = Opts::default();
+        let mut args = args.into_iter();
+        while let Some(flag) = args.next() {
+            if flag == "-h" || flag == "--help" {
+                return Ok(Parsed::Help);
+            }
+            let value = args.next().with_context(|| format!("{flag} needs a value"))?;
+            let num = |v: &str| v.parse::<usize>().with_context(|| format!("{flag}: {v:?} is not a count"));
+            match flag.as_str() {
+                "--runs" => o.runs = num(&value)?.max(1),
+                "--warmup" => o.warmup = num(&value)?,
+                "--clients" => o.clients = num(&value)?.max(1),
+                "--rates" => {
+                    o.rates = value
+                        .split(',')
+                        .filter(|r| !r.is_empty())
+                        .map(|r| r.parse::<u32>().ok().filter(|&r| r > 0).with_context(|| format!("--rates: bad rate {r:?}")))
+                        .collect::<anyhow::Result<_>>()?
+                }
+                "--rate-secs" => o.rate_secs = num(&value)?.max(1) as u64,
+                "--bulk-runs" => o.bulk_runs = num(&value)?.max(100),
+                "--dequeues" => o.dequeues = num(&value)?.max(64),
+                "--deep" => o.deep = num(&value)?.max(o.shallow),
+                "--idle-secs" => o.idle_secs = num(&value)?.max(1) as u64,
+                "--wait-quiet" => o.wait_quiet_secs = num(&value)? as u64,
+                "--only" => o.only = Some(value.chars().filter(|c| c.is_ascii_alphabetic()).collect()),
+                "--pg-base" => o.pg_base = value.trim_end_matches('/').to_string(),
+                "--redis" => o.redis_url = value,
+                "--bin" => o.bin = Some(value.into()),
+                "--out" => o.out = value.into(),
+                "--pidfile" => o.pidfile = Some(value.into()),
+                "--anchors" => o.anchors = Some(value.into()),
+                "--anchors-log" => o.anchors_log = Some(value.into()),
+                other => bail!("unknown option {other}"),
+            }
+        }
+        Ok(Parsed::Run(Box::new(o)))
+    }
+
+    pub fn wants(&self, phase: char) -> bool {
+        self.only.as_ref().is_none_or(|p| p.contains(&phase))
+    }
+
+    pub fn rate_warmup(&self) -> Duration {
+        Duration::from_secs(self.rate_warmup_secs)
+    }
+}

@@ -1,0 +1,266 @@
+//! The results: one table for people, one `BENCH {json}` line for scripts.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use serde::Serialize;
+
+use super::anchors::{self, Anchors};
+use super::bulk::Bulk;
+use super::check::Check;
+use super::idle::Idle;
+use super::latency::Latency;
+use super::queue_depth::QueueFigures;
+use super::system::System;
+use super::throughput::Throughput;
+
+/// Bumped when a field of the BENCH line changes meaning.
+const SCHEMA: u32 = 1;
+const MAX_BACKLOG_NOTE: &str = "lagged the triggers by over 2 s of load";
+
+#[derive(Debug, Default, Serialize)]
+pub struct LogSummary {
+    pub warn: usize,
+    pub error: usize,
+    pub samples: Vec<String>,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct Report {
+    pub schema: u32,
+    pub when: String,
+    pub git: Option<String>,
+    pub nproc: usize,
+    /// Whole-box busy share in the second before the system started: other
+    /// work on the box skews every figure.
+    pub box_busy_before_pct: f64,
+    pub throughput: Option<Throughput>,
+    pub latency: Vec<Latency>,
+    pub bulk: Option<Bulk>,
+    pub queue: Option<QueueFigures>,
+    pub idle: Option<Idle>,
+    /// Every phase's check, added up.
+    pub correctness: Check,
+    pub correct: bool,
+    /// Requests the target received whose body named no run.
+    pub target_unreadable: usize,
+    /// WARN/ERROR lines the services logged.
+    pub service_logs: BTreeMap<String, LogSummary>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub anchors: Option<Anchors>,
+    /// Ours against the anchors' composite: >1 is better for us.
+    pub ratios: BTreeMap<String, f64>,
+    /// Phases that could not be measured, and why.
+    pub failures: Vec<String>,
+}
+
+fn git_head() -> Option<String> {
+    let out = std::process::Command::new("git").args(["rev-parse", "--short", "HEAD"]).output().ok()?;
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+fn scan_log(path: &std::path::Path) -> LogSummary {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let mut s = LogSummary::default();
+    for line in text.lines() {
+        let is_error = line.contains("ERROR") || line.contains("panicked");
+        let is_warn = line.contains(" WARN ");
+        if is_error {
+            s.error += 1;
+        } else if is_warn {
+            s.warn += 1;
+        }
+        if (is_error || is_warn) && s.samples.len() < 3 {
+            s.samples.push(line.chars().take(240).collect());
+        }
+    }
+    s
+}
+
+impl Report {
+    pub fn new() -> Report {
+        Report {
+            schema: SCHEMA,
+            when: chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string(),
+            git: git_head(),
+            nproc: std::thread::available_parallelism().map(usize::from).unwrap_or(0),
+            ..Report::default()
+        }
+    }
+
+    /// Adds up the checks, reads the service logs and computes the ratios.
+    pub fn finish(&mut self, sys: &System, anchors: Option<Anchors>) {
+        let mut all = Check::default();
+        if let Some(t) = &self.throughput {
+            all.merge(&t.check);
+        }
+        for l in &self.latency {
+            all.merge(&l.check);
+        }
+        if let Some(Bulk::Measured { check, .. }) = &self.bulk {
+            all.merge(check);
+        }
+        self.target_unreadable = sys.target().unreadable();
+        self.correct = all.ok() && self.failures.is_empty() && self.target_unreadable == 0;
+        self.correctness = all;
+        for s in &sys.services {
+            self.service_logs.insert(s.name.to_string(), scan_log(&s.log));
+        }
+        if let Some(a) = &anchors {
+            if let Some(t) = &self.throughput {
+                if let Some(r) = anchors::ratio(t.runs_per_s, a.get(anchors::RUNS_PER_S)) {
+                    self.ratios.insert("runs_per_s_vs_composite".into(), r);
+                }
+            }
+            for l in &self.latency {
+                // Lower is better: theirs / ours.
+                if let Some(r) = a.p99_at(l.rate).and_then(|theirs| anchors::ratio(theirs, Some(l.to_terminal_ms.p99))) {
+                    self.ratios.insert(format!("p99_terminal_r{}_vs_composite", l.rate), r);
+                }
+            }
+        }
+        self.anchors = anchors;
+    }
+
+    pub fn json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+    }
+
+    pub fn table(&self) -> String {
+        let mut o = String::new();
+        let a = self.anchors.as_ref();
+        let _ = writeln!(
+            o,
+            "\nSwitchyard benchmark  {}  git {}  {} cores  (api, worker, scheduler: separate processes)",
+            self.when,
+            self.git.as_deref().unwrap_or("?"),
+            self.nproc
+        );
+        if self.box_busy_before_pct >= 15.0 {
+            let _ = writeln!(
+                o,
+                "WARNING: the box was {:.0} % busy before the start: other work skews these figures",
+                self.box_busy_before_pct
+            );
+        }
+        if let Some(t) = &self.throughput {
+            let _ = writeln!(o, "\n(a) end-to-end throughput, closed loop: {} clients, {} runs after {} warm-up", t.clients, t.runs, t.warmup);
+            let vs = match (a.and_then(|a| a.get(anchors::RUNS_PER_S)), self.ratios.get("runs_per_s_vs_composite")) {
+                (Some(c), Some(r)) => format!("   composite (BullMQ+PG) {c:.0} runs/s → {r:.2}×"),
+                _ => String::new(),
+            };
+            let _ = writeln!(o, "    runs/s (first trigger → last finished_at)  {:>8.0}{vs}{}", t.runs_per_s, if t.timed_out { "   TIMED OUT" } else { "" });
+            let _ = writeln!(o, "    window                                     {:>8.2} s", t.secs);
+            let _ = writeln!(o, "    trigger call p50 / p95 / p99 / max ms      {}", t.trigger_ms);
+            let _ = writeln!(
+                o,
+                "    box busy                                   {:>8.1} %   (not ours: {:.0} µs/run)",
+                t.usage.box_busy_pct,
+                t.cpu_us_per_run.get("other").copied().unwrap_or(0.0)
+            );
+            let _ = writeln!(o, "\n(g) CPU per run over (a)          µs/run    cores");
+            for (k, us) in &t.cpu_us_per_run {
+                if k == "total" || k == "other" {
+                    continue;
+                }
+                let _ = writeln!(o, "    {k:<28} {us:>9.0} {:>8.2}", t.cores.get(k).copied().unwrap_or(0.0));
+            }
+            let _ = writeln!(o, "    {:<28} {:>9.0}", "total (the parts above)", t.cpu_us_per_run.get("total").copied().unwrap_or(0.0));
+            let _ = writeln!(
+                o,
+                "    Postgres per run (whole cluster): {:.2} write transactions, {:.0} WAL bytes",
+                t.pg_write_xacts_per_run, t.pg_wal_bytes_per_run
+            );
+        }
+        if !self.latency.is_empty() {
+            let _ = writeln!(o, "\n(b) latency at fixed offered rates (2 s warm-up, then measured; ms p50 / p95 / p99 / max)");
+            let _ = writeln!(o, "    rate   offered  runs   trigger→target request       trigger→terminal committed   box %");
+            for l in &self.latency {
+                let mut note = String::new();
+                if let Some(s) = l.overloaded_after_s {
+                    note += &format!("   OVERLOADED: load stopped after {s} s (target {MAX_BACKLOG_NOTE})");
+                }
+                if l.missing_target + l.missing_terminal > 0 {
+                    note += &format!("   missing: {} at target, {} terminal", l.missing_target, l.missing_terminal);
+                }
+                let _ = writeln!(
+                    o,
+                    "    {:<6} {:>7.0}  {:<6} {:<28} {:<28} {:>5.0}{note}",
+                    l.rate,
+                    l.offered_per_s,
+                    l.runs,
+                    l.to_target_ms.to_string(),
+                    l.to_terminal_ms.to_string(),
+                    l.box_busy_pct,
+                );
+                if let Some(p99) = a.and_then(|a| a.p99_at(l.rate)) {
+                    let r = self.ratios.get(&format!("p99_terminal_r{}_vs_composite", l.rate)).copied().unwrap_or(0.0);
+                    let _ = writeln!(o, "           composite (BullMQ+PG) p99 {p99:.2} ms → ours {r:.2}× lower");
+                }
+            }
+        }
+        match &self.bulk {
+            Some(Bulk::NotBuilt { status }) => {
+                let _ = writeln!(o, "\n(c) bulk trigger (100 items/call): n/a (endpoint not built: HTTP {status})");
+            }
+            Some(Bulk::Measured { runs, runs_per_s, accepted_per_s, call_ms, clients, timed_out, .. }) => {
+                let _ = writeln!(o, "\n(c) bulk trigger, 100 items/call, {clients} clients, {runs} runs");
+                let _ = writeln!(o, "    runs/s end to end {runs_per_s:.0}; accepted {accepted_per_s:.0}/s; call ms {call_ms}{}", if *timed_out { "   TIMED OUT" } else { "" });
+            }
+            None => {}
+        }
+        if let Some(q) = &self.queue {
+            let _ = writeln!(o, "\n(d) Redis dequeue(64) + ack, {} per depth", q.shallow.count);
+            let _ = writeln!(o, "    {:>9} queued   {:>9.0} /s", q.shallow.depth, q.shallow.per_s);
+            let _ = writeln!(o, "    {:>9} queued   {:>9.0} /s   (ratio deep/shallow {:.2})", q.deep.depth, q.deep.per_s, q.ratio);
+            let _ = writeln!(
+                o,
+                "(e) Redis bytes per queued run ({} entries): used_memory {:.0} B, ready zset {:.0} B",
+                q.memory.entries, q.memory.used_memory_bytes_per_run, q.memory.zset_bytes_per_run
+            );
+        }
+        if let Some(i) = &self.idle {
+            let per: Vec<String> = i.redis_cmds_per_s.iter().map(|(k, v)| format!("{k} {v:.1}")).collect();
+            let _ = writeln!(o, "\n(f) idle for {:.0} s: Postgres {:.2} transactions/s (bench database)", i.secs, i.pg_xact_per_s);
+            let _ = writeln!(o, "    Redis commands/s: {}  (whole server, all clients: {:.1})", per.join(", "), i.redis_server_cmds_per_s);
+        }
+        let c = &self.correctness;
+        let _ = writeln!(
+            o,
+            "\ncorrectness: {} runs accepted; {} API errors; {} never delivered; {} delivered more than once ({} extra, {} same attempt); {} needed >1 attempt; final statuses {:?}  → {}",
+            c.accepted,
+            c.api_errors,
+            c.never_delivered,
+            c.duplicate_runs,
+            c.extra_deliveries,
+            c.same_attempt_redeliveries,
+            c.multi_attempt_runs,
+            c.statuses,
+            if self.correct { "OK" } else { "PROBLEMS" }
+        );
+        if self.target_unreadable > 0 {
+            let _ = writeln!(o, "    the target received {} requests without a run id", self.target_unreadable);
+        }
+        for (k, v) in &c.api_error_kinds {
+            let _ = writeln!(o, "    API error {k}: {v}");
+        }
+        for s in &c.api_error_samples {
+            let _ = writeln!(o, "    e.g. {s}");
+        }
+        for (name, l) in &self.service_logs {
+            if l.warn + l.error > 0 {
+                let _ = writeln!(o, "    {name} logged {} ERROR, {} WARN lines, e.g.:", l.error, l.warn);
+                for s in &l.samples {
+                    let _ = writeln!(o, "      {s}");
+                }
+            }
+        }
+        if let Some(why) = a.and_then(|a| a.failure.as_ref()) {
+            let _ = writeln!(o, "\nanchors: no composite figure: {why}");
+        }
+        for f in &self.failures {
+            let _ = writeln!(o, "FAILED {f}");
+        }
+        o
+    }
+}

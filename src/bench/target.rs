@@ -1,0 +1,116 @@
+//! The HTTP target the benchmark's job points at: answers every POST with
+//! 200 `{"ok":true}` and records, per request, the run id, the attempt and
+//! the instant it arrived. It runs on its own thread with a single-threaded
+//! runtime, so its CPU time can be read apart from the load generator's.
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use anyhow::Context;
+use poem::listener::TcpAcceptor;
+use poem::web::Data;
+use poem::{handler, post, Body, EndpointExt, Response, Route, Server};
+use serde::Deserialize;
+
+/// One request the target received.
+#[derive(Clone, Debug)]
+pub struct Hit {
+    pub run_id: String,
+    pub attempt: i64,
+    pub at: Instant,
+}
+
+#[derive(Default)]
+struct Hits {
+    count: AtomicUsize,
+    list: Mutex<Vec<Hit>>,
+    /// Requests whose body named no run.
+    unreadable: AtomicUsize,
+}
+
+pub struct Target {
+    pub url: String,
+    hits: Arc<Hits>,
+    tid: Option<u32>,
+}
+
+#[derive(Deserialize)]
+struct Dispatch {
+    run_id: String,
+    #[serde(default)]
+    attempt: i64,
+}
+
+#[handler]
+async fn hook(body: Body, hits: Data<&Arc<Hits>>) -> Response {
+    let at = Instant::now();
+    match body.into_bytes().await.ok().and_then(|b| serde_json::from_slice::<Dispatch>(&b).ok()) {
+        Some(d) => {
+            hits.list.lock().expect("hits lock").push(Hit { run_id: d.run_id, attempt: d.attempt, at });
+            hits.count.fetch_add(1, Ordering::Relaxed);
+        }
+        None => {
+            hits.unreadable.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    Response::builder().content_type("application/json").body(r#"{"ok":true}"#)
+}
+
+impl Target {
+    pub fn start() -> anyhow::Result<Target> {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").context("binding the target")?;
+        listener.set_nonblocking(true)?;
+        let addr: SocketAddr = listener.local_addr()?;
+        let hits = Arc::new(Hits::default());
+        let (tx, rx) = std::sync::mpsc::channel();
+        let served = hits.clone();
+        std::thread::Builder::new().name("bench-target".into()).spawn(move || {
+            let _ = tx.send(super::cpu::current_tid());
+            let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(rt) => rt,
+                Err(e) => return eprintln!("bench: target runtime: {e}"),
+            };
+            rt.block_on(async move {
+                let app = Route::new().at("/*path", post(hook)).data(served);
+                match TcpAcceptor::from_std(listener) {
+                    Ok(acceptor) => {
+                        if let Err(e) = Server::new_with_acceptor(acceptor).run(app).await {
+                            eprintln!("bench: target stopped: {e}");
+                        }
+                    }
+                    Err(e) => eprintln!("bench: target listener: {e}"),
+                }
+            });
+        })?;
+        let tid = rx.recv().context("target thread did not start")?;
+        Ok(Target { url: format!("http://{addr}/hook"), hits, tid })
+    }
+
+    /// Requests received so far (with a readable run id).
+    pub fn count(&self) -> usize {
+        self.hits.count.load(Ordering::Relaxed)
+    }
+
+    pub fn unreadable(&self) -> usize {
+        self.hits.unreadable.load(Ordering::Relaxed)
+    }
+
+    /// The hits of the given runs, grouped by run id.
+    pub fn hits_of(&self, runs: &HashSet<&str>) -> HashMap<String, Vec<Hit>> {
+        let mut out: HashMap<String, Vec<Hit>> = HashMap::new();
+        for h in self.hits.list.lock().expect("hits lock").iter() {
+            if runs.contains(h.run_id.as_str()) {
+                out.entry(h.run_id.clone()).or_default().push(h.clone());
+            }
+        }
+        out
+    }
+
+    /// CPU seconds of the target's thread.
+    pub fn cpu_secs(&self) -> Option<f64> {
+        self.tid.and_then(super::cpu::thread_secs)
+    }
+}

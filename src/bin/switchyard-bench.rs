@@ -1,0 +1,9 @@
+//! `switchyard-bench`: the benchmark driver that `scripts/bench` runs (README,
+//! "Benchmark"). `switchyard-bench --help` lists its options.
+
+#[path = "../bench/mod.rs"]
+mod bench;
+
+fn main() -> std::process::ExitCode {
+    bench::main()
+}
