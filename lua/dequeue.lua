@@ -6,24 +6,30 @@
 -- An entry whose job is at a rate limit (its own rate_limit_max per window,
 -- or a named limit shared by its project) goes to `throttled`, scored with
 -- the time the fullest window lets it through; due throttled entries come
--- back to `ready` at the start of every call. A leased entry is written to
--- the dispatch log of each of its buckets (`rate`).
+-- back to `ready` at the start of every call. A leased entry holds a
+-- provisional place in the dispatch log of each of its buckets (`rate`)
+-- until its worker records the real send time (record_dispatch.lua).
 --
--- Rate windows are sliding: a bucket admits while fewer than `max` entries
--- of its log are younger than window + guard (ARGV[5], see RATE_GUARD_MS),
--- so no window of `window` ms, even measured at the target, holds more
--- than `max` dispatches. Entries older than that are trimmed from the log.
+-- Rate windows are sliding: a bucket admits while it holds fewer than `max`
+-- provisional places plus sends younger than window + guard (ARGV[5], see
+-- RATE_GUARD_MS), so no window of `window` ms, measured at the target, sees
+-- more than `max` requests. Older sends are trimmed from the log; a
+-- provisional place that is never confirmed (the worker died, the run was
+-- no longer dispatchable) lapses after lease + window + guard.
 --
 -- KEYS[1] ready   KEYS[2] leases   KEYS[3] active   KEYS[4] limits
 -- KEYS[5] parked  KEYS[6] throttled  KEYS[7] rate
 -- ARGV[1] now_ms  ARGV[2] max_items  ARGV[3] lease_ms  ARGV[4] max_scan
--- ARGV[5] rate_guard_ms
+-- ARGV[5] rate_guard_ms  ARGV[6] rate_recheck_ms (how soon to look again
+-- when a bucket is full of provisional places)
 -- Returns the leased entries (possibly empty).
 local now = tonumber(ARGV[1])
 local want = tonumber(ARGV[2])
 local lease_until = now + tonumber(ARGV[3])
 local max_scan = tonumber(ARGV[4])
+local lease_ms = tonumber(ARGV[3])
 local guard = tonumber(ARGV[5] or '0')
+local recheck = tonumber(ARGV[6] or '50')
 local OFFSET = 9007199254740992
 
 -- Entries held by a rate limit whose window has opened go back first.
@@ -67,18 +73,25 @@ local function limits_of(job)
   return l
 end
 
--- 0 when every bucket of the job admits a dispatch now, else
+-- A bucket's log: sends `<bucket>|<sent ms hex>|<run>`, then (`~` sorts
+-- after hex digits) provisional places `<bucket>|~<lapse ms hex>|<run>`.
+-- Returns 0 when every bucket of the job admits a dispatch now, else
 -- {ms when the fullest window admits one, that bucket}.
 local function rate_wait(lim)
   local wait, binding = 0, nil
   for _, b in ipairs(lim.buckets) do
     local first = b.id .. '|'
     redis.call('ZREMRANGEBYLEX', KEYS[7], '[' .. first, '(' .. first .. string.format('%016x', math.max(0, now - b.span + 1)))
+    redis.call('ZREMRANGEBYLEX', KEYS[7], '[' .. first .. '~', '(' .. first .. '~' .. string.format('%016x', now))
     local n = redis.call('ZLEXCOUNT', KEYS[7], '[' .. first, '[' .. first .. '\255')
     if n >= b.max then
-      -- The window opens when the entry `max` places from the newest ages out.
+      -- The window opens when the entry `max` places from the newest ages
+      -- out; a provisional one is confirmed within moments, so look again soon.
       local m = redis.call('ZRANGEBYLEX', KEYS[7], '[' .. first, '[' .. first .. '\255', 'LIMIT', n - b.max, 1)
-      local at = tonumber(string.sub(m[1], #first + 1, #first + 16), 16) + b.span
+      local at = now + recheck
+      if string.sub(m[1], #first + 1, #first + 1) ~= '~' then
+        at = tonumber(string.sub(m[1], #first + 1, #first + 16), 16) + b.span
+      end
       if at > wait then wait, binding = at, b end
     end
   end
@@ -125,7 +138,8 @@ while #out < want and scanned < max_scan do
         redis.call('ZADD', KEYS[6], wait, e)
       else
         for _, b in ipairs(lim.buckets) do
-          redis.call('ZADD', KEYS[7], 0, b.id .. '|' .. string.format('%016x', now) .. '|' .. run)
+          local lapse = now + lease_ms + b.span
+          redis.call('ZADD', KEYS[7], 0, b.id .. '|~' .. string.format('%016x', lapse) .. '|' .. run)
         end
         redis.call('HINCRBY', KEYS[3], jfield, 1)
         if ckey ~= '' then redis.call('HINCRBY', KEYS[3], kfield, 1) end

@@ -1,19 +1,24 @@
 //! The cron enqueuer: makes the runs of jobs that have a `cron` schedule.
 //!
 //! Each pass reads every live, enabled, unpaused job with a schedule and,
-//! at `now`, finds the latest tick at or before `now` (in the job's
-//! `timezone`, with the daylight-saving policy of
+//! at `now`, finds its ticks (in the job's `timezone`, with the
+//! daylight-saving policy of
 //! [`schedule`](switchyard_shared::domain::schedule): a skipped local time
-//! fires once at the transition, a repeated one once). It makes a run for
-//! that tick (triggered_by `cron`, no payload) when the tick is later than
-//! both the job's `cron_since` and the last tick it already has a run for.
+//! fires once at the transition, a repeated one once) that are later than
+//! both the job's `cron_since` and the last tick it already has a run for,
+//! and makes a run (triggered_by `cron`, no payload) for each tick it fires
+//! ([`due_ticks`]).
 //!
 //! - **Exactly once per tick.** The run carries `cron_tick`, unique per job
 //!   in Postgres, so any number of schedulers racing on one tick insert one
 //!   run; the losers find it and do nothing.
-//! - **Missed ticks.** Ticks that passed while no scheduler ran fire at most
-//!   one catch-up run (the latest of them) when a scheduler is back; the
-//!   schedule then resumes. Older missed ticks are skipped.
+//! - **Late ticks.** A tick up to `max_lateness` (default 10 s) old still
+//!   fires, each one: a busy or restarting scheduler delays ticks, it does
+//!   not lose them.
+//! - **Missed ticks.** Ticks missed for longer (no scheduler ran) fire at
+//!   most one catch-up run, for the latest of them, when a scheduler is back
+//!   and no tick within `max_lateness` is due; the schedule then resumes.
+//!   The other missed ticks are skipped.
 //! - **Not active, not fired.** Disabled, paused (group pause-all) and
 //!   deleted jobs are not read. Enabling, resuming or changing the schedule
 //!   moves `cron_since` to that moment (a trigger in migration 0004), so the
@@ -50,11 +55,19 @@ pub struct CronOptions {
     pub min_sleep: Duration,
     /// Jobs read per query (default 500).
     pub page_size: usize,
+    /// How late a tick may be and still fire as itself (default 10 s); older
+    /// missed ticks collapse into one catch-up run.
+    pub max_lateness: Duration,
 }
 
 impl Default for CronOptions {
     fn default() -> Self {
-        CronOptions { max_sleep: Duration::from_secs(1), min_sleep: Duration::from_millis(50), page_size: 500 }
+        CronOptions {
+            max_sleep: Duration::from_secs(1),
+            min_sleep: Duration::from_millis(50),
+            page_size: 500,
+            max_lateness: Duration::from_secs(10),
+        }
     }
 }
 
@@ -63,6 +76,9 @@ impl CronOptions {
         check_positive("cron.min_sleep", self.min_sleep)?;
         if self.max_sleep < self.min_sleep {
             return Err(OptionsError::new("cron.max_sleep", "must not be shorter than cron.min_sleep"));
+        }
+        if self.max_lateness > Duration::from_secs(3600) {
+            return Err(OptionsError::new("cron.max_lateness", "must be at most an hour"));
         }
         check_batch("cron.page_size", self.page_size)
     }
@@ -81,16 +97,26 @@ pub struct CronReport {
     pub next_tick: Option<DateTime<Utc>>,
 }
 
-/// The tick a job should fire at `now`, if any: the latest one at or
-/// before `now`, when later than both `since` and `last`.
-pub fn due_tick(
+/// Most late ticks of one job fired by one pass.
+const MAX_LATE_TICKS: usize = 1000;
+
+/// The ticks a job fires at `now`, oldest first: those later than both
+/// `since` and `last` and at most `max_lateness` old; when there is none
+/// such but older ones were missed, the latest of those (the catch-up).
+pub fn due_ticks(
     schedule: &CronSchedule,
     since: DateTime<Utc>,
     last: Option<DateTime<Utc>>,
     now: DateTime<Utc>,
-) -> Option<DateTime<Utc>> {
+    max_lateness: Duration,
+) -> Vec<DateTime<Utc>> {
     let bound = last.map_or(since, |l| l.max(since));
-    schedule.latest_at_or_before(now).filter(|t| *t > bound)
+    let lateness = chrono::Duration::from_std(max_lateness).unwrap_or(chrono::Duration::zero());
+    let recent = schedule.ticks_in(bound.max(now - lateness - chrono::Duration::milliseconds(1)), now, MAX_LATE_TICKS);
+    if !recent.is_empty() {
+        return recent;
+    }
+    schedule.latest_at_or_before(now).filter(|t| *t > bound).into_iter().collect()
 }
 
 #[derive(Clone)]
@@ -127,7 +153,7 @@ impl CronEnqueuer {
                         continue;
                     }
                 };
-                if let Some(tick) = due_tick(&sched, job.cron_since, job.last_tick, now) {
+                for tick in due_ticks(&sched, job.cron_since, job.last_tick, now, self.opts.max_lateness) {
                     if self.fire(job, tick, now).await? {
                         report.fired += 1;
                     } else {
@@ -227,13 +253,25 @@ mod tests {
     }
 
     #[test]
-    fn at_most_one_catch_up_and_nothing_before_since() {
+    fn late_ticks_fire_missed_ones_collapse_and_nothing_before_since() {
+        let lateness = Duration::from_secs(10);
         let every_min = CronSchedule::parse("* * * * *", None).unwrap();
         let since = utc("2027-01-01T10:00:30Z");
         // Ten ticks missed: only the latest fires.
-        assert_eq!(due_tick(&every_min, since, None, utc("2027-01-01T10:10:20Z")), Some(utc("2027-01-01T10:10:00Z")));
-        assert_eq!(due_tick(&every_min, since, Some(utc("2027-01-01T10:10:00Z")), utc("2027-01-01T10:10:50Z")), None);
-        assert_eq!(due_tick(&every_min, since, None, utc("2027-01-01T10:00:50Z")), None, "the 10:00 tick predates the job");
+        let t = |s| utc(s);
+        assert_eq!(due_ticks(&every_min, since, None, t("2027-01-01T10:10:20Z"), lateness), [t("2027-01-01T10:10:00Z")]);
+        assert!(due_ticks(&every_min, since, Some(t("2027-01-01T10:10:00Z")), t("2027-01-01T10:10:50Z"), lateness).is_empty());
+        assert!(due_ticks(&every_min, since, None, t("2027-01-01T10:00:50Z"), lateness).is_empty(), "10:00 predates the job");
+        // A pass three seconds late fires each of the three seconds.
+        let every_sec = CronSchedule::parse("* * * * * *", None).unwrap();
+        let last = Some(t("2027-01-01T10:00:00Z"));
+        assert_eq!(
+            due_ticks(&every_sec, since - chrono::Duration::hours(1), last, t("2027-01-01T10:00:03.5Z"), lateness),
+            [t("2027-01-01T10:00:01Z"), t("2027-01-01T10:00:02Z"), t("2027-01-01T10:00:03Z")]
+        );
+        // A minute without a scheduler: the last ten seconds fire, no older catch-up.
+        let got = due_ticks(&every_sec, since - chrono::Duration::hours(1), last, t("2027-01-01T10:01:00Z"), lateness);
+        assert_eq!((got.len(), got[0]), (11, t("2027-01-01T10:00:50Z")));
     }
 
     #[test]
@@ -243,5 +281,7 @@ mod tests {
         assert_eq!(e.field, "cron.min_sleep");
         let e = CronOptions { max_sleep: Duration::from_millis(1), ..Default::default() }.validate().unwrap_err();
         assert_eq!(e.field, "cron.max_sleep");
+        let e = CronOptions { max_lateness: Duration::from_secs(7200), ..Default::default() }.validate().unwrap_err();
+        assert_eq!(e.field, "cron.max_lateness");
     }
 }

@@ -137,7 +137,8 @@ impl HeartbeatSweeper {
                 Some((outcome, after)) => {
                     tracing::warn!(run_id = %after.id, status = outcome.status.as_str(), "async run went silent; ended");
                     report.ended += 1;
-                    if let Some(d) = switchyard_worker::webhook::terminal_delivery(&spec, &after, &outcome, Utc::now()) {
+                    if let Some(d) = switchyard_worker::webhook::terminal_delivery(&spec, &after, &outcome, Utc::now())
+                    {
                         let http = self.http.clone();
                         tokio::spawn(async move { switchyard_worker::webhook::deliver(&http, &d).await });
                     }

@@ -76,7 +76,7 @@ impl Notices {
 #[derive(Debug, Serialize)]
 pub struct Latency {
     pub rate: u32,
-    /// Trigger calls started per second over the measured window.
+    /// Trigger calls started per second, warm-up included.
     pub offered_per_s: f64,
     pub runs: usize,
     pub warmup_runs: usize,
@@ -118,7 +118,7 @@ pub async fn run(
     let mut tasks = JoinSet::new();
     let mut samples = Vec::with_capacity(total);
     let start = Instant::now();
-    let mut measure_from: Option<(Instant, BoxTicks)> = None;
+    let mut measure_from: Option<BoxTicks> = None;
     let mut issued = 0;
     let mut overloaded_after_s = None;
     while issued < total {
@@ -130,7 +130,7 @@ pub async fn run(
         let due = ((start.elapsed().as_secs_f64() * per_s) as usize).min(total);
         while issued < due {
             if issued == warm_n {
-                measure_from = Some((Instant::now(), BoxTicks::read()));
+                measure_from = Some(BoxTicks::read());
             }
             let (api, url, index) = (api.clone(), url.clone(), issued);
             tasks.spawn(async move {
@@ -145,9 +145,8 @@ pub async fn run(
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
-    let (from, ticks0) = measure_from.unwrap_or((start, BoxTicks::read()));
-    let window = from.elapsed().as_secs_f64();
-    let busy = ticks0.busy_pct(&BoxTicks::read());
+    let offered_per_s = issued as f64 / start.elapsed().as_secs_f64().max(1e-3);
+    let busy = measure_from.map(|t| t.busy_pct(&BoxTicks::read())).unwrap_or(0.0);
     while let Some(done) = tasks.join_next().await {
         samples.push(done?);
     }
@@ -188,7 +187,7 @@ pub async fn run(
     let check = check::check(sys, job, &calls).await?;
     Ok(Latency {
         rate,
-        offered_per_s: ((trigger_lat.len() as f64 / window.max(1e-3)) * 10.0).round() / 10.0,
+        offered_per_s: (offered_per_s * 10.0).round() / 10.0,
         runs: measured_runs.len(),
         warmup_runs: warm_n,
         missing_target: measured_runs.len() - to_target.len(),

@@ -24,7 +24,11 @@ async fn an_accepted_async_run_holds_no_slot_and_completes_over_the_sdk() {
     assert_eq!(s, 200);
     assert_eq!(env.zcard(&env.queue.keys().leases).await, 0, "the worker let go of the lease");
     let accepted_at: Option<chrono::DateTime<Utc>> =
-        sqlx::query_scalar("SELECT async_accepted_at FROM job_runs WHERE id = $1").bind(&a.run_id).fetch_one(&env.pool).await.unwrap();
+        sqlx::query_scalar("SELECT async_accepted_at FROM job_runs WHERE id = $1")
+            .bind(&a.run_id)
+            .fetch_one(&env.pool)
+            .await
+            .unwrap();
     assert!(accepted_at.is_some());
 
     // The job's only slot is free: a second run is dispatched while the first runs.
@@ -49,11 +53,12 @@ async fn an_accepted_async_run_holds_no_slot_and_completes_over_the_sdk() {
         .expect("terminal webhook");
     assert_eq!(webhook.body["status"], "completed");
     assert_eq!(webhook.body["result"], json!({"sent": 3}));
-    let attempts: Vec<(i32, String)> = sqlx::query_as("SELECT attempt, outcome FROM job_run_attempts WHERE run_id = $1")
-        .bind(&a.run_id)
-        .fetch_all(&env.pool)
-        .await
-        .unwrap();
+    let attempts: Vec<(i32, String)> =
+        sqlx::query_as("SELECT attempt, outcome FROM job_run_attempts WHERE run_id = $1")
+            .bind(&a.run_id)
+            .fetch_all(&env.pool)
+            .await
+            .unwrap();
     assert_eq!(attempts, [(1, "completed".to_string())]);
 }
 
@@ -71,7 +76,14 @@ async fn a_retryable_failure_follows_the_policy_and_hands_on_the_checkpoint() {
     let (s, _) = sdk_post(&env, rid, "checkpoints", &a.token, json!({"data": {"step": 5}, "label": "half"})).await;
     assert_eq!(s, 201);
 
-    let (s, v) = sdk_post(&env, rid, "fail", &a.token, json!({"error": "rate limited upstream", "error_class": "upstream_429", "retryable": true})).await;
+    let (s, v) = sdk_post(
+        &env,
+        rid,
+        "fail",
+        &a.token,
+        json!({"error": "rate limited upstream", "error_class": "upstream_429", "retryable": true}),
+    )
+    .await;
     assert_eq!(s, 200, "{v}");
     assert_eq!(v["status"], "retrying");
     assert_eq!(v["error_class"], "upstream_429");
@@ -90,7 +102,11 @@ async fn a_retryable_failure_follows_the_policy_and_hands_on_the_checkpoint() {
     assert!(p["detail"].as_str().unwrap().contains("attempt 1"), "{p}");
     let (s, v) = sdk_post(&env, rid, "fail", &token2, json!({"error": "still limited", "retryable": true})).await;
     assert_eq!(s, 200, "{v}");
-    assert_eq!((v["status"].as_str(), v["error_class"].as_str()), (Some("failed"), Some("target_failed")), "attempts exhausted");
+    assert_eq!(
+        (v["status"].as_str(), v["error_class"].as_str()),
+        (Some("failed"), Some("target_failed")),
+        "attempts exhausted"
+    );
     assert_eq!(v["error"], "still limited");
 }
 
@@ -163,7 +179,8 @@ async fn a_cancelled_async_run_learns_it_from_its_heartbeat() {
     let env = TestEnv::start().await;
     let a = accepted_async_run(&env, json!({}), json!({})).await;
     assert_eq!(env.post(&format!("/v1/runs/{}/cancel", a.run_id), json!({})).await.0, 200);
-    let (s, hb) = call_as(&env, Method::POST, &format!("/sdk/v1/runs/{}/heartbeat", a.run_id), &a.token, Some(json!({}))).await;
+    let (s, hb) =
+        call_as(&env, Method::POST, &format!("/sdk/v1/runs/{}/heartbeat", a.run_id), &a.token, Some(json!({}))).await;
     assert_eq!((s, &hb["cancel_requested"]), (200, &json!(true)));
     assert_problem(409, sdk_post(&env, &a.run_id, "complete", &a.token, json!({})).await, 409);
     assert_eq!(env.run(&a.run_id).await["status"], "cancelled");

@@ -48,7 +48,8 @@ async fn bulk_trigger_reports_each_item_and_tags_one_batch() {
     let runs = batch_runs(&env, project, batch_id).await;
     let mut got: Vec<String> = runs.iter().map(|r| r["id"].as_str().unwrap().to_string()).collect();
     got.sort();
-    let mut want = vec![results[0]["run_id"].as_str().unwrap().to_string(), results[1]["run_id"].as_str().unwrap().to_string()];
+    let mut want =
+        vec![results[0]["run_id"].as_str().unwrap().to_string(), results[1]["run_id"].as_str().unwrap().to_string()];
     want.sort();
     assert_eq!(got, want);
     for r in &runs {
@@ -64,7 +65,10 @@ async fn bulk_trigger_reports_each_item_and_tags_one_batch() {
     let b = &page["data"][0];
     assert_eq!(b["batch_id"], batch_id);
     assert_eq!(b["job_id"], job_id);
-    assert_eq!((b["total"].as_i64(), b["created"].as_i64(), b["duplicates"].as_i64(), b["errors"].as_i64()), (Some(4), Some(2), Some(1), Some(1)));
+    assert_eq!(
+        (b["total"].as_i64(), b["created"].as_i64(), b["duplicates"].as_i64(), b["errors"].as_i64()),
+        (Some(4), Some(2), Some(1), Some(1))
+    );
     assert_eq!(b["counts"], json!({"queued": 2}));
     assert!(b["created_at"].is_string());
     let (s, one) = env.get(&format!("/v1/batch-operations/{batch_id}")).await;
@@ -76,8 +80,14 @@ async fn bulk_trigger_reports_each_item_and_tags_one_batch() {
     assert_eq!(one["counts"], json!({"queued": 1, "cancelled": 1}), "counts follow the runs");
 
     let after = scrape(&env).await;
-    assert!(metric_sum(&after, "svc_bulk_operations_total", &[]) >= metric_sum(&before, "svc_bulk_operations_total", &[]) + 1.0);
-    assert!(metric_sum(&after, "svc_bulk_items_processed_total", &[]) >= metric_sum(&before, "svc_bulk_items_processed_total", &[]) + 4.0);
+    assert!(
+        metric_sum(&after, "svc_bulk_operations_total", &[])
+            >= metric_sum(&before, "svc_bulk_operations_total", &[]) + 1.0
+    );
+    assert!(
+        metric_sum(&after, "svc_bulk_items_processed_total", &[])
+            >= metric_sum(&before, "svc_bulk_items_processed_total", &[]) + 4.0
+    );
 }
 
 #[tokio::test]
@@ -124,7 +134,8 @@ async fn bulk_cancel_takes_children_and_reports_each_run() {
     let done = env.trigger(job_id, json!({})).await["id"].as_str().unwrap().to_string();
     assert_eq!(env.post(&format!("/v1/runs/{done}/cancel"), json!({})).await.0, 200);
     let stranger_job = env.job(NOWHERE, json!({})).await;
-    let stranger = env.trigger(stranger_job["id"].as_str().unwrap(), json!({})).await["id"].as_str().unwrap().to_string();
+    let stranger =
+        env.trigger(stranger_job["id"].as_str().unwrap(), json!({})).await["id"].as_str().unwrap().to_string();
     let before = metric_sum(&scrape(&env).await, "svc_bulk_child_cancellations_total", &[]);
 
     let key = api_key(&env, &project, &["runs:write", "runs:read"]).await;
@@ -142,11 +153,12 @@ async fn bulk_cancel_takes_children_and_reports_each_run() {
         assert_eq!(env.run(id).await["status"], "cancelled", "{id}");
     }
     assert_eq!(env.run(&stranger).await["status"], "queued", "another project's run is untouched");
-    let reason: String = sqlx::query_scalar("SELECT reason FROM job_run_events WHERE run_id = $1 ORDER BY id DESC LIMIT 1")
-        .bind(&grandchild)
-        .fetch_one(&env.pool)
-        .await
-        .unwrap();
+    let reason: String =
+        sqlx::query_scalar("SELECT reason FROM job_run_events WHERE run_id = $1 ORDER BY id DESC LIMIT 1")
+            .bind(&grandchild)
+            .fetch_one(&env.pool)
+            .await
+            .unwrap();
     assert!(reason.contains("parent"), "{reason}");
     let after = metric_sum(&scrape(&env).await, "svc_bulk_child_cancellations_total", &[]);
     assert!(after >= before + 2.0, "{before} -> {after}");
@@ -172,11 +184,12 @@ async fn single_cancel_takes_unfinished_children_only() {
     let (s, v) = env.post(&format!("/v1/runs/{parent}/cancel"), json!({})).await;
     assert_eq!((s, v["status"].as_str()), (200, Some("cancelled")), "{v}");
     assert_eq!(env.run(&kid).await["status"], "cancelled");
-    let events: i64 = sqlx::query_scalar("SELECT count(*) FROM job_run_events WHERE run_id = $1 AND to_status = 'cancelled'")
-        .bind(&finished_kid)
-        .fetch_one(&env.pool)
-        .await
-        .unwrap();
+    let events: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM job_run_events WHERE run_id = $1 AND to_status = 'cancelled'")
+            .bind(&finished_kid)
+            .fetch_one(&env.pool)
+            .await
+            .unwrap();
     assert_eq!(events, 1, "an already cancelled child is not cancelled twice");
     let after = metric_sum(&scrape(&env).await, "svc_bulk_child_cancellations_total", &[]);
     assert!(after >= before + 1.0);
@@ -189,8 +202,11 @@ async fn replay_makes_a_continuation_with_the_same_options() {
     let job = env.job(&target.url, json!({"dedup_window_secs": 3600})).await;
     let job_id = job["id"].as_str().unwrap();
     let orig = env
-        .trigger(job_id, json!({"payload": {"to": "a@b.c"}, "priority": 7, "tags": {"t": "1"}, "metadata": {"m": "2"},
-            "max_attempts_override": 2, "idempotency_key": "once"}))
+        .trigger(
+            job_id,
+            json!({"payload": {"to": "a@b.c"}, "priority": 7, "tags": {"t": "1"}, "metadata": {"m": "2"},
+            "max_attempts_override": 2, "idempotency_key": "once"}),
+        )
         .await;
     let orig_id = orig["id"].as_str().unwrap();
     env.spawn_worker();
@@ -257,13 +273,16 @@ async fn dlq_replay_takes_exhausted_failures_once() {
 
     // The original is out of the queue now; its replay failed too and is in
     // it in turn.
-    let (_, v) = env.post("/v1/runs/bulk-dlq-replay", json!({"project_id": project, "job_id": exhausted_job["id"]})).await;
-    let again: Vec<_> = v["results"].as_array().unwrap().iter().map(|r| r["run_id"].as_str().unwrap().to_string()).collect();
+    let (_, v) =
+        env.post("/v1/runs/bulk-dlq-replay", json!({"project_id": project, "job_id": exhausted_job["id"]})).await;
+    let again: Vec<_> =
+        v["results"].as_array().unwrap().iter().map(|r| r["run_id"].as_str().unwrap().to_string()).collect();
     assert_eq!(again, [new_id.to_string()]);
     let newest = v["results"][0]["new_run_id"].as_str().unwrap().to_string();
     env.wait_status(&newest, "failed", T).await;
     let (_, v) = env.post("/v1/runs/bulk-dlq-replay", json!({"project_id": project})).await;
-    let third: Vec<_> = v["results"].as_array().unwrap().iter().map(|r| r["run_id"].as_str().unwrap().to_string()).collect();
+    let third: Vec<_> =
+        v["results"].as_array().unwrap().iter().map(|r| r["run_id"].as_str().unwrap().to_string()).collect();
     assert_eq!(third, [newest], "only the newest replay: {v}");
 }
 
@@ -282,7 +301,11 @@ async fn cancel_all_by_filter_counts_what_it_did() {
     let later = env.trigger(a["id"].as_str().unwrap(), json!({"delay_secs": 3600})).await;
     assert_eq!(later["status"], "pending");
 
-    assert_problem(422, env.post("/v1/runs/bulk-cancel-all", json!({"project_id": project, "status": "completed"})).await, 422);
+    assert_problem(
+        422,
+        env.post("/v1/runs/bulk-cancel-all", json!({"project_id": project, "status": "completed"})).await,
+        422,
+    );
     let (s, v) = env
         .post("/v1/runs/bulk-cancel-all", json!({"project_id": project, "job_id": a["id"], "status": "queued"}))
         .await;
@@ -351,10 +374,23 @@ async fn restart_runs_a_finished_run_again_from_scratch() {
     assert_eq!((again["attempt"].as_i64(), &again["result"]), (Some(1), &json!({"second": true})));
     assert_eq!(target.requests()[1].body["checkpoint"], Value::Null, "no checkpoint survives a restart");
     assert_eq!(target.requests()[1].body["payload"], json!({"p": 1}));
+    let other = env.project().await;
+    let key = api_key(&env, &other, &["runs:write"]).await;
+    let (s, _) =
+        call_as(&env, Method::POST, &format!("/v1/runs/{rid}/restart"), &key, Some(json!({"machine_preset": "small"})))
+            .await;
+    assert_eq!(s, 404, "another project's run");
+    assert_eq!(env.patch(&format!("/v1/jobs/{}", job["id"].as_str().unwrap()), json!({"enabled": false})).await.0, 200);
+    assert_problem(409, env.post(&format!("/v1/runs/{rid}/restart"), json!({"machine_preset": "small"})).await, 409);
+    assert_eq!(env.run(rid).await["status"], "completed");
 
     // Not finished: 409, nothing changes.
     let a = accepted_async_run(&env, json!({}), json!({})).await;
-    let p = assert_problem(409, env.post(&format!("/v1/runs/{}/restart", a.run_id), json!({"machine_preset": "small"})).await, 409);
+    let p = assert_problem(
+        409,
+        env.post(&format!("/v1/runs/{}/restart", a.run_id), json!({"machine_preset": "small"})).await,
+        409,
+    );
     assert!(p["detail"].as_str().unwrap().contains("running"), "{p}");
     assert_eq!(env.run(&a.run_id).await["status"], "running");
 }

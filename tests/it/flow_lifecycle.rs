@@ -127,9 +127,11 @@ async fn delayed_and_scheduled_runs_start_when_due() {
     let target = Target::start().await;
     let job = env.job(&target.url, json!({})).await;
     let id = job["id"].as_str().unwrap();
+    // Triggered in the order they fall due, so that even a promoter pass
+    // late enough to move both at once keeps the order (older first).
+    let delayed = env.trigger(id, json!({"delay_secs": 1})).await;
     let at = Utc::now() + chrono::Duration::milliseconds(1500);
     let scheduled = env.trigger(id, json!({"scheduled_at": at.to_rfc3339()})).await;
-    let delayed = env.trigger(id, json!({"delay_secs": 1})).await;
     let past = env.trigger(id, json!({"scheduled_at": "2020-01-01T00:00:00Z"})).await;
     assert_eq!((scheduled["status"].as_str(), delayed["status"].as_str()), (Some("pending"), Some("pending")));
     assert_eq!(past["status"], "queued", "a time already passed is due now");

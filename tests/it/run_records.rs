@@ -18,11 +18,17 @@ async fn sdk_records_reach_the_read_side() {
     let a = accepted_async_run(&env, json!({"webhook_secret": "whsec-hidden"}), json!({})).await;
     let (rid, tok) = (a.run_id.as_str(), a.token.as_str());
 
-    let (s, v) = sdk_post(&env, rid, "logs", tok, json!({"lines": [
-        {"level": "info", "message": "starting", "fields": {"batch": 3}, "timestamp": "2026-01-01T00:00:00Z"},
-        {"level": "error", "message": "row 7 is odd"},
-        {"message": "defaults to info"},
-    ]}))
+    let (s, v) = sdk_post(
+        &env,
+        rid,
+        "logs",
+        tok,
+        json!({"lines": [
+            {"level": "info", "message": "starting", "fields": {"batch": 3}, "timestamp": "2026-01-01T00:00:00Z"},
+            {"level": "error", "message": "row 7 is odd"},
+            {"message": "defaults to info"},
+        ]}),
+    )
     .await;
     assert_eq!((s, &v), (200, &json!({"accepted": 3})));
     let (s, c1) = sdk_post(&env, rid, "checkpoints", tok, json!({"data": {"step": 1}, "label": "first"})).await;
@@ -45,8 +51,14 @@ async fn sdk_records_reach_the_read_side() {
         let (s, u) = sdk_post(&env, rid, "usage", tok, body).await;
         assert_eq!(s, 201, "{u}");
     }
-    let (s, t) = sdk_post(&env, rid, "tool-calls", tok,
-        json!({"name": "search", "input": {"q": "x"}, "output": ["a"], "duration_ms": 12, "status": "ok"})).await;
+    let (s, t) = sdk_post(
+        &env,
+        rid,
+        "tool-calls",
+        tok,
+        json!({"name": "search", "input": {"q": "x"}, "output": ["a"], "duration_ms": 12, "status": "ok"}),
+    )
+    .await;
     assert_eq!(s, 201, "{t}");
     let state_url = |k: &str| format!("/sdk/v1/runs/{rid}/state/{k}");
     let (s, e) = call_as(&env, Method::PUT, &state_url("cursor"), tok, Some(json!({"value": 41}))).await;
@@ -68,14 +80,18 @@ async fn sdk_records_reach_the_read_side() {
     let msgs: Vec<_> = lines.iter().map(|l| l["message"].as_str().unwrap()).collect();
     assert_eq!(msgs, ["starting", "row 7 is odd", "defaults to info"], "oldest first");
     assert_eq!(lines[0]["fields"], json!({"batch": 3}));
-    assert_eq!(lines[0]["timestamp"].as_str().unwrap().parse::<chrono::DateTime<chrono::Utc>>().unwrap().timestamp(), 1_767_225_600);
+    assert_eq!(
+        lines[0]["timestamp"].as_str().unwrap().parse::<chrono::DateTime<chrono::Utc>>().unwrap().timestamp(),
+        1_767_225_600
+    );
     assert_eq!(lines[2]["level"], "info");
     assert_eq!(lines[0]["attempt"], 1);
     let (_, errs) = env.get(&format!("/v1/runs/{rid}/logs?level=error")).await;
     assert_eq!(errs["data"].as_array().unwrap().len(), 1);
     let (_, page) = env.get(&format!("/v1/runs/{rid}/logs?limit=2")).await;
     assert_eq!(page["has_more"], true);
-    let (_, rest) = env.get(&format!("/v1/runs/{rid}/logs?limit=2&cursor={}", page["next_cursor"].as_str().unwrap())).await;
+    let (_, rest) =
+        env.get(&format!("/v1/runs/{rid}/logs?limit=2&cursor={}", page["next_cursor"].as_str().unwrap())).await;
     assert_eq!(rest["data"][0]["message"], "defaults to info");
     let (_, cps) = env.get(&format!("/v1/runs/{rid}/checkpoints")).await;
     let labels: Vec<_> = cps["data"].as_array().unwrap().iter().map(|c| c["data"]["step"].as_i64().unwrap()).collect();
@@ -84,7 +100,10 @@ async fn sdk_records_reach_the_read_side() {
     let (_, outs) = env.get(&format!("/v1/runs/{rid}/outputs")).await;
     assert_eq!((&outs["data"][0]["name"], &outs["data"][0]["data"]), (&json!("report"), &json!({"rows": 3})));
     let (_, usage) = env.get(&format!("/v1/runs/{rid}/usage")).await;
-    assert_eq!(usage["totals"], json!({"records": 2, "cost_microusd": 2000, "tokens_in": 110, "tokens_out": 20, "cpu_ms": 30}));
+    assert_eq!(
+        usage["totals"],
+        json!({"records": 2, "cost_microusd": 2000, "tokens_in": 110, "tokens_out": 20, "cpu_ms": 30})
+    );
     assert_eq!(usage["data"].as_array().unwrap().len(), 2);
     assert_eq!(usage["data"][1]["model"], "m-1");
     let (_, tools) = env.get(&format!("/v1/runs/{rid}/tool-calls")).await;
@@ -158,7 +177,14 @@ async fn sdk_refuses_wrong_credentials_and_bad_bodies() {
     let key = api_key(&env, project, &["*"]).await;
     assert_problem(403, sdk_post(&env, rid, "logs", &key, line.clone()).await, 403);
     assert_problem(401, call_as(&env, Method::GET, &format!("/v1/runs/{rid}/logs"), tok, None).await, 401);
-    let (s, _) = env.http.post(format!("{}/sdk/v1/runs/{rid}/logs", env.base)).json(&line).send().await.map(|r| (r.status().as_u16(), ())).unwrap();
+    let (s, _) = env
+        .http
+        .post(format!("{}/sdk/v1/runs/{rid}/logs", env.base))
+        .json(&line)
+        .send()
+        .await
+        .map(|r| (r.status().as_u16(), ()))
+        .unwrap();
     assert_eq!(s, 401);
 
     let many: Vec<Value> = (0..101).map(|_| json!({"message": "x"})).collect();
@@ -183,10 +209,13 @@ async fn sdk_refuses_wrong_credentials_and_bad_bodies() {
         let got = sdk_post(&env, rid, what, tok, body.clone()).await;
         assert_problem(want, got, want);
     }
-    let (s, p) = call_as(&env, Method::PUT, &format!("/sdk/v1/runs/{rid}/state/bad%20key"), tok, Some(json!({"value": 1}))).await;
+    let (s, p) =
+        call_as(&env, Method::PUT, &format!("/sdk/v1/runs/{rid}/state/bad%20key"), tok, Some(json!({"value": 1})))
+            .await;
     assert_eq!((s, &p["errors"][0]["location"]), (422, &json!("path.key")), "{p}");
     let big = "x".repeat(300 * 1024);
-    let (s, _) = call_as(&env, Method::PUT, &format!("/sdk/v1/runs/{rid}/state/k"), tok, Some(json!({"value": big}))).await;
+    let (s, _) =
+        call_as(&env, Method::PUT, &format!("/sdk/v1/runs/{rid}/state/k"), tok, Some(json!({"value": big}))).await;
     assert_eq!(s, 422);
     // Nothing of the refused calls was stored; the run is still running.
     let (_, logs) = env.get(&format!("/v1/runs/{rid}/logs")).await;
@@ -208,6 +237,14 @@ async fn sdk_refuses_wrong_credentials_and_bad_bodies() {
     assert_problem(422, env.get(&format!("/v1/runs/{rid}/logs?cursor=a|b")).await, 422);
     assert_problem(422, env.get(&format!("/v1/runs/{rid}/events?cursor=-1")).await, 422);
     assert_problem(422, env.get(&format!("/v1/runs/{rid}/logs?level=loud")).await, 422);
+
+    // NUL characters, which Postgres text cannot hold, are stored as U+FFFD.
+    let (s, nul) =
+        sdk_post(&env, rid, "logs", tok, json!({"lines": [{"message": "a\u{0}b", "fields": {"k\u{0}": "v"}}]})).await;
+    assert_eq!(s, 200, "{nul}");
+    let (_, logs) = env.get(&format!("/v1/runs/{rid}/logs")).await;
+    assert_eq!(logs["data"][0]["message"], "a\u{fffd}b");
+    assert_eq!(logs["data"][0]["fields"], json!({"k\u{fffd}": "v"}));
 }
 
 #[tokio::test]
@@ -226,6 +263,8 @@ async fn metadata_merges_and_debug_mode_toggles() {
     let p = assert_problem(422, env.patch(&url, json!({"metadata": {"n": 5}})).await, 422);
     assert_eq!(p["errors"][0]["location"], "body.metadata.n");
     assert_problem(422, env.patch(&url, json!({"metadata": {"long": "x".repeat(1025)}})).await, 422);
+    assert_problem(422, env.patch(&url, json!({"metadata": {"nul": "a\u{0}b"}})).await, 422);
+    assert_problem(422, env.patch(&url, json!({"metadata": {"a\u{0}": "b"}})).await, 422);
     let crowd: serde_json::Map<String, Value> = (0..62).map(|i| (format!("k{i}"), json!("v"))).collect();
     assert_problem(422, env.patch(&url, json!({"metadata": crowd})).await, 422);
     assert_problem(400, env.patch(&url, json!({"meta": {}})).await, 400);
@@ -235,13 +274,18 @@ async fn metadata_merges_and_debug_mode_toggles() {
     assert_eq!((s, &v["debug_mode"]), (200, &json!(true)));
     let (s, v) = env.call(Method::PUT, &format!("/v1/runs/{rid}/debug-mode"), Some(json!({"enabled": false}))).await;
     assert_eq!((s, &v["debug_mode"]), (200, &json!(false)));
-    assert_problem(400, env.call(Method::PUT, &format!("/v1/runs/{rid}/debug-mode"), Some(json!({"enabled": "yes"}))).await, 400);
+    assert_problem(
+        400,
+        env.call(Method::PUT, &format!("/v1/runs/{rid}/debug-mode"), Some(json!({"enabled": "yes"}))).await,
+        400,
+    );
 
     let other = env.project().await;
     let key = api_key(&env, &other, &["runs:write"]).await;
     let (s, _) = call_as(&env, Method::PATCH, &url, &key, Some(json!({"metadata": {"x": "1"}}))).await;
     assert_eq!(s, 404);
-    let (s, _) = call_as(&env, Method::PUT, &format!("/v1/runs/{rid}/debug-mode"), &key, Some(json!({"enabled": true}))).await;
+    let (s, _) =
+        call_as(&env, Method::PUT, &format!("/v1/runs/{rid}/debug-mode"), &key, Some(json!({"enabled": true}))).await;
     assert_eq!(s, 404);
 }
 
@@ -261,7 +305,11 @@ async fn events_page_through_transitions_and_attempts() {
 
     let (_, all) = env.get(&format!("/v1/runs/{rid}/events?limit=100")).await;
     let all = all["data"].as_array().unwrap().clone();
-    let attempts: Vec<_> = all.iter().filter(|e| e["type"] == "attempt").map(|e| (e["attempt"].as_i64().unwrap(), e["outcome"].as_str().unwrap().to_string())).collect();
+    let attempts: Vec<_> = all
+        .iter()
+        .filter(|e| e["type"] == "attempt")
+        .map(|e| (e["attempt"].as_i64().unwrap(), e["outcome"].as_str().unwrap().to_string()))
+        .collect();
     assert_eq!(attempts, [(1, "retrying".to_string()), (2, "retrying".to_string()), (3, "completed".to_string())]);
     let first_attempt = all.iter().find(|e| e["type"] == "attempt").unwrap();
     assert_eq!(first_attempt["status_code"], 500);

@@ -76,7 +76,8 @@ pub fn metric_sum(text: &str, name: &str, labels: &[&str]) -> f64 {
         .filter(|l| !l.starts_with('#'))
         .filter(|l| {
             let series = l.split_whitespace().next().unwrap_or("");
-            (series == name || series.starts_with(&format!("{name}{{"))) && labels.iter().all(|want| series.contains(want))
+            (series == name || series.starts_with(&format!("{name}{{")))
+                && labels.iter().all(|want| series.contains(want))
         })
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
@@ -89,7 +90,8 @@ pub async fn scrape(env: &TestEnv) -> String {
 
 /// A new API key of `project` with `scopes` (made with the internal secret).
 pub async fn api_key(env: &TestEnv, project: &str, scopes: &[&str]) -> String {
-    let (s, v) = env.post("/v1/api-keys", json!({"project_id": project, "name": "records test", "scopes": scopes})).await;
+    let (s, v) =
+        env.post("/v1/api-keys", json!({"project_id": project, "name": "records test", "scopes": scopes})).await;
     assert_eq!(s, 201, "{v}");
     v["key"].as_str().unwrap().to_string()
 }

@@ -22,7 +22,8 @@ async fn env_with_key() -> TestEnv {
 async fn environments_crud_and_jobs_name_only_their_projects() {
     let env = TestEnv::start().await;
     let project = env.project().await;
-    let (s, prod) = env.post("/v1/environments", json!({"project_id": project, "name": "production", "description": "live"})).await;
+    let (s, prod) =
+        env.post("/v1/environments", json!({"project_id": project, "name": "production", "description": "live"})).await;
     assert_eq!(s, 201, "{prod}");
     let prod_id = prod["id"].as_str().unwrap();
     assert!(prod_id.starts_with("env_"));
@@ -32,7 +33,11 @@ async fn environments_crud_and_jobs_name_only_their_projects() {
     assert_eq!(s, 201);
     assert_problem(409, env.post("/v1/environments", json!({"project_id": project, "name": "production"})).await, 409);
     assert_problem(422, env.post("/v1/environments", json!({"project_id": project, "name": "Prod Env"})).await, 422);
-    assert_problem(400, env.post("/v1/environments", json!({"project_id": project, "name": "x", "tier": 1})).await, 400);
+    assert_problem(
+        400,
+        env.post("/v1/environments", json!({"project_id": project, "name": "x", "tier": 1})).await,
+        400,
+    );
     assert_problem(422, env.post("/v1/environments", json!({"project_id": "prj_nope", "name": "x"})).await, 422);
     assert_problem(422, env.post("/v1/environments", json!({"name": "x"})).await, 422);
 

@@ -195,6 +195,14 @@ async fn call_target(w: &Inner, run: &Run, spec: &JobSpec) -> Option<Attempted> 
         timeout,
         mode: run.execution_mode.parse().unwrap_or_default(),
     };
+    // Rate limits are promised at the target, so each window counts the
+    // moment requests leave, not when they were dequeued (lua/README.md).
+    // If Redis misses this, the admission's provisional place stands in.
+    if spec.rate_limit_max > 0 || !spec.rate_limit_keys.is_empty() {
+        if let Err(e) = w.queue.record_dispatch(&run.job_id, &run.id, crate::now_ms()).await {
+            tracing::warn!(run_id = %run.id, error = %e, "could not log the dispatch in its rate limit buckets");
+        }
+    }
     let d = dispatch::send(&w.http, &req).await;
     Some(Attempted { verdict: d.verdict, endpoint_url: d.endpoint_url, status_code: d.status_code, timing: d.timing })
 }

@@ -359,7 +359,8 @@ impl BulkApi {
         let reason = run_ops::cancel_reason(&auth.0);
         let mut results = Vec::with_capacity(ids.len());
         for id in ids {
-            let mut r = BulkCancelResult { run_id: id.clone(), status: "not_found".into(), children_cancelled: 0, error: None };
+            let mut r =
+                BulkCancelResult { run_id: id.clone(), status: "not_found".into(), children_cancelled: 0, error: None };
             match find_run(&state, &auth, &id).await {
                 Ok(None) => r.error = Some(format!("run {id:?} not found")),
                 Err(e) => r.error = Some(error_text(&e)),
@@ -367,13 +368,17 @@ impl BulkApi {
                     Ok(Some(c)) if c.changed => {
                         r.status = "cancelled".into();
                         r.children_cancelled = c.children as i64;
-                        let audited = crate::audit::record(&state.pool, &auth.0, crate::audit::Change {
-                            project_id: &c.run.project_id,
-                            action: "run.cancelled",
-                            resource_type: "run",
-                            resource_id: &c.run.id,
-                            details: serde_json::json!({"bulk": true, "children_cancelled": c.children}),
-                        })
+                        let audited = crate::audit::record(
+                            &state.pool,
+                            &auth.0,
+                            crate::audit::Change {
+                                project_id: &c.run.project_id,
+                                action: "run.cancelled",
+                                resource_type: "run",
+                                resource_id: &c.run.id,
+                                details: serde_json::json!({"bulk": true, "children_cancelled": c.children}),
+                            },
+                        )
                         .await;
                         if let Err(e) = audited {
                             tracing::warn!(run_id = %c.run.id, error = %e, "could not record the audit event of a bulk cancel");
@@ -417,7 +422,12 @@ impl BulkApi {
                     new_run_id: None,
                     error: Some(format!("run {id:?} not found")),
                 },
-                Err(e) => BulkReplayResult { run_id: id, status: "error".into(), new_run_id: None, error: Some(error_text(&e)) },
+                Err(e) => BulkReplayResult {
+                    run_id: id,
+                    status: "error".into(),
+                    new_run_id: None,
+                    error: Some(error_text(&e)),
+                },
             };
             results.push(r);
         }
@@ -445,7 +455,8 @@ impl BulkApi {
             Some(n) => return Err(ApiError::invalid_field("body.limit", "must be between 1 and 100", Some(n.into()))),
         };
         if let Some(j) = &b.job_id {
-            check_id("job", j).map_err(|_| ApiError::invalid_field("body.job_id", "not a job id", Some(j.clone().into())))?;
+            check_id("job", j)
+                .map_err(|_| ApiError::invalid_field("body.job_id", "not a job id", Some(j.clone().into())))?;
         }
         // The chosen runs stay locked until every replay is made, so a
         // concurrent call skips them instead of replaying them twice.
@@ -591,7 +602,12 @@ impl BulkApi {
 
     /// One bulk trigger batch.
     #[oai(path = "/v1/batch-operations/:batch_id", method = "get")]
-    async fn batch(&self, state: Data<&AppState>, auth: Auth, batch_id: Path<String>) -> ApiResult<Json<BatchOperation>> {
+    async fn batch(
+        &self,
+        state: Data<&AppState>,
+        auth: Auth,
+        batch_id: Path<String>,
+    ) -> ApiResult<Json<BatchOperation>> {
         check_id("batch", &batch_id)?;
         let row: Option<BatchRow> = sqlx::query_as(&format!("{BATCH_SELECT} WHERE b.id = $1"))
             .bind(&batch_id.0)
@@ -606,8 +622,18 @@ impl BulkApi {
 
 async fn replay_result(state: &AppState, who: &Principal, run: &Run) -> BulkReplayResult {
     match run_ops::replay_run(state, who, run).await {
-        Ok(new) => BulkReplayResult { run_id: run.id.clone(), status: "replayed".into(), new_run_id: Some(new.id), error: None },
-        Err(e) => BulkReplayResult { run_id: run.id.clone(), status: "error".into(), new_run_id: None, error: Some(error_text(&e)) },
+        Ok(new) => BulkReplayResult {
+            run_id: run.id.clone(),
+            status: "replayed".into(),
+            new_run_id: Some(new.id),
+            error: None,
+        },
+        Err(e) => BulkReplayResult {
+            run_id: run.id.clone(),
+            status: "error".into(),
+            new_run_id: None,
+            error: Some(error_text(&e)),
+        },
     }
 }
 

@@ -94,7 +94,12 @@ async fn load(state: &AppState, auth: &Auth, id: &str) -> ApiResult<Environment>
 impl EnvironmentsApi {
     /// Create an environment. A name already used in the project is 409.
     #[oai(path = "/v1/environments", method = "post")]
-    async fn create(&self, state: Data<&AppState>, auth: Auth, body: Json<CreateEnvironment>) -> ApiResult<CreatedEnvironment> {
+    async fn create(
+        &self,
+        state: Data<&AppState>,
+        auth: Auth,
+        body: Json<CreateEnvironment>,
+    ) -> ApiResult<CreatedEnvironment> {
         let b = body.0;
         let project_id = project_of(&auth.0, b.project_id.as_deref())?;
         let mut errors = Vec::new();
@@ -141,13 +146,17 @@ impl EnvironmentsApi {
             }
             _ => ApiError::from(e),
         })?;
-        crate::audit::record(&state.pool, &auth.0, crate::audit::Change {
-            project_id: &env.project_id,
-            action: "environment.created",
-            resource_type: "environment",
-            resource_id: &env.id,
-            details: serde_json::json!({"name": env.name}),
-        })
+        crate::audit::record(
+            &state.pool,
+            &auth.0,
+            crate::audit::Change {
+                project_id: &env.project_id,
+                action: "environment.created",
+                resource_type: "environment",
+                resource_id: &env.id,
+                details: serde_json::json!({"name": env.name}),
+            },
+        )
         .await?;
         Ok(CreatedEnvironment::Created(Json(env)))
     }
@@ -179,13 +188,23 @@ impl EnvironmentsApi {
 
     /// Get an environment.
     #[oai(path = "/v1/environments/:environment_id", method = "get")]
-    async fn get(&self, state: Data<&AppState>, auth: Auth, environment_id: Path<String>) -> ApiResult<Json<Environment>> {
+    async fn get(
+        &self,
+        state: Data<&AppState>,
+        auth: Auth,
+        environment_id: Path<String>,
+    ) -> ApiResult<Json<Environment>> {
         Ok(Json(load(&state, &auth, &environment_id).await?))
     }
 
     /// Delete an environment. 409 while a job names it.
     #[oai(path = "/v1/environments/:environment_id", method = "delete")]
-    async fn delete(&self, state: Data<&AppState>, auth: Auth, environment_id: Path<String>) -> ApiResult<DeletedEnvironment> {
+    async fn delete(
+        &self,
+        state: Data<&AppState>,
+        auth: Auth,
+        environment_id: Path<String>,
+    ) -> ApiResult<DeletedEnvironment> {
         let env = load(&state, &auth, &environment_id).await?;
         // Check and delete in one statement. Jobs name environments inside
         // their definition, without a foreign key, so a job saved at the same
@@ -204,13 +223,17 @@ impl EnvironmentsApi {
         .await?;
         match result {
             (_, 1) => {
-                crate::audit::record(&state.pool, &auth.0, crate::audit::Change {
-                    project_id: &env.project_id,
-                    action: "environment.deleted",
-                    resource_type: "environment",
-                    resource_id: &env.id,
-                    details: serde_json::json!({"name": env.name}),
-                })
+                crate::audit::record(
+                    &state.pool,
+                    &auth.0,
+                    crate::audit::Change {
+                        project_id: &env.project_id,
+                        action: "environment.deleted",
+                        resource_type: "environment",
+                        resource_id: &env.id,
+                        details: serde_json::json!({"name": env.name}),
+                    },
+                )
                 .await?;
                 Ok(DeletedEnvironment::NoContent)
             }

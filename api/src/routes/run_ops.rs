@@ -46,7 +46,11 @@ pub struct Cancelled {
 /// Cancels a run and every unfinished run below it (parent_run_id,
 /// recursively). Children are cancelled only when the run itself was: a
 /// finished run's children are left alone. `None`: no such run.
-pub async fn cancel_with_children(state: &AppState, run_id: &str, reason: &str) -> Result<Option<Cancelled>, sqlx::Error> {
+pub async fn cancel_with_children(
+    state: &AppState,
+    run_id: &str,
+    reason: &str,
+) -> Result<Option<Cancelled>, sqlx::Error> {
     let Some((run, changed)) = store::runs::cancel(&state.pool, run_id, reason).await? else {
         return Ok(None);
     };
@@ -210,7 +214,7 @@ impl RunOpsApi {
     /// (its logs, usage, tool calls, attempts and events are kept as
     /// history). `machine_preset` becomes its `resource_class`. A run that
     /// has not finished (pending, queued, running, retrying) is 409: cancel
-    /// it first.
+    /// it first. So is a run of a disabled or deleted job.
     #[oai(path = "/v1/runs/:run_id/restart", method = "post")]
     async fn restart(
         &self,
@@ -228,13 +232,25 @@ impl RunOpsApi {
             ));
         }
         let run = load_run(&state, &auth, &run_id).await?;
-        if store::jobs::get(&state.pool, &run.job_id).await?.is_none() {
-            return Err(ApiError::conflict(format!("the run's job {} was deleted; it cannot be restarted", run.job_id)));
+        match store::jobs::get(&state.pool, &run.job_id).await? {
+            None => {
+                return Err(ApiError::conflict(format!(
+                    "the run's job {} was deleted; it cannot be restarted",
+                    run.job_id
+                )))
+            }
+            Some(job) if !job.enabled => {
+                return Err(ApiError::conflict("the job is disabled; enable it to restart its runs"));
+            }
+            Some(_) => {}
         }
-        let reason = format!("restarted on a {preset} machine{}", match auth.0.actor() {
-            Some(a) => format!(" by {a}"),
-            None => String::new(),
-        });
+        let reason = format!(
+            "restarted on a {preset} machine{}",
+            match auth.0.actor() {
+                Some(a) => format!(" by {a}"),
+                None => String::new(),
+            }
+        );
         let from: Option<Option<String>> = sqlx::query_scalar(
             "WITH old AS (
                 SELECT id, status FROM job_runs WHERE id = $1 FOR UPDATE
@@ -271,13 +287,17 @@ impl RunOpsApi {
         };
         switchyard_shared::telemetry::transition(Some(&from), RunStatus::Queued.as_str());
         let after = store::runs::get(&state.pool, &run.id).await?.ok_or_else(|| ApiError::not_found("run", &run.id))?;
-        crate::audit::record(&state.pool, &auth.0, Change {
-            project_id: &after.project_id,
-            action: "run.restarted",
-            resource_type: "run",
-            resource_id: &after.id,
-            details: serde_json::json!({"from_status": from, "machine_preset": preset}),
-        })
+        crate::audit::record(
+            &state.pool,
+            &auth.0,
+            Change {
+                project_id: &after.project_id,
+                action: "run.restarted",
+                resource_type: "run",
+                resource_id: &after.id,
+                details: serde_json::json!({"from_status": from, "machine_preset": preset}),
+            },
+        )
         .await?;
         let now_ms = chrono::Utc::now().timestamp_millis();
         if let Err(e) = state.queue.enqueue(&after.entry(), 0, now_ms).await {
@@ -303,18 +323,23 @@ impl RunOpsApi {
         let mut errors = Vec::new();
         for (k, v) in body.0.metadata {
             let loc = format!("body.metadata.{k}");
-            if k.is_empty() || k.len() > 128 {
-                errors.push(ErrorDetail { location: loc, message: "keys are 1 to 128 characters".into(), value: Some(k.into()) });
+            // Postgres text and jsonb cannot hold U+0000.
+            if k.is_empty() || k.len() > 128 || k.contains('\0') {
+                errors.push(ErrorDetail {
+                    location: loc,
+                    message: "keys are 1 to 128 characters, without NUL".into(),
+                    value: Some(k.into()),
+                });
                 continue;
             }
             match v {
                 Value::Null => remove.push(k),
-                Value::String(s) if s.len() <= 1024 => {
+                Value::String(s) if s.len() <= 1024 && !s.contains('\0') => {
                     set.insert(k, Value::String(s));
                 }
                 Value::String(s) => errors.push(ErrorDetail {
                     location: loc,
-                    message: "values are at most 1024 characters".into(),
+                    message: "values are at most 1024 characters, without NUL".into(),
                     value: Some(s.into()),
                 }),
                 other => errors.push(ErrorDetail {
@@ -343,13 +368,17 @@ impl RunOpsApi {
         let Some(r) = updated else {
             return Err(ApiError::invalid_field("body.metadata", "a run has at most 64 metadata keys", None));
         };
-        crate::audit::record(&state.pool, &auth.0, Change {
-            project_id: &r.project_id,
-            action: "run.metadata_updated",
-            resource_type: "run",
-            resource_id: &r.id,
-            details: serde_json::json!({"removed": remove, "set": set_keys}),
-        })
+        crate::audit::record(
+            &state.pool,
+            &auth.0,
+            Change {
+                project_id: &r.project_id,
+                action: "run.metadata_updated",
+                resource_type: "run",
+                resource_id: &r.id,
+                details: serde_json::json!({"removed": remove, "set": set_keys}),
+            },
+        )
         .await?;
         Ok(Json(run_view(r)))
     }
@@ -373,13 +402,17 @@ impl RunOpsApi {
         .fetch_optional(&state.pool)
         .await?;
         let r = updated.ok_or_else(|| ApiError::not_found("run", &run.id))?;
-        crate::audit::record(&state.pool, &auth.0, Change {
-            project_id: &r.project_id,
-            action: "run.debug_mode_set",
-            resource_type: "run",
-            resource_id: &r.id,
-            details: serde_json::json!({"enabled": r.debug_mode}),
-        })
+        crate::audit::record(
+            &state.pool,
+            &auth.0,
+            Change {
+                project_id: &r.project_id,
+                action: "run.debug_mode_set",
+                resource_type: "run",
+                resource_id: &r.id,
+                details: serde_json::json!({"enabled": r.debug_mode}),
+            },
+        )
         .await?;
         Ok(Json(run_view(r)))
     }

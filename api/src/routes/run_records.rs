@@ -335,7 +335,8 @@ impl RunRecordsApi {
         let run = load_run(&state, &auth, &run_id).await?;
         let limit = pagination::limit(limit.0)?;
         let cursor = pagination::cursor(cursor.0)?;
-        let rows: Vec<RunOutput> = newest_first(&state, OUTPUT_COLS, "job_run_outputs", &run.id, cursor, limit + 1).await?;
+        let rows: Vec<RunOutput> =
+            newest_first(&state, OUTPUT_COLS, "job_run_outputs", &run.id, cursor, limit + 1).await?;
         Ok(Json(pagination::page(rows, limit, |r| r.id.clone(), |r| r)))
     }
 
@@ -378,10 +379,17 @@ impl RunRecordsApi {
         let run = load_run(&state, &auth, &run_id).await?;
         let limit = pagination::limit(limit.0)?;
         let cursor = pagination::cursor(cursor.0)?;
-        let rows: Vec<UsageRecord> = newest_first(&state, USAGE_COLS, "job_run_usage", &run.id, cursor, limit + 1).await?;
+        let rows: Vec<UsageRecord> =
+            newest_first(&state, USAGE_COLS, "job_run_usage", &run.id, cursor, limit + 1).await?;
         let totals = usage_totals(&state, &run.id).await?;
         let page = pagination::page(rows, limit, |r| r.id.clone(), |r| r);
-        Ok(Json(RunUsage { run_id: run.id, totals, data: page.data, has_more: page.has_more, next_cursor: page.next_cursor }))
+        Ok(Json(RunUsage {
+            run_id: run.id,
+            totals,
+            data: page.data,
+            has_more: page.has_more,
+            next_cursor: page.next_cursor,
+        }))
     }
 
     /// The run's tool calls, newest first.
@@ -397,7 +405,8 @@ impl RunRecordsApi {
         let run = load_run(&state, &auth, &run_id).await?;
         let limit = pagination::limit(limit.0)?;
         let cursor = pagination::cursor(cursor.0)?;
-        let rows: Vec<ToolCall> = newest_first(&state, TOOL_COLS, "job_run_tool_calls", &run.id, cursor, limit + 1).await?;
+        let rows: Vec<ToolCall> =
+            newest_first(&state, TOOL_COLS, "job_run_tool_calls", &run.id, cursor, limit + 1).await?;
         Ok(Json(pagination::page(rows, limit, |r| r.id.clone(), |r| r)))
     }
 
@@ -441,7 +450,11 @@ impl RunRecordsApi {
         let cursor = pagination::cursor(cursor.0)?;
         if let Some(l) = &level.0 {
             if !super::sdk_runs::LOG_LEVELS.contains(&l.as_str()) {
-                return Err(ApiError::invalid_field("query.level", "must be debug, info, warn or error", Some(l.clone().into())));
+                return Err(ApiError::invalid_field(
+                    "query.level",
+                    "must be debug, info, warn or error",
+                    Some(l.clone().into()),
+                ));
             }
         }
         let rows: Vec<LogLine> = sqlx::query_as(&format!(
@@ -461,7 +474,12 @@ impl RunRecordsApi {
     /// ran (without secrets), its history (transitions and attempts), its
     /// last logs, checkpoints, state, outputs, usage totals and tool calls.
     #[oai(path = "/v1/runs/:run_id/debug-bundle", method = "get")]
-    async fn debug_bundle(&self, state: Data<&AppState>, auth: Auth, run_id: Path<String>) -> ApiResult<Json<DebugBundle>> {
+    async fn debug_bundle(
+        &self,
+        state: Data<&AppState>,
+        auth: Auth,
+        run_id: Path<String>,
+    ) -> ApiResult<Json<DebugBundle>> {
         let run: Run = load_run(&state, &auth, &run_id).await?;
         let version: Option<(String, String, i32, String, sqlx::types::Json<JobSpec>)> =
             sqlx::query_as("SELECT id, job_id, version, name, spec FROM job_versions WHERE id = $1")
@@ -471,12 +489,19 @@ impl RunRecordsApi {
         let job_version = version.map(|(id, job_id, version, name, spec)| {
             let mut spec = spec.0;
             spec.webhook_secret = None;
-            BundleJobVersion { id, job_id, version, name, definition: serde_json::to_value(spec).unwrap_or(Value::Null) }
+            BundleJobVersion {
+                id,
+                job_id,
+                version,
+                name,
+                definition: serde_json::to_value(spec).unwrap_or(Value::Null),
+            }
         });
-        let secret_names: Vec<String> = sqlx::query_scalar("SELECT name FROM job_secrets WHERE job_id = $1 ORDER BY name")
-            .bind(&run.job_id)
-            .fetch_all(&state.pool)
-            .await?;
+        let secret_names: Vec<String> =
+            sqlx::query_scalar("SELECT name FROM job_secrets WHERE job_id = $1 ORDER BY name")
+                .bind(&run.job_id)
+                .fetch_all(&state.pool)
+                .await?;
         let total: i64 = sqlx::query_scalar(
             "SELECT (SELECT count(*) FROM job_run_events WHERE run_id = $1) + (SELECT count(*) FROM job_run_attempts WHERE run_id = $1)",
         )
@@ -494,7 +519,8 @@ impl RunRecordsApi {
         let checkpoints: Vec<Checkpoint> =
             newest_first(&state, CHECKPOINT_COLS, "job_run_checkpoints", &run.id, None, 20).await?;
         let outputs: Vec<RunOutput> = newest_first(&state, OUTPUT_COLS, "job_run_outputs", &run.id, None, 100).await?;
-        let tool_calls: Vec<ToolCall> = newest_first(&state, TOOL_COLS, "job_run_tool_calls", &run.id, None, 100).await?;
+        let tool_calls: Vec<ToolCall> =
+            newest_first(&state, TOOL_COLS, "job_run_tool_calls", &run.id, None, 100).await?;
         let pairs = state_of(&state, &run.id).await?;
         let usage_totals = usage_totals(&state, &run.id).await?;
         Ok(Json(DebugBundle {

@@ -395,7 +395,11 @@ impl SdkRunsApi {
             text_ok(&mut errors, "body.label", l, 256, false);
         }
         if b.data.is_null() {
-            errors.push(ErrorDetail { location: "body.data".into(), message: "required: any JSON value but null".into(), value: None });
+            errors.push(ErrorDetail {
+                location: "body.data".into(),
+                message: "required: any JSON value but null".into(),
+                value: None,
+            });
         }
         errors.extend(too_big("body.data", &b.data));
         if !errors.is_empty() {
@@ -427,7 +431,12 @@ impl SdkRunsApi {
 
     /// The run's newest checkpoint; 404 when it has none.
     #[oai(path = "/sdk/v1/runs/:run_id/checkpoints/latest", method = "get")]
-    async fn latest_checkpoint(&self, state: Data<&AppState>, auth: Auth, run_id: Path<String>) -> ApiResult<Json<Checkpoint>> {
+    async fn latest_checkpoint(
+        &self,
+        state: Data<&AppState>,
+        auth: Auth,
+        run_id: Path<String>,
+    ) -> ApiResult<Json<Checkpoint>> {
         let run = sdk_run(&state, &auth, &run_id).await?;
         let cp: Option<Checkpoint> = sqlx::query_as(
             "SELECT id, run_id, attempt, label, data, created_at FROM job_run_checkpoints
@@ -436,7 +445,8 @@ impl SdkRunsApi {
         .bind(&run.id)
         .fetch_optional(&state.pool)
         .await?;
-        cp.map(Json).ok_or_else(|| ApiError::NotFound(Json(crate::error::Problem::new(404, "the run has no checkpoint"))))
+        cp.map(Json)
+            .ok_or_else(|| ApiError::NotFound(Json(crate::error::Problem::new(404, "the run has no checkpoint"))))
     }
 
     /// Report progress (0 to 1) with an optional message; shown on the run
@@ -544,7 +554,11 @@ impl SdkRunsApi {
             ("cpu_ms", b.cpu_ms),
         ] {
             if let Some(n) = v.filter(|n| *n < 0) {
-                errors.push(ErrorDetail { location: format!("body.{field}"), message: "must be at least 0".into(), value: Some(n.into()) });
+                errors.push(ErrorDetail {
+                    location: format!("body.{field}"),
+                    message: "must be at least 0".into(),
+                    value: Some(n.into()),
+                });
             }
         }
         if let Some(m) = &b.model {
@@ -594,7 +608,11 @@ impl SdkRunsApi {
             text_ok(&mut errors, "body.status", s, 64, true);
         }
         if let Some(d) = b.duration_ms.filter(|d| *d < 0) {
-            errors.push(ErrorDetail { location: "body.duration_ms".into(), message: "must be at least 0".into(), value: Some(d.into()) });
+            errors.push(ErrorDetail {
+                location: "body.duration_ms".into(),
+                message: "must be at least 0".into(),
+                value: Some(d.into()),
+            });
         }
         errors.extend(b.input.as_ref().and_then(|v| too_big("body.input", v)));
         errors.extend(b.output.as_ref().and_then(|v| too_big("body.output", v)));
@@ -734,7 +752,9 @@ impl SdkRunsApi {
     ) -> ApiResult<Json<JobRun>> {
         let run = sdk_run(&state, &auth, &run_id).await?;
         let result = scrub(body.0.result.unwrap_or(Value::Null));
-        if serde_json::to_vec(&result).map(|b| b.len()).unwrap_or(usize::MAX) > switchyard_worker::dispatch::MAX_RESULT_BYTES {
+        if serde_json::to_vec(&result).map(|b| b.len()).unwrap_or(usize::MAX)
+            > switchyard_worker::dispatch::MAX_RESULT_BYTES
+        {
             return Err(ApiError::invalid_field("body.result", "too large for a run result", None));
         }
         let attempt = caller_attempt(req, &state, &auth, &run);
@@ -760,7 +780,9 @@ impl SdkRunsApi {
         let mut errors = Vec::new();
         text_ok(&mut errors, "body.error", &b.error, 4096, true);
         if let Some(c) = &b.error_class {
-            let ok = !c.is_empty() && c.len() <= 64 && c.bytes().all(|x| x.is_ascii_lowercase() || x.is_ascii_digit() || x == b'_');
+            let ok = !c.is_empty()
+                && c.len() <= 64
+                && c.bytes().all(|x| x.is_ascii_lowercase() || x.is_ascii_digit() || x == b'_');
             if !ok {
                 errors.push(ErrorDetail {
                     location: "body.error_class".into(),

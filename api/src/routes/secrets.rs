@@ -94,7 +94,13 @@ impl SecretsApi {
     /// the job's target only in the dispatch body (`secrets.<name>`). 503
     /// when the server has no SECRETS_KEY. At most 100 secrets per job.
     #[oai(path = "/v1/jobs/:job_id/secrets", method = "post")]
-    async fn put(&self, state: Data<&AppState>, auth: Auth, job_id: Path<String>, body: Json<PutSecret>) -> ApiResult<SecretSaved> {
+    async fn put(
+        &self,
+        state: Data<&AppState>,
+        auth: Auth,
+        job_id: Path<String>,
+        body: Json<PutSecret>,
+    ) -> ApiResult<SecretSaved> {
         let job = load_visible(&state, &auth, &job_id).await?;
         let b = body.0;
         let mut errors = Vec::new();
@@ -150,13 +156,17 @@ impl SecretsApi {
             ));
         };
         // The name only: a value never leaves this handler but encrypted.
-        crate::audit::record(&state.pool, &auth.0, crate::audit::Change {
-            project_id: &job.project_id,
-            action: "job_secret.set",
-            resource_type: "job",
-            resource_id: &job.id,
-            details: serde_json::json!({"name": name, "replaced": !inserted}),
-        })
+        crate::audit::record(
+            &state.pool,
+            &auth.0,
+            crate::audit::Change {
+                project_id: &job.project_id,
+                action: "job_secret.set",
+                resource_type: "job",
+                resource_id: &job.id,
+                details: serde_json::json!({"name": name, "replaced": !inserted}),
+            },
+        )
         .await?;
         let s = JobSecret { name, created_at, updated_at };
         Ok(if inserted { SecretSaved::Created(Json(s)) } else { SecretSaved::Replaced(Json(s)) })
@@ -164,7 +174,13 @@ impl SecretsApi {
 
     /// Delete a job secret.
     #[oai(path = "/v1/jobs/:job_id/secrets/:name", method = "delete")]
-    async fn delete(&self, state: Data<&AppState>, auth: Auth, job_id: Path<String>, name: Path<String>) -> ApiResult<SecretDeleted> {
+    async fn delete(
+        &self,
+        state: Data<&AppState>,
+        auth: Auth,
+        job_id: Path<String>,
+        name: Path<String>,
+    ) -> ApiResult<SecretDeleted> {
         let job = load_visible(&state, &auth, &job_id).await?;
         let gone = if is_valid_name(&name) {
             sqlx::query("DELETE FROM job_secrets WHERE job_id = $1 AND name = $2")
@@ -179,13 +195,17 @@ impl SecretsApi {
         if gone == 0 {
             return Err(ApiError::not_found("secret", &name));
         }
-        crate::audit::record(&state.pool, &auth.0, crate::audit::Change {
-            project_id: &job.project_id,
-            action: "job_secret.deleted",
-            resource_type: "job",
-            resource_id: &job.id,
-            details: serde_json::json!({"name": name.0}),
-        })
+        crate::audit::record(
+            &state.pool,
+            &auth.0,
+            crate::audit::Change {
+                project_id: &job.project_id,
+                action: "job_secret.deleted",
+                resource_type: "job",
+                resource_id: &job.id,
+                details: serde_json::json!({"name": name.0}),
+            },
+        )
         .await?;
         Ok(SecretDeleted::NoContent)
     }

@@ -90,6 +90,28 @@ impl CronSchedule {
             .find(|t| *t <= now)
     }
 
+    /// The ticks `t` with `after < t <= until`, oldest first; at most the
+    /// `limit` latest of them.
+    pub fn ticks_in(&self, after: DateTime<Utc>, until: DateTime<Utc>, limit: usize) -> Vec<DateTime<Utc>> {
+        let local = until.with_timezone(&self.tz).naive_local();
+        let Some(from) = local.with_nanosecond(0).map(|l| l + Duration::seconds(1)) else {
+            return vec![];
+        };
+        let mut out: Vec<DateTime<Utc>> = Vec::new();
+        for t in self.schedule.after(&as_utc(from)).rev().take(MAX_STEPS) {
+            let t = fire_at(self.tz, t.naive_utc());
+            if t > until || out.last() == Some(&t) {
+                continue;
+            }
+            if t <= after || out.len() >= limit {
+                break;
+            }
+            out.push(t);
+        }
+        out.reverse();
+        out
+    }
+
     /// The first tick after `now`; `None` when there is none (or it is too
     /// far to find within the search bound).
     pub fn next_after(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
@@ -229,6 +251,17 @@ mod tests {
         assert_eq!(c.next_after(utc("2027-01-01T10:05:00Z")), Some(utc("2027-01-01T10:10:00Z")));
         let s = CronSchedule::parse("*/2 * * * * *", None).unwrap();
         assert_eq!(s.latest_at_or_before(utc("2027-01-01T10:00:03.900Z")), Some(utc("2027-01-01T10:00:02Z")));
+    }
+
+    #[test]
+    fn ticks_in_a_range_are_listed_once() {
+        let c = CronSchedule::parse("*/10 * * * * *", None).unwrap();
+        let got = c.ticks_in(utc("2027-01-01T10:00:00Z"), utc("2027-01-01T10:00:35Z"), 10);
+        assert_eq!(got, [utc("2027-01-01T10:00:10Z"), utc("2027-01-01T10:00:20Z"), utc("2027-01-01T10:00:30Z")]);
+        assert_eq!(c.ticks_in(utc("2027-01-01T10:00:00Z"), utc("2027-01-01T10:00:35Z"), 1), [utc("2027-01-01T10:00:30Z")]);
+        let berlin = CronSchedule::parse("*/30 * * * *", Some("Europe/Berlin")).unwrap();
+        let gap = berlin.ticks_in(utc("2027-03-28T00:00:00Z"), utc("2027-03-28T01:30:00Z"), 10);
+        assert_eq!(gap, [utc("2027-03-28T00:30:00Z"), utc("2027-03-28T01:00:00Z"), utc("2027-03-28T01:30:00Z")]);
     }
 
     #[test]

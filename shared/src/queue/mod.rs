@@ -26,14 +26,17 @@ pub enum QueueError {
     Entry(#[from] EntryError),
 }
 
-/// Added to every rate limit window when dequeue.lua counts it. A window is
-/// counted in admission times (the "now" of the dequeue call), but the limit
-/// is promised at the target: the guard absorbs the time between a dispatch
-/// being admitted and its request arriving (claim, connect), and clock skew
-/// between workers, so that no window of `window_secs` at the target sees
-/// more than `max` requests. The cost is that a saturated limit admits `max`
-/// per `window + guard`.
+/// Added to every rate limit window when dequeue.lua counts it. Windows
+/// count the times workers send requests ([`Queue::record_dispatch`]), but
+/// the limit is promised at the target: the guard absorbs the time from
+/// sending to arrival and clock skew between workers, so that no window of
+/// `window_secs` at the target sees more than `max` requests. The cost is
+/// that a saturated limit admits `max` per `window + guard`.
 pub const RATE_GUARD_MS: i64 = 200;
+
+/// How soon dequeue.lua looks again at a bucket that is full only because
+/// of dispatches admitted but not yet sent (they are confirmed within moments).
+pub const RATE_RECHECK_MS: i64 = 50;
 
 /// Builds the connection pool. Connections are made on first use, so a
 /// process starts while Redis is down.
@@ -111,6 +114,7 @@ impl Queue {
             .arg(lease.as_millis() as u64)
             .arg(max * 8)
             .arg(RATE_GUARD_MS)
+            .arg(RATE_RECHECK_MS)
             .invoke_async(&mut c)
             .await?;
         raw.iter().map(|s| Entry::decode(s).map_err(Into::into)).collect()
@@ -158,6 +162,21 @@ impl Queue {
         let mut c = self.conn().await?;
         let raw: Vec<String> = c.zrangebyscore_limit(&self.keys.scheduled, "-inf", now_ms, 0, limit as isize).await?;
         raw.iter().map(|s| Entry::decode(s).map_err(Into::into)).collect()
+    }
+
+    /// Logs, in the rate limit buckets of the run's job, that its request
+    /// is sent now (see lua/record_dispatch.lua). Returns how many buckets.
+    pub async fn record_dispatch(&self, job_id: &str, run_id: &str, now_ms: i64) -> Result<usize, QueueError> {
+        let mut c = self.conn().await?;
+        let n: i64 = scripts::RECORD_DISPATCH
+            .key(&self.keys.limits)
+            .key(&self.keys.rate)
+            .arg(job_id)
+            .arg(run_id)
+            .arg(now_ms)
+            .invoke_async(&mut c)
+            .await?;
+        Ok(n as usize)
     }
 
     /// Moves entries still in `scheduled` to a later due time (an execution

@@ -23,3 +23,4 @@ script!(REMOVE_SCHEDULED, "remove_scheduled.lua");
 script!(EXTEND_LEASES, "extend_leases.lua");
 script!(SET_LIMITS, "set_limits.lua");
 script!(RESCHEDULE, "reschedule.lua");
+script!(RECORD_DISPATCH, "record_dispatch.lua");

@@ -59,7 +59,9 @@ pub fn attempt_timeout(spec: &JobSpec, run: &Run) -> Duration {
 /// How the attempt ended.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Ending {
-    Completed { result: Value },
+    Completed {
+        result: Value,
+    },
     Failed {
         error: String,
         error_class: String,
@@ -121,7 +123,13 @@ pub struct Decided {
 ///
 /// A failed ack is logged, not returned: the outcome is committed, and the
 /// reconciler puts a retrying run missing from `scheduled` back.
-pub async fn settle(pool: &PgPool, queue: &Queue, run: &Run, spec: &JobSpec, ending: Ending) -> Result<Option<(Outcome, Run)>, sqlx::Error> {
+pub async fn settle(
+    pool: &PgPool,
+    queue: &Queue,
+    run: &Run,
+    spec: &JobSpec,
+    ending: Ending,
+) -> Result<Option<(Outcome, Run)>, sqlx::Error> {
     let now = Utc::now();
     let d = decide(ending, run.attempt.max(1) as u32, &retry_policy(spec, run), now, rand::random::<f64>());
     let outcome = Outcome {
