@@ -11,6 +11,7 @@
 //! - [`settle`]: waiting for a phase's runs to end. [`check`]: their correctness.
 //! - Phases: [`throughput`] (a, g), [`latency`] (b), [`bulk`] (c),
 //!   [`queue_depth`] (d, e), [`idle`] (f).
+//! - [`pg_tables`]: Postgres table activity per run, read at the end.
 //! - [`stats`]: percentiles. [`anchors`]: the peer figures. [`report`]: the output.
 
 mod anchors;
@@ -22,6 +23,7 @@ mod idle;
 mod latency;
 mod meter;
 mod opts;
+mod pg_tables;
 mod queue_depth;
 mod report;
 mod settle;
@@ -146,8 +148,16 @@ fn keep<T>(failures: &mut Vec<String>, phase: &str, r: anyhow::Result<T>) -> Opt
     }
 }
 
+/// Seconds since `*since`, which moves on to now.
+fn lap(since: &mut std::time::Instant) -> f64 {
+    let secs = since.elapsed().as_secs_f64();
+    *since = std::time::Instant::now();
+    (secs * 10.0).round() / 10.0
+}
+
 async fn phases(sys: &System, opts: &Opts) -> anyhow::Result<Report> {
     let mut report = Report::new();
+    let mut t = std::time::Instant::now();
     let meter = meter::Meter::new(sys).await;
     let api = sys.api();
     let project = api.create_project("bench").await?;
@@ -158,6 +168,7 @@ async fn phases(sys: &System, opts: &Opts) -> anyhow::Result<Report> {
         eprintln!("bench: (a) throughput: {} runs, {} clients, after {} warm-up", opts.runs, opts.clients, opts.warmup);
         let j = job("throughput".into()).await?;
         report.throughput = keep(&mut report.failures, "(a)", throughput::run(sys, &meter, &j, opts).await);
+        report.phase_secs.insert("a".into(), lap(&mut t));
     }
     if opts.wants('b') && !opts.rates.is_empty() {
         let notices = latency::Notices::start(sys).await?;
@@ -171,23 +182,32 @@ async fn phases(sys: &System, opts: &Opts) -> anyhow::Result<Report> {
             }
         }
         notices.stop(sys).await;
+        report.phase_secs.insert("b".into(), lap(&mut t));
     }
     if opts.wants('c') {
         eprintln!("bench: (c) bulk trigger: {} runs", opts.bulk_runs);
         let j = job("bulk".into()).await?;
         report.bulk = keep(&mut report.failures, "(c)", bulk::run(sys, &j, opts.bulk_runs, opts.bulk_clients).await);
+        report.phase_secs.insert("c".into(), lap(&mut t));
     }
     if opts.wants('d') {
         eprintln!("bench: (d, e) Redis queue at {} and {} entries", opts.shallow, opts.deep);
         let prefix = format!("{}q", sys.prefix);
         let r = queue_depth::run(&sys.redis_url, &prefix, opts.shallow, opts.deep, opts.dequeues).await;
         report.queue = keep(&mut report.failures, "(d, e)", r);
+        report.phase_secs.insert("d".into(), lap(&mut t));
     }
     if opts.wants('f') {
         eprintln!("bench: (f) idle for {} s", opts.idle_secs);
         // Lets the last statements' statistics reach pg_stat_database first.
         tokio::time::sleep(Duration::from_secs(2)).await;
         report.idle = keep(&mut report.failures, "(f)", idle::run(sys, Duration::from_secs(opts.idle_secs)).await);
+        report.phase_secs.insert("f".into(), lap(&mut t));
+    }
+    let runs = report.accepted_runs();
+    if runs > 0 {
+        report.pg_tables = keep(&mut report.failures, "Postgres table activity", pg_tables::per_run(sys, runs).await)
+            .unwrap_or_default();
     }
     Ok(report)
 }

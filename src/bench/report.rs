@@ -10,6 +10,7 @@ use super::bulk::Bulk;
 use super::check::Check;
 use super::idle::Idle;
 use super::latency::Latency;
+use super::pg_tables::PerRun;
 use super::queue_depth::QueueFigures;
 use super::system::System;
 use super::throughput::Throughput;
@@ -22,7 +23,8 @@ const MAX_BACKLOG_NOTE: &str = "lagged the triggers by over 2 s of load";
 pub struct LogSummary {
     pub warn: usize,
     pub error: usize,
-    pub samples: Vec<String>,
+    /// The most frequent kinds of line (timestamp and values cut), with counts.
+    pub top: Vec<(String, usize)>,
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -39,6 +41,8 @@ pub struct Report {
     pub bulk: Option<Bulk>,
     pub queue: Option<QueueFigures>,
     pub idle: Option<Idle>,
+    /// Postgres table activity over the whole benchmark, per accepted run.
+    pub pg_tables: Vec<PerRun>,
     /// Every phase's check, added up.
     pub correctness: Check,
     pub correct: bool,
@@ -50,6 +54,8 @@ pub struct Report {
     pub anchors: Option<Anchors>,
     /// Ours against the anchors' composite: >1 is better for us.
     pub ratios: BTreeMap<String, f64>,
+    /// Wall-clock seconds each phase took.
+    pub phase_secs: BTreeMap<String, f64>,
     /// Phases that could not be measured, and why.
     pub failures: Vec<String>,
 }
@@ -59,21 +65,48 @@ fn git_head() -> Option<String> {
     out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
+/// The line without terminal colour sequences (`ESC [ ... m`).
+fn strip_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 fn scan_log(path: &std::path::Path) -> LogSummary {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let mut s = LogSummary::default();
+    let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
     for line in text.lines() {
-        let is_error = line.contains("ERROR") || line.contains("panicked");
+        let line = strip_ansi(line);
+        let is_error = line.contains(" ERROR ") || line.contains("panicked");
         let is_warn = line.contains(" WARN ");
         if is_error {
             s.error += 1;
         } else if is_warn {
             s.warn += 1;
+        } else {
+            continue;
         }
-        if (is_error || is_warn) && s.samples.len() < 3 {
-            s.samples.push(line.chars().take(240).collect());
-        }
+        // "<timestamp>  WARN target: message key=value ...": keep up to the first value.
+        let body = line.split_once(' ').map_or(line.as_str(), |(_, rest)| rest.trim_start());
+        let kind: String = body.split('=').next().unwrap_or(body).chars().take(160).collect();
+        *kinds.entry(kind).or_default() += 1;
     }
+    let mut top: Vec<(String, usize)> = kinds.into_iter().collect();
+    top.sort_by(|a, b| b.1.cmp(&a.1));
+    top.truncate(4);
+    s.top = top;
     s
 }
 
@@ -86,6 +119,15 @@ impl Report {
             nproc: std::thread::available_parallelism().map(usize::from).unwrap_or(0),
             ..Report::default()
         }
+    }
+
+    /// Runs accepted by the API over every phase so far.
+    pub fn accepted_runs(&self) -> usize {
+        let bulk = match &self.bulk {
+            Some(Bulk::Measured { check, .. }) => check.accepted,
+            _ => 0,
+        };
+        self.throughput.as_ref().map_or(0, |t| t.check.accepted) + self.latency.iter().map(|l| l.check.accepted).sum::<usize>() + bulk
     }
 
     /// Adds up the checks, reads the service logs and computes the ratios.
@@ -224,6 +266,17 @@ impl Report {
             let _ = writeln!(o, "\n(f) idle for {:.0} s: Postgres {:.2} transactions/s (bench database)", i.secs, i.pg_xact_per_s);
             let _ = writeln!(o, "    Redis commands/s: {}  (whole server, all clients: {:.1})", per.join(", "), i.redis_server_cmds_per_s);
         }
+        if !self.pg_tables.is_empty() {
+            let _ = writeln!(o, "\nPostgres work per run, whole benchmark (pg_stat_user_tables / {} runs)", self.accepted_runs());
+            let _ = writeln!(o, "    {:<24} {:>9} {:>10} {:>9} {:>8} {:>8} {:>6} {:>8}", "table", "seq scans", "seq rows", "idx scans", "inserts", "updates", "HOT %", "deletes");
+            for t in &self.pg_tables {
+                let _ = writeln!(
+                    o,
+                    "    {:<24} {:>9.2} {:>10.1} {:>9.2} {:>8.2} {:>8.2} {:>6.0} {:>8.2}",
+                    t.table, t.seq_scans, t.seq_rows_read, t.index_scans, t.inserts, t.updates, t.hot_pct, t.deletes
+                );
+            }
+        }
         let c = &self.correctness;
         let _ = writeln!(
             o,
@@ -249,15 +302,17 @@ impl Report {
         }
         for (name, l) in &self.service_logs {
             if l.warn + l.error > 0 {
-                let _ = writeln!(o, "    {name} logged {} ERROR, {} WARN lines, e.g.:", l.error, l.warn);
-                for s in &l.samples {
-                    let _ = writeln!(o, "      {s}");
+                let _ = writeln!(o, "    {name} logged {} ERROR and {} WARN lines:", l.error, l.warn);
+                for (kind, n) in &l.top {
+                    let _ = writeln!(o, "      {n:>6} × {kind}");
                 }
             }
         }
         if let Some(why) = a.and_then(|a| a.failure.as_ref()) {
             let _ = writeln!(o, "\nanchors: no composite figure: {why}");
         }
+        let laps: Vec<String> = self.phase_secs.iter().map(|(k, v)| format!("{k} {v:.0} s")).collect();
+        let _ = writeln!(o, "\nphase durations: {}", laps.join(", "));
         for f in &self.failures {
             let _ = writeln!(o, "FAILED {f}");
         }

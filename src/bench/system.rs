@@ -139,6 +139,7 @@ impl System {
             .env("RATE_LIMIT_TRIGGER_PER_MIN", "0")
             .env("RATE_LIMIT_BULK_PER_MIN", "0")
             .env("RUST_LOG", "warn")
+            .env("NO_COLOR", "1")
             .env("SHUTDOWN_GRACE_SECS", "2")
             .stdin(Stdio::null())
             .stdout(out.try_clone()?)

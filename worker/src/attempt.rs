@@ -44,7 +44,10 @@ pub(crate) async fn run(w: Arc<Inner>, entry: Entry, key: u64, dequeue: Duration
 }
 
 async fn handle(w: &Inner, entry: &Entry, key: u64, dequeue: Duration) {
-    let claimed = with_db_retry("claiming a run", || store::runs::claim_with_due(&w.pool, &entry.run_id)).await;
+    let claimed = with_db_retry("claiming a run", || async {
+        w.claimer.submit(entry.run_id.clone()).await.map_err(|e| e.into_sqlx())
+    })
+    .await;
     let (run, due_at) = match claimed {
         Ok(Some(c)) => c,
         Ok(None) => {
@@ -119,7 +122,7 @@ async fn handle(w: &Inner, entry: &Entry, key: u64, dequeue: Duration) {
         attempt_started_at: claimed_at,
         trace: trace.to_json(),
     };
-    let recorded = record::finish_attempt(&w.pool, &run.id, run.dispatch_token, &outcome).await;
+    let recorded = record::finish_attempt(&w.finisher, &run.id, run.dispatch_token, &outcome).await;
     let dispatch_secs = (attempted.timing.ttfb + attempted.timing.transfer).as_secs_f64();
     metrics::histogram!(DISPATCH_DURATION, "job_id" => run.job_id.clone(), "outcome" => outcome.status.as_str())
         .record(dispatch_secs);

@@ -64,10 +64,15 @@ where
     }
 }
 
-/// Records the outcome; false when the run is no longer this dispatch's
-/// (cancelled meanwhile, or its lease was lost and it was handed on).
-pub async fn finish_attempt(pool: &PgPool, run_id: &str, token: i64, outcome: &Outcome) -> bool {
-    match with_db_retry("recording an outcome", || store::runs::finish_attempt(pool, run_id, token, outcome)).await {
+/// Records the outcome (group-committed with other dispatches' outcomes);
+/// false when the run is no longer this dispatch's (cancelled meanwhile, or
+/// its lease was lost and it was handed on).
+pub(crate) async fn finish_attempt(finisher: &crate::worker::Finisher, run_id: &str, token: i64, outcome: &Outcome) -> bool {
+    let recorded = with_db_retry("recording an outcome", || async {
+        finisher.submit((run_id.to_string(), token, outcome.clone())).await.map_err(|e| e.into_sqlx())
+    })
+    .await;
+    match recorded {
         Ok(recorded) => recorded,
         Err(e) => {
             tracing::error!(run_id, error = %e, "the outcome could not be recorded; the run will be redelivered");

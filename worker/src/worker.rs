@@ -59,8 +59,18 @@ pub(crate) struct Inner {
     pub(crate) specs: SpecCache,
     pub(crate) secrets: Option<switchyard_shared::secrets::SecretsKey>,
     pub(crate) inflight: InFlight,
+    /// Claims are group-committed: the dispatch tasks of one dequeued batch
+    /// claim together in one statement.
+    pub(crate) claimer: Claimer,
+    /// Outcomes are group-committed the same way.
+    pub(crate) finisher: Finisher,
     webhooks: Mutex<JoinSet<()>>,
 }
+
+pub(crate) type Claimed = Option<(switchyard_shared::store::Run, Option<chrono::DateTime<chrono::Utc>>)>;
+pub(crate) type Claimer = switchyard_shared::store::group::GroupCommit<String, Claimed>;
+pub(crate) type Finisher =
+    switchyard_shared::store::group::GroupCommit<(String, i64, switchyard_shared::store::Outcome), bool>;
 
 impl Inner {
     /// Starts a terminal webhook delivery in the background.
@@ -92,6 +102,16 @@ impl Worker {
         }
         let http = Http::new(opts.concurrency, opts.deny_private)?;
         let signer = TokenSigner::new(opts.jwt_key.expose().as_bytes());
+        let claim_pool = pool.clone();
+        let claimer = Claimer::spawn(2, MAX_BATCH, move |ids| {
+            let pool = claim_pool.clone();
+            async move { switchyard_shared::store::runs::claim_many(&pool, ids).await }
+        });
+        let finish_pool = pool.clone();
+        let finisher = Finisher::spawn(2, MAX_BATCH, move |items| {
+            let pool = finish_pool.clone();
+            async move { switchyard_shared::store::runs::finish_many(&pool, items).await }
+        });
         let secrets = opts.secrets_key.as_ref().map(switchyard_shared::secrets::SecretsKey::from_secret);
         Ok(Worker {
             inner: Arc::new(Inner {
@@ -103,6 +123,8 @@ impl Worker {
                 specs: SpecCache::default(),
                 secrets,
                 inflight: InFlight::default(),
+                claimer,
+                finisher,
                 webhooks: Mutex::new(JoinSet::new()),
             }),
         })

@@ -24,6 +24,20 @@ pub enum GroupError {
 }
 
 impl GroupError {
+    /// A `sqlx::Error` of the same kind, for callers that classify errors
+    /// (an outage stays an outage, so retry loops keep retrying it).
+    pub fn into_sqlx(self) -> sqlx::Error {
+        match self {
+            GroupError::Closed => sqlx::Error::PoolClosed,
+            GroupError::Db(e) => match &*e {
+                sqlx::Error::PoolTimedOut => sqlx::Error::PoolTimedOut,
+                sqlx::Error::PoolClosed => sqlx::Error::PoolClosed,
+                sqlx::Error::Io(io) => sqlx::Error::Io(std::io::Error::new(io.kind(), io.to_string())),
+                other => sqlx::Error::Protocol(other.to_string()),
+            },
+        }
+    }
+
     /// The underlying database error, if any.
     pub fn db(&self) -> Option<&sqlx::Error> {
         match self {

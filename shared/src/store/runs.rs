@@ -220,6 +220,65 @@ pub struct Claimed {
 pub async fn claim(pool: &PgPool, run_id: &str) -> Result<Option<Run>, sqlx::Error> {
     Ok(claim_with_due(pool, run_id).await?.map(|(run, _)| run))
 }
+/// [`claim_with_due`] for many runs in one statement: the worker's claims
+/// are group-committed (see `store::group`), so a busy worker pays one
+/// transaction per batch instead of one per run. Results come back in the
+/// order of `ids`; `None` for a run that is not queued any more (or that
+/// expired, which the statement records).
+pub async fn claim_many(pool: &PgPool, ids: Vec<String>) -> Result<Vec<Option<(Run, Option<DateTime<Utc>>)>>, sqlx::Error> {
+    #[derive(sqlx::FromRow)]
+    struct Row {
+        #[sqlx(flatten)]
+        run: Run,
+        due_at: Option<DateTime<Utc>>,
+        expired: bool,
+    }
+    // Same rules as claim_with_due; ids are locked in id order so two
+    // workers claiming overlapping batches cannot deadlock.
+    let sql = format!(
+        "WITH old AS (
+            SELECT id AS old_id, next_retry_at AS due_at,
+                (expires_at IS NOT NULL AND expires_at <= now() AND started_at IS NULL) AS expired
+            FROM job_runs WHERE id = ANY($1) AND status = 'queued' ORDER BY id FOR UPDATE
+        ), c AS (
+            UPDATE job_runs SET status = 'running', attempt = attempt + 1, started_at = now(),
+                heartbeat_at = now(), dispatch_token = dispatch_token + 1, next_retry_at = NULL,
+                async_accepted_at = NULL
+            FROM old WHERE id = old.old_id AND status = 'queued' AND NOT old.expired
+            RETURNING {RUN_COLUMNS}, old.due_at, false AS expired
+        ), x AS (
+            UPDATE job_runs SET status = 'expired', finished_at = now(), next_retry_at = NULL,
+                error = 'not started within the job''s run_ttl_secs', error_class = 'expired'
+            FROM old WHERE id = old.old_id AND status = 'queued' AND old.expired
+            RETURNING {RUN_COLUMNS}, NULL::timestamptz AS due_at, true AS expired
+        ), ev AS (
+            INSERT INTO job_run_events (run_id, from_status, to_status, attempt, reason)
+            SELECT id, 'queued', 'running', attempt, NULL FROM c
+            UNION ALL
+            SELECT id, 'queued', 'expired', attempt, 'not started before expires_at' FROM x
+        )
+        SELECT {RUN_COLUMNS}, due_at, expired FROM c
+        UNION ALL
+        SELECT {RUN_COLUMNS}, due_at, expired FROM x"
+    );
+    let rows: Vec<Row> = sqlx::query_as(&sql).bind(&ids).fetch_all(pool).await?;
+    let mut by_id: std::collections::HashMap<String, Row> = rows.into_iter().map(|r| (r.run.id.clone(), r)).collect();
+    Ok(ids
+        .iter()
+        .map(|id| match by_id.remove(id) {
+            Some(r) if r.expired => {
+                crate::telemetry::transition(Some("queued"), "expired");
+                None
+            }
+            Some(r) => {
+                crate::telemetry::transition(Some("queued"), "running");
+                Some((r.run, r.due_at))
+            }
+            None => None,
+        })
+        .collect())
+}
+
 
 /// [`claim`], also returning the `next_retry_at` the claim clears: for a
 /// retry, the moment the run became due again, where its queue wait starts
@@ -329,6 +388,82 @@ pub async fn finish_attempt(pool: &PgPool, run_id: &str, token: i64, o: &Outcome
         crate::telemetry::transition(Some("running"), o.status.as_str());
     }
     Ok(row.is_some())
+}
+
+/// [`finish_attempt`] for many outcomes in one statement (group-committed
+/// by the worker). Returns, in input order, whether each was recorded.
+pub async fn finish_many(pool: &PgPool, items: Vec<(String, i64, Outcome)>) -> Result<Vec<bool>, sqlx::Error> {
+    let n = items.len();
+    let mut ids = Vec::with_capacity(n);
+    let mut tokens = Vec::with_capacity(n);
+    let mut statuses = Vec::with_capacity(n);
+    let mut results: Vec<Option<Json<Value>>> = Vec::with_capacity(n);
+    let mut errors = Vec::with_capacity(n);
+    let mut classes = Vec::with_capacity(n);
+    let mut retry_ats = Vec::with_capacity(n);
+    let mut traces = Vec::with_capacity(n);
+    let mut terminals = Vec::with_capacity(n);
+    let mut codes = Vec::with_capacity(n);
+    let mut urls = Vec::with_capacity(n);
+    let mut starts = Vec::with_capacity(n);
+    for (id, token, o) in &items {
+        ids.push(id.clone());
+        tokens.push(*token);
+        statuses.push(o.status.as_str().to_string());
+        results.push(o.result.clone().map(Json));
+        errors.push(o.error.clone());
+        classes.push(o.error_class.clone());
+        retry_ats.push(o.next_retry_at);
+        traces.push(Json(o.trace.clone()));
+        terminals.push(o.status.is_terminal());
+        codes.push(o.status_code);
+        urls.push(o.endpoint_url.clone());
+        starts.push(o.attempt_started_at);
+    }
+    let recorded: Vec<(String, String)> = sqlx::query_as(
+        "WITH input AS (
+            SELECT * FROM UNNEST($1::text[], $2::int8[], $3::text[], $4::jsonb[], $5::text[], $6::text[],
+                $7::timestamptz[], $8::jsonb[], $9::bool[], $10::int4[], $11::text[], $12::timestamptz[])
+              AS t(id, token, status, result, error, error_class, next_retry_at, trace, terminal,
+                   status_code, endpoint_url, started_at)
+        ), u AS (
+            UPDATE job_runs r SET status = i.status, result = i.result, error = i.error,
+                error_class = i.error_class, next_retry_at = i.next_retry_at, execution_trace = i.trace,
+                finished_at = CASE WHEN i.terminal THEN now() ELSE NULL END
+            FROM input i WHERE r.id = i.id AND r.dispatch_token = i.token AND r.status = 'running'
+            RETURNING r.id, r.attempt, i.status, i.error, i.status_code, i.endpoint_url, i.started_at, i.trace
+        ), a AS (
+            INSERT INTO job_run_attempts (run_id, attempt, outcome, status_code, error, endpoint_url,
+                started_at, finished_at, trace)
+            SELECT id, attempt, status, status_code, error, endpoint_url, started_at, now(), trace FROM u
+        ), ev AS (
+            INSERT INTO job_run_events (run_id, from_status, to_status, attempt, reason)
+            SELECT id, 'running', status, attempt, error FROM u
+        )
+        SELECT id, status FROM u",
+    )
+    .bind(&ids)
+    .bind(&tokens)
+    .bind(&statuses)
+    .bind(&results)
+    .bind(&errors)
+    .bind(&classes)
+    .bind(&retry_ats)
+    .bind(&traces)
+    .bind(&terminals)
+    .bind(&codes)
+    .bind(&urls)
+    .bind(&starts)
+    .fetch_all(pool)
+    .await?;
+    let done: std::collections::HashSet<String> = recorded
+        .into_iter()
+        .map(|(id, status)| {
+            crate::telemetry::transition(Some("running"), &status);
+            id
+        })
+        .collect();
+    Ok(ids.iter().map(|id| done.contains(id)).collect())
 }
 
 /// Moves runs whose time has come from `retrying` or `pending` (a delay) to
