@@ -16,6 +16,9 @@ use switchyard_shared::{db, shutdown, telemetry, Config};
 /// The internal secret `switchyard dev` uses when INTERNAL_SECRET is unset.
 /// For local development only; README's quickstart uses it.
 const DEV_INTERNAL_SECRET: &str = "dev-internal-secret";
+/// The secrets key `switchyard dev` uses when SECRETS_KEY is unset: fixed,
+/// so job secrets saved before a restart still decrypt after it.
+const DEV_SECRETS_KEY: &str = "switchyard-dev-secrets-key";
 
 const USAGE: &str = "usage: switchyard <dev|api|worker|scheduler|migrate|openapi>
 
@@ -102,7 +105,8 @@ async fn dev() -> anyhow::Result<()> {
         config.jwt_signing_key = Some(Secret::new(random_hex()));
     }
     if config.secrets_key.is_none() {
-        config.secrets_key = Some(Secret::new(random_hex()));
+        tracing::warn!("SECRETS_KEY is unset; encrypting job secrets with the development key");
+        config.secrets_key = Some(Secret::new(DEV_SECRETS_KEY));
     }
     db::prepare(&config.database_url, Duration::from_secs(60))
         .await
