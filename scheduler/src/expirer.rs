@@ -72,27 +72,10 @@ impl Expirer {
 
     /// Runs passes until shutdown.
     pub async fn run(&self, shutdown: Shutdown) {
-        let mut failures = 0;
-        loop {
-            let pause = match self.expire_once(Utc::now()).await {
-                Ok(n) if n >= self.opts.batch_size => {
-                    failures = 0;
-                    Duration::ZERO
-                }
-                Ok(_) => {
-                    failures = 0;
-                    self.opts.interval
-                }
-                Err(e) => {
-                    failures += 1;
-                    tracing::warn!(error = %e, failures, "expiry pass failed");
-                    pace::error_backoff(failures).max(self.opts.interval)
-                }
-            };
-            if shutdown.is_cancelled() || !pace::sleep(pause, &shutdown).await {
-                return;
-            }
-        }
+        pace::batch_passes("expiry pass", self.opts.interval, &shutdown, || async {
+            self.expire_once(Utc::now()).await.map(|r| r >= self.opts.batch_size)
+        })
+        .await
     }
 }
 

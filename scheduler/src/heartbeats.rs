@@ -150,27 +150,10 @@ impl HeartbeatSweeper {
 
     /// Runs passes until shutdown.
     pub async fn run(&self, shutdown: Shutdown) {
-        let mut failures = 0;
-        loop {
-            let pause = match self.sweep_once(Utc::now()).await {
-                Ok(r) if r.overdue >= self.opts.batch_size => {
-                    failures = 0;
-                    Duration::ZERO
-                }
-                Ok(_) => {
-                    failures = 0;
-                    self.opts.interval
-                }
-                Err(e) => {
-                    failures += 1;
-                    tracing::warn!(error = %e, failures, "heartbeat sweep failed");
-                    pace::error_backoff(failures).max(self.opts.interval)
-                }
-            };
-            if shutdown.is_cancelled() || !pace::sleep(pause, &shutdown).await {
-                return;
-            }
-        }
+        pace::batch_passes("heartbeat sweep", self.opts.interval, &shutdown, || async {
+            self.sweep_once(Utc::now()).await.map(|r| r.overdue >= self.opts.batch_size)
+        })
+        .await
     }
 }
 

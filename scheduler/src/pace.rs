@@ -49,3 +49,36 @@ mod tests {
         assert!(sleep(Duration::from_millis(1), &Shutdown::new()).await);
     }
 }
+
+/// Runs `pass` until shutdown: again at once when it reports a full batch
+/// (more work is waiting), after `interval` otherwise, and after a growing
+/// back-off, never shorter than `interval`, while it fails. A pass in
+/// progress always finishes first.
+pub async fn batch_passes<F, Fut, E>(what: &str, interval: Duration, shutdown: &Shutdown, mut pass: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<bool, E>>,
+    E: std::fmt::Display,
+{
+    let mut failures = 0;
+    loop {
+        let pause = match pass().await {
+            Ok(true) => {
+                failures = 0;
+                Duration::ZERO
+            }
+            Ok(false) => {
+                failures = 0;
+                interval
+            }
+            Err(e) => {
+                failures += 1;
+                tracing::warn!(error = %e, failures, "{what} failed");
+                error_backoff(failures).max(interval)
+            }
+        };
+        if shutdown.is_cancelled() || !sleep(pause, shutdown).await {
+            return;
+        }
+    }
+}

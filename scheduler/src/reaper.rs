@@ -146,27 +146,10 @@ impl Reaper {
     /// Runs passes until shutdown. A pass in progress finishes first: its
     /// leases are already out of Redis.
     pub async fn run(&self, shutdown: Shutdown) {
-        let mut failures = 0;
-        loop {
-            let pause = match self.reap_once(pace::now_ms()).await {
-                Ok(r) if r.expired >= self.opts.batch_size => {
-                    failures = 0;
-                    Duration::ZERO
-                }
-                Ok(_) => {
-                    failures = 0;
-                    self.opts.interval
-                }
-                Err(e) => {
-                    failures += 1;
-                    tracing::warn!(error = %e, failures, "reaper pass failed");
-                    pace::error_backoff(failures).max(self.opts.interval)
-                }
-            };
-            if shutdown.is_cancelled() || !pace::sleep(pause, &shutdown).await {
-                return;
-            }
-        }
+        pace::batch_passes("reaper pass", self.opts.interval, &shutdown, || async {
+            self.reap_once(pace::now_ms()).await.map(|r| r.expired >= self.opts.batch_size)
+        })
+        .await
     }
 }
 

@@ -284,54 +284,7 @@ pub async fn claim_many(pool: &PgPool, ids: Vec<String>) -> Result<Vec<Option<(R
 /// retry, the moment the run became due again, where its queue wait starts
 /// (the worker's execution trace measures from it).
 pub async fn claim_with_due(pool: &PgPool, run_id: &str) -> Result<Option<(Run, Option<DateTime<Utc>>)>, sqlx::Error> {
-    #[derive(sqlx::FromRow)]
-    struct Row {
-        #[sqlx(flatten)]
-        run: Run,
-        due_at: Option<DateTime<Utc>>,
-        expired: bool,
-    }
-    // A run that never started and whose expires_at (run_ttl_secs) has
-    // passed is not dispatched: the claim turns it `expired` instead, so a
-    // worker cannot start it between the expirer's sweeps.
-    let sql = format!(
-        "WITH old AS (
-            SELECT id AS old_id, next_retry_at AS due_at,
-                (expires_at IS NOT NULL AND expires_at <= now() AND started_at IS NULL) AS expired
-            FROM job_runs WHERE id = $1 AND status = 'queued' FOR UPDATE
-        ), c AS (
-            UPDATE job_runs SET status = 'running', attempt = attempt + 1, started_at = now(),
-                heartbeat_at = now(), dispatch_token = dispatch_token + 1, next_retry_at = NULL,
-                async_accepted_at = NULL
-            FROM old WHERE id = old.old_id AND status = 'queued' AND NOT old.expired
-            RETURNING {RUN_COLUMNS}, old.due_at, false AS expired
-        ), x AS (
-            UPDATE job_runs SET status = 'expired', finished_at = now(), next_retry_at = NULL,
-                error = 'not started within the job''s run_ttl_secs', error_class = 'expired'
-            FROM old WHERE id = old.old_id AND status = 'queued' AND old.expired
-            RETURNING {RUN_COLUMNS}, NULL::timestamptz AS due_at, true AS expired
-        ), ev AS (
-            INSERT INTO job_run_events (run_id, from_status, to_status, attempt, reason)
-            SELECT id, 'queued', 'running', attempt, NULL FROM c
-            UNION ALL
-            SELECT id, 'queued', 'expired', attempt, 'not started before expires_at' FROM x
-        )
-        SELECT {RUN_COLUMNS}, due_at, expired FROM c
-        UNION ALL
-        SELECT {RUN_COLUMNS}, due_at, expired FROM x"
-    );
-    let row: Option<Row> = sqlx::query_as(&sql).bind(run_id).fetch_optional(pool).await?;
-    match row {
-        Some(r) if r.expired => {
-            crate::telemetry::transition(Some("queued"), "expired");
-            Ok(None)
-        }
-        Some(r) => {
-            crate::telemetry::transition(Some("queued"), "running");
-            Ok(Some((r.run, r.due_at)))
-        }
-        None => Ok(None),
-    }
+    Ok(claim_many(pool, vec![run_id.to_string()]).await?.pop().flatten())
 }
 
 /// The result of one dispatch attempt, as the worker records it.
