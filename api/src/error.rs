@@ -182,7 +182,13 @@ impl ApiError {
 impl From<sqlx::Error> for ApiError {
     fn from(e: sqlx::Error) -> Self {
         match &e {
-            sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) | sqlx::Error::PoolClosed => {
+            // A pool timeout is usually overload, not an outage: say so, so
+            // clients back off instead of paging someone.
+            sqlx::Error::PoolTimedOut => {
+                tracing::warn!(error = %e, "no database connection free in time");
+                ApiError::unavailable("the database is busy or unavailable; nothing was changed, retry later")
+            }
+            sqlx::Error::Io(_) | sqlx::Error::PoolClosed => {
                 tracing::warn!(error = %e, "postgres unavailable");
                 ApiError::unavailable("the database is unavailable; nothing was changed, retry later")
             }

@@ -24,7 +24,9 @@ impl Anchors {
         let mut all: BTreeMap<String, Vec<f64>> = BTreeMap::new();
         for line in text.lines() {
             let f: Vec<&str> = line.split('\t').collect();
-            if let (Some(&"RESULT"), Some(name), Some(Ok(v))) = (f.first(), f.get(1), f.get(2).map(|v| v.parse::<f64>())) {
+            if let (Some(&"RESULT"), Some(name), Some(Ok(v))) =
+                (f.first(), f.get(1), f.get(2).map(|v| v.parse::<f64>()))
+            {
                 // A failed composite run reports 0 runs/s; it is no figure.
                 if v > 0.0 {
                     all.entry(name.to_string()).or_default().push(v);

@@ -18,22 +18,23 @@ pub const ITEMS_PER_CALL: usize = 100;
 #[derive(Debug, Serialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
 pub enum Bulk {
-    NotBuilt {
-        status: u16,
-    },
-    Measured {
-        runs: usize,
-        calls: usize,
-        clients: usize,
-        secs: f64,
-        /// Runs from first call to last terminal state.
-        runs_per_s: f64,
-        /// Runs accepted per second while the calls were being made.
-        accepted_per_s: f64,
-        call_ms: Summary,
-        timed_out: bool,
-        check: Check,
-    },
+    NotBuilt { status: u16 },
+    Measured(Box<Measured>),
+}
+
+#[derive(Debug, Serialize)]
+pub struct Measured {
+    pub runs: usize,
+    pub calls: usize,
+    pub clients: usize,
+    pub secs: f64,
+    /// Runs from first call to last terminal state.
+    pub runs_per_s: f64,
+    /// Runs accepted per second while the calls were being made.
+    pub accepted_per_s: f64,
+    pub call_ms: Summary,
+    pub timed_out: bool,
+    pub check: Check,
 }
 
 fn record(calls: &mut Calls, sent: BulkSent) {
@@ -83,13 +84,10 @@ pub async fn run(sys: &System, job: &str, runs: usize, clients: usize) -> anyhow
     }
     let n = calls.created.len();
     let s = settle(sys, job, n, hits0 + n, Instant::now() + Duration::from_secs(90)).await?;
-    let secs = s
-        .last_finished
-        .map(|t| (t - t0).num_microseconds().unwrap_or(0) as f64 / 1e6)
-        .unwrap_or(call_window)
-        .max(1e-3);
+    let secs =
+        s.last_finished.map(|t| (t - t0).num_microseconds().unwrap_or(0) as f64 / 1e6).unwrap_or(call_window).max(1e-3);
     let done = (n as i64 - s.open).max(0) as f64;
-    Ok(Bulk::Measured {
+    Ok(Bulk::Measured(Box::new(Measured {
         runs: n,
         calls: total_calls,
         clients,
@@ -99,5 +97,5 @@ pub async fn run(sys: &System, job: &str, runs: usize, clients: usize) -> anyhow
         call_ms: summarize(lat),
         timed_out: s.timed_out,
         check: check::check(sys, job, &calls).await?,
-    })
+    })))
 }

@@ -29,7 +29,10 @@ pub enum Sent {
 #[derive(Debug)]
 pub enum BulkSent {
     /// Run ids created, and per-item errors (`status` other than created).
-    Done { created: Vec<String>, item_errors: Vec<String> },
+    Done {
+        created: Vec<String>,
+        item_errors: Vec<String>,
+    },
     /// 404 or 405: the server has no bulk endpoint.
     NotBuilt(u16),
     Rejected(u16, String),
@@ -144,22 +147,23 @@ impl Api {
     pub async fn trigger_bulk(&self, url: &str, body: String) -> BulkSent {
         match self.post(url, body).await {
             Ok((status @ (404 | 405), _)) => BulkSent::NotBuilt(status),
-            Ok((status, body)) if (200..300).contains(&status) => {
-                match serde_json::from_slice::<BulkAnswer>(&body) {
-                    Ok(a) => {
-                        let mut created = Vec::new();
-                        let mut item_errors = Vec::new();
-                        for item in a.results {
-                            match (item.status.as_str(), item.run_id) {
-                                ("created", Some(id)) => created.push(id),
-                                (s, _) => item_errors.push(format!("{s}: {}", item.error.unwrap_or(Value::Null))),
-                            }
+            Ok((status, body)) if (200..300).contains(&status) => match serde_json::from_slice::<BulkAnswer>(&body) {
+                Ok(a) => {
+                    let mut created = Vec::new();
+                    let mut item_errors = Vec::new();
+                    for item in a.results {
+                        match (item.status.as_str(), item.run_id) {
+                            ("created", Some(id)) => created.push(id),
+                            (s, _) => item_errors.push(format!("{s}: {}", item.error.unwrap_or(Value::Null))),
                         }
-                        BulkSent::Done { created, item_errors }
                     }
-                    Err(e) => BulkSent::Rejected(status, format!("unreadable answer ({e}): {}", snippet(&String::from_utf8_lossy(&body)))),
+                    BulkSent::Done { created, item_errors }
                 }
-            }
+                Err(e) => BulkSent::Rejected(
+                    status,
+                    format!("unreadable answer ({e}): {}", snippet(&String::from_utf8_lossy(&body))),
+                ),
+            },
             Ok((status, body)) => BulkSent::Rejected(status, snippet(&String::from_utf8_lossy(&body))),
             Err(e) => BulkSent::Failed(e),
         }

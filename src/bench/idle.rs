@@ -28,12 +28,10 @@ pub struct Idle {
 }
 
 async fn pg_xacts(sys: &System) -> anyhow::Result<i64> {
-    Ok(sqlx::query_scalar(
-        "SELECT (xact_commit + xact_rollback)::bigint FROM pg_stat_database WHERE datname = $1",
-    )
-    .bind(&sys.db_name)
-    .fetch_one(sys.admin())
-    .await?)
+    Ok(sqlx::query_scalar("SELECT (xact_commit + xact_rollback)::bigint FROM pg_stat_database WHERE datname = $1")
+        .bind(&sys.db_name)
+        .fetch_one(sys.admin())
+        .await?)
 }
 
 async fn redis_total(c: &mut redis::aio::MultiplexedConnection) -> anyhow::Result<i64> {
@@ -65,7 +63,9 @@ async fn monitor(url: &str, window: Duration) -> anyhow::Result<HashMap<String, 
         let Ok(line) = tokio::time::timeout(left, lines.next_line()).await else { break };
         let Some(line) = line? else { break };
         // +1700000000.123456 [0 127.0.0.1:54321] "EVALSHA" ...; script calls say [0 lua].
-        if let Some(addr) = line.split_once('[').and_then(|(_, r)| r.split_once(']')).and_then(|(a, _)| a.split(' ').nth(1)) {
+        if let Some(addr) =
+            line.split_once('[').and_then(|(_, r)| r.split_once(']')).and_then(|(a, _)| a.split(' ').nth(1))
+        {
             *by_addr.entry(addr.to_string()).or_default() += 1;
         }
     }

@@ -99,12 +99,7 @@ async fn wait_quiet(max: Duration) -> f64 {
 async fn run(opts: Opts) -> ExitCode {
     let busy_before = wait_quiet(Duration::from_secs(opts.wait_quiet_secs)).await;
     let mut sys = System::new(&opts);
-    eprintln!(
-        "bench: database {}, Redis prefix {}, logs in {}",
-        sys.db_name,
-        sys.prefix,
-        sys.dir.display()
-    );
+    eprintln!("bench: database {}, Redis prefix {}, logs in {}", sys.db_name, sys.prefix, sys.dir.display());
     let outcome = tokio::select! {
         r = async {
             sys.start(&opts).await?;
@@ -157,6 +152,14 @@ fn lap(since: &mut std::time::Instant) -> f64 {
 
 async fn phases(sys: &System, opts: &Opts) -> anyhow::Result<Report> {
     let mut report = Report::new();
+    report.postgres_settings = sqlx::query_as::<_, (String, String)>(
+        "SELECT name, current_setting(name) FROM pg_settings WHERE name IN
+         ('shared_buffers', 'max_wal_size', 'checkpoint_timeout', 'synchronous_commit', 'fsync', 'full_page_writes')",
+    )
+    .fetch_all(sys.admin())
+    .await
+    .map(|rows| rows.into_iter().collect())
+    .unwrap_or_default();
     let mut t = std::time::Instant::now();
     let meter = meter::Meter::new(sys).await;
     let api = sys.api();

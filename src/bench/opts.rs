@@ -13,7 +13,7 @@ pub const USAGE: &str = "usage: switchyard-bench [options]   (normally run throu
   --clients N         concurrent trigger clients in phase (a) (default 32)
   --rates R,R,..      offered rates of phase (b), runs/s (default 500,1000,2000)
   --rate-secs S       measured seconds per rate (default 10, after 2 s warm-up)
-  --bulk-runs N       runs triggered through the bulk endpoint in phase (c) (default 20000)
+  --bulk-runs N       runs triggered through the bulk endpoint in phase (c) (default 10000)
   --dequeues N        dequeues timed per queue depth in phase (d) (default 50000)
   --deep N            the deep queue of phase (d) and (e) (default 1000000)
   --idle-secs S       idle window of phase (f) (default 10)
@@ -61,7 +61,7 @@ impl Default for Opts {
             rates: vec![500, 1_000, 2_000],
             rate_secs: 10,
             rate_warmup_secs: 2,
-            bulk_runs: 20_000,
+            bulk_runs: 10_000,
             bulk_clients: 4,
             dequeues: 50_000,
             shallow: 1_000,
@@ -104,7 +104,9 @@ impl Opts {
                     o.rates = value
                         .split(',')
                         .filter(|r| !r.is_empty())
-                        .map(|r| r.parse::<u32>().ok().filter(|&r| r > 0).with_context(|| format!("--rates: bad rate {r:?}")))
+                        .map(|r| {
+                            r.parse::<u32>().ok().filter(|&r| r > 0).with_context(|| format!("--rates: bad rate {r:?}"))
+                        })
                         .collect::<anyhow::Result<_>>()?
                 }
                 "--rate-secs" => o.rate_secs = num(&value)?.max(1) as u64,

@@ -36,6 +36,9 @@ pub struct Report {
     /// Whole-box busy share in the second before the system started: other
     /// work on the box skews every figure.
     pub box_busy_before_pct: f64,
+    /// Settings of the Postgres server that shape the figures (the anchors'
+    /// cluster runs shared_buffers=1GB, max_wal_size=4GB, checkpoint_timeout=15min).
+    pub postgres_settings: BTreeMap<String, String>,
     pub throughput: Option<Throughput>,
     pub latency: Vec<Latency>,
     pub bulk: Option<Bulk>,
@@ -104,7 +107,7 @@ fn scan_log(path: &std::path::Path) -> LogSummary {
         *kinds.entry(kind).or_default() += 1;
     }
     let mut top: Vec<(String, usize)> = kinds.into_iter().collect();
-    top.sort_by(|a, b| b.1.cmp(&a.1));
+    top.sort_by_key(|k| std::cmp::Reverse(k.1));
     top.truncate(4);
     s.top = top;
     s
@@ -124,10 +127,12 @@ impl Report {
     /// Runs accepted by the API over every phase so far.
     pub fn accepted_runs(&self) -> usize {
         let bulk = match &self.bulk {
-            Some(Bulk::Measured { check, .. }) => check.accepted,
+            Some(Bulk::Measured(m)) => m.check.accepted,
             _ => 0,
         };
-        self.throughput.as_ref().map_or(0, |t| t.check.accepted) + self.latency.iter().map(|l| l.check.accepted).sum::<usize>() + bulk
+        self.throughput.as_ref().map_or(0, |t| t.check.accepted)
+            + self.latency.iter().map(|l| l.check.accepted).sum::<usize>()
+            + bulk
     }
 
     /// Adds up the checks, reads the service logs and computes the ratios.
@@ -139,8 +144,8 @@ impl Report {
         for l in &self.latency {
             all.merge(&l.check);
         }
-        if let Some(Bulk::Measured { check, .. }) = &self.bulk {
-            all.merge(check);
+        if let Some(Bulk::Measured(m)) = &self.bulk {
+            all.merge(&m.check);
         }
         self.target_unreadable = sys.target().unreadable();
         self.correct = all.ok() && self.failures.is_empty() && self.target_unreadable == 0;
@@ -156,7 +161,8 @@ impl Report {
             }
             for l in &self.latency {
                 // Lower is better: theirs / ours.
-                if let Some(r) = a.p99_at(l.rate).and_then(|theirs| anchors::ratio(theirs, Some(l.to_terminal_ms.p99))) {
+                if let Some(r) = a.p99_at(l.rate).and_then(|theirs| anchors::ratio(theirs, Some(l.to_terminal_ms.p99)))
+                {
                     self.ratios.insert(format!("p99_terminal_r{}_vs_composite", l.rate), r);
                 }
             }
@@ -178,6 +184,8 @@ impl Report {
             self.git.as_deref().unwrap_or("?"),
             self.nproc
         );
+        let pg: Vec<String> = self.postgres_settings.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let _ = writeln!(o, "Postgres: {}", pg.join(" "));
         if self.box_busy_before_pct >= 15.0 {
             let _ = writeln!(
                 o,
@@ -186,12 +194,21 @@ impl Report {
             );
         }
         if let Some(t) = &self.throughput {
-            let _ = writeln!(o, "\n(a) end-to-end throughput, closed loop: {} clients, {} runs after {} warm-up", t.clients, t.runs, t.warmup);
+            let _ = writeln!(
+                o,
+                "\n(a) end-to-end throughput, closed loop: {} clients, {} runs after {} warm-up",
+                t.clients, t.runs, t.warmup
+            );
             let vs = match (a.and_then(|a| a.get(anchors::RUNS_PER_S)), self.ratios.get("runs_per_s_vs_composite")) {
                 (Some(c), Some(r)) => format!("   composite (BullMQ+PG) {c:.0} runs/s → {r:.2}×"),
                 _ => String::new(),
             };
-            let _ = writeln!(o, "    runs/s (first trigger → last finished_at)  {:>8.0}{vs}{}", t.runs_per_s, if t.timed_out { "   TIMED OUT" } else { "" });
+            let _ = writeln!(
+                o,
+                "    runs/s (first trigger → last finished_at)  {:>8.0}{vs}{}",
+                t.runs_per_s,
+                if t.timed_out { "   TIMED OUT" } else { "" }
+            );
             let _ = writeln!(o, "    window                                     {:>8.2} s", t.secs);
             let _ = writeln!(o, "    trigger call p50 / p95 / p99 / max ms      {}", t.trigger_ms);
             let _ = writeln!(
@@ -207,7 +224,12 @@ impl Report {
                 }
                 let _ = writeln!(o, "    {k:<28} {us:>9.0} {:>8.2}", t.cores.get(k).copied().unwrap_or(0.0));
             }
-            let _ = writeln!(o, "    {:<28} {:>9.0}", "total (the parts above)", t.cpu_us_per_run.get("total").copied().unwrap_or(0.0));
+            let _ = writeln!(
+                o,
+                "    {:<28} {:>9.0}",
+                "total (the parts above)",
+                t.cpu_us_per_run.get("total").copied().unwrap_or(0.0)
+            );
             let _ = writeln!(
                 o,
                 "    Postgres per run (whole cluster): {:.2} write transactions, {:.0} WAL bytes",
@@ -215,8 +237,14 @@ impl Report {
             );
         }
         if !self.latency.is_empty() {
-            let _ = writeln!(o, "\n(b) latency at fixed offered rates (2 s warm-up, then measured; ms p50 / p95 / p99 / max)");
-            let _ = writeln!(o, "    rate   offered  runs   trigger→target request       trigger→terminal committed   box %");
+            let _ = writeln!(
+                o,
+                "\n(b) latency at fixed offered rates (2 s warm-up, then measured; ms p50 / p95 / p99 / max)"
+            );
+            let _ = writeln!(
+                o,
+                "    rate   offered  runs   trigger→target request       trigger→terminal committed   box %"
+            );
             for l in &self.latency {
                 let mut note = String::new();
                 if let Some(s) = l.overloaded_after_s {
@@ -245,16 +273,27 @@ impl Report {
             Some(Bulk::NotBuilt { status }) => {
                 let _ = writeln!(o, "\n(c) bulk trigger (100 items/call): n/a (endpoint not built: HTTP {status})");
             }
-            Some(Bulk::Measured { runs, runs_per_s, accepted_per_s, call_ms, clients, timed_out, .. }) => {
-                let _ = writeln!(o, "\n(c) bulk trigger, 100 items/call, {clients} clients, {runs} runs");
-                let _ = writeln!(o, "    runs/s end to end {runs_per_s:.0}; accepted {accepted_per_s:.0}/s; call ms {call_ms}{}", if *timed_out { "   TIMED OUT" } else { "" });
+            Some(Bulk::Measured(m)) => {
+                let _ = writeln!(o, "\n(c) bulk trigger, 100 items/call, {} clients, {} runs", m.clients, m.runs);
+                let _ = writeln!(
+                    o,
+                    "    runs/s end to end {:.0}; accepted {:.0}/s; call ms p50 / p95 / p99 / max {}{}",
+                    m.runs_per_s,
+                    m.accepted_per_s,
+                    m.call_ms,
+                    if m.timed_out { "   TIMED OUT" } else { "" }
+                );
             }
             None => {}
         }
         if let Some(q) = &self.queue {
             let _ = writeln!(o, "\n(d) Redis dequeue(64) + ack, {} per depth", q.shallow.count);
             let _ = writeln!(o, "    {:>9} queued   {:>9.0} /s", q.shallow.depth, q.shallow.per_s);
-            let _ = writeln!(o, "    {:>9} queued   {:>9.0} /s   (ratio deep/shallow {:.2})", q.deep.depth, q.deep.per_s, q.ratio);
+            let _ = writeln!(
+                o,
+                "    {:>9} queued   {:>9.0} /s   (ratio deep/shallow {:.2})",
+                q.deep.depth, q.deep.per_s, q.ratio
+            );
             let _ = writeln!(
                 o,
                 "(e) Redis bytes per queued run ({} entries): used_memory {:.0} B, ready zset {:.0} B",
@@ -263,12 +302,29 @@ impl Report {
         }
         if let Some(i) = &self.idle {
             let per: Vec<String> = i.redis_cmds_per_s.iter().map(|(k, v)| format!("{k} {v:.1}")).collect();
-            let _ = writeln!(o, "\n(f) idle for {:.0} s: Postgres {:.2} transactions/s (bench database)", i.secs, i.pg_xact_per_s);
-            let _ = writeln!(o, "    Redis commands/s: {}  (whole server, all clients: {:.1})", per.join(", "), i.redis_server_cmds_per_s);
+            let _ = writeln!(
+                o,
+                "\n(f) idle for {:.0} s: Postgres {:.2} transactions/s (bench database)",
+                i.secs, i.pg_xact_per_s
+            );
+            let _ = writeln!(
+                o,
+                "    Redis commands/s: {}  (whole server, all clients: {:.1})",
+                per.join(", "),
+                i.redis_server_cmds_per_s
+            );
         }
         if !self.pg_tables.is_empty() {
-            let _ = writeln!(o, "\nPostgres work per run, whole benchmark (pg_stat_user_tables / {} runs)", self.accepted_runs());
-            let _ = writeln!(o, "    {:<24} {:>9} {:>10} {:>9} {:>8} {:>8} {:>6} {:>8}", "table", "seq scans", "seq rows", "idx scans", "inserts", "updates", "HOT %", "deletes");
+            let _ = writeln!(
+                o,
+                "\nPostgres work per run, whole benchmark (pg_stat_user_tables / {} runs)",
+                self.accepted_runs()
+            );
+            let _ = writeln!(
+                o,
+                "    {:<24} {:>9} {:>10} {:>9} {:>8} {:>8} {:>6} {:>8}",
+                "table", "seq scans", "seq rows", "idx scans", "inserts", "updates", "HOT %", "deletes"
+            );
             for t in &self.pg_tables {
                 let _ = writeln!(
                     o,

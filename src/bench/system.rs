@@ -87,9 +87,9 @@ impl System {
         std::fs::create_dir_all(&self.dir).with_context(|| format!("creating {}", self.dir.display()))?;
         self.target = Some(Target::start()?);
         self.admin = Some(db::lazy_pool(&format!("{}/postgres", opts.pg_base), 2)?);
-        // Created and migrated here, before any service starts, so the
-        // services find it ready and the statistics have a database to name.
-        db::prepare(&self.database_url, Duration::from_secs(60))
+        // Created here so that the statistics have a database to name; the
+        // services migrate it with the migrations they were built with.
+        db::ensure_database(&self.database_url)
             .await
             .with_context(|| format!("creating the bench database {}", self.db_name))?;
         self.pool = Some(db::lazy_pool(&self.database_url, 8)?);

@@ -76,11 +76,8 @@ pub async fn run(sys: &System, meter: &Meter, job: &str, opts: &Opts) -> anyhow:
     let s = settle(sys, job, warm.created.len() + n, hits0 + n, Instant::now() + Duration::from_secs(90)).await?;
     let b = meter.snapshot(sys).await;
     let usage = meter.usage(&a, &b);
-    let secs = s
-        .last_finished
-        .map(|t| (t - t0).num_microseconds().unwrap_or(0) as f64 / 1e6)
-        .unwrap_or(usage.secs)
-        .max(1e-3);
+    let secs =
+        s.last_finished.map(|t| (t - t0).num_microseconds().unwrap_or(0) as f64 / 1e6).unwrap_or(usage.secs).max(1e-3);
     // Runs of the measured batch that finished (all of them unless timed out).
     let done = (n as i64 - s.open).max(0) as usize;
     let mut all = warm;
