@@ -23,7 +23,6 @@ use std::sync::OnceLock;
 
 use chrono::{DateTime, Utc};
 use poem::web::Data;
-use poem::Request;
 use poem_openapi::param::Path;
 use poem_openapi::payload::Json;
 use poem_openapi::{ApiResponse, Object, OpenApi};
@@ -56,21 +55,12 @@ const KEEP_CHECKPOINTS: i64 = 100;
 const MAX_VALUE_BYTES: usize = 256 * 1024;
 const MAX_MESSAGE_BYTES: usize = 16 * 1024;
 
-/// The attempt the caller works on: the run token's, or the run's current
-/// one for the internal secret (which may act for any attempt).
-fn caller_attempt(req: &Request, state: &AppState, auth: &Auth, run: &Run) -> i32 {
-    if auth.0.kind != CredentialKind::RunToken {
-        return run.attempt;
-    }
-    let token = req
-        .header("authorization")
-        .and_then(|h| h.strip_prefix("Bearer ").or_else(|| h.strip_prefix("bearer ")))
-        .map(str::trim);
-    let key = state.config.jwt_signing_key.as_ref();
-    match (token, key) {
-        (Some(t), Some(k)) => {
-            crate::auth::run_token::verify(t, k.expose().as_bytes()).ok().and_then(|c| c.attempt).unwrap_or(run.attempt)
-        }
+/// The attempt the caller's run token was minted for (the authenticator
+/// read it from the verified claims); other credentials act on the run's
+/// current attempt.
+fn caller_attempt(auth: &Auth, run: &Run) -> i32 {
+    match auth.0.kind {
+        CredentialKind::RunToken => auth.0.run_attempt.unwrap_or(run.attempt),
         _ => run.attempt,
     }
 }
@@ -297,7 +287,6 @@ impl SdkRunsApi {
         &self,
         state: Data<&AppState>,
         auth: Auth,
-        req: &Request,
         run_id: Path<String>,
         body: Json<LogsRequest>,
     ) -> ApiResult<Json<LogsAccepted>> {
@@ -344,7 +333,7 @@ impl SdkRunsApi {
         if count(&state, "job_run_logs", &run.id).await? + lines.len() as i64 > MAX_LOG_LINES {
             return Err(at_cap("log lines", MAX_LOG_LINES));
         }
-        let attempt = caller_attempt(req, &state, &auth, &run);
+        let attempt = caller_attempt(&auth, &run);
         let now = Utc::now();
         let n = lines.len();
         let mut ids = Vec::with_capacity(n);
@@ -384,7 +373,6 @@ impl SdkRunsApi {
         &self,
         state: Data<&AppState>,
         auth: Auth,
-        req: &Request,
         run_id: Path<String>,
         body: Json<CheckpointRequest>,
     ) -> ApiResult<CreatedCheckpoint> {
@@ -405,7 +393,7 @@ impl SdkRunsApi {
         if !errors.is_empty() {
             return Err(ApiError::invalid(errors));
         }
-        let attempt = caller_attempt(req, &state, &auth, &run);
+        let attempt = caller_attempt(&auth, &run);
         require_running(&run, attempt)?;
         let id = switchyard_shared::ids::new_id("ckpt");
         let cp: Checkpoint = sqlx::query_as(
@@ -456,7 +444,6 @@ impl SdkRunsApi {
         &self,
         state: Data<&AppState>,
         auth: Auth,
-        req: &Request,
         run_id: Path<String>,
         body: Json<ProgressRequest>,
     ) -> ApiResult<Json<ProgressResponse>> {
@@ -476,7 +463,7 @@ impl SdkRunsApi {
         if !errors.is_empty() {
             return Err(ApiError::invalid(errors));
         }
-        let attempt = caller_attempt(req, &state, &auth, &run);
+        let attempt = caller_attempt(&auth, &run);
         require_running(&run, attempt)?;
         let message = b.message.map(scrub_str);
         let done = sqlx::query(
@@ -501,7 +488,6 @@ impl SdkRunsApi {
         &self,
         state: Data<&AppState>,
         auth: Auth,
-        req: &Request,
         run_id: Path<String>,
         body: Json<OutputRequest>,
     ) -> ApiResult<CreatedOutput> {
@@ -513,7 +499,7 @@ impl SdkRunsApi {
         if !errors.is_empty() {
             return Err(ApiError::invalid(errors));
         }
-        let attempt = caller_attempt(req, &state, &auth, &run);
+        let attempt = caller_attempt(&auth, &run);
         require_running(&run, attempt)?;
         if count(&state, "job_run_outputs", &run.id).await? >= MAX_OUTPUTS {
             return Err(at_cap("outputs", MAX_OUTPUTS));
@@ -540,7 +526,6 @@ impl SdkRunsApi {
         &self,
         state: Data<&AppState>,
         auth: Auth,
-        req: &Request,
         run_id: Path<String>,
         body: Json<UsageRequest>,
     ) -> ApiResult<CreatedUsage> {
@@ -570,7 +555,7 @@ impl SdkRunsApi {
         if count(&state, "job_run_usage", &run.id).await? >= MAX_USAGE_RECORDS {
             return Err(at_cap("usage records", MAX_USAGE_RECORDS));
         }
-        let attempt = caller_attempt(req, &state, &auth, &run);
+        let attempt = caller_attempt(&auth, &run);
         let rec: UsageRecord = sqlx::query_as(
             "INSERT INTO job_run_usage (id, run_id, attempt, cost_microusd, tokens_in, tokens_out, model, cpu_ms)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
@@ -596,7 +581,6 @@ impl SdkRunsApi {
         &self,
         state: Data<&AppState>,
         auth: Auth,
-        req: &Request,
         run_id: Path<String>,
         body: Json<ToolCallRequest>,
     ) -> ApiResult<CreatedToolCall> {
@@ -622,7 +606,7 @@ impl SdkRunsApi {
         if count(&state, "job_run_tool_calls", &run.id).await? >= MAX_TOOL_CALLS {
             return Err(at_cap("tool calls", MAX_TOOL_CALLS));
         }
-        let attempt = caller_attempt(req, &state, &auth, &run);
+        let attempt = caller_attempt(&auth, &run);
         let rec: ToolCall = sqlx::query_as(
             "INSERT INTO job_run_tool_calls (id, run_id, attempt, name, input, output, duration_ms, status)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
@@ -671,7 +655,6 @@ impl SdkRunsApi {
         &self,
         state: Data<&AppState>,
         auth: Auth,
-        req: &Request,
         run_id: Path<String>,
         key: Path<String>,
         body: Json<StatePut>,
@@ -689,7 +672,7 @@ impl SdkRunsApi {
         if !errors.is_empty() {
             return Err(ApiError::invalid(errors));
         }
-        let attempt = caller_attempt(req, &state, &auth, &run);
+        let attempt = caller_attempt(&auth, &run);
         require_running(&run, attempt)?;
         let row: Option<(sqlx::types::Json<Value>, DateTime<Utc>)> = sqlx::query_as(
             "INSERT INTO job_run_state (run_id, key, value)
@@ -715,12 +698,11 @@ impl SdkRunsApi {
         &self,
         state: Data<&AppState>,
         auth: Auth,
-        req: &Request,
         run_id: Path<String>,
         key: Path<String>,
     ) -> ApiResult<StateDeleted> {
         let run = sdk_run(&state, &auth, &run_id).await?;
-        let attempt = caller_attempt(req, &state, &auth, &run);
+        let attempt = caller_attempt(&auth, &run);
         require_running(&run, attempt)?;
         let gone = if is_valid_state_key(&key) {
             sqlx::query("DELETE FROM job_run_state WHERE run_id = $1 AND key = $2")
@@ -746,7 +728,6 @@ impl SdkRunsApi {
         &self,
         state: Data<&AppState>,
         auth: Auth,
-        req: &Request,
         run_id: Path<String>,
         body: Json<CompleteRequest>,
     ) -> ApiResult<Json<JobRun>> {
@@ -757,7 +738,7 @@ impl SdkRunsApi {
         {
             return Err(ApiError::invalid_field("body.result", "too large for a run result", None));
         }
-        let attempt = caller_attempt(req, &state, &auth, &run);
+        let attempt = caller_attempt(&auth, &run);
         require_running(&run, attempt)?;
         finish(&state, &run, Ending::Completed { result }).await
     }
@@ -771,7 +752,6 @@ impl SdkRunsApi {
         &self,
         state: Data<&AppState>,
         auth: Auth,
-        req: &Request,
         run_id: Path<String>,
         body: Json<FailRequest>,
     ) -> ApiResult<Json<JobRun>> {
@@ -794,7 +774,7 @@ impl SdkRunsApi {
         if !errors.is_empty() {
             return Err(ApiError::invalid(errors));
         }
-        let attempt = caller_attempt(req, &state, &auth, &run);
+        let attempt = caller_attempt(&auth, &run);
         require_running(&run, attempt)?;
         let ending = Ending::Failed {
             error: scrub_str(b.error),
