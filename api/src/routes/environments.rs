@@ -122,13 +122,7 @@ impl EnvironmentsApi {
         if !errors.is_empty() {
             return Err(ApiError::invalid(errors));
         }
-        let project: Option<String> = sqlx::query_scalar("SELECT id FROM projects WHERE id = $1")
-            .bind(&project_id)
-            .fetch_optional(&state.pool)
-            .await?;
-        if project.is_none() {
-            return Err(ApiError::invalid_field("body.project_id", "no such project", Some(project_id.into())));
-        }
+        super::project_exists(&state, &project_id).await?;
         let env: Environment = sqlx::query_as(&format!(
             "INSERT INTO environments (id, project_id, name, description, created_by) VALUES ($1, $2, $3, $4, $5)
              RETURNING {COLS}"

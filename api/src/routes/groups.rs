@@ -183,13 +183,7 @@ impl GroupsApi {
         if !errors.is_empty() {
             return Err(ApiError::invalid(errors));
         }
-        let exists: Option<(String,)> = sqlx::query_as("SELECT id FROM projects WHERE id = $1")
-            .bind(&project_id)
-            .fetch_optional(&state.pool)
-            .await?;
-        if exists.is_none() {
-            return Err(ApiError::invalid_field("body.project_id", "no such project", Some(project_id.into())));
-        }
+        super::project_exists(&state, &project_id).await?;
         let g: JobGroup = sqlx::query_as(&format!(
             "INSERT INTO job_groups (id, project_id, name, slug, description) VALUES ($1, $2, $3, $4, $5) RETURNING {COLS}"
         ))

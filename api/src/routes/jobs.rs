@@ -436,13 +436,7 @@ impl JobsApi {
         if !errors.is_empty() {
             return Err(ApiError::invalid(errors));
         }
-        let exists: Option<(String,)> = sqlx::query_as("SELECT id FROM projects WHERE id = $1")
-            .bind(&project_id)
-            .fetch_optional(&state.pool)
-            .await?;
-        if exists.is_none() {
-            return Err(ApiError::invalid_field("body.project_id", "no such project", Some(project_id.into())));
-        }
+        super::project_exists(&state, &project_id).await?;
         if let Some(g) = &b.group_id {
             check_group(&state, &project_id, g).await?;
         }

@@ -196,14 +196,6 @@ async fn assign(
     Ok((member, status))
 }
 
-async fn project_exists(state: &AppState, project_id: &str) -> ApiResult<()> {
-    let exists: Option<(String,)> =
-        sqlx::query_as("SELECT id FROM projects WHERE id = $1").bind(project_id).fetch_optional(&state.pool).await?;
-    if exists.is_none() {
-        return Err(ApiError::invalid_field("body.project_id", "no such project", Some(project_id.into())));
-    }
-    Ok(())
-}
 
 #[OpenApi(tag = "Tag::Members")]
 impl MembersApi {
@@ -213,7 +205,7 @@ impl MembersApi {
     async fn assign(&self, state: Data<&AppState>, auth: Auth, body: Json<AssignMember>) -> ApiResult<Assigned> {
         let b = body.0;
         let project_id = project_of(&auth.0, b.project_id.as_deref())?;
-        project_exists(&state, &project_id).await?;
+        super::project_exists(&state, &project_id).await?;
         let (member, status) = assign(&state, &auth, &project_id, &b.user_id, &b.role_id, "body.").await?;
         if status != "unchanged" {
             cache::bump_version(&state.queue).await;
@@ -230,7 +222,7 @@ impl MembersApi {
         if b.members.is_empty() || b.members.len() > 100 {
             return Err(ApiError::invalid_field("body.members", "1 to 100 assignments", Some(b.members.len().into())));
         }
-        project_exists(&state, &project_id).await?;
+        super::project_exists(&state, &project_id).await?;
         let mut results = Vec::with_capacity(b.members.len());
         let mut changed = false;
         for (i, m) in b.members.into_iter().enumerate() {

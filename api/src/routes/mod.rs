@@ -78,6 +78,18 @@ pub fn visible(p: &Principal, resource_project: &str) -> bool {
     p.scopes.is_none() || p.project_id.as_deref() == Some(resource_project)
 }
 
+/// 422 on `body.project_id` unless the project exists: a create names its
+/// project in the body (or X-Project-Id), and a missing one is an invalid
+/// value of the request, not a missing resource of the path.
+pub async fn project_exists(state: &crate::state::AppState, project_id: &str) -> ApiResult<()> {
+    let exists: Option<(String,)> =
+        sqlx::query_as("SELECT id FROM projects WHERE id = $1").bind(project_id).fetch_optional(&state.pool).await?;
+    if exists.is_none() {
+        return Err(ApiError::invalid_field("body.project_id", "no such project", Some(project_id.into())));
+    }
+    Ok(())
+}
+
 /// Path ids are checked before they reach SQL so junk gets a clean 404.
 pub fn check_id(what: &str, id: &str) -> ApiResult<()> {
     if switchyard_shared::ids::is_valid_external_id(id) {

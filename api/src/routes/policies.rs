@@ -326,14 +326,6 @@ fn check_tag_rules(required: &[String], allowed: &HashMap<String, Vec<String>>, 
     }
 }
 
-async fn project_exists(state: &AppState, project_id: &str) -> ApiResult<()> {
-    let exists: Option<(String,)> =
-        sqlx::query_as("SELECT id FROM projects WHERE id = $1").bind(project_id).fetch_optional(&state.pool).await?;
-    if exists.is_none() {
-        return Err(ApiError::invalid_field("body.project_id", "no such project", Some(project_id.into())));
-    }
-    Ok(())
-}
 
 async fn load_rp(state: &AppState, auth: &Auth, id: &str) -> ApiResult<RpRow> {
     check_id("resource policy", id)?;
@@ -385,7 +377,7 @@ impl PoliciesApi {
             resource_ids: b.resource_ids.unwrap_or_default(),
             tag_selector: b.tag_selector.unwrap_or_default(),
         };
-        project_exists(&state, &project_id).await?;
+        super::project_exists(&state, &project_id).await?;
         check_resource_policy(&state, &project_id, &f, b.description.as_ref()).await?;
         let id = switchyard_shared::ids::new_id("rpol");
         let mut tx = state.pool.begin().await?;
@@ -549,7 +541,7 @@ impl PoliciesApi {
             return Err(ApiError::invalid(errors));
         }
         check_tag_rules(&required, &allowed, b.description.as_ref())?;
-        project_exists(&state, &project_id).await?;
+        super::project_exists(&state, &project_id).await?;
         let id = switchyard_shared::ids::new_id("tpol");
         let mut tx = state.pool.begin().await?;
         let row: TpRow = sqlx::query_as(&format!(

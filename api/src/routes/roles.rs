@@ -268,11 +268,7 @@ impl RolesApi {
         if !errors.is_empty() {
             return Err(ApiError::invalid(errors));
         }
-        let exists: Option<(String,)> =
-            sqlx::query_as("SELECT id FROM projects WHERE id = $1").bind(&project_id).fetch_optional(&state.pool).await?;
-        if exists.is_none() {
-            return Err(ApiError::invalid_field("body.project_id", "no such project", Some(project_id.into())));
-        }
+        super::project_exists(&state, &project_id).await?;
         if let Some(parent) = &b.inherits {
             check_parent(&state, &project_id, parent, None).await?;
         }
