@@ -305,42 +305,7 @@ pub struct Outcome {
 /// Records an attempt's outcome if the caller still holds the run (same
 /// dispatch token, still running). Returns whether it was recorded.
 pub async fn finish_attempt(pool: &PgPool, run_id: &str, token: i64, o: &Outcome) -> Result<bool, sqlx::Error> {
-    let terminal = o.status.is_terminal();
-    let row: Option<(i32,)> = sqlx::query_as(
-        "WITH u AS (
-            UPDATE job_runs SET status = $3, result = $4, error = $5, error_class = $6,
-                next_retry_at = $7, execution_trace = $8,
-                finished_at = CASE WHEN $9 THEN now() ELSE NULL END
-            WHERE id = $1 AND dispatch_token = $2 AND status = 'running'
-            RETURNING id, attempt
-        ), a AS (
-            INSERT INTO job_run_attempts (run_id, attempt, outcome, status_code, error, endpoint_url,
-                started_at, finished_at, trace)
-            SELECT id, attempt, $3, $10, $5, $11, $12, now(), $8 FROM u
-        ), ev AS (
-            INSERT INTO job_run_events (run_id, from_status, to_status, attempt, reason)
-            SELECT id, 'running', $3, attempt, $5 FROM u
-        )
-        SELECT attempt FROM u",
-    )
-    .bind(run_id)
-    .bind(token)
-    .bind(o.status.as_str())
-    .bind(o.result.as_ref().map(Json))
-    .bind(&o.error)
-    .bind(&o.error_class)
-    .bind(o.next_retry_at)
-    .bind(Json(&o.trace))
-    .bind(terminal)
-    .bind(o.status_code)
-    .bind(&o.endpoint_url)
-    .bind(o.attempt_started_at)
-    .fetch_optional(pool)
-    .await?;
-    if row.is_some() {
-        crate::telemetry::transition(Some("running"), o.status.as_str());
-    }
-    Ok(row.is_some())
+    Ok(finish_many(pool, vec![(run_id.to_string(), token, o.clone())]).await?.pop().unwrap_or(false))
 }
 
 /// [`finish_attempt`] for many outcomes in one statement (group-committed
