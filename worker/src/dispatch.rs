@@ -361,14 +361,20 @@ mod tests {
         let http = Http::new(4, false).unwrap();
         let mut req = request(&url, None);
         req.timeout = Duration::from_millis(300);
+        let started = Instant::now();
         let d = send(&http, &req).await;
+        let took = started.elapsed();
         match d.verdict {
             Verdict::Retryable { class: ErrorClass::Timeout, timed_out: true, error, .. } => {
                 assert_eq!(error, "no response from target within 300ms")
             }
             v => panic!("{v:?}"),
         }
-        assert!(d.timing.ttfb >= Duration::from_millis(300));
+        // The deadline covers the whole attempt (building and signing the
+        // request included), while ttfb starts when the request is sent:
+        // the attempt lasts the full timeout, ttfb most of it.
+        assert!(took >= Duration::from_millis(300), "gave up after {took:?}");
+        assert!(d.timing.ttfb > Duration::ZERO && d.timing.ttfb <= took, "ttfb {:?} of {took:?}", d.timing.ttfb);
     }
 
     #[tokio::test]
