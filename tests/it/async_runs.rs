@@ -185,3 +185,63 @@ async fn a_cancelled_async_run_learns_it_from_its_heartbeat() {
     assert_problem(409, sdk_post(&env, &a.run_id, "complete", &a.token, json!({})).await, 409);
     assert_eq!(env.run(&a.run_id).await["status"], "cancelled");
 }
+
+/// Workers write `running` lazily (with the outcome, or once an attempt has
+/// been out a while). An SDK call that arrives before that, from inside a
+/// synchronous dispatch, marks the run running on its token's attempt; the
+/// worker's outcome then lands on top of it with one `running` event.
+#[tokio::test]
+async fn an_sdk_call_during_a_sync_dispatch_sees_the_run_running() {
+    let env = TestEnv::start().await;
+    let target = crate::target::Target::start().await;
+    target.script([crate::target::Reply::slow(Duration::from_millis(1500))]);
+    let job = env.job(&target.url, json!({})).await;
+    let run = env.trigger(job["id"].as_str().unwrap(), json!({})).await;
+    let rid = run["id"].as_str().unwrap().to_string();
+    env.spawn_worker();
+    let reqs = target.wait_count(1, T).await;
+    let token = reqs[0].header("x-svc-run-token").expect("run token").to_string();
+    assert_eq!(env.run(&rid).await["status"], "queued", "not marked before it has been out a while");
+
+    let (s, v) = sdk_post(&env, &rid, "progress", &token, json!({"progress": 0.5})).await;
+    assert_eq!(s, 200, "{v}");
+    let now = env.run(&rid).await;
+    assert_eq!((now["status"].as_str(), now["attempt"].as_i64()), (Some("running"), Some(1)));
+
+    let done = env.wait_status(&rid, "completed", T).await;
+    assert_eq!(done["attempt"], 1);
+    let path: Vec<String> = sqlx::query_scalar("SELECT to_status FROM job_run_events WHERE run_id = $1 ORDER BY id")
+        .bind(&rid)
+        .fetch_all(&env.pool)
+        .await
+        .unwrap();
+    assert_eq!(path, ["queued", "running", "completed"]);
+    let attempts: i64 = sqlx::query_scalar("SELECT count(*) FROM job_run_attempts WHERE run_id = $1")
+        .bind(&rid)
+        .fetch_one(&env.pool)
+        .await
+        .unwrap();
+    assert_eq!(attempts, 1);
+}
+
+/// A long synchronous attempt is marked running while it is out, once.
+#[tokio::test]
+async fn a_long_sync_attempt_is_marked_running_while_in_flight() {
+    let env = TestEnv::start().await;
+    let target = crate::target::Target::start().await;
+    target.script([crate::target::Reply::slow(Duration::from_secs(2))]);
+    let job = env.job(&target.url, json!({})).await;
+    let rid = env.trigger(job["id"].as_str().unwrap(), json!({})).await["id"].as_str().unwrap().to_string();
+    env.spawn_worker();
+    target.wait_count(1, T).await;
+    let running = env.wait_status(&rid, "running", Duration::from_secs(2)).await;
+    assert_eq!(running["attempt"], 1);
+    assert!(running["started_at"].is_string());
+    env.wait_status(&rid, "completed", T).await;
+    let path: Vec<String> = sqlx::query_scalar("SELECT to_status FROM job_run_events WHERE run_id = $1 ORDER BY id")
+        .bind(&rid)
+        .fetch_all(&env.pool)
+        .await
+        .unwrap();
+    assert_eq!(path, ["queued", "running", "completed"]);
+}

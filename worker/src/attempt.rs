@@ -1,8 +1,14 @@
-//! The life of one dequeued entry: claim the run, load its job, dispatch,
+//! The life of one dequeued entry: read the run, load its job, dispatch,
 //! decide, record, ack, and send the terminal webhook.
 //!
+//! Nothing is written to Postgres before the request leaves: the run is
+//! taken in memory (next attempt, next dispatch token) and its `running`
+//! transition is recorded with the outcome, or after [`MARK_RUNNING_AFTER`]
+//! for a long attempt. A crash before either leaves the run `queued` with a
+//! lease that lapses: a redelivery of the same attempt, never a lost run.
+//!
 //! ```text
-//! entry ─► claim ─ none ─► ack (cancelled, finished or taken meanwhile)
+//! entry ─► read ─ none ─► ack (cancelled, finished or taken meanwhile)
 //!            │
 //!            ▼
 //!       job spec ─ missing ─► failed (job_missing)
@@ -33,6 +39,10 @@ use crate::token::RunClaims;
 use crate::trace::ExecutionTrace;
 use crate::worker::Inner;
 
+/// How long an attempt may be in flight before `running` is written for it
+/// (until then the run reads `queued`; see `store::runs::load_for_dispatch`).
+pub const MARK_RUNNING_AFTER: Duration = Duration::from_millis(500);
+
 /// Runs one entry to the end. `key` is its slot in the in-flight registry,
 /// released here on normal completion; an aborted or panicked dispatch
 /// leaves the slot for the caller, which hands the entry back.
@@ -44,38 +54,49 @@ pub(crate) async fn run(w: Arc<Inner>, entry: Entry, key: u64, dequeue: Duration
 }
 
 async fn handle(w: &Inner, entry: &Entry, key: u64, dequeue: Duration) {
-    let claimed = with_db_retry("claiming a run", || async {
-        w.claimer.submit(entry.run_id.clone()).await.map_err(|e| e.into_sqlx())
+    let loaded = with_db_retry("loading a run", || async {
+        w.loader.submit(entry.run_id.clone()).await.map_err(|e| e.into_sqlx())
     })
     .await;
-    let (run, due_at) = match claimed {
-        Ok(Some(c)) => c,
+    let loaded = match loaded {
+        Ok(Some(l)) => l,
         Ok(None) => {
             record::ack(&w.queue, entry, None).await;
             return;
         }
         Err(e) => {
-            tracing::error!(run_id = %entry.run_id, error = %e, "claim failed; leaving the lease to lapse");
+            tracing::error!(run_id = %entry.run_id, error = %e, "loading the run failed; leaving the lease to lapse");
             return;
         }
     };
+    if loaded.expired {
+        match store::runs::expire_unstarted(&w.pool, std::slice::from_ref(&entry.run_id)).await {
+            Ok(_) => record::ack(&w.queue, entry, None).await,
+            Err(e) => tracing::warn!(run_id = %entry.run_id, error = %e, "could not expire the run; its lease will lapse"),
+        }
+        return;
+    }
+    // A retry waits from when it fell due again (`next_retry_at`, which the
+    // dispatch clears); a delayed run was not waiting before its time.
+    let due_at = loaded.run.next_retry_at;
+    let claimed_at = Utc::now();
+    let run = loaded.run.taken_for_dispatch(claimed_at);
     w.inflight.set_token(key, run.dispatch_token);
 
-    let claimed_at = run.started_at.unwrap_or_else(Utc::now);
-    // A delayed run was not waiting in the queue before its time, and a
-    // retry waits from when it fell due again.
     let waiting_since = due_at.or(run.scheduled_at.filter(|s| *s > run.created_at)).unwrap_or(run.created_at);
     let trace = ExecutionTrace::new(waiting_since, claimed_at, dequeue);
 
-    let spec = match with_db_retry("loading a job", || w.specs.get(&w.pool, &run.job_id, &run.job_version_id)).await {
+    let current = loaded.current_version_id.as_deref();
+    let spec = match with_db_retry("loading a job", || w.specs.for_run(&w.pool, &run, current)).await {
         Ok(Some(spec)) => Ok(spec),
         Ok(None) => Err(format!("job {} (version {}) no longer exists", run.job_id, run.job_version_id)),
         Err(e) => Err(format!("job {} (version {}) could not be read: {e}", run.job_id, run.job_version_id)),
     };
+    let extras = Extras { checkpoint: loaded.checkpoint.as_ref(), secrets: &loaded.secrets };
 
     let (attempted, policy) = match &spec {
         Err(why) => (Attempted::without_call(Verdict::permanent(ErrorClass::JobMissing, why.clone())), no_retry()),
-        Ok(spec) => match call_target(w, &run, spec).await {
+        Ok(spec) => match call_target(w, &run, spec, &extras).await {
             Some(a) => (a, policy_for(spec, &run)),
             None => {
                 let held = crate::leases::Held { entry: entry.clone(), token: Some(run.dispatch_token) };
@@ -162,9 +183,15 @@ impl Attempted {
     }
 }
 
+/// What the dispatch read brought besides the run.
+struct Extras<'a> {
+    checkpoint: Option<&'a Value>,
+    secrets: &'a [store::records::StoredSecret],
+}
+
 /// POSTs the run to its job's endpoint. `None` only when the run token
 /// cannot be signed (the attempt cannot be made at all).
-async fn call_target(w: &Inner, run: &Run, spec: &JobSpec) -> Option<Attempted> {
+async fn call_target(w: &Inner, run: &Run, spec: &JobSpec, extras: &Extras<'_>) -> Option<Attempted> {
     let timeout = timeout_for(spec, run);
     let token = match w.signer.sign(&RunClaims::for_attempt(run, timeout, Utc::now())) {
         Ok(t) => t,
@@ -173,22 +200,11 @@ async fn call_target(w: &Inner, run: &Run, spec: &JobSpec) -> Option<Attempted> 
             return None;
         }
     };
-    let extras = match with_db_retry("loading the checkpoint and secrets", || {
-        store::records::dispatch_extras(&w.pool, &run.id, &run.job_id)
-    })
-    .await
-    {
-        Ok(x) => x,
-        Err(e) => {
-            tracing::error!(run_id = %run.id, error = %e, "cannot load the dispatch extras; handing the run back");
-            return None;
-        }
-    };
-    let secrets = match open_secrets(w, &run.job_id, &extras.secrets) {
+    let secrets = match open_secrets(w, &run.job_id, extras.secrets) {
         Ok(s) => s,
         Err(why) => return Some(Attempted::without_call(Verdict::permanent(ErrorClass::SecretsUnavailable, why))),
     };
-    let body = request_body(run, extras.checkpoint.as_ref(), secrets.as_ref());
+    let body = request_body(run, extras.checkpoint, secrets.as_ref());
     let headers = request_headers(run, spec, token, &body);
     let req = DispatchRequest {
         endpoint_url: &spec.endpoint_url,
@@ -206,8 +222,25 @@ async fn call_target(w: &Inner, run: &Run, spec: &JobSpec) -> Option<Attempted> 
             tracing::warn!(run_id = %run.id, error = %e, "could not log the dispatch in its rate limit buckets");
         }
     }
-    let d = dispatch::send(&w.http, &req).await;
+    let send = dispatch::send(&w.http, &req);
+    tokio::pin!(send);
+    let d = tokio::select! {
+        d = &mut send => d,
+        _ = tokio::time::sleep(MARK_RUNNING_AFTER) => tokio::join!(send, mark_running(w, run)).0,
+    };
     Some(Attempted { verdict: d.verdict, endpoint_url: d.endpoint_url, status_code: d.status_code, timing: d.timing })
+}
+
+/// Records `running` for an attempt still in flight after
+/// [`MARK_RUNNING_AFTER`] (group-committed with other dispatches' marks).
+/// Quick attempts never pay for it: their outcome records both transitions.
+async fn mark_running(w: &Inner, run: &Run) {
+    let started = run.started_at.unwrap_or_else(Utc::now);
+    match w.marker.submit((run.id.clone(), run.dispatch_token, started)).await {
+        Ok(true) => {}
+        Ok(false) => tracing::debug!(run_id = %run.id, "not marked running: the run moved on meanwhile"),
+        Err(e) => tracing::warn!(run_id = %run.id, error = %e, "could not mark the run running; its outcome will"),
+    }
 }
 
 /// The job's secrets in plaintext, `None` when it has none. An error (no
@@ -300,13 +333,14 @@ pub fn request_headers(run: &Run, spec: &JobSpec, token: String, body: &[u8]) ->
     h
 }
 
-/// Whether no other worker has claimed the run since this one did (its
-/// dispatch token is unchanged). When Postgres cannot tell, the answer is
-/// yes: a wrong ack frees one slot early, a missing one holds a slot until
-/// the lease expires, and the first heals faster.
+/// Whether no other worker has taken the run since this one did: its
+/// dispatch token is this attempt's, or still the one before it (nobody
+/// recorded a later attempt). When Postgres cannot tell, the answer is yes:
+/// a wrong ack frees one slot early, a missing one holds a slot until the
+/// lease expires, and the first heals faster.
 async fn still_ours(w: &Inner, run: &Run) -> bool {
     match switchyard_shared::store::runs::dispatch_token(&w.pool, &run.id).await {
-        Ok(Some(token)) => token == run.dispatch_token,
+        Ok(Some(token)) => token == run.dispatch_token || token == run.dispatch_token - 1,
         Ok(None) => true,
         Err(_) => true,
     }

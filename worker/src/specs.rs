@@ -1,18 +1,17 @@
-//! Job definitions by version, cached for pinned versions.
+//! Job definitions by version id.
 //!
-//! A `pin` run dispatches with its version's snapshot, and versions are never
-//! edited, so that snapshot can be kept for the life of the process. A
-//! `latest` run must see the job's current definition, so it is read each
-//! time. (The one case this cannot tell apart: a version whose own policy was
-//! `latest`, read after the job switched to `pin`, is cached as the job stood
-//! then. Runs on such a version are the in-flight ones of that switch only.)
+//! Versions are never edited, so a version's snapshot can be kept for the
+//! life of the process whatever its policy. A `pin` run dispatches with the
+//! version it was triggered on; a `latest` run with the job's current
+//! version, whose id the dispatch read returns with the run (see
+//! `store::runs::load_for_dispatch`), so neither costs a read once cached.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use sqlx::PgPool;
 use switchyard_shared::domain::JobSpec;
-use switchyard_shared::store;
+use switchyard_shared::store::{self, Run};
 
 /// Bound on cached versions; past it the cache starts over rather than grow
 /// without limit in a process that lives through many job edits.
@@ -24,21 +23,36 @@ pub struct SpecCache {
 }
 
 impl SpecCache {
-    pub async fn get(&self, pool: &PgPool, job_id: &str, version_id: &str) -> Result<Option<Arc<JobSpec>>, sqlx::Error> {
+    /// The definition `run` dispatches with; `None` when the job (or the
+    /// version) no longer exists. `current_version_id` is the job's
+    /// current version, `None` when the job row is gone.
+    pub async fn for_run(
+        &self,
+        pool: &PgPool,
+        run: &Run,
+        current_version_id: Option<&str>,
+    ) -> Result<Option<Arc<JobSpec>>, sqlx::Error> {
+        let Some(current) = current_version_id else { return Ok(None) };
+        let Some(pinned) = self.version(pool, &run.job_version_id).await? else { return Ok(None) };
+        if pinned.version_policy != "latest" || current == run.job_version_id {
+            return Ok(Some(pinned));
+        }
+        self.version(pool, current).await
+    }
+
+    async fn version(&self, pool: &PgPool, version_id: &str) -> Result<Option<Arc<JobSpec>>, sqlx::Error> {
         if let Some(hit) = self.lock().get(version_id) {
             return Ok(Some(Arc::clone(hit)));
         }
-        let Some(spec) = store::jobs::spec_for_run(pool, job_id, version_id).await? else {
+        let Some(spec) = store::jobs::version_spec(pool, version_id).await? else {
             return Ok(None);
         };
         let spec = Arc::new(spec);
-        if spec.version_policy == "pin" {
-            let mut map = self.lock();
-            if map.len() >= MAX_CACHED {
-                map.clear();
-            }
-            map.insert(version_id.to_string(), Arc::clone(&spec));
+        let mut map = self.lock();
+        if map.len() >= MAX_CACHED {
+            map.clear();
         }
+        map.insert(version_id.to_string(), Arc::clone(&spec));
         Ok(Some(spec))
     }
 

@@ -18,6 +18,8 @@ use std::time::Duration;
 use sqlx::PgPool;
 use switchyard_shared::queue::{Entry, Queue};
 use switchyard_shared::shutdown::Shutdown;
+use switchyard_shared::store::group::GroupCommit;
+use switchyard_shared::store::runs;
 use switchyard_shared::telemetry::{DEQUEUE_DURATION, WORKER_POOL_QUEUED};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::{Id, JoinError, JoinSet};
@@ -59,18 +61,19 @@ pub(crate) struct Inner {
     pub(crate) specs: SpecCache,
     pub(crate) secrets: Option<switchyard_shared::secrets::SecretsKey>,
     pub(crate) inflight: InFlight,
-    /// Claims are group-committed: the dispatch tasks of one dequeued batch
-    /// claim together in one statement.
-    pub(crate) claimer: Claimer,
-    /// Outcomes are group-committed the same way.
+    /// Reads are grouped: the dispatch tasks of one dequeued batch read
+    /// their runs together in one statement.
+    pub(crate) loader: Loader,
+    /// Outcomes are group-committed the same way, and so are the `running`
+    /// marks of long attempts.
     pub(crate) finisher: Finisher,
+    pub(crate) marker: Marker,
     webhooks: Mutex<JoinSet<()>>,
 }
 
-pub(crate) type Claimed = Option<(switchyard_shared::store::Run, Option<chrono::DateTime<chrono::Utc>>)>;
-pub(crate) type Claimer = switchyard_shared::store::group::GroupCommit<String, Claimed>;
-pub(crate) type Finisher =
-    switchyard_shared::store::group::GroupCommit<(String, i64, switchyard_shared::store::Outcome), bool>;
+pub(crate) type Loader = GroupCommit<String, Option<switchyard_shared::store::runs::Loaded>>;
+pub(crate) type Marker = GroupCommit<(String, i64, chrono::DateTime<chrono::Utc>), bool>;
+pub(crate) type Finisher = GroupCommit<(String, i64, switchyard_shared::store::Outcome), bool>;
 
 impl Inner {
     /// Starts a terminal webhook delivery in the background.
@@ -102,15 +105,20 @@ impl Worker {
         }
         let http = Http::new(opts.concurrency, opts.deny_private)?;
         let signer = TokenSigner::new(opts.jwt_key.expose().as_bytes());
-        let claim_pool = pool.clone();
-        let claimer = Claimer::spawn(2, MAX_BATCH, move |ids| {
-            let pool = claim_pool.clone();
-            async move { switchyard_shared::store::runs::claim_many(&pool, ids).await }
+        let load_pool = pool.clone();
+        let loader = Loader::spawn(2, MAX_BATCH, move |ids| {
+            let pool = load_pool.clone();
+            async move { runs::load_for_dispatch(&pool, ids).await }
         });
         let finish_pool = pool.clone();
         let finisher = Finisher::spawn(2, MAX_BATCH, move |items| {
             let pool = finish_pool.clone();
-            async move { switchyard_shared::store::runs::finish_many(&pool, items).await }
+            async move { runs::finish_many(&pool, items).await }
+        });
+        let mark_pool = pool.clone();
+        let marker = Marker::spawn(1, MAX_BATCH, move |items| {
+            let pool = mark_pool.clone();
+            async move { runs::mark_running_many(&pool, items).await }
         });
         let secrets = opts.secrets_key.as_ref().map(switchyard_shared::secrets::SecretsKey::from_secret);
         Ok(Worker {
@@ -123,8 +131,9 @@ impl Worker {
                 specs: SpecCache::default(),
                 secrets,
                 inflight: InFlight::default(),
-                claimer,
+                loader,
                 finisher,
+                marker,
                 webhooks: Mutex::new(JoinSet::new()),
             }),
         })

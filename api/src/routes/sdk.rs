@@ -13,6 +13,7 @@ use poem::web::Data;
 use poem_openapi::param::Path;
 use poem_openapi::payload::Json;
 use poem_openapi::{Object, OpenApi};
+use switchyard_shared::domain::RunStatus;
 use switchyard_shared::store::{self, Run};
 
 use super::{check_id, Tag};
@@ -29,7 +30,18 @@ pub async fn sdk_run(state: &AppState, auth: &Auth, run_id: &str) -> ApiResult<R
     if auth.0.run_id.as_deref().is_some_and(|own| own != run_id) {
         return Err(ApiError::forbidden("the run token is for another run"));
     }
-    store::runs::get(&state.pool, run_id).await?.ok_or_else(|| ApiError::not_found("run", run_id))
+    let run = store::runs::get(&state.pool, run_id).await?.ok_or_else(|| ApiError::not_found("run", run_id))?;
+    // Workers record `running` lazily (store::runs::load_for_dispatch): a
+    // run token for attempt n on a run still `queued` after attempt n - 1
+    // means that attempt is in flight and not marked yet. The SDK call
+    // marks it, exactly as the worker would, so the run is running on the
+    // token's attempt from here on.
+    if let (Some(attempt), RunStatus::Queued) = (auth.0.run_attempt, run.status()) {
+        if attempt == run.attempt + 1 && store::runs::mark_running_for_attempt(&state.pool, run_id, attempt).await? {
+            return store::runs::get(&state.pool, run_id).await?.ok_or_else(|| ApiError::not_found("run", run_id));
+        }
+    }
+    Ok(run)
 }
 
 /// A sign of life from the target while it works on the run.

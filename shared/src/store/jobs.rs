@@ -48,6 +48,13 @@ pub async fn spec_for_run(pool: &PgPool, job_id: &str, version_id: &str) -> Resu
     Ok(row.map(|(pinned, current)| if pinned.0.version_policy == "latest" { current.0 } else { pinned.0 }))
 }
 
+/// The definition snapshot of one job version (versions are immutable).
+pub async fn version_spec(pool: &PgPool, version_id: &str) -> Result<Option<JobSpec>, sqlx::Error> {
+    let row: Option<sqlx::types::Json<JobSpec>> =
+        sqlx::query_scalar("SELECT spec FROM job_versions WHERE id = $1").bind(version_id).fetch_optional(pool).await?;
+    Ok(row.map(|s| s.0))
+}
+
 /// What a job's entry in the Redis `limits` hash is built from.
 #[derive(Clone, Debug, sqlx::FromRow)]
 pub struct JobLimits {

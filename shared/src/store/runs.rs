@@ -310,6 +310,15 @@ pub async fn finish_attempt(pool: &PgPool, run_id: &str, token: i64, o: &Outcome
 
 /// [`finish_attempt`] for many outcomes in one statement (group-committed
 /// by the worker). Returns, in input order, whether each was recorded.
+///
+/// `token` is the dispatch token of the attempt. The worker does not write
+/// `running` before it dispatches (see [`load_for_dispatch`]): it takes the
+/// run in memory with the next token, so the row it finishes is either
+/// still `queued` under the token before (nobody marked it) or `running`
+/// under this token (the worker's lazy mark, an SDK call, a 202). Anything
+/// else means the run moved on (cancelled, finished, or redelivered after a
+/// lost lease) and the outcome is dropped. A row finished from `queued`
+/// gets its `running` event here too, dated when the attempt started.
 pub async fn finish_many(pool: &PgPool, items: Vec<(String, i64, Outcome)>) -> Result<Vec<bool>, sqlx::Error> {
     let n = items.len();
     let mut ids = Vec::with_capacity(n);
@@ -338,7 +347,9 @@ pub async fn finish_many(pool: &PgPool, items: Vec<(String, i64, Outcome)>) -> R
         urls.push(o.endpoint_url.clone());
         starts.push(o.attempt_started_at);
     }
-    let recorded: Vec<(String, String)> = sqlx::query_as(
+    // `o` is the row as the statement's snapshot saw it, for the status it
+    // came from (the fence itself is checked on `r`, the row being updated).
+    let recorded: Vec<(String, String, bool)> = sqlx::query_as(
         "WITH input AS (
             SELECT * FROM UNNEST($1::text[], $2::int8[], $3::text[], $4::jsonb[], $5::text[], $6::text[],
                 $7::timestamptz[], $8::jsonb[], $9::bool[], $10::int4[], $11::text[], $12::timestamptz[])
@@ -347,18 +358,28 @@ pub async fn finish_many(pool: &PgPool, items: Vec<(String, i64, Outcome)>) -> R
         ), u AS (
             UPDATE job_runs r SET status = i.status, result = i.result, error = i.error,
                 error_class = i.error_class, next_retry_at = i.next_retry_at, execution_trace = i.trace,
-                finished_at = CASE WHEN i.terminal THEN now() ELSE NULL END
-            FROM input i WHERE r.id = i.id AND r.dispatch_token = i.token AND r.status = 'running'
-            RETURNING r.id, r.attempt, i.status, i.error, i.status_code, i.endpoint_url, i.started_at, i.trace
+                finished_at = CASE WHEN i.terminal THEN now() ELSE NULL END,
+                attempt = CASE WHEN r.status = 'queued' THEN r.attempt + 1 ELSE r.attempt END,
+                started_at = CASE WHEN r.status = 'queued' THEN i.started_at ELSE r.started_at END,
+                async_accepted_at = CASE WHEN r.status = 'queued' THEN NULL ELSE r.async_accepted_at END,
+                dispatch_token = i.token
+            FROM input i JOIN job_runs o ON o.id = i.id
+            WHERE r.id = i.id
+              AND ((r.status = 'queued' AND r.dispatch_token = i.token - 1)
+                OR (r.status = 'running' AND r.dispatch_token = i.token))
+            RETURNING r.id, r.attempt, i.status, i.error, i.status_code, i.endpoint_url, i.started_at, i.trace,
+                o.status = 'queued' AS from_queued
         ), a AS (
             INSERT INTO job_run_attempts (run_id, attempt, outcome, status_code, error, endpoint_url,
                 started_at, finished_at, trace)
             SELECT id, attempt, status, status_code, error, endpoint_url, started_at, now(), trace FROM u
         ), ev AS (
-            INSERT INTO job_run_events (run_id, from_status, to_status, attempt, reason)
-            SELECT id, 'running', status, attempt, error FROM u
+            INSERT INTO job_run_events (run_id, from_status, to_status, attempt, reason, created_at)
+            SELECT id, 'queued', 'running', attempt, NULL, started_at FROM u WHERE from_queued
+            UNION ALL
+            SELECT id, 'running', status, attempt, error, now() FROM u
         )
-        SELECT id, status FROM u",
+        SELECT id, status, from_queued FROM u",
     )
     .bind(&ids)
     .bind(&tokens)
@@ -376,12 +397,181 @@ pub async fn finish_many(pool: &PgPool, items: Vec<(String, i64, Outcome)>) -> R
     .await?;
     let done: std::collections::HashSet<String> = recorded
         .into_iter()
-        .map(|(id, status)| {
+        .map(|(id, status, from_queued)| {
+            if from_queued {
+                crate::telemetry::transition(Some("queued"), "running");
+            }
             crate::telemetry::transition(Some("running"), &status);
             id
         })
         .collect();
     Ok(ids.iter().map(|id| done.contains(id)).collect())
+}
+
+/// A queued run read for dispatch, with what the dispatch needs besides
+/// the job's definition, all in one statement per batch.
+#[derive(Clone, Debug)]
+pub struct Loaded {
+    pub run: Run,
+    /// The data of the run's latest checkpoint, if any.
+    pub checkpoint: Option<Value>,
+    /// The job's secrets, sealed.
+    pub secrets: Vec<super::records::StoredSecret>,
+    /// The job's current version (for jobs that run their latest
+    /// definition); `None` when the job row is gone.
+    pub current_version_id: Option<String>,
+    /// The run was not started before its `expires_at`.
+    pub expired: bool,
+}
+
+/// Reads queued runs for dispatch. Nothing is written: the `queued ->
+/// running` transition is recorded lazily, with the outcome (see
+/// [`finish_many`]) or by [`mark_running_many`] when an attempt runs long.
+/// A worker that dies before recording anything leaves a lease that lapses
+/// and a run that is still `queued`: a redelivery, never a lost run.
+/// Results come back in the order of `ids`; `None` for a run that is not
+/// queued any more (cancelled, finished, taken).
+pub async fn load_for_dispatch(pool: &PgPool, ids: Vec<String>) -> Result<Vec<Option<Loaded>>, sqlx::Error> {
+    #[derive(sqlx::FromRow)]
+    struct Row {
+        #[sqlx(flatten)]
+        run: Run,
+        checkpoint: Option<Json<Value>>,
+        secrets: Option<Json<Vec<(String, String, String)>>>,
+        current_version_id: Option<String>,
+        expired: bool,
+    }
+    // bytea goes through JSON as hex: one row per run, one trip per batch.
+    let rows: Vec<Row> = sqlx::query_as(&format!(
+        "SELECT q.*,
+            (SELECT data FROM job_run_checkpoints c WHERE c.run_id = q.id ORDER BY c.id DESC LIMIT 1) AS checkpoint,
+            (SELECT json_agg(json_build_array(name, encode(nonce, 'hex'), encode(ciphertext, 'hex')) ORDER BY name)
+               FROM job_secrets s WHERE s.job_id = q.job_id) AS secrets,
+            (SELECT version_id FROM jobs j WHERE j.id = q.job_id) AS current_version_id,
+            (q.expires_at IS NOT NULL AND q.expires_at <= now() AND q.started_at IS NULL) AS expired
+         FROM (SELECT {RUN_COLUMNS} FROM job_runs WHERE id = ANY($1) AND status = 'queued') q"
+    ))
+    .bind(&ids)
+    .fetch_all(pool)
+    .await?;
+    let mut by_id: std::collections::HashMap<String, Row> = rows.into_iter().map(|r| (r.run.id.clone(), r)).collect();
+    Ok(ids
+        .iter()
+        .map(|id| {
+            by_id.remove(id).map(|r| Loaded {
+                run: r.run,
+                checkpoint: r.checkpoint.map(|c| c.0),
+                secrets: super::records::unseal_rows(r.secrets.map(|s| s.0).unwrap_or_default()),
+                current_version_id: r.current_version_id,
+                expired: r.expired,
+            })
+        })
+        .collect())
+}
+
+impl Run {
+    /// The run as its next dispatch holds it: running, on the next attempt,
+    /// under the next dispatch token. Only in memory; see [`load_for_dispatch`].
+    pub fn taken_for_dispatch(mut self, now: DateTime<Utc>) -> Run {
+        self.status = RunStatus::Running.as_str().to_string();
+        self.attempt += 1;
+        self.dispatch_token += 1;
+        self.started_at = Some(now);
+        self.heartbeat_at = Some(now);
+        self.next_retry_at = None;
+        self.async_accepted_at = None;
+        self
+    }
+}
+
+/// Records `queued -> running` for attempts still in flight a while after
+/// they were sent, so that a long attempt shows as running. Each item is
+/// (run id, the attempt's dispatch token, when it started); fenced like
+/// [`finish_many`]. Returns, in input order, whether each was marked.
+pub async fn mark_running_many(
+    pool: &PgPool,
+    items: Vec<(String, i64, DateTime<Utc>)>,
+) -> Result<Vec<bool>, sqlx::Error> {
+    let ids: Vec<String> = items.iter().map(|i| i.0.clone()).collect();
+    let tokens: Vec<i64> = items.iter().map(|i| i.1).collect();
+    let starts: Vec<DateTime<Utc>> = items.iter().map(|i| i.2).collect();
+    let marked: Vec<String> = sqlx::query_scalar(
+        "WITH input AS (
+            SELECT * FROM UNNEST($1::text[], $2::int8[], $3::timestamptz[]) AS t(id, token, started_at)
+        ), u AS (
+            UPDATE job_runs r SET status = 'running', attempt = r.attempt + 1, dispatch_token = i.token,
+                started_at = i.started_at, heartbeat_at = now(), next_retry_at = NULL, async_accepted_at = NULL
+            FROM input i
+            WHERE r.id = i.id AND r.status = 'queued' AND r.dispatch_token = i.token - 1
+            RETURNING r.id, r.attempt, i.started_at
+        ), ev AS (
+            INSERT INTO job_run_events (run_id, from_status, to_status, attempt, reason, created_at)
+            SELECT id, 'queued', 'running', attempt, NULL, started_at FROM u
+        )
+        SELECT id FROM u",
+    )
+    .bind(&ids)
+    .bind(&tokens)
+    .bind(&starts)
+    .fetch_all(pool)
+    .await?;
+    for _ in &marked {
+        crate::telemetry::transition(Some("queued"), "running");
+    }
+    let marked: std::collections::HashSet<String> = marked.into_iter().collect();
+    Ok(ids.iter().map(|id| marked.contains(id)).collect())
+}
+
+/// Records `queued -> running` for the attempt a run token was minted for,
+/// when an SDK call arrives before the worker wrote it (see
+/// [`load_for_dispatch`]): the worker took the run with the next token, so
+/// this takes the same one. True when the run is now running on `attempt`.
+pub async fn mark_running_for_attempt(pool: &PgPool, run_id: &str, attempt: i32) -> Result<bool, sqlx::Error> {
+    let row: Option<i32> = sqlx::query_scalar(
+        "WITH u AS (
+            UPDATE job_runs SET status = 'running', attempt = attempt + 1, dispatch_token = dispatch_token + 1,
+                started_at = now(), heartbeat_at = now(), next_retry_at = NULL, async_accepted_at = NULL
+            WHERE id = $1 AND status = 'queued' AND attempt = $2 - 1
+            RETURNING id, attempt
+        ), ev AS (
+            INSERT INTO job_run_events (run_id, from_status, to_status, attempt, reason)
+            SELECT id, 'queued', 'running', attempt, NULL FROM u
+        )
+        SELECT attempt FROM u",
+    )
+    .bind(run_id)
+    .bind(attempt)
+    .fetch_optional(pool)
+    .await?;
+    if row.is_some() {
+        crate::telemetry::transition(Some("queued"), "running");
+    }
+    Ok(row.is_some())
+}
+
+/// Marks runs that were not started before their `expires_at` (found by
+/// [`load_for_dispatch`]) `expired`. Returns how many it marked.
+pub async fn expire_unstarted(pool: &PgPool, ids: &[String]) -> Result<u64, sqlx::Error> {
+    let n: i64 = sqlx::query_scalar(
+        "WITH u AS (
+            UPDATE job_runs SET status = 'expired', finished_at = now(), next_retry_at = NULL,
+                error = 'not started within the job''s run_ttl_secs', error_class = 'expired'
+            WHERE id = ANY($1) AND status = 'queued' AND started_at IS NULL
+              AND expires_at IS NOT NULL AND expires_at <= now()
+            RETURNING id, attempt
+        ), ev AS (
+            INSERT INTO job_run_events (run_id, from_status, to_status, attempt, reason)
+            SELECT id, 'queued', 'expired', attempt, 'not started before expires_at' FROM u
+        )
+        SELECT count(*) FROM u",
+    )
+    .bind(ids)
+    .fetch_one(pool)
+    .await?;
+    for _ in 0..n {
+        crate::telemetry::transition(Some("queued"), "expired");
+    }
+    Ok(n as u64)
 }
 
 /// Moves runs whose time has come from `retrying` or `pending` (a delay) to

@@ -155,25 +155,39 @@ pub async fn settle(
 }
 
 /// The worker's note that the target accepted the run asynchronously (202):
-/// fenced like an outcome, so only the claim that dispatched may write it.
-/// The heartbeat clock starts now. Returns whether it was recorded.
+/// fenced like an outcome (see `runs::finish_many`), so only the dispatch
+/// that sent the attempt may write it; a run not yet marked running is
+/// marked now. The heartbeat clock starts now. Returns whether it was
+/// recorded.
 pub async fn mark_async_accepted(pool: &PgPool, run_id: &str, token: i64, trace: &Value) -> Result<bool, sqlx::Error> {
-    let row: Option<(i32,)> = sqlx::query_as(
+    let row: Option<(i32, bool)> = sqlx::query_as(
         "WITH u AS (
-            UPDATE job_runs SET async_accepted_at = now(), heartbeat_at = now(), execution_trace = $3
-            WHERE id = $1 AND dispatch_token = $2 AND status = 'running'
-            RETURNING id, attempt
+            UPDATE job_runs r SET async_accepted_at = now(), heartbeat_at = now(), execution_trace = $3,
+                status = 'running', dispatch_token = $2,
+                attempt = CASE WHEN r.status = 'queued' THEN r.attempt + 1 ELSE r.attempt END,
+                started_at = CASE WHEN r.status = 'queued' THEN now() ELSE r.started_at END,
+                next_retry_at = NULL
+            FROM job_runs o
+            WHERE r.id = $1 AND o.id = r.id
+              AND ((r.status = 'queued' AND r.dispatch_token = $2 - 1)
+                OR (r.status = 'running' AND r.dispatch_token = $2))
+            RETURNING r.id, r.attempt, o.status = 'queued' AS from_queued
         ), ev AS (
             INSERT INTO job_run_events (run_id, from_status, to_status, attempt, reason)
+            SELECT id, 'queued', 'running', attempt, NULL FROM u WHERE from_queued
+            UNION ALL
             SELECT id, 'running', 'running', attempt, 'accepted by the target (HTTP 202); finished over the SDK' FROM u
         )
-        SELECT attempt FROM u",
+        SELECT attempt, from_queued FROM u",
     )
     .bind(run_id)
     .bind(token)
     .bind(Json(trace))
     .fetch_optional(pool)
     .await?;
+    if let Some((_, true)) = row {
+        crate::telemetry::transition(Some("queued"), "running");
+    }
     Ok(row.is_some())
 }
 
