@@ -1,31 +1,41 @@
--- enqueue: put one run's entry into `ready` (due now) or `scheduled` (due later).
+-- enqueue: put runs' entries into `ready` (due now) or `scheduled` (due later).
 -- Idempotent: an entry already present anywhere is left alone, so the
--- reconciler may re-enqueue from Postgres as often as it likes.
+-- reconciler may re-enqueue from Postgres as often as it likes. Takes many
+-- entries per call so that the api's group-committed triggers cost one
+-- script call per batch.
 --
 -- KEYS[1] ready   KEYS[2] scheduled   KEYS[3] throttled   KEYS[4] leases
 -- KEYS[5] parked  KEYS[6] signal
--- ARGV[1] entry   ARGV[2] rank (ready score)   ARGV[3] due_ms (0 = now)
--- ARGV[4] now_ms
--- Returns 1 when enqueued, 0 when the entry was already present.
-local entry = ARGV[1]
-local rank = tonumber(ARGV[2])
-local due = tonumber(ARGV[3])
-local now = tonumber(ARGV[4])
+-- ARGV[1] now_ms, then per entry three values: entry, rank (ready score),
+-- due_ms (0 = now)
+-- Returns how many entries were enqueued (the rest were already present).
+local now = tonumber(ARGV[1])
 
-for i = 1, 4 do
-  if redis.call('ZSCORE', KEYS[i], entry) then return 0 end
-end
-local run, job, rankhex, ckey = string.match(entry, '^([^|]+)|([^|]+)|([^|]+)|(.*)$')
-if redis.call('ZSCORE', KEYS[5], 'J|' .. job .. '|' .. rankhex .. '|' .. entry) then return 0 end
-if ckey ~= '' and redis.call('ZSCORE', KEYS[5],
-    'K|' .. job .. '|' .. #ckey .. ':' .. ckey .. '|' .. rankhex .. '|' .. entry) then
-  return 0
+local function present(entry)
+  for i = 1, 4 do
+    if redis.call('ZSCORE', KEYS[i], entry) then return true end
+  end
+  local _, job, rankhex, ckey = string.match(entry, '^([^|]+)|([^|]+)|([^|]+)|(.*)$')
+  if redis.call('ZSCORE', KEYS[5], 'J|' .. job .. '|' .. rankhex .. '|' .. entry) then return true end
+  return ckey ~= '' and redis.call('ZSCORE', KEYS[5],
+    'K|' .. job .. '|' .. #ckey .. ':' .. ckey .. '|' .. rankhex .. '|' .. entry) ~= false
 end
 
-if due > now then
-  redis.call('ZADD', KEYS[2], due, entry)
-else
-  redis.call('ZADD', KEYS[1], rank, entry)
-  if redis.call('LLEN', KEYS[6]) < 8 then redis.call('RPUSH', KEYS[6], '1') end
+local added, ready = 0, 0
+for i = 2, #ARGV, 3 do
+  local entry, rank, due = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
+  if not present(entry) then
+    if due > now then
+      redis.call('ZADD', KEYS[2], due, entry)
+    else
+      redis.call('ZADD', KEYS[1], rank, entry)
+      ready = ready + 1
+    end
+    added = added + 1
+  end
 end
-return 1
+-- A wake-up per ready entry, as a one-entry call would leave, up to the
+-- list's cap of 8 (a woken worker dequeues a whole batch).
+local wake = math.min(ready, 8 - redis.call('LLEN', KEYS[6]))
+for _ = 1, wake do redis.call('RPUSH', KEYS[6], '1') end
+return added

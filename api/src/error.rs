@@ -195,6 +195,14 @@ impl From<sqlx::Error> for ApiError {
             sqlx::Error::Database(db) => match (db.code().as_deref(), db.constraint()) {
                 (Some("23505"), Some(c)) => ApiError::conflict(constraint_message(c)),
                 (Some("23503"), _) => ApiError::invalid_field("body", "refers to a resource that does not exist", None),
+                // Class 22, data exception: a value Postgres cannot store,
+                // such as a NUL character in text or JSON (checked here, once,
+                // rather than in every field of every body).
+                (Some(code), _) if code.starts_with("22") => ApiError::invalid_field(
+                    "body",
+                    "holds a value that cannot be stored (for example a NUL character, \\u0000)",
+                    None,
+                ),
                 _ => ApiError::internal("database error", &e),
             },
             _ => ApiError::internal("database error", &e),

@@ -14,6 +14,8 @@ pub mod audit;
 pub mod auth;
 pub mod body_limit;
 pub mod error;
+pub mod intake;
+pub mod job_cache;
 pub mod openapi31;
 pub mod pagination;
 pub mod problem;
@@ -101,7 +103,9 @@ pub fn state_from_config(config: Config) -> anyhow::Result<AppState> {
     let redis = queue::pool(&config.redis_url, 64)?;
     let queue = queue::Queue::new(redis, &config.redis_key_prefix);
     let auth = Arc::new(auth::AuthState::from_config(&config)?);
-    Ok(AppState { pool, queue, config: Arc::new(config), auth })
+    let intake = intake::Intake::spawn(pool.clone(), queue.clone());
+    let jobs = Arc::new(job_cache::JobCache::default());
+    Ok(AppState { pool, queue, config: Arc::new(config), auth, intake, jobs })
 }
 
 /// Serves until `shutdown` fires, then stops accepting and lets in-flight

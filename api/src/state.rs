@@ -13,4 +13,8 @@ pub struct AppState {
     pub config: Arc<Config>,
     /// Credential caches, the OIDC verifier, and write throttles.
     pub auth: Arc<crate::auth::AuthState>,
+    /// Group-committed inserts of plain triggers.
+    pub intake: crate::intake::Intake,
+    /// Jobs as the trigger paths read them.
+    pub jobs: Arc<crate::job_cache::JobCache>,
 }

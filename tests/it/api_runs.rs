@@ -33,6 +33,9 @@ async fn trigger_records_every_field_and_enqueues() {
     assert_eq!((run["debug_mode"].as_bool(), run["max_attempts_override"].as_i64()), (Some(true), Some(2)));
     assert_eq!(run["job_version_id"], job["version_id"]);
     assert_eq!(env.zcard(&env.queue.keys().ready).await, 1, "enqueued in redis");
+    // The answer is built from the request, not read back: it must be what
+    // was stored, field for field.
+    assert_eq!(env.run(run["id"].as_str().unwrap()).await, run, "the trigger's answer is the stored run");
 
     // Same idempotency key: the same run, 200, nothing new.
     let (s, again) = env.post(&format!("/v1/jobs/{id}/trigger"), json!({"idempotency_key": "k-1", "payload": {}})).await;
@@ -141,4 +144,40 @@ fn urlencode(s: &str) -> String {
     s.bytes()
         .map(|b| if b.is_ascii_alphanumeric() { (b as char).to_string() } else { format!("%{b:02X}") })
         .collect()
+}
+
+/// Triggers are group-committed: concurrent ones share one insert. Each
+/// still gets its own answer, and one that Postgres refuses fails alone.
+#[tokio::test]
+async fn concurrent_triggers_are_committed_together_and_fail_alone() {
+    let env = TestEnv::start().await;
+    let job = env.job("http://127.0.0.1:9/hook", json!({})).await;
+    let id = job["id"].as_str().unwrap().to_string();
+    let path = format!("/v1/jobs/{id}/trigger");
+    let calls = (0..40).map(|i| {
+        // A NUL character cannot be stored in jsonb.
+        let payload = if i == 17 { json!({"s": "nul \u{0}"}) } else { json!({"i": i}) };
+        let (env, path) = (&env, path.clone());
+        async move { env.post(&path, json!({"payload": payload, "idempotency_key": format!("k{}", i % 20)})).await }
+    });
+    let answers = futures::future::join_all(calls).await;
+    let bad = &answers[17];
+    assert!(bad.0 == 422 || bad.0 == 400, "the refused row is the caller's error: {bad:?}");
+    let mut ids = std::collections::HashMap::new();
+    for (i, (s, v)) in answers.iter().enumerate() {
+        if i == 17 {
+            continue;
+        }
+        assert!(*s == 201 || *s == 200, "trigger {i}: {s} {v}");
+        if let Some(other) = ids.insert(format!("k{}", i % 20), v["id"].clone()) {
+            assert_eq!(other, v["id"], "one run per idempotency key (k{})", i % 20);
+        }
+    }
+    let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM job_runs WHERE job_id = $1")
+        .bind(&id)
+        .fetch_one(&env.pool)
+        .await
+        .unwrap();
+    assert_eq!(stored, 20, "one run per key, none for the refused payload's key alone");
+    assert_eq!(env.zcard(&env.queue.keys().ready).await, 20, "each stored run enqueued once");
 }

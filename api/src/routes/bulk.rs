@@ -227,10 +227,6 @@ pub fn error_text(e: &ApiError) -> String {
     text
 }
 
-fn is_outage(e: &ApiError) -> bool {
-    matches!(e, ApiError::Unavailable(_))
-}
-
 fn check_size(n: usize, field: &str) -> ApiResult<()> {
     if n == 0 || n > MAX_ITEMS {
         return Err(ApiError::invalid_field(
@@ -272,7 +268,7 @@ impl BulkApi {
         job_id: Path<String>,
         body: Json<BulkTriggerRequest>,
     ) -> ApiResult<Json<BulkTriggerResponse>> {
-        let job = super::jobs::load_visible(&state, &auth, &job_id).await?;
+        let job = super::jobs::load_for_trigger(&state, &auth, &job_id).await?;
         let items = body.0.items;
         check_size(items.len(), "items")?;
         if !job.enabled {
@@ -287,17 +283,9 @@ impl BulkApi {
             .bind(auth.0.actor())
             .execute(&state.pool)
             .await?;
-        let mut results = Vec::with_capacity(items.len());
-        let (mut created, mut duplicates, mut errors) = (0, 0, 0);
-        let mut outage: Option<String> = None;
-        for (index, item) in items.into_iter().enumerate() {
-            let mut r = BulkTriggerResult { index: index as i64, status: "error".into(), run_id: None, error: None };
-            if let Some(why) = &outage {
-                r.error = Some(format!("not attempted: {why}"));
-                errors += 1;
-                results.push(r);
-                continue;
-            }
+        // All items at once: the api's intake commits them together (one
+        // insert for the whole call), and each still gets its own answer.
+        let attempts = items.into_iter().map(|item| {
             let req = TriggerRequest {
                 payload: item.payload,
                 priority: item.priority,
@@ -305,7 +293,14 @@ impl BulkApi {
                 tags: item.tags,
                 ..TriggerRequest::default()
             };
-            match super::runs::trigger(&state, &auth.0, &job, req, "bulk", Some(batch_id.clone())).await {
+            super::runs::trigger(&state, &auth.0, &job, req, "bulk", Some(batch_id.clone()))
+        });
+        let outcomes = futures::future::join_all(attempts).await;
+        let mut results = Vec::with_capacity(outcomes.len());
+        let (mut created, mut duplicates, mut errors) = (0, 0, 0);
+        for (index, outcome) in outcomes.into_iter().enumerate() {
+            let mut r = BulkTriggerResult { index: index as i64, status: "error".into(), run_id: None, error: None };
+            match outcome {
                 Ok((run, true)) => {
                     created += 1;
                     r.status = "created".into();
@@ -318,9 +313,6 @@ impl BulkApi {
                 }
                 Err(e) => {
                     errors += 1;
-                    if is_outage(&e) {
-                        outage = Some(error_text(&e));
-                    }
                     r.error = Some(error_text(&e));
                 }
             }

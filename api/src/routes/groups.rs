@@ -137,6 +137,7 @@ async fn set_paused(state: &AppState, group_id: &str, paused: bool) -> ApiResult
     .bind(paused)
     .fetch_all(&state.pool)
     .await?;
+    state.jobs.clear();
     for (id, project_id, spec) in jobs {
         sync_limits(state, &id, &project_id, &spec.0, paused).await;
     }

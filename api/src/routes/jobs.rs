@@ -2,6 +2,8 @@
 //! versions, and trigger (DECISIONS §2, SPEC §2.4).
 
 use std::collections::{BTreeMap, HashMap};
+use std::borrow::Borrow;
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use poem::web::Data;
@@ -353,10 +355,25 @@ pub fn check_name(name: &str, errors: &mut Vec<ErrorDetail>) {
 /// the project's resource policies let the caller act on it (403 otherwise).
 pub async fn load_visible(state: &AppState, auth: &Auth, id: &str) -> ApiResult<JobRecord> {
     check_id("job", id)?;
-    match store::jobs::get(&state.pool, id).await? {
-        Some(j) if visible(&auth.0, &j.project_id) => {
-            let r = Resource { kind: "job", id: Some(&j.id), tags: &j.spec.0.tags };
-            policy::check(state, &auth.0, &j.project_id, r).await?;
+    let job = store::jobs::get(&state.pool, id).await?;
+    admit(state, auth, id, job).await
+}
+
+/// [`load_visible`] through the trigger paths' job cache (`job_cache`: a
+/// change made elsewhere reaches it within a second).
+pub async fn load_for_trigger(state: &AppState, auth: &Auth, id: &str) -> ApiResult<Arc<JobRecord>> {
+    check_id("job", id)?;
+    let job = state.jobs.get(&state.pool, id).await?;
+    admit(state, auth, id, job).await
+}
+
+/// The job if the caller may see it and its policies let the caller act.
+async fn admit<J: Borrow<JobRecord>>(state: &AppState, auth: &Auth, id: &str, job: Option<J>) -> ApiResult<J> {
+    match job {
+        Some(j) if visible(&auth.0, &j.borrow().project_id) => {
+            let rec = j.borrow();
+            let r = Resource { kind: "job", id: Some(&rec.id), tags: &rec.spec.0.tags };
+            policy::check(state, &auth.0, &rec.project_id, r).await?;
             Ok(j)
         }
         _ => Err(ApiError::not_found("job", id)),
@@ -630,6 +647,7 @@ impl JobsApi {
         })
         .await?;
         tx.commit().await?;
+        state.jobs.forget(&cur.id);
         sync_limits(&state, &rec.id, &rec.project_id, &s, rec.paused).await;
         Ok(Json(job_view(rec)))
     }
@@ -670,6 +688,7 @@ impl JobsApi {
         })
         .await?;
         tx.commit().await?;
+        state.jobs.forget(&cur.id);
         for r in &cancelled {
             switchyard_shared::telemetry::transition(None, "cancelled");
             let _ = state.queue.remove(&r.entry()).await;
@@ -741,7 +760,7 @@ impl JobsApi {
         job_id: Path<String>,
         body: Json<run_routes::TriggerRequest>,
     ) -> ApiResult<Triggered> {
-        let job = load_visible(&state, &auth, &job_id).await?;
+        let job = load_for_trigger(&state, &auth, &job_id).await?;
         let (run, created) = run_routes::trigger(&state, &auth.0, &job, body.0, "api", None).await?;
         Ok(if created { Triggered::Created(Json(run)) } else { Triggered::Existing(Json(run)) })
     }

@@ -394,13 +394,18 @@ pub async fn trigger(
     // A replay asks for a new run of an earlier payload on purpose: the
     // dedup window does not fold it into the run it repeats.
     let dedup_window_secs = if triggered_by == "replay" { 0 } else { spec.dedup_window_secs };
+    let due_ms = match admitted.status {
+        RunStatus::Pending => admitted.scheduled_at.map_or(0, |t| t.timestamp_millis()),
+        _ => 0,
+    };
+    if depends_on.is_empty() && dedup_window_secs <= 0 {
+        // The common case: group-committed and enqueued with its batch.
+        let (run, created) = state.intake.submit(new, due_ms).await?;
+        return Ok((run_view(run), created));
+    }
     let opts = CreateOptions { dedup_window_secs, depends_on };
     let (run, created) = flow::create(&state.pool, new, &opts).await?;
     if created && !run.awaiting_dependencies {
-        let due_ms = match admitted.status {
-            RunStatus::Pending => admitted.scheduled_at.map_or(0, |t| t.timestamp_millis()),
-            _ => 0,
-        };
         if let Err(e) = state.queue.enqueue(&run.entry(), due_ms, now.timestamp_millis()).await {
             tracing::warn!(run_id = %run.id, error = %e, "enqueue failed; the run is durable and the reconciler will enqueue it");
         }

@@ -79,22 +79,24 @@ impl Queue {
     /// Puts an entry in `ready`, or in `scheduled` when `due_ms` is later
     /// than `now_ms`. Returns false when the entry was already queued.
     pub async fn enqueue(&self, entry: &Entry, due_ms: i64, now_ms: i64) -> Result<bool, QueueError> {
+        Ok(self.enqueue_many(&[(entry, due_ms)], now_ms).await? == 1)
+    }
+
+    /// [`Queue::enqueue`] for many entries in one script call (each with its
+    /// due time, 0 = now). Returns how many were enqueued.
+    pub async fn enqueue_many(&self, entries: &[(&Entry, i64)], now_ms: i64) -> Result<usize, QueueError> {
+        if entries.is_empty() {
+            return Ok(0);
+        }
         let k = &self.keys;
         let mut c = self.conn().await?;
-        let n: i64 = scripts::ENQUEUE
-            .key(&k.ready)
-            .key(&k.scheduled)
-            .key(&k.throttled)
-            .key(&k.leases)
-            .key(&k.parked)
-            .key(&k.signal)
-            .arg(entry.encode())
-            .arg(entry.rank())
-            .arg(due_ms)
-            .arg(now_ms)
-            .invoke_async(&mut c)
-            .await?;
-        Ok(n == 1)
+        let mut call = scripts::ENQUEUE.prepare_invoke();
+        call.key(&k.ready).key(&k.scheduled).key(&k.throttled).key(&k.leases).key(&k.parked).key(&k.signal).arg(now_ms);
+        for (entry, due_ms) in entries {
+            call.arg(entry.encode()).arg(entry.rank()).arg(*due_ms);
+        }
+        let n: i64 = call.invoke_async(&mut c).await?;
+        Ok(n.max(0) as usize)
     }
 
     /// Leases up to `max` entries until `now_ms + lease`.

@@ -199,6 +199,140 @@ pub async fn insert_in(conn: &mut sqlx::PgConnection, r: &NewRun) -> Result<(Run
     Ok((existing, false))
 }
 
+/// [`insert`] for many runs in one statement: the api group-commits its
+/// triggers, so a busy api pays one transaction per batch instead of one per
+/// trigger. Returns, in input order, `(run, created)`. A run whose
+/// idempotency key or cron tick is taken goes through [`insert`] on its own,
+/// which returns the run that holds it.
+pub async fn insert_many(pool: &PgPool, runs: Vec<NewRun>) -> Result<Vec<(Run, bool)>, sqlx::Error> {
+    // Postgres keeps microseconds: the run returned must read as it is stored.
+    let created_at = chrono::SubsecRound::trunc_subsecs(Utc::now(), 6);
+    let n = runs.len();
+    macro_rules! col {
+        ($f:expr) => {
+            runs.iter().map($f).collect::<Vec<_>>()
+        };
+    }
+    let inserted: Vec<String> = sqlx::query_scalar(
+        "WITH ins AS (
+            INSERT INTO job_runs (id, project_id, job_id, job_version, job_version_id, status, priority,
+                triggered_by, created_by, payload, idempotency_key, concurrency_key, batch_id, parent_run_id,
+                lineage_depth, debug_mode, execution_mode, retry_backoff, max_attempts_override,
+                retry_initial_delay_secs, retry_max_delay_secs, timeout_secs_override, metadata, tags,
+                scheduled_at, expires_at, payload_hash, cron_tick, awaiting_dependencies, created_at, updated_at)
+            SELECT t.*, $30, $30 FROM UNNEST($1::text[], $2::text[], $3::text[], $4::int4[], $5::text[], $6::text[],
+                $7::int4[], $8::text[], $9::text[], $10::jsonb[], $11::text[], $12::text[], $13::text[], $14::text[],
+                $15::int4[], $16::bool[], $17::text[], $18::text[], $19::int4[], $20::int4[], $21::int4[], $22::int4[],
+                $23::jsonb[], $24::jsonb[], $25::timestamptz[], $26::timestamptz[], $27::bytea[], $28::timestamptz[],
+                $29::bool[]) AS t
+            ON CONFLICT DO NOTHING
+            RETURNING id, status
+        ), ev AS (
+            INSERT INTO job_run_events (run_id, from_status, to_status, attempt, reason, created_at)
+            SELECT id, NULL, status, 0, 'triggered', $30 FROM ins
+        )
+        SELECT id FROM ins",
+    )
+    .bind(col!(|r| r.id.clone()))
+    .bind(col!(|r| r.project_id.clone()))
+    .bind(col!(|r| r.job_id.clone()))
+    .bind(col!(|r| r.job_version))
+    .bind(col!(|r| r.job_version_id.clone()))
+    .bind(col!(|r| r.status.to_string()))
+    .bind(col!(|r| r.priority))
+    .bind(col!(|r| r.triggered_by.clone()))
+    .bind(col!(|r| r.created_by.clone()))
+    .bind(col!(|r| r.payload.as_ref().map(Json)))
+    .bind(col!(|r| r.idempotency_key.clone()))
+    .bind(col!(|r| r.concurrency_key.clone()))
+    .bind(col!(|r| r.batch_id.clone()))
+    .bind(col!(|r| r.parent_run_id.clone()))
+    .bind(col!(|r| r.lineage_depth))
+    .bind(col!(|r| r.debug_mode))
+    .bind(col!(|r| r.execution_mode.clone()))
+    .bind(col!(|r| r.retry_backoff.clone()))
+    .bind(col!(|r| r.max_attempts_override))
+    .bind(col!(|r| r.retry_initial_delay_secs))
+    .bind(col!(|r| r.retry_max_delay_secs))
+    .bind(col!(|r| r.timeout_secs_override))
+    .bind(col!(|r| Json(&r.metadata)))
+    .bind(col!(|r| Json(&r.tags)))
+    .bind(col!(|r| r.scheduled_at))
+    .bind(col!(|r| r.expires_at))
+    .bind(col!(|r| r.payload_hash.clone()))
+    .bind(col!(|r| r.cron_tick))
+    .bind(col!(|r| r.awaiting_dependencies))
+    .bind(created_at)
+    .fetch_all(pool)
+    .await?;
+    let inserted: std::collections::HashSet<String> = inserted.into_iter().collect();
+    let mut out = Vec::with_capacity(n);
+    for r in runs {
+        if inserted.contains(&r.id) {
+            crate::telemetry::transition(None, r.status);
+            out.push((Run::from_new(r, created_at), true));
+        } else {
+            out.push(insert(pool, &r).await?);
+        }
+    }
+    Ok(out)
+}
+
+impl Run {
+    /// The row [`insert_many`] wrote for `r`: what the trigger gave, and the
+    /// table's defaults for the rest (so the insert need not return it).
+    fn from_new(r: NewRun, created_at: DateTime<Utc>) -> Run {
+        Run {
+            id: r.id,
+            project_id: r.project_id,
+            job_id: r.job_id,
+            job_version: r.job_version,
+            job_version_id: r.job_version_id,
+            status: r.status.to_string(),
+            attempt: 0,
+            priority: r.priority,
+            triggered_by: r.triggered_by,
+            created_by: r.created_by,
+            payload: r.payload.map(Json),
+            result: None,
+            error: None,
+            error_class: None,
+            idempotency_key: r.idempotency_key,
+            concurrency_key: r.concurrency_key,
+            batch_id: r.batch_id,
+            parent_run_id: r.parent_run_id,
+            continuation_of: None,
+            workflow_step_run_id: None,
+            lineage_depth: r.lineage_depth,
+            machine_id: None,
+            debug_mode: r.debug_mode,
+            execution_mode: r.execution_mode,
+            retry_backoff: r.retry_backoff,
+            max_attempts_override: r.max_attempts_override,
+            retry_initial_delay_secs: r.retry_initial_delay_secs,
+            retry_max_delay_secs: r.retry_max_delay_secs,
+            timeout_secs_override: r.timeout_secs_override,
+            metadata: Json(r.metadata),
+            tags: Json(r.tags),
+            scheduled_at: r.scheduled_at,
+            expires_at: r.expires_at,
+            started_at: None,
+            finished_at: None,
+            heartbeat_at: None,
+            next_retry_at: None,
+            execution_trace: None,
+            dispatch_token: 0,
+            resource_class: None,
+            progress: None,
+            progress_message: None,
+            async_accepted_at: None,
+            awaiting_dependencies: r.awaiting_dependencies,
+            created_at,
+            updated_at: created_at,
+        }
+    }
+}
+
 pub async fn get(pool: &PgPool, id: &str) -> Result<Option<Run>, sqlx::Error> {
     sqlx::query_as(&format!("SELECT {RUN_COLUMNS} FROM job_runs WHERE id = $1"))
         .bind(id)

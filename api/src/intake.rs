@@ -1,0 +1,82 @@
+//! Group-committed triggers.
+//!
+//! A trigger is accepted once its run is committed in Postgres. Under load
+//! many triggers arrive at once, and one commit each is what bounds the
+//! api's rate (Postgres pays per statement and per commit). So plain
+//! triggers go through a [`GroupCommit`]: whatever is waiting is written in
+//! one multi-row insert and one commit, and the new entries go to Redis in
+//! one script call. An idle api still writes each trigger at once; nothing
+//! waits for a batch to fill. Triggers with dependencies or a dedup window
+//! take the transactional path of `store::flow::create` instead.
+
+use sqlx::PgPool;
+use switchyard_shared::queue::Queue;
+use switchyard_shared::store::group::{GroupCommit, GroupError};
+use switchyard_shared::store::runs::{self, NewRun, Run};
+
+/// Concurrent batches in flight: while one commits, the next fills.
+const WRITERS: usize = 4;
+/// Rows per insert: bounds one statement's size and the wait of its callers.
+const MAX_BATCH: usize = 128;
+
+/// A run to insert, and when its entry is due in Redis (0 = now).
+type Item = (NewRun, i64);
+
+/// Each trigger's own result: a row that Postgres refuses fails only its
+/// own trigger, not the others of its batch.
+type Written = Result<(Run, bool), sqlx::Error>;
+
+#[derive(Clone)]
+pub struct Intake {
+    commit: GroupCommit<Item, Written>,
+}
+
+impl Intake {
+    /// Starts the writer tasks (needs a Tokio runtime).
+    pub fn spawn(pool: PgPool, queue: Queue) -> Intake {
+        let commit = GroupCommit::spawn(WRITERS, MAX_BATCH, move |items: Vec<Item>| {
+            let (pool, queue) = (pool.clone(), queue.clone());
+            async move { write(&pool, &queue, items).await }
+        });
+        Intake { commit }
+    }
+
+    /// Inserts the run (or finds the one holding its idempotency key) and
+    /// enqueues it. Returns `(run, created)` once the insert has committed.
+    pub async fn submit(&self, run: NewRun, due_ms: i64) -> Result<(Run, bool), sqlx::Error> {
+        self.commit.submit((run, due_ms)).await.map_err(GroupError::into_sqlx)?
+    }
+}
+
+async fn write(pool: &PgPool, queue: &Queue, items: Vec<Item>) -> Result<Vec<Written>, sqlx::Error> {
+    let (new, dues): (Vec<NewRun>, Vec<i64>) = items.into_iter().unzip();
+    let written: Vec<Written> = match runs::insert_many(pool, new.clone()).await {
+        Ok(w) => w.into_iter().map(Ok).collect(),
+        // An outage fails the batch (each caller maps it to 503)...
+        Err(e) if new.len() == 1 || !matches!(e, sqlx::Error::Database(_)) => return Err(e),
+        // ...but a row Postgres refuses must not fail its neighbours: one
+        // at a time, each trigger gets its own answer.
+        Err(_) => {
+            let mut each = Vec::with_capacity(new.len());
+            for run in new {
+                each.push(runs::insert_many(pool, vec![run]).await.map(|mut w| w.remove(0)));
+            }
+            each
+        }
+    };
+    let entries: Vec<_> = written
+        .iter()
+        .zip(&dues)
+        .filter_map(|(w, due)| match w {
+            Ok((run, true)) if !run.awaiting_dependencies => Some((run.entry(), *due)),
+            _ => None,
+        })
+        .collect();
+    let refs: Vec<_> = entries.iter().map(|(e, due)| (e, *due)).collect();
+    // The runs are durable now; if Redis misses them the reconciler enqueues
+    // them later, so a failure here is not the trigger's failure.
+    if let Err(e) = queue.enqueue_many(&refs, chrono::Utc::now().timestamp_millis()).await {
+        tracing::warn!(runs = refs.len(), error = %e, "enqueue failed; the runs are durable and the reconciler will enqueue them");
+    }
+    Ok(written)
+}
