@@ -1,30 +1,31 @@
--- ack: end a dispatch after its outcome is committed in Postgres. Drops the
--- lease, frees the job's and the key's concurrency slots, brings back one
--- parked entry per freed slot, and, for a retry, schedules the entry again.
--- Called when the lease was already reaped (the worker was too slow) it frees
--- nothing twice, and still schedules a retry: the Postgres record is the truth.
+-- ack: end dispatches after their outcomes are committed in Postgres. For
+-- each entry: drops the lease, frees the job's and the key's concurrency
+-- slots, brings back one parked entry per freed slot, and, for a retry,
+-- schedules the entry again. Called when a lease was already reaped (the
+-- worker was too slow) it frees nothing twice, and still schedules a retry:
+-- the Postgres record is the truth. Takes many entries per call so that a
+-- busy worker acks a whole batch at once.
 --
 -- KEYS[1] leases  KEYS[2] active  KEYS[3] parked  KEYS[4] ready
 -- KEYS[5] scheduled  KEYS[6] signal
--- ARGV[1] entry   ARGV[2] retry_due_ms (0 = no retry)
--- Returns 1 when a lease was released, 0 when there was none.
-local e = ARGV[1]
-local retry_due = tonumber(ARGV[2])
+-- ARGV: per entry two values: entry, retry_due_ms (0 = no retry)
+-- Returns how many leases were released.
 local OFFSET = 9007199254740992
+local woke = 0
 
-local released = redis.call('ZREM', KEYS[1], e)
-if released == 1 then
-  local run, job, rankhex, ckey = string.match(e, '^([^|]+)|([^|]+)|([^|]+)|(.*)$')
-  local woke = 0
-  local function unpark(prefix)
-    local p = redis.call('ZRANGEBYLEX', KEYS[3], '[' .. prefix, '[' .. prefix .. '\255', 'LIMIT', 0, 1)
-    if p[1] then
-      redis.call('ZREM', KEYS[3], p[1])
-      local rest = string.sub(p[1], #prefix + 1)
-      redis.call('ZADD', KEYS[4], tonumber(string.sub(rest, 1, 16), 16) - OFFSET, string.sub(rest, 18))
-      woke = woke + 1
-    end
+local function unpark(prefix)
+  local p = redis.call('ZRANGEBYLEX', KEYS[3], '[' .. prefix, '[' .. prefix .. '\255', 'LIMIT', 0, 1)
+  if p[1] then
+    redis.call('ZREM', KEYS[3], p[1])
+    local rest = string.sub(p[1], #prefix + 1)
+    redis.call('ZADD', KEYS[4], tonumber(string.sub(rest, 1, 16), 16) - OFFSET, string.sub(rest, 18))
+    woke = woke + 1
   end
+end
+
+local function release(e)
+  if redis.call('ZREM', KEYS[1], e) == 0 then return 0 end
+  local _, job, _, ckey = string.match(e, '^([^|]+)|([^|]+)|([^|]+)|(.*)$')
   local jfield = 'j:' .. job
   if redis.call('HINCRBY', KEYS[2], jfield, -1) <= 0 then redis.call('HDEL', KEYS[2], jfield) end
   if ckey ~= '' then
@@ -33,9 +34,17 @@ if released == 1 then
     unpark('K|' .. job .. '|' .. #ckey .. ':' .. ckey .. '|')
   end
   unpark('J|' .. job .. '|')
-  if woke > 0 and redis.call('LLEN', KEYS[6]) < 8 then redis.call('RPUSH', KEYS[6], '1') end
+  return 1
 end
-if retry_due > 0 then
-  redis.call('ZADD', KEYS[5], retry_due, e)
+
+local released = 0
+for i = 1, #ARGV, 2 do
+  local e, retry_due = ARGV[i], tonumber(ARGV[i + 1])
+  released = released + release(e)
+  if retry_due > 0 then
+    redis.call('ZADD', KEYS[5], retry_due, e)
+  end
 end
+local wake = math.min(woke, 8 - redis.call('LLEN', KEYS[6]))
+for _ = 1, wake do redis.call('RPUSH', KEYS[6], '1') end
 return released

@@ -61,7 +61,7 @@ async fn handle(w: &Inner, entry: &Entry, key: u64, dequeue: Duration) {
     let loaded = match loaded {
         Ok(Some(l)) => l,
         Ok(None) => {
-            record::ack(&w.queue, entry, None).await;
+            record::ack_grouped(w, entry, None).await;
             return;
         }
         Err(e) => {
@@ -71,7 +71,7 @@ async fn handle(w: &Inner, entry: &Entry, key: u64, dequeue: Duration) {
     };
     if loaded.expired {
         match store::runs::expire_unstarted(&w.pool, std::slice::from_ref(&entry.run_id)).await {
-            Ok(_) => record::ack(&w.queue, entry, None).await,
+            Ok(_) => record::ack_grouped(w, entry, None).await,
             Err(e) => tracing::warn!(run_id = %entry.run_id, error = %e, "could not expire the run; its lease will lapse"),
         }
         return;
@@ -125,7 +125,7 @@ async fn handle(w: &Inner, entry: &Entry, key: u64, dequeue: Duration) {
                 Err(e) => tracing::error!(run_id = %run.id, error = %e, "could not record the async acceptance"),
             }
             if matches!(marked, Ok(true)) || still_ours(w, &run).await {
-                record::ack(&w.queue, entry, None).await;
+                record::ack_grouped(w, entry, None).await;
             }
             return;
         }
@@ -152,7 +152,7 @@ async fn handle(w: &Inner, entry: &Entry, key: u64, dequeue: Duration) {
         if !recorded {
             tracing::info!(run_id = %run.id, "outcome not recorded: the run was cancelled meanwhile");
         }
-        record::ack(&w.queue, entry, retry_due).await;
+        record::ack_grouped(w, entry, retry_due).await;
     } else {
         // Our lease lapsed and another worker claimed the run: the lease on
         // this entry is now theirs, and releasing it would free their

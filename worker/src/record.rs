@@ -99,6 +99,16 @@ pub async fn ack(queue: &Queue, entry: &Entry, retry_due_ms: Option<i64>) {
     }
 }
 
+/// [`ack`] through the worker's batcher, so the dispatches that end
+/// together release their leases in one script call. On a failure the
+/// entry goes the one-by-one way, with its retries.
+pub(crate) async fn ack_grouped(w: &crate::worker::Inner, entry: &Entry, retry_due_ms: Option<i64>) {
+    match w.acker.submit((entry.clone(), retry_due_ms)).await {
+        Ok(Ok(())) => {}
+        _ => ack(&w.queue, entry, retry_due_ms).await,
+    }
+}
+
 /// Gives back an entry whose dispatch was cut short (shutdown deadline, or a
 /// panic) so that another worker redelivers the same attempt. The run is
 /// looked up first, so a run that has moved on is left as it is now.

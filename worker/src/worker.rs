@@ -68,11 +68,15 @@ pub(crate) struct Inner {
     /// marks of long attempts.
     pub(crate) finisher: Finisher,
     pub(crate) marker: Marker,
+    /// Acks are grouped into one script call the same way.
+    pub(crate) acker: Acker,
     webhooks: Mutex<JoinSet<()>>,
 }
 
 pub(crate) type Loader = GroupCommit<String, Option<switchyard_shared::store::runs::Loaded>>;
 pub(crate) type Marker = GroupCommit<(String, i64, chrono::DateTime<chrono::Utc>), bool>;
+/// An entry to ack and its retry time; the result is Redis's error, if any.
+pub(crate) type Acker = GroupCommit<(Entry, Option<i64>), Result<(), String>>;
 pub(crate) type Finisher = GroupCommit<(String, i64, switchyard_shared::store::Outcome), bool>;
 
 impl Inner {
@@ -120,6 +124,15 @@ impl Worker {
             let pool = mark_pool.clone();
             async move { runs::mark_running_many(&pool, items).await }
         });
+        let ack_queue = queue.clone();
+        let acker = Acker::spawn(2, MAX_BATCH, move |items: Vec<(Entry, Option<i64>)>| {
+            let queue = ack_queue.clone();
+            async move {
+                let refs: Vec<_> = items.iter().map(|(e, due)| (e, *due)).collect();
+                let done = queue.ack_many(&refs).await.map(|_| ()).map_err(|e| e.to_string());
+                Ok(vec![done; items.len()])
+            }
+        });
         let secrets = opts.secrets_key.as_ref().map(switchyard_shared::secrets::SecretsKey::from_secret);
         Ok(Worker {
             inner: Arc::new(Inner {
@@ -134,6 +147,7 @@ impl Worker {
                 loader,
                 finisher,
                 marker,
+                acker,
                 webhooks: Mutex::new(JoinSet::new()),
             }),
         })

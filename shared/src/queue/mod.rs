@@ -125,20 +125,24 @@ impl Queue {
     /// Ends a dispatch whose outcome is committed; `retry_due_ms` schedules
     /// the entry again. Returns false when the lease had already been reaped.
     pub async fn ack(&self, entry: &Entry, retry_due_ms: Option<i64>) -> Result<bool, QueueError> {
+        Ok(self.ack_many(&[(entry, retry_due_ms)]).await? == 1)
+    }
+
+    /// [`Queue::ack`] for many entries in one script call. Returns how many
+    /// leases were released.
+    pub async fn ack_many(&self, entries: &[(&Entry, Option<i64>)]) -> Result<usize, QueueError> {
+        if entries.is_empty() {
+            return Ok(0);
+        }
         let k = &self.keys;
         let mut c = self.conn().await?;
-        let n: i64 = scripts::ACK
-            .key(&k.leases)
-            .key(&k.active)
-            .key(&k.parked)
-            .key(&k.ready)
-            .key(&k.scheduled)
-            .key(&k.signal)
-            .arg(entry.encode())
-            .arg(retry_due_ms.unwrap_or(0).max(0))
-            .invoke_async(&mut c)
-            .await?;
-        Ok(n == 1)
+        let mut call = scripts::ACK.prepare_invoke();
+        call.key(&k.leases).key(&k.active).key(&k.parked).key(&k.ready).key(&k.scheduled).key(&k.signal);
+        for (entry, retry_due_ms) in entries {
+            call.arg(entry.encode()).arg(retry_due_ms.unwrap_or(0).max(0));
+        }
+        let n: i64 = call.invoke_async(&mut c).await?;
+        Ok(n.max(0) as usize)
     }
 
     /// Takes back leases that expired before `now_ms`.

@@ -6,7 +6,9 @@
 //! items. Nothing waits for a batch to fill: an idle system writes each item
 //! at once, a busy one batches naturally because items pile up while the
 //! previous commit is in flight. Several writers keep commits overlapping,
-//! so Postgres can also group their fsyncs.
+//! so Postgres can also group their fsyncs. The worker batches its Redis
+//! acks through the same type (one script call per batch), with Redis's
+//! error as each item's result.
 
 use std::future::Future;
 use std::sync::Arc;
