@@ -467,18 +467,18 @@ pub async fn finish_many(pool: &PgPool, items: Vec<(String, i64, Outcome)>) -> R
     let mut codes = Vec::with_capacity(n);
     let mut urls = Vec::with_capacity(n);
     let mut starts = Vec::with_capacity(n);
-    for (id, token, o) in &items {
-        ids.push(id.clone());
-        tokens.push(*token);
-        statuses.push(o.status.as_str().to_string());
-        results.push(o.result.clone().map(Json));
-        errors.push(o.error.clone());
-        classes.push(o.error_class.clone());
+    for (id, token, o) in items {
+        ids.push(id);
+        tokens.push(token);
+        statuses.push(o.status.as_str());
+        results.push(o.result.map(Json));
+        errors.push(o.error);
+        classes.push(o.error_class);
         retry_ats.push(o.next_retry_at);
-        traces.push(Json(o.trace.clone()));
+        traces.push(Json(o.trace));
         terminals.push(o.status.is_terminal());
         codes.push(o.status_code);
-        urls.push(o.endpoint_url.clone());
+        urls.push(o.endpoint_url);
         starts.push(o.attempt_started_at);
     }
     // `o` is the row as the statement's snapshot saw it, for the status it
