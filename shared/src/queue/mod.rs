@@ -5,10 +5,13 @@
 mod entry;
 mod keys;
 mod scripts;
+mod wake;
 
 pub use entry::{Entry, EntryError, MAX_PRIORITY, MIN_PRIORITY};
 pub use keys::Keys;
+pub use wake::{WakeLoop, WakeUp, WAKE_WINDOW};
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_redis::{Config as PoolConfig, Pool, Runtime};
@@ -57,11 +60,13 @@ pub fn pool(url: &str, max_size: usize) -> Result<Pool, QueueError> {
 pub struct Queue {
     pool: Pool,
     keys: Keys,
+    /// Throttles [`Queue::wake`], shared by the clones of this handle.
+    wakes: Arc<wake::Throttle>,
 }
 
 impl Queue {
     pub fn new(pool: Pool, prefix: &str) -> Queue {
-        Queue { pool, keys: Keys::new(prefix) }
+        Queue { pool, keys: Keys::new(prefix), wakes: Arc::default() }
     }
 
     pub fn keys(&self) -> &Keys {
