@@ -161,6 +161,14 @@ impl Queue {
         raw.iter().map(|s| Entry::decode(s).map_err(Into::into)).collect()
     }
 
+    /// Whether any lease expired by `now_ms` (what [`Queue::reap`] would
+    /// take), without taking it: a plain read.
+    pub async fn any_lease_expired(&self, now_ms: i64) -> Result<bool, QueueError> {
+        let mut c = self.conn().await?;
+        let n: u64 = c.zcount(&self.keys.leases, "-inf", now_ms).await?;
+        Ok(n > 0)
+    }
+
     /// Entries of `scheduled` due by `now_ms`, earliest first, at most
     /// `limit`. A plain read: nothing moves.
     pub async fn due_scheduled(&self, now_ms: i64, limit: usize) -> Result<Vec<Entry>, QueueError> {
