@@ -60,7 +60,9 @@ impl Env {
         let pool = db::lazy_pool(&url, 4).expect("pool");
         let prefix = ids::new_id("t");
         let queue = Queue::new(queue::pool(REDIS, 4).expect("redis pool"), &prefix);
-        let scheduler = Scheduler::new(pool.clone(), queue.clone(), SchedulerOptions::default()).expect("options");
+        let wake_ups = redis::Client::open(REDIS).expect("redis url");
+        let scheduler =
+            Scheduler::new(pool.clone(), queue.clone(), wake_ups, SchedulerOptions::default()).expect("options");
 
         let project_id = ids::project_id();
         let job_id = ids::job_id();
