@@ -19,7 +19,7 @@ use std::time::Duration;
 use chrono::Utc;
 use serde_json::{json, Value};
 use switchyard_shared::domain::{JobSpec, RetryPolicy, RetryStrategy};
-use switchyard_shared::queue::Entry;
+use switchyard_shared::queue::{Entry, WakeLoop};
 use switchyard_shared::store::{self, Outcome, Run};
 use switchyard_shared::telemetry::DISPATCH_DURATION;
 use tokio::sync::OwnedSemaphorePermit;
@@ -99,7 +99,9 @@ async fn handle(w: &Inner, entry: &Entry, key: u64, dequeue: Duration) {
             })
             .await;
             match &marked {
-                Ok(true) => {}
+                // The heartbeat sweep sleeps until the first deadline it
+                // knows of: this run's may be sooner.
+                Ok(true) => w.queue.wake(WakeLoop::Heartbeats, None),
                 Ok(false) => tracing::info!(run_id = %run.id, "async acceptance not recorded: the run moved on meanwhile"),
                 Err(e) => tracing::error!(run_id = %run.id, error = %e, "could not record the async acceptance"),
             }

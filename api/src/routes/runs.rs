@@ -9,7 +9,7 @@ use poem_openapi::payload::Json;
 use poem_openapi::{Object, OpenApi};
 use serde_json::{Map, Value};
 use switchyard_shared::domain::{payload_schema, schedule, ExecutionMode, RetryStrategy, RunStatus};
-use switchyard_shared::queue::{MAX_PRIORITY, MIN_PRIORITY};
+use switchyard_shared::queue::{WakeLoop, MAX_PRIORITY, MIN_PRIORITY};
 use switchyard_shared::store::flow::{self, CreateOptions, MAX_DEPENDENCIES};
 use switchyard_shared::store::{self, JobRecord, NewRun, Run};
 
@@ -396,6 +396,14 @@ pub async fn trigger(
     let dedup_window_secs = if triggered_by == "replay" { 0 } else { spec.dedup_window_secs };
     let opts = CreateOptions { dedup_window_secs, depends_on };
     let (run, created) = flow::create(&state.pool, new, &opts).await?;
+    // The scheduler loops that watch such runs sleep until their next
+    // deadline; these runs may be due sooner (throttled per process).
+    if created && run.awaiting_dependencies {
+        state.queue.wake(WakeLoop::Dependencies, None);
+    }
+    if created && run.expires_at.is_some() {
+        state.queue.wake(WakeLoop::Expirer, run.expires_at);
+    }
     if created && !run.awaiting_dependencies {
         let due_ms = match admitted.status {
             RunStatus::Pending => admitted.scheduled_at.map_or(0, |t| t.timestamp_millis()),
