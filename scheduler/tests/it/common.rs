@@ -16,6 +16,8 @@ use switchyard_shared::{db, ids};
 
 const PG_ADMIN: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 const PG_BASE: &str = "postgres://postgres@127.0.0.1:5432";
+pub const PG_ADDR: &str = "127.0.0.1:5432";
+pub const REDIS_ADDR: &str = "127.0.0.1:6379";
 const REDIS: &str = "redis://127.0.0.1:6379";
 /// Upper bound of one test, setup included.
 const TEST_TIMEOUT: Duration = Duration::from_secs(60);
@@ -102,6 +104,11 @@ impl Env {
             .await
             .expect("drop the test database");
         let _ = admin.close().await;
+    }
+
+    /// The name of this test's database.
+    pub fn db_name(&self) -> &str {
+        &self.db_name
     }
 
     /// Every key of this test's prefix, gone: what a Redis flush does to
