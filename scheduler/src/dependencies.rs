@@ -20,8 +20,8 @@
 //! forever. While no run waits, the loop sleeps (at most `max_sleep`) until
 //! the api publishes a wake-up for a trigger that made one (`Queue::wake`).
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
@@ -33,6 +33,10 @@ use switchyard_shared::store::flow::{self, Resolution, Resolvable};
 use crate::alarm::Alarm;
 use crate::error::{check_batch, check_max_sleep, check_positive, Error, OptionsError};
 use crate::pace::{self, Next, Pacing};
+
+/// How long a probe that found a run waiting holds: meanwhile the loop
+/// polls without probing again.
+const REPROBE_AFTER: Duration = Duration::from_secs(5);
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DependencyOptions {
@@ -148,10 +152,18 @@ impl DependencyResolver {
     }
 
     /// One pass of the loop: nothing while no run waits (one index probe),
-    /// else a batch and a look again after `interval`.
-    async fn pass(&self) -> Result<Next, Error> {
-        if !flow::any_awaiting_dependencies(&self.pool).await? {
-            return Ok(Next::Idle);
+    /// else a batch and a look again after `interval`. `waiting_seen` is
+    /// when a probe last found a run waiting: while that is recent the
+    /// probe is skipped, so polling costs no more than it did before the
+    /// loop learnt to sleep.
+    async fn pass(&self, waiting_seen: &Mutex<Option<Instant>>) -> Result<Next, Error> {
+        let seen = *waiting_seen.lock().unwrap_or_else(|p| p.into_inner());
+        if seen.is_none_or(|t| t.elapsed() >= REPROBE_AFTER) {
+            let waiting = flow::any_awaiting_dependencies(&self.pool).await?;
+            *waiting_seen.lock().unwrap_or_else(|p| p.into_inner()) = waiting.then(Instant::now);
+            if !waiting {
+                return Ok(Next::Idle);
+            }
         }
         let now = Utc::now();
         if self.resolve_once(now).await?.total() >= self.opts.batch_size {
@@ -164,7 +176,8 @@ impl DependencyResolver {
     /// Runs passes until shutdown (see the module doc).
     pub async fn run(&self, shutdown: Shutdown) {
         let pacing = Pacing { min_gap: self.opts.interval, max_sleep: self.opts.max_sleep };
-        pace::paced_passes("dependency pass", pacing, &self.alarm, &shutdown, || self.pass()).await
+        let waiting_seen = Mutex::new(None);
+        pace::paced_passes("dependency pass", pacing, &self.alarm, &shutdown, || self.pass(&waiting_seen)).await
     }
 }
 
