@@ -29,9 +29,12 @@
 //!   own run) and there is no payload to check against payload_schema.
 //!
 //! A pass sleeps until the earliest next tick of all jobs, between
-//! `min_sleep` and `max_sleep` (which bounds how late a new job's first tick
-//! or a changed schedule is noticed).
+//! `min_sleep` and `max_sleep`: with no cron job it reads Postgres once per
+//! `max_sleep`. The api publishes a wake-up (`Queue::wake`) when a job with
+//! a schedule is created, changed or resumed, so its first tick is not
+//! missed; `max_sleep` bounds how late it is noticed when that is lost.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -39,19 +42,21 @@ use serde_json::{Map, Value};
 use sqlx::PgPool;
 use switchyard_shared::domain::schedule::{self, CronSchedule};
 use switchyard_shared::domain::RunStatus;
-use switchyard_shared::queue::Queue;
+use switchyard_shared::queue::{Queue, WakeLoop};
 use switchyard_shared::shutdown::Shutdown;
 use switchyard_shared::store::flow::{self, CronJob};
 use switchyard_shared::store::{runs, NewRun};
 
-use crate::error::{check_batch, check_positive, Error, OptionsError};
-use crate::pace;
+use crate::alarm::Alarm;
+use crate::error::{check_batch, check_max_sleep, check_positive, Error, OptionsError};
+use crate::pace::{self, Next, Pacing};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CronOptions {
-    /// Longest sleep between passes (default 1 s).
+    /// Longest sleep between passes (default 30 s): bounds the delay when
+    /// a wake-up is lost.
     pub max_sleep: Duration,
-    /// Shortest sleep between passes (default 50 ms).
+    /// Least time between passes (default 50 ms).
     pub min_sleep: Duration,
     /// Jobs read per query (default 500).
     pub page_size: usize,
@@ -63,7 +68,7 @@ pub struct CronOptions {
 impl Default for CronOptions {
     fn default() -> Self {
         CronOptions {
-            max_sleep: Duration::from_secs(1),
+            max_sleep: Duration::from_secs(30),
             min_sleep: Duration::from_millis(50),
             page_size: 500,
             max_lateness: Duration::from_secs(10),
@@ -74,9 +79,7 @@ impl Default for CronOptions {
 impl CronOptions {
     pub fn validate(&self) -> Result<(), OptionsError> {
         check_positive("cron.min_sleep", self.min_sleep)?;
-        if self.max_sleep < self.min_sleep {
-            return Err(OptionsError::new("cron.max_sleep", "must not be shorter than cron.min_sleep"));
-        }
+        check_max_sleep("cron.max_sleep", self.max_sleep, "cron.min_sleep", self.min_sleep)?;
         if self.max_lateness > Duration::from_secs(3600) {
             return Err(OptionsError::new("cron.max_lateness", "must be at most an hour"));
         }
@@ -124,12 +127,18 @@ pub struct CronEnqueuer {
     pool: PgPool,
     queue: Queue,
     opts: CronOptions,
+    alarm: Arc<Alarm>,
 }
 
 impl CronEnqueuer {
     pub fn new(pool: PgPool, queue: Queue, opts: CronOptions) -> Result<CronEnqueuer, OptionsError> {
         opts.validate()?;
-        Ok(CronEnqueuer { pool, queue, opts })
+        Ok(CronEnqueuer { pool, queue, opts, alarm: Arc::default() })
+    }
+
+    /// What brings the next pass forward (rung by the wake-up listener).
+    pub fn alarm(&self) -> &Arc<Alarm> {
+        &self.alarm
     }
 
     pub fn options(&self) -> &CronOptions {
@@ -209,6 +218,9 @@ impl CronEnqueuer {
             return Ok(false);
         }
         tracing::info!(job_id = %job.id, run_id = %run.id, tick = %tick, "cron tick fired");
+        if run.expires_at.is_some() {
+            self.queue.wake(WakeLoop::Expirer, run.expires_at);
+        }
         let due_ms = match admitted.status {
             RunStatus::Pending => admitted.scheduled_at.map_or(0, |t| t.timestamp_millis()),
             _ => 0,
@@ -220,27 +232,15 @@ impl CronEnqueuer {
         Ok(true)
     }
 
-    /// Runs passes until shutdown.
+    /// Runs passes until shutdown, each at the next tick of any job (see
+    /// the module doc).
     pub async fn run(&self, shutdown: Shutdown) {
-        let mut failures = 0;
-        loop {
-            let now = chrono::Utc::now();
-            let pause = match self.tick_once(now).await {
-                Ok(report) => {
-                    failures = 0;
-                    let until_next = report.next_tick.and_then(|t| (t - chrono::Utc::now()).to_std().ok());
-                    until_next.unwrap_or(self.opts.max_sleep).clamp(self.opts.min_sleep, self.opts.max_sleep)
-                }
-                Err(e) => {
-                    failures += 1;
-                    tracing::warn!(error = %e, failures, "cron pass failed");
-                    pace::error_backoff(failures)
-                }
-            };
-            if !pace::sleep(pause, &shutdown).await {
-                return;
-            }
-        }
+        let pacing = Pacing { min_gap: self.opts.min_sleep, max_sleep: self.opts.max_sleep };
+        pace::paced_passes("cron pass", pacing, &self.alarm, &shutdown, || async {
+            let report = self.tick_once(Utc::now()).await?;
+            Ok::<_, Error>(report.next_tick.map_or(Next::Idle, Next::At))
+        })
+        .await
     }
 }
 

@@ -13,11 +13,15 @@
 //! ```
 //!
 //! A failed run is itself a failed dependency, so failures cascade down a
-//! chain, one pass per level. Runs are polled rather than woken, so a
-//! dependency finishing while a pass looks at its dependents is seen by the
-//! next pass: nothing waits forever.
+//! chain, one pass per level. While any run waits, its dependencies are
+//! polled every `interval` rather than woken (they finish on the workers'
+//! hot path, which publishes nothing), so a dependency finishing while a
+//! pass looks at its dependents is seen by the next pass: nothing waits
+//! forever. While no run waits, the loop sleeps (at most `max_sleep`) until
+//! the api publishes a wake-up for a trigger that made one (`Queue::wake`).
 
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
@@ -26,14 +30,22 @@ use switchyard_shared::queue::Queue;
 use switchyard_shared::shutdown::Shutdown;
 use switchyard_shared::store::flow::{self, Resolution, Resolvable};
 
-use crate::error::{check_batch, check_positive, Error, OptionsError};
-use crate::pace;
+use crate::alarm::Alarm;
+use crate::error::{check_batch, check_max_sleep, check_positive, Error, OptionsError};
+use crate::pace::{self, Next, Pacing};
+
+/// How long a probe that found a run waiting holds: meanwhile the loop
+/// polls without probing again.
+const REPROBE_AFTER: Duration = Duration::from_secs(5);
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DependencyOptions {
-    /// Time between passes (default 500 ms): how long a run may wait after
-    /// its last dependency completed.
+    /// Time between passes while a run waits (default 500 ms): how long a
+    /// run may wait after its last dependency completed.
     pub interval: Duration,
+    /// Longest sleep while no run waits (default 30 s): bounds the delay
+    /// when a wake-up is lost.
+    pub max_sleep: Duration,
     /// Runs resolved per transaction (default 500); a full batch is
     /// followed by another at once.
     pub batch_size: usize,
@@ -41,13 +53,14 @@ pub struct DependencyOptions {
 
 impl Default for DependencyOptions {
     fn default() -> Self {
-        DependencyOptions { interval: Duration::from_millis(500), batch_size: 500 }
+        DependencyOptions { interval: Duration::from_millis(500), max_sleep: Duration::from_secs(30), batch_size: 500 }
     }
 }
 
 impl DependencyOptions {
     pub fn validate(&self) -> Result<(), OptionsError> {
         check_positive("dependencies.interval", self.interval)?;
+        check_max_sleep("dependencies.max_sleep", self.max_sleep, "dependencies.interval", self.interval)?;
         check_batch("dependencies.batch_size", self.batch_size)
     }
 }
@@ -86,12 +99,18 @@ pub struct DependencyResolver {
     pool: PgPool,
     queue: Queue,
     opts: DependencyOptions,
+    alarm: Arc<Alarm>,
 }
 
 impl DependencyResolver {
     pub fn new(pool: PgPool, queue: Queue, opts: DependencyOptions) -> Result<DependencyResolver, OptionsError> {
         opts.validate()?;
-        Ok(DependencyResolver { pool, queue, opts })
+        Ok(DependencyResolver { pool, queue, opts, alarm: Arc::default() })
+    }
+
+    /// What brings the next pass forward (rung by the wake-up listener).
+    pub fn alarm(&self) -> &Arc<Alarm> {
+        &self.alarm
     }
 
     /// One batch at `now`: resolves up to `batch_size` runs.
@@ -132,12 +151,33 @@ impl DependencyResolver {
         Ok(report)
     }
 
-    /// Runs passes until shutdown.
+    /// One pass of the loop: nothing while no run waits (one index probe),
+    /// else a batch and a look again after `interval`. `waiting_seen` is
+    /// when a probe last found a run waiting: while that is recent the
+    /// probe is skipped, so polling costs no more than it did before the
+    /// loop learnt to sleep.
+    async fn pass(&self, waiting_seen: &Mutex<Option<Instant>>) -> Result<Next, Error> {
+        let seen = *waiting_seen.lock().unwrap_or_else(|p| p.into_inner());
+        if seen.is_none_or(|t| t.elapsed() >= REPROBE_AFTER) {
+            let waiting = flow::any_awaiting_dependencies(&self.pool).await?;
+            *waiting_seen.lock().unwrap_or_else(|p| p.into_inner()) = waiting.then(Instant::now);
+            if !waiting {
+                return Ok(Next::Idle);
+            }
+        }
+        let now = Utc::now();
+        if self.resolve_once(now).await?.total() >= self.opts.batch_size {
+            return Ok(Next::Now);
+        }
+        let interval = chrono::Duration::from_std(self.opts.interval).unwrap_or(chrono::Duration::zero());
+        Ok(Next::At(now + interval))
+    }
+
+    /// Runs passes until shutdown (see the module doc).
     pub async fn run(&self, shutdown: Shutdown) {
-        pace::batch_passes("dependency pass", self.opts.interval, &shutdown, || async {
-            self.resolve_once(Utc::now()).await.map(|r| r.total() >= self.opts.batch_size)
-        })
-        .await
+        let pacing = Pacing { min_gap: self.opts.interval, max_sleep: self.opts.max_sleep };
+        let waiting_seen = Mutex::new(None);
+        pace::paced_passes("dependency pass", pacing, &self.alarm, &shutdown, || self.pass(&waiting_seen)).await
     }
 }
 
@@ -173,5 +213,8 @@ mod tests {
         assert!(DependencyOptions::default().validate().is_ok());
         let e = DependencyOptions { interval: Duration::ZERO, ..Default::default() }.validate().unwrap_err();
         assert_eq!(e.field, "dependencies.interval");
+        let short = DependencyOptions { max_sleep: Duration::from_millis(10), ..Default::default() };
+        let e = short.validate().unwrap_err();
+        assert_eq!(e.field, "dependencies.max_sleep");
     }
 }

@@ -43,3 +43,16 @@ pub(crate) fn check_positive(field: &'static str, d: std::time::Duration) -> Res
     }
     Ok(())
 }
+
+/// Checks that a loop's longest sleep is not shorter than its shortest.
+pub(crate) fn check_max_sleep(
+    field: &'static str,
+    max_sleep: std::time::Duration,
+    min_field: &str,
+    min: std::time::Duration,
+) -> Result<(), OptionsError> {
+    if max_sleep < min {
+        return Err(OptionsError::new(field, format!("must not be shorter than {min_field}")));
+    }
+    Ok(())
+}

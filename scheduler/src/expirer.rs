@@ -7,7 +7,13 @@
 //! worker's claim refuses an expired run too (it marks it `expired`), so a
 //! run cannot start between two passes. Several schedulers share the work
 //! (`FOR UPDATE SKIP LOCKED`).
+//!
+//! The loop does not poll: after a pass it sleeps until the earliest
+//! `expires_at` still ahead (`flow::next_expiry`), at most `max_sleep`.
+//! Whatever makes a run with an `expires_at` publishes a wake-up with that
+//! time (`Queue::wake`), which brings the next pass forward if it is sooner.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -16,13 +22,17 @@ use switchyard_shared::queue::Queue;
 use switchyard_shared::shutdown::Shutdown;
 use switchyard_shared::store::flow;
 
-use crate::error::{check_batch, check_positive, Error, OptionsError};
-use crate::pace;
+use crate::alarm::Alarm;
+use crate::error::{check_batch, check_max_sleep, check_positive, Error, OptionsError};
+use crate::pace::{self, Next, Pacing};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ExpirerOptions {
-    /// Time between passes (default 1 s).
+    /// Least time between passes (default 1 s): how late past its
+    /// `expires_at` a run may expire, at most.
     pub interval: Duration,
+    /// Longest sleep (default 30 s): bounds the delay when a wake-up is lost.
+    pub max_sleep: Duration,
     /// Runs expired per statement (default 500); a full batch is followed
     /// by another at once.
     pub batch_size: usize,
@@ -30,13 +40,14 @@ pub struct ExpirerOptions {
 
 impl Default for ExpirerOptions {
     fn default() -> Self {
-        ExpirerOptions { interval: Duration::from_secs(1), batch_size: 500 }
+        ExpirerOptions { interval: Duration::from_secs(1), max_sleep: Duration::from_secs(30), batch_size: 500 }
     }
 }
 
 impl ExpirerOptions {
     pub fn validate(&self) -> Result<(), OptionsError> {
         check_positive("expirer.interval", self.interval)?;
+        check_max_sleep("expirer.max_sleep", self.max_sleep, "expirer.interval", self.interval)?;
         check_batch("expirer.batch_size", self.batch_size)
     }
 }
@@ -46,12 +57,18 @@ pub struct Expirer {
     pool: PgPool,
     queue: Queue,
     opts: ExpirerOptions,
+    alarm: Arc<Alarm>,
 }
 
 impl Expirer {
     pub fn new(pool: PgPool, queue: Queue, opts: ExpirerOptions) -> Result<Expirer, OptionsError> {
         opts.validate()?;
-        Ok(Expirer { pool, queue, opts })
+        Ok(Expirer { pool, queue, opts, alarm: Arc::default() })
+    }
+
+    /// What brings the next pass forward (rung by the wake-up listener).
+    pub fn alarm(&self) -> &Arc<Alarm> {
+        &self.alarm
     }
 
     /// One batch at `now`; returns how many runs expired.
@@ -70,12 +87,19 @@ impl Expirer {
         Ok(expired.len())
     }
 
-    /// Runs passes until shutdown.
+    /// One pass of the loop: a batch, then when the next run expires.
+    async fn pass(&self) -> Result<Next, Error> {
+        if self.expire_once(Utc::now()).await? >= self.opts.batch_size {
+            return Ok(Next::Now);
+        }
+        Ok(flow::next_expiry(&self.pool).await?.map_or(Next::Idle, Next::At))
+    }
+
+    /// Runs passes until shutdown, each when a run may be due (see the
+    /// module doc).
     pub async fn run(&self, shutdown: Shutdown) {
-        pace::batch_passes("expiry pass", self.opts.interval, &shutdown, || async {
-            self.expire_once(Utc::now()).await.map(|r| r >= self.opts.batch_size)
-        })
-        .await
+        let pacing = Pacing { min_gap: self.opts.interval, max_sleep: self.opts.max_sleep };
+        pace::paced_passes("expiry pass", pacing, &self.alarm, &shutdown, || self.pass()).await
     }
 }
 
@@ -88,5 +112,7 @@ mod tests {
         assert!(ExpirerOptions::default().validate().is_ok());
         let e = ExpirerOptions { batch_size: 0, ..Default::default() }.validate().unwrap_err();
         assert_eq!(e.field, "expirer.batch_size");
+        let e = ExpirerOptions { max_sleep: Duration::from_millis(10), ..Default::default() }.validate().unwrap_err();
+        assert_eq!(e.field, "expirer.max_sleep");
     }
 }

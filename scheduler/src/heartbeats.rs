@@ -15,7 +15,14 @@
 //! Safe with many schedulers: the outcome is written fenced by the run's
 //! dispatch token and only while it is still running, so of two sweeps (or
 //! a sweep and a late `complete`) exactly one lands.
+//!
+//! The loop does not poll: after a pass it sleeps until the first running
+//! async run would go overdue (`settle::next_async_deadline`; heartbeats
+//! only push that later, so waking then is never late), at most
+//! `max_sleep`. A worker that records an acceptance, and the api when a job
+//! changes (its timeout may be shorter), publish a wake-up (`Queue::wake`).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -27,14 +34,17 @@ use switchyard_shared::store::settle::{self, Ending, HEARTBEAT_TIMEOUT};
 use switchyard_shared::store::{jobs, runs};
 use switchyard_worker::client::Http;
 
-use crate::error::{check_batch, check_positive, Error, OptionsError};
-use crate::pace;
+use crate::alarm::Alarm;
+use crate::error::{check_batch, check_max_sleep, check_positive, Error, OptionsError};
+use crate::pace::{self, Next, Pacing};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HeartbeatOptions {
-    /// Time between passes (default 1 s): how late past its timeout a silent
-    /// run is noticed, at most.
+    /// Least time between passes (default 1 s): how late past its timeout
+    /// a silent run is noticed, at most.
     pub interval: Duration,
+    /// Longest sleep (default 30 s): bounds the delay when a wake-up is lost.
+    pub max_sleep: Duration,
     /// Overdue runs handled per pass (default 200); a full batch is followed
     /// by another pass at once.
     pub batch_size: usize,
@@ -45,13 +55,19 @@ pub struct HeartbeatOptions {
 
 impl Default for HeartbeatOptions {
     fn default() -> Self {
-        HeartbeatOptions { interval: Duration::from_secs(1), batch_size: 200, deny_private: false }
+        HeartbeatOptions {
+            interval: Duration::from_secs(1),
+            max_sleep: Duration::from_secs(30),
+            batch_size: 200,
+            deny_private: false,
+        }
     }
 }
 
 impl HeartbeatOptions {
     pub fn validate(&self) -> Result<(), OptionsError> {
         check_positive("heartbeats.interval", self.interval)?;
+        check_max_sleep("heartbeats.max_sleep", self.max_sleep, "heartbeats.interval", self.interval)?;
         check_batch("heartbeats.batch_size", self.batch_size)
     }
 }
@@ -75,6 +91,7 @@ pub struct HeartbeatSweeper {
     queue: Queue,
     opts: HeartbeatOptions,
     http: Http,
+    alarm: Arc<Alarm>,
 }
 
 impl HeartbeatSweeper {
@@ -82,7 +99,12 @@ impl HeartbeatSweeper {
         opts.validate()?;
         let http = Http::new(4, opts.deny_private)
             .map_err(|e| OptionsError::new("heartbeats.http", format!("cannot build the webhook client: {e}")))?;
-        Ok(HeartbeatSweeper { pool, queue, opts, http })
+        Ok(HeartbeatSweeper { pool, queue, opts, http, alarm: Arc::default() })
+    }
+
+    /// What brings the next pass forward (rung by the wake-up listener).
+    pub fn alarm(&self) -> &Arc<Alarm> {
+        &self.alarm
     }
 
     pub fn options(&self) -> &HeartbeatOptions {
@@ -148,12 +170,19 @@ impl HeartbeatSweeper {
         Ok(report)
     }
 
-    /// Runs passes until shutdown.
+    /// One pass of the loop: a sweep, then when the next run goes overdue.
+    async fn pass(&self) -> Result<Next, Error> {
+        if self.sweep_once(Utc::now()).await?.overdue >= self.opts.batch_size {
+            return Ok(Next::Now);
+        }
+        Ok(settle::next_async_deadline(&self.pool).await?.map_or(Next::Idle, Next::At))
+    }
+
+    /// Runs passes until shutdown, each when a run may be overdue (see the
+    /// module doc).
     pub async fn run(&self, shutdown: Shutdown) {
-        pace::batch_passes("heartbeat sweep", self.opts.interval, &shutdown, || async {
-            self.sweep_once(Utc::now()).await.map(|r| r.overdue >= self.opts.batch_size)
-        })
-        .await
+        let pacing = Pacing { min_gap: self.opts.interval, max_sleep: self.opts.max_sleep };
+        pace::paced_passes("heartbeat sweep", pacing, &self.alarm, &shutdown, || self.pass()).await
     }
 }
 
@@ -168,5 +197,7 @@ mod tests {
         assert_eq!(e.field, "heartbeats.interval");
         let e = HeartbeatOptions { batch_size: 0, ..Default::default() }.validate().unwrap_err();
         assert_eq!(e.field, "heartbeats.batch_size");
+        let e = HeartbeatOptions { max_sleep: Duration::from_millis(10), ..Default::default() }.validate().unwrap_err();
+        assert_eq!(e.field, "heartbeats.max_sleep");
     }
 }

@@ -18,13 +18,25 @@
 //!   `expired`.
 //! - [`placement`]: the rule, shared by reaper and reconciler, for where a
 //!   run's entry belongs given its Postgres row.
-//! - [`pace`]: the clock, shutdown-aware sleeps and error back-off.
+//! - [`pace`]: the clock, shutdown-aware sleeps, error back-off and the
+//!   loop drivers.
+//! - [`alarm`], [`wake`]: how a sleeping loop is woken: one Redis pub/sub
+//!   subscription per process rings the alarm of the loop a message names.
 //! - [`error`]: the crate's error type and option validation errors.
 //!
 //! Each loop is one type with validated options (interval, batch size), a
 //! public single-step method for tests, and a `run(shutdown)` loop. All are
 //! safe with any number of scheduler processes: the promoter and reaper by
 //! idempotence and atomic Redis scripts, the reconciler by a Redis lock.
+//!
+//! Idle costs little. The promoter, reaper and reconciler look at Redis
+//! about once a second and touch Postgres only when Redis shows work (the
+//! reconciler's periodic sweep aside). The expirer, heartbeat sweep,
+//! dependency resolver and cron enqueuer sleep until the earliest deadline
+//! of what they watch, at most `max_sleep` (30 s), and are woken sooner by
+//! the wake-ups the api and workers publish when they make such work
+//! (`switchyard_shared::queue::wake`). With nothing to do, a scheduler
+//! issues a few Postgres statements per `max_sleep`.
 //!
 //! Execution windows are applied where runs become due: by the api at
 //! trigger, the cron enqueuer and the dependency resolver when they admit a
@@ -33,6 +45,7 @@
 //! [`run`] is what the `switchyard-scheduler` binary and `switchyard dev`
 //! call; tests build a [`Scheduler`] from a pool and a queue and step it.
 
+pub mod alarm;
 pub mod cron;
 pub mod dependencies;
 pub mod error;
@@ -43,6 +56,7 @@ pub mod placement;
 pub mod promoter;
 pub mod reaper;
 pub mod reconciler;
+pub mod wake;
 
 use std::time::Duration;
 
@@ -98,10 +112,20 @@ pub struct Scheduler {
     cron: CronEnqueuer,
     dependencies: DependencyResolver,
     expirer: Expirer,
+    /// The Redis server of `queue`, for the wake-up subscription (a pub/sub
+    /// connection cannot come from the queue's pool).
+    redis: redis::Client,
+    wake_channel: String,
 }
 
 impl Scheduler {
-    pub fn new(pool: PgPool, queue: Queue, options: SchedulerOptions) -> Result<Scheduler, OptionsError> {
+    /// `redis` must name the server of `queue`: the loops are woken through it.
+    pub fn new(
+        pool: PgPool,
+        queue: Queue,
+        redis: redis::Client,
+        options: SchedulerOptions,
+    ) -> Result<Scheduler, OptionsError> {
         Ok(Scheduler {
             promoter: Promoter::new(pool.clone(), queue.clone(), options.promoter)?,
             reaper: Reaper::new(pool.clone(), queue.clone(), options.reaper)?,
@@ -109,8 +133,20 @@ impl Scheduler {
             cron: CronEnqueuer::new(pool.clone(), queue.clone(), options.cron)?,
             dependencies: DependencyResolver::new(pool.clone(), queue.clone(), options.dependencies)?,
             expirer: Expirer::new(pool.clone(), queue.clone(), options.expirer)?,
+            redis,
+            wake_channel: queue.keys().wake.clone(),
             reconciler: Reconciler::new(pool, queue, options.reconciler)?,
         })
+    }
+
+    /// The alarms of the loops that sleep until woken.
+    pub fn alarms(&self) -> wake::Alarms {
+        wake::Alarms {
+            expirer: self.expirer.alarm().clone(),
+            heartbeats: self.heartbeats.alarm().clone(),
+            dependencies: self.dependencies.alarm().clone(),
+            cron: self.cron.alarm().clone(),
+        }
     }
 
     pub fn promoter(&self) -> &Promoter {
@@ -173,11 +209,12 @@ impl Scheduler {
         self.reconciler.sweep(chrono::Utc::now()).await
     }
 
-    /// Runs every loop until `shutdown` fires, then waits up to `grace` for
-    /// them to finish the step they are in.
+    /// Runs every loop, and the wake-up listener, until `shutdown` fires,
+    /// then waits up to `grace` for them to finish the step they are in.
     pub async fn run(&self, shutdown: Shutdown, grace: Duration) {
         let loops = async {
             tokio::join!(
+                wake::listen(self.redis.clone(), self.wake_channel.clone(), self.alarms(), shutdown.clone()),
                 self.promoter.run(shutdown.clone()),
                 self.reaper.run(shutdown.clone()),
                 self.reconciler.run(shutdown.clone()),
@@ -202,10 +239,11 @@ impl Scheduler {
 /// migrated (`db::prepare`).
 pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
     let pool = db::lazy_pool(&config.database_url, 4).context("postgres pool")?;
-    let redis = queue::pool(&config.redis_url, 4).context("redis pool")?;
-    let queue = Queue::new(redis, &config.redis_key_prefix);
-    let scheduler =
-        Scheduler::new(pool.clone(), queue, SchedulerOptions::from_config(&config)).context("scheduler options")?;
+    let redis_pool = queue::pool(&config.redis_url, 4).context("redis pool")?;
+    let queue = Queue::new(redis_pool, &config.redis_key_prefix);
+    let wake_ups = redis::Client::open(config.redis_url.as_str()).context("redis url")?;
+    let scheduler = Scheduler::new(pool.clone(), queue, wake_ups, SchedulerOptions::from_config(&config))
+        .context("scheduler options")?;
     tracing::info!(prefix = %config.redis_key_prefix, "scheduler started");
     scheduler.run(shutdown, config.shutdown_grace).await;
     pool.close().await;

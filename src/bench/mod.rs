@@ -202,8 +202,11 @@ async fn phases(sys: &System, opts: &Opts) -> anyhow::Result<Report> {
     }
     if opts.wants('f') {
         eprintln!("bench: (f) idle for {} s", opts.idle_secs);
-        // Lets the last statements' statistics reach pg_stat_database first.
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        // Lets the last statements' statistics reach pg_stat_database first:
+        // a backend that falls idle reports them up to 10 s later
+        // (PGSTAT_IDLE_INTERVAL), so a shorter wait counts the setup's
+        // statements (migrations, the project just made) as idle traffic.
+        tokio::time::sleep(Duration::from_secs(11)).await;
         report.idle = keep(&mut report.failures, "(f)", idle::run(sys, Duration::from_secs(opts.idle_secs)).await);
         report.phase_secs.insert("f".into(), lap(&mut t));
     }

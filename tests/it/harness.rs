@@ -78,7 +78,8 @@ impl TestEnv {
 
     pub fn scheduler(&self) -> switchyard_scheduler::Scheduler {
         let opts = switchyard_scheduler::SchedulerOptions::from_config(&self.config);
-        switchyard_scheduler::Scheduler::new(self.pool.clone(), self.new_queue(), opts).expect("scheduler")
+        let wake_ups = redis::Client::open(self.config.redis_url.as_str()).expect("redis url");
+        switchyard_scheduler::Scheduler::new(self.pool.clone(), self.new_queue(), wake_ups, opts).expect("scheduler")
     }
 
     /// Runs a worker loop until the returned token is cancelled (or the test ends).

@@ -23,3 +23,4 @@ mod bulk_ops;
 mod metrics_paths;
 mod run_records;
 mod secrets_envs;
+mod wakeups;

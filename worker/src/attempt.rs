@@ -25,7 +25,7 @@ use std::time::Duration;
 use chrono::Utc;
 use serde_json::{json, Value};
 use switchyard_shared::domain::{JobSpec, RetryPolicy, RetryStrategy};
-use switchyard_shared::queue::Entry;
+use switchyard_shared::queue::{Entry, WakeLoop};
 use switchyard_shared::store::{self, Outcome, Run};
 use switchyard_shared::telemetry::DISPATCH_DURATION;
 use tokio::sync::OwnedSemaphorePermit;
@@ -82,6 +82,26 @@ async fn handle(w: &Inner, entry: &Entry, key: u64, dequeue: Duration) {
     let claimed_at = Utc::now();
     let run = loaded.run.taken_for_dispatch(claimed_at);
     w.inflight.set_token(key, run.dispatch_token);
+    // A run that can expire is marked running before it is sent, as the
+    // expirer takes any queued run past its expires_at that never started.
+    if run.expires_at.is_some() {
+        let marked = with_db_retry("marking a run running", || async {
+            w.marker.submit((run.id.clone(), run.dispatch_token, claimed_at)).await.map_err(|e| e.into_sqlx())
+        })
+        .await;
+        match marked {
+            Ok(true) => {}
+            Ok(false) => {
+                // Expired, cancelled or taken meanwhile.
+                record::ack_grouped(w, entry, None).await;
+                return;
+            }
+            Err(e) => {
+                tracing::error!(run_id = %run.id, error = %e, "marking the run failed; leaving the lease to lapse");
+                return;
+            }
+        }
+    }
 
     let waiting_since = due_at.or(run.scheduled_at.filter(|s| *s > run.created_at)).unwrap_or(run.created_at);
     let trace = ExecutionTrace::new(waiting_since, claimed_at, dequeue);
@@ -120,7 +140,9 @@ async fn handle(w: &Inner, entry: &Entry, key: u64, dequeue: Duration) {
             })
             .await;
             match &marked {
-                Ok(true) => {}
+                // The heartbeat sweep sleeps until the first deadline it
+                // knows of: this run's may be sooner.
+                Ok(true) => w.queue.wake(WakeLoop::Heartbeats, None),
                 Ok(false) => tracing::info!(run_id = %run.id, "async acceptance not recorded: the run moved on meanwhile"),
                 Err(e) => tracing::error!(run_id = %run.id, error = %e, "could not record the async acceptance"),
             }

@@ -11,7 +11,7 @@ use poem_openapi::{ApiResponse, Object, OpenApi};
 use switchyard_shared::domain::{JobSpec, RunStatus};
 use switchyard_shared::store::{self, JobRecord};
 
-use super::jobs::{check_name, check_slug, job_view, patch, sync_limits, Job};
+use super::jobs::{check_name, check_slug, job_view, patch, sync_limits, wake_cron, Job};
 use super::{check_id, project_of, visible, Tag};
 use crate::audit::{self, Change};
 use crate::auth::policy::{self, Resource};
@@ -130,16 +130,17 @@ fn check_description(d: Option<&String>, errors: &mut Vec<crate::error::ErrorDet
 
 /// Sets `paused` on every live job of the group and pushes it to Redis.
 async fn set_paused(state: &AppState, group_id: &str, paused: bool) -> ApiResult<()> {
-    let jobs: Vec<(String, String, sqlx::types::Json<JobSpec>)> = sqlx::query_as(
-        "UPDATE jobs SET paused = $2 WHERE group_id = $1 AND deleted_at IS NULL RETURNING id, project_id, spec",
+    let jobs: Vec<(String, String, sqlx::types::Json<JobSpec>, bool)> = sqlx::query_as(
+        "UPDATE jobs SET paused = $2 WHERE group_id = $1 AND deleted_at IS NULL RETURNING id, project_id, spec, enabled",
     )
     .bind(group_id)
     .bind(paused)
     .fetch_all(&state.pool)
     .await?;
     state.jobs.clear();
-    for (id, project_id, spec) in jobs {
+    for (id, project_id, spec, enabled) in jobs {
         sync_limits(state, &id, &project_id, &spec.0, paused).await;
+        wake_cron(state, &spec.0, enabled && !paused);
     }
     Ok(())
 }

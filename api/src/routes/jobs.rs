@@ -13,6 +13,7 @@ use poem_openapi::types::MaybeUndefined;
 use poem_openapi::{ApiResponse, Object, OpenApi};
 use serde_json::Value;
 use switchyard_shared::domain::{JobSpec, RateLimitKey};
+use switchyard_shared::queue::WakeLoop;
 use switchyard_shared::store::{self, JobRecord};
 
 use super::runs::{self as run_routes, JobRun};
@@ -397,6 +398,15 @@ async fn check_group(state: &AppState, project_id: &str, group_id: &str) -> ApiR
     Ok(())
 }
 
+/// Tells the scheduler's cron loop, which sleeps until the next tick it
+/// knows of, that an active job with a schedule was created, changed or
+/// resumed: its next tick may be sooner.
+pub fn wake_cron(state: &AppState, spec: &JobSpec, active: bool) {
+    if active && spec.cron.is_some() {
+        state.queue.wake(WakeLoop::Cron, None);
+    }
+}
+
 /// Pushes a job's caps and pause state to Redis. A Redis outage is logged,
 /// not failed: the reconciler pushes every job's limits again.
 pub async fn sync_limits(state: &AppState, job_id: &str, project_id: &str, spec: &JobSpec, paused: bool) {
@@ -505,6 +515,7 @@ impl JobsApi {
         .await?;
         tx.commit().await?;
         sync_limits(&state, &id, &project_id, &spec, false).await;
+        wake_cron(&state, &spec, enabled);
         Ok(CreatedJob::Created(Json(job_view(rec))))
     }
 
@@ -649,6 +660,12 @@ impl JobsApi {
         tx.commit().await?;
         state.jobs.forget(&cur.id);
         sync_limits(&state, &rec.id, &rec.project_id, &s, rec.paused).await;
+        wake_cron(&state, &s, rec.enabled && !rec.paused);
+        if s.timeout_secs != cur.spec.0.timeout_secs {
+            // Async runs of the job may now go overdue sooner: the
+            // heartbeat sweep sleeps until the first deadline it knew of.
+            state.queue.wake(WakeLoop::Heartbeats, None);
+        }
         Ok(Json(job_view(rec)))
     }
 

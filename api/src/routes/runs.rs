@@ -9,7 +9,7 @@ use poem_openapi::payload::Json;
 use poem_openapi::{Object, OpenApi};
 use serde_json::{Map, Value};
 use switchyard_shared::domain::{payload_schema, schedule, ExecutionMode, RetryStrategy, RunStatus};
-use switchyard_shared::queue::{MAX_PRIORITY, MIN_PRIORITY};
+use switchyard_shared::queue::{WakeLoop, MAX_PRIORITY, MIN_PRIORITY};
 use switchyard_shared::store::flow::{self, CreateOptions, MAX_DEPENDENCIES};
 use switchyard_shared::store::{self, JobRecord, NewRun, Run};
 
@@ -398,17 +398,26 @@ pub async fn trigger(
         RunStatus::Pending => admitted.scheduled_at.map_or(0, |t| t.timestamp_millis()),
         _ => 0,
     };
-    if depends_on.is_empty() && dedup_window_secs <= 0 {
+    let (run, created) = if depends_on.is_empty() && dedup_window_secs <= 0 {
         // The common case: group-committed and enqueued with its batch.
-        let (run, created) = state.intake.submit(new, due_ms).await?;
-        return Ok((run_view(run), created));
-    }
-    let opts = CreateOptions { dedup_window_secs, depends_on };
-    let (run, created) = flow::create(&state.pool, new, &opts).await?;
-    if created && !run.awaiting_dependencies {
-        if let Err(e) = state.queue.enqueue(&run.entry(), due_ms, now.timestamp_millis()).await {
-            tracing::warn!(run_id = %run.id, error = %e, "enqueue failed; the run is durable and the reconciler will enqueue it");
+        state.intake.submit(new, due_ms).await?
+    } else {
+        let opts = CreateOptions { dedup_window_secs, depends_on };
+        let (run, created) = flow::create(&state.pool, new, &opts).await?;
+        if created && !run.awaiting_dependencies {
+            if let Err(e) = state.queue.enqueue(&run.entry(), due_ms, now.timestamp_millis()).await {
+                tracing::warn!(run_id = %run.id, error = %e, "enqueue failed; the run is durable and the reconciler will enqueue it");
+            }
         }
+        (run, created)
+    };
+    // The scheduler loops that watch such runs sleep until their next
+    // deadline; these runs may be due sooner (throttled per process).
+    if created && run.awaiting_dependencies {
+        state.queue.wake(WakeLoop::Dependencies, None);
+    }
+    if created && run.expires_at.is_some() {
+        state.queue.wake(WakeLoop::Expirer, run.expires_at);
     }
     Ok((run_view(run), created))
 }

@@ -16,6 +16,8 @@ use switchyard_shared::{db, ids};
 
 const PG_ADMIN: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 const PG_BASE: &str = "postgres://postgres@127.0.0.1:5432";
+pub const PG_ADDR: &str = "127.0.0.1:5432";
+pub const REDIS_ADDR: &str = "127.0.0.1:6379";
 const REDIS: &str = "redis://127.0.0.1:6379";
 /// Upper bound of one test, setup included.
 const TEST_TIMEOUT: Duration = Duration::from_secs(60);
@@ -60,7 +62,9 @@ impl Env {
         let pool = db::lazy_pool(&url, 4).expect("pool");
         let prefix = ids::new_id("t");
         let queue = Queue::new(queue::pool(REDIS, 4).expect("redis pool"), &prefix);
-        let scheduler = Scheduler::new(pool.clone(), queue.clone(), SchedulerOptions::default()).expect("options");
+        let wake_ups = redis::Client::open(REDIS).expect("redis url");
+        let scheduler =
+            Scheduler::new(pool.clone(), queue.clone(), wake_ups, SchedulerOptions::default()).expect("options");
 
         let project_id = ids::project_id();
         let job_id = ids::job_id();
@@ -100,6 +104,11 @@ impl Env {
             .await
             .expect("drop the test database");
         let _ = admin.close().await;
+    }
+
+    /// The name of this test's database.
+    pub fn db_name(&self) -> &str {
+        &self.db_name
     }
 
     /// Every key of this test's prefix, gone: what a Redis flush does to

@@ -3,7 +3,9 @@
 //! they run in parallel; set `TEST_LOG=1` to see the logs.
 
 mod common;
+mod idle;
 mod loops;
 mod promoter;
 mod reaper;
 mod reconciler;
+mod tap;

@@ -27,6 +27,10 @@ pub struct Keys {
     pub signal: String,
     /// string: set once the queue is built; missing means Redis lost its data.
     pub epoch: String,
+    /// pub/sub channel: wake-ups for the scheduler's sleeping loops (see
+    /// `queue::wake`). Not a key, but named like one so that prefixes keep
+    /// tenants and tests apart here too.
+    pub wake: String,
 }
 
 impl Keys {
@@ -44,6 +48,7 @@ impl Keys {
             rate: k("rate"),
             signal: k("signal"),
             epoch: k("epoch"),
+            wake: k("wake"),
         }
     }
 
@@ -78,7 +83,8 @@ mod tests {
     #[test]
     fn keys_share_one_hash_tag() {
         let k = Keys::new("sy");
-        for key in [&k.ready, &k.scheduled, &k.throttled, &k.leases, &k.parked, &k.active, &k.limits, &k.rate, &k.signal] {
+        let keys = [&k.ready, &k.scheduled, &k.throttled, &k.leases, &k.parked, &k.active, &k.limits, &k.rate];
+        for key in keys.into_iter().chain([&k.signal, &k.wake]) {
             assert!(key.starts_with("sy:{main}:"), "{key}");
         }
     }

@@ -5,10 +5,13 @@
 mod entry;
 mod keys;
 mod scripts;
+mod wake;
 
 pub use entry::{Entry, EntryError, MAX_PRIORITY, MIN_PRIORITY};
 pub use keys::Keys;
+pub use wake::{WakeLoop, WakeUp, WAKE_WINDOW};
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_redis::{Config as PoolConfig, Pool, Runtime};
@@ -57,11 +60,13 @@ pub fn pool(url: &str, max_size: usize) -> Result<Pool, QueueError> {
 pub struct Queue {
     pool: Pool,
     keys: Keys,
+    /// Throttles [`Queue::wake`], shared by the clones of this handle.
+    wakes: Arc<wake::Throttle>,
 }
 
 impl Queue {
     pub fn new(pool: Pool, prefix: &str) -> Queue {
-        Queue { pool, keys: Keys::new(prefix) }
+        Queue { pool, keys: Keys::new(prefix), wakes: Arc::default() }
     }
 
     pub fn keys(&self) -> &Keys {
@@ -160,6 +165,14 @@ impl Queue {
             .invoke_async(&mut c)
             .await?;
         raw.iter().map(|s| Entry::decode(s).map_err(Into::into)).collect()
+    }
+
+    /// Whether any lease expired by `now_ms` (what [`Queue::reap`] would
+    /// take), without taking it: a plain read.
+    pub async fn any_lease_expired(&self, now_ms: i64) -> Result<bool, QueueError> {
+        let mut c = self.conn().await?;
+        let n: u64 = c.zcount(&self.keys.leases, "-inf", now_ms).await?;
+        Ok(n > 0)
     }
 
     /// Entries of `scheduled` due by `now_ms`, earliest first, at most

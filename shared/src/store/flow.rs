@@ -175,6 +175,14 @@ pub async fn lock_resolvable(conn: &mut PgConnection, limit: i64) -> Result<Vec<
     .await
 }
 
+/// Whether any run waits for its dependencies: the dependency resolver
+/// has nothing to watch until one does (an index-only probe).
+pub async fn any_awaiting_dependencies(pool: &PgPool) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM job_runs WHERE status = 'pending' AND awaiting_dependencies)")
+        .fetch_one(pool)
+        .await
+}
+
 /// Applies resolutions to runs locked by [`lock_resolvable`]. Returns the
 /// runs after the change (those that were still blocked), with the status
 /// each left.
@@ -265,6 +273,19 @@ pub async fn expire_due(pool: &PgPool, now: DateTime<Utc>, limit: i64) -> Result
         crate::telemetry::transition(Some(&r.from_status), "expired");
     }
     Ok(rows.into_iter().map(|r| (r.run, r.from_status)).collect())
+}
+
+/// The earliest expires_at of the runs [`expire_due`] watches (not started,
+/// `pending` or `queued`): when the expirer next has work. `None` when no
+/// run can expire. A time already past is a run another scheduler's pass
+/// holds locked, or one made since this pass looked.
+pub async fn next_expiry(pool: &PgPool) -> Result<Option<DateTime<Utc>>, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT min(expires_at) FROM job_runs
+         WHERE status IN ('pending', 'queued') AND started_at IS NULL AND expires_at IS NOT NULL",
+    )
+    .fetch_one(pool)
+    .await
 }
 
 /// Each job's execution window and zone, for the jobs that have one.

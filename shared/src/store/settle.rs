@@ -191,6 +191,17 @@ pub async fn mark_async_accepted(pool: &PgPool, run_id: &str, token: i64, trace:
     Ok(row.is_some())
 }
 
+/// The attempt timeout of an async run `r` (with `v` its version and `j`
+/// its job) in SQL, as [`attempt_timeout`] computes it.
+fn async_timeout_sql() -> String {
+    format!(
+        "make_interval(secs => LEAST(GREATEST(COALESCE(
+                 NULLIF(r.timeout_secs_override, 0),
+                 ((CASE WHEN v.spec->>'version_policy' = 'latest' THEN j.spec ELSE v.spec END)->>'timeout_secs')::int,
+                 30), 1), {MAX_TIMEOUT_SECS}))"
+    )
+}
+
 /// Running async runs whose last heartbeat (or acceptance) is older than
 /// their attempt timeout at `now`, oldest first, at most `limit`.
 pub async fn overdue_async(pool: &PgPool, now: DateTime<Utc>, limit: i64) -> Result<Vec<Run>, sqlx::Error> {
@@ -200,15 +211,29 @@ pub async fn overdue_async(pool: &PgPool, now: DateTime<Utc>, limit: i64) -> Res
            JOIN job_versions v ON v.id = r.job_version_id
            JOIN jobs j ON j.id = r.job_id
          WHERE r.status = 'running' AND r.async_accepted_at IS NOT NULL
-           AND r.heartbeat_at < $1 - make_interval(secs => LEAST(GREATEST(COALESCE(
-                 NULLIF(r.timeout_secs_override, 0),
-                 ((CASE WHEN v.spec->>'version_policy' = 'latest' THEN j.spec ELSE v.spec END)->>'timeout_secs')::int,
-                 30), 1), {MAX_TIMEOUT_SECS}))
-         ORDER BY r.heartbeat_at LIMIT $2"
+           AND r.heartbeat_at < $1 - {}
+         ORDER BY r.heartbeat_at LIMIT $2",
+        async_timeout_sql()
     ))
     .bind(now)
     .bind(limit)
     .fetch_all(pool)
+    .await
+}
+
+/// When the first running async run goes overdue if no heartbeat comes:
+/// the earliest last heartbeat plus timeout. `None` when no async run is
+/// running. Heartbeats only move this later, so a sweep that sleeps until
+/// then is never late, at worst early.
+pub async fn next_async_deadline(pool: &PgPool) -> Result<Option<DateTime<Utc>>, sqlx::Error> {
+    sqlx::query_scalar(&format!(
+        "SELECT min(r.heartbeat_at + {}) FROM job_runs r
+           JOIN job_versions v ON v.id = r.job_version_id
+           JOIN jobs j ON j.id = r.job_id
+         WHERE r.status = 'running' AND r.async_accepted_at IS NOT NULL",
+        async_timeout_sql()
+    ))
+    .fetch_one(pool)
     .await
 }
 
