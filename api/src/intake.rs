@@ -53,9 +53,11 @@ async fn write(pool: &PgPool, queue: &Queue, items: Vec<Item>) -> Result<Vec<Wri
     let written: Vec<Written> = match runs::insert_many(pool, new.clone()).await {
         Ok(w) => w.into_iter().map(Ok).collect(),
         // An outage fails the batch (each caller maps it to 503)...
-        Err(e) if new.len() == 1 || !matches!(e, sqlx::Error::Database(_)) => return Err(e),
-        // ...but a row Postgres refuses must not fail its neighbours: one
-        // at a time, each trigger gets its own answer.
+        Err(e) if !matches!(e, sqlx::Error::Database(_)) => return Err(e),
+        // ...but a row Postgres refuses is its own trigger's error, with
+        // Postgres's code intact (a data exception is 422, not 500), and
+        // must not fail its neighbours: one at a time, each gets its answer.
+        Err(e) if new.len() == 1 => vec![Err(e)],
         Err(_) => {
             let mut each = Vec::with_capacity(new.len());
             for run in new {

@@ -179,5 +179,9 @@ async fn concurrent_triggers_are_committed_together_and_fail_alone() {
         .await
         .unwrap();
     assert_eq!(stored, 20, "one run per key, none for the refused payload's key alone");
+
+    // Alone in its batch, the same payload is the same 422.
+    let (s, v) = env.post(&path, json!({"payload": {"s": "nul \u{0}"}})).await;
+    assert_eq!(s, 422, "{v}");
     assert_eq!(env.zcard(&env.queue.keys().ready).await, 20, "each stored run enqueued once");
 }
