@@ -79,58 +79,22 @@ pub async fn restore(queue: &Queue, entry: &Entry, placement: Placement, now_ms:
 pub(crate) mod tests {
     use super::*;
     use chrono::{TimeZone, Utc};
-    use sqlx::types::Json;
 
     pub(crate) fn run_with(status: &str) -> Run {
         let t = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
-        Run {
+        let new = switchyard_shared::store::runs::NewRun {
             id: "run_1".into(),
             project_id: "prj".into(),
             job_id: "job_1".into(),
             job_version: 1,
             job_version_id: "jobv_1".into(),
-            status: status.into(),
-            attempt: 0,
-            priority: 0,
             triggered_by: "api".into(),
-            created_by: None,
-            payload: None,
-            result: None,
-            error: None,
-            error_class: None,
-            idempotency_key: None,
-            concurrency_key: None,
-            batch_id: None,
-            parent_run_id: None,
-            continuation_of: None,
-            workflow_step_run_id: None,
-            lineage_depth: 0,
-            machine_id: None,
-            debug_mode: false,
             execution_mode: "sync".into(),
-            retry_backoff: None,
-            max_attempts_override: None,
-            retry_initial_delay_secs: None,
-            retry_max_delay_secs: None,
-            timeout_secs_override: None,
-            metadata: Json(serde_json::json!({})),
-            tags: Json(serde_json::json!({})),
-            scheduled_at: None,
-            expires_at: None,
-            started_at: None,
-            finished_at: None,
-            heartbeat_at: None,
-            next_retry_at: None,
-            execution_trace: None,
-            dispatch_token: 0,
-            resource_class: None,
-            progress: None,
-            progress_message: None,
-            async_accepted_at: None,
-            awaiting_dependencies: false,
-            created_at: t,
-            updated_at: t,
-        }
+            metadata: serde_json::json!({}),
+            tags: serde_json::json!({}),
+            ..Default::default()
+        };
+        Run { status: status.into(), ..Run::from_new(new, t) }
     }
 
     #[test]

@@ -186,6 +186,18 @@ async fn a_cancelled_async_run_learns_it_from_its_heartbeat() {
     assert_eq!(env.run(&a.run_id).await["status"], "cancelled");
 }
 
+/// A synchronous run whose target takes `delay` to answer, with a worker
+/// running, returned once its request has reached the target.
+async fn slow_sync_run(env: &TestEnv, delay: Duration) -> (crate::target::Target, String) {
+    let target = crate::target::Target::start().await;
+    target.script([crate::target::Reply::slow(delay)]);
+    let job = env.job(&target.url, json!({})).await;
+    let rid = env.trigger(job["id"].as_str().unwrap(), json!({})).await["id"].as_str().unwrap().to_string();
+    env.spawn_worker();
+    target.wait_count(1, T).await;
+    (target, rid)
+}
+
 /// Workers write `running` lazily (with the outcome, or once an attempt has
 /// been out a while). An SDK call that arrives before that, from inside a
 /// synchronous dispatch, marks the run running on its token's attempt; the
@@ -193,13 +205,8 @@ async fn a_cancelled_async_run_learns_it_from_its_heartbeat() {
 #[tokio::test]
 async fn an_sdk_call_during_a_sync_dispatch_sees_the_run_running() {
     let env = TestEnv::start().await;
-    let target = crate::target::Target::start().await;
-    target.script([crate::target::Reply::slow(Duration::from_millis(1500))]);
-    let job = env.job(&target.url, json!({})).await;
-    let run = env.trigger(job["id"].as_str().unwrap(), json!({})).await;
-    let rid = run["id"].as_str().unwrap().to_string();
-    env.spawn_worker();
-    let reqs = target.wait_count(1, T).await;
+    let (target, rid) = slow_sync_run(&env, Duration::from_millis(1500)).await;
+    let reqs = target.requests();
     let token = reqs[0].header("x-svc-run-token").expect("run token").to_string();
     assert_eq!(env.run(&rid).await["status"], "queued", "not marked before it has been out a while");
 
@@ -228,12 +235,7 @@ async fn an_sdk_call_during_a_sync_dispatch_sees_the_run_running() {
 #[tokio::test]
 async fn a_long_sync_attempt_is_marked_running_while_in_flight() {
     let env = TestEnv::start().await;
-    let target = crate::target::Target::start().await;
-    target.script([crate::target::Reply::slow(Duration::from_secs(2))]);
-    let job = env.job(&target.url, json!({})).await;
-    let rid = env.trigger(job["id"].as_str().unwrap(), json!({})).await["id"].as_str().unwrap().to_string();
-    env.spawn_worker();
-    target.wait_count(1, T).await;
+    let (_target, rid) = slow_sync_run(&env, Duration::from_secs(2)).await;
     let running = env.wait_status(&rid, "running", Duration::from_secs(2)).await;
     assert_eq!(running["attempt"], 1);
     assert!(running["started_at"].is_string());

@@ -279,9 +279,9 @@ pub async fn insert_many(pool: &PgPool, runs: Vec<NewRun>) -> Result<Vec<(Run, b
 }
 
 impl Run {
-    /// The row [`insert_many`] wrote for `r`: what the trigger gave, and the
-    /// table's defaults for the rest (so the insert need not return it).
-    fn from_new(r: NewRun, created_at: DateTime<Utc>) -> Run {
+    /// The row [`insert_many`] writes for `r`: what the trigger gave, and
+    /// the table's defaults for the rest (so the insert need not return it).
+    pub fn from_new(r: NewRun, created_at: DateTime<Utc>) -> Run {
         Run {
             id: r.id,
             project_id: r.project_id,
