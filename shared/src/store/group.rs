@@ -86,6 +86,11 @@ impl<I: Send + 'static, O: Send + 'static> GroupCommit<I, O> {
                             Some(job) => batch.push(job),
                             None => return,
                         }
+                        // Let the tasks that are ready to run submit too
+                        // (a request being parsed, a dispatch that just
+                        // ended): microseconds, not a timer, and batches
+                        // grow at moderate load where they would hold one.
+                        tokio::task::yield_now().await;
                         while batch.len() < max_batch {
                             match rx.try_recv() {
                                 Ok(job) => batch.push(job),
