@@ -10,4 +10,4 @@ pub mod runs;
 pub mod settle;
 
 pub use jobs::JobRecord;
-pub use runs::{Claimed, NewRun, Outcome, Run};
+pub use runs::{NewRun, Outcome, Run};

@@ -340,85 +340,16 @@ pub async fn get(pool: &PgPool, id: &str) -> Result<Option<Run>, sqlx::Error> {
         .await
 }
 
-/// A run a worker has taken: marked running, attempt counted, fenced.
-#[derive(Clone, Debug)]
-pub struct Claimed {
-    pub run: Run,
-}
-
-/// Takes a queued run for dispatch: `queued -> running`, the attempt number
-/// moves on, and `dispatch_token` changes so that an earlier holder's late
-/// outcome cannot land. `None` when the run is no longer queued (cancelled,
-/// already taken, finished) or has expired (the claim marks it `expired`):
-/// the caller just drops its entry.
+/// Marks a queued run running on its next attempt under the next dispatch
+/// token, as a dispatch that has been out a while is marked (see
+/// [`load_for_dispatch`]); `None` when the run is not queued. Workers do not
+/// call this; tests use it to put a run where a dispatch would.
 pub async fn claim(pool: &PgPool, run_id: &str) -> Result<Option<Run>, sqlx::Error> {
-    Ok(claim_with_due(pool, run_id).await?.map(|(run, _)| run))
-}
-/// [`claim_with_due`] for many runs in one statement: the worker's claims
-/// are group-committed (see `store::group`), so a busy worker pays one
-/// transaction per batch instead of one per run. Results come back in the
-/// order of `ids`; `None` for a run that is not queued any more (or that
-/// expired, which the statement records).
-pub async fn claim_many(pool: &PgPool, ids: Vec<String>) -> Result<Vec<Option<(Run, Option<DateTime<Utc>>)>>, sqlx::Error> {
-    #[derive(sqlx::FromRow)]
-    struct Row {
-        #[sqlx(flatten)]
-        run: Run,
-        due_at: Option<DateTime<Utc>>,
-        expired: bool,
+    let Some(run) = get(pool, run_id).await?.filter(|r| r.status == "queued") else { return Ok(None) };
+    if !mark_running_for_attempt(pool, run_id, run.attempt + 1).await? {
+        return Ok(None);
     }
-    // Same rules as claim_with_due; ids are locked in id order so two
-    // workers claiming overlapping batches cannot deadlock.
-    let sql = format!(
-        "WITH old AS (
-            SELECT id AS old_id, next_retry_at AS due_at,
-                (expires_at IS NOT NULL AND expires_at <= now() AND started_at IS NULL) AS expired
-            FROM job_runs WHERE id = ANY($1) AND status = 'queued' ORDER BY id FOR UPDATE
-        ), c AS (
-            UPDATE job_runs SET status = 'running', attempt = attempt + 1, started_at = now(),
-                heartbeat_at = now(), dispatch_token = dispatch_token + 1, next_retry_at = NULL,
-                async_accepted_at = NULL
-            FROM old WHERE id = old.old_id AND status = 'queued' AND NOT old.expired
-            RETURNING {RUN_COLUMNS}, old.due_at, false AS expired
-        ), x AS (
-            UPDATE job_runs SET status = 'expired', finished_at = now(), next_retry_at = NULL,
-                error = 'not started within the job''s run_ttl_secs', error_class = 'expired'
-            FROM old WHERE id = old.old_id AND status = 'queued' AND old.expired
-            RETURNING {RUN_COLUMNS}, NULL::timestamptz AS due_at, true AS expired
-        ), ev AS (
-            INSERT INTO job_run_events (run_id, from_status, to_status, attempt, reason)
-            SELECT id, 'queued', 'running', attempt, NULL FROM c
-            UNION ALL
-            SELECT id, 'queued', 'expired', attempt, 'not started before expires_at' FROM x
-        )
-        SELECT {RUN_COLUMNS}, due_at, expired FROM c
-        UNION ALL
-        SELECT {RUN_COLUMNS}, due_at, expired FROM x"
-    );
-    let rows: Vec<Row> = sqlx::query_as(&sql).bind(&ids).fetch_all(pool).await?;
-    let mut by_id: std::collections::HashMap<String, Row> = rows.into_iter().map(|r| (r.run.id.clone(), r)).collect();
-    Ok(ids
-        .iter()
-        .map(|id| match by_id.remove(id) {
-            Some(r) if r.expired => {
-                crate::telemetry::transition(Some("queued"), "expired");
-                None
-            }
-            Some(r) => {
-                crate::telemetry::transition(Some("queued"), "running");
-                Some((r.run, r.due_at))
-            }
-            None => None,
-        })
-        .collect())
-}
-
-
-/// [`claim`], also returning the `next_retry_at` the claim clears: for a
-/// retry, the moment the run became due again, where its queue wait starts
-/// (the worker's execution trace measures from it).
-pub async fn claim_with_due(pool: &PgPool, run_id: &str) -> Result<Option<(Run, Option<DateTime<Utc>>)>, sqlx::Error> {
-    Ok(claim_many(pool, vec![run_id.to_string()]).await?.pop().flatten())
+    get(pool, run_id).await
 }
 
 /// The result of one dispatch attempt, as the worker records it.
