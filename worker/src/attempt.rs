@@ -85,10 +85,7 @@ async fn handle(w: &Inner, entry: &Entry, key: u64, dequeue: Duration) {
     // A run that can expire is marked running before it is sent, as the
     // expirer takes any queued run past its expires_at that never started.
     if run.expires_at.is_some() {
-        let marked = with_db_retry("marking a run running", || async {
-            w.marker.submit((run.id.clone(), run.dispatch_token, claimed_at)).await.map_err(|e| e.into_sqlx())
-        })
-        .await;
+        let marked = with_db_retry("marking a run running", || submit_mark(w, &run)).await;
         match marked {
             Ok(true) => {}
             Ok(false) => {
@@ -257,12 +254,18 @@ async fn call_target(w: &Inner, run: &Run, spec: &JobSpec, extras: &Extras<'_>) 
 /// [`MARK_RUNNING_AFTER`] (group-committed with other dispatches' marks).
 /// Quick attempts never pay for it: their outcome records both transitions.
 async fn mark_running(w: &Inner, run: &Run) {
-    let started = run.started_at.unwrap_or_else(Utc::now);
-    match w.marker.submit((run.id.clone(), run.dispatch_token, started)).await {
+    match submit_mark(w, run).await {
         Ok(true) => {}
         Ok(false) => tracing::debug!(run_id = %run.id, "not marked running: the run moved on meanwhile"),
         Err(e) => tracing::warn!(run_id = %run.id, error = %e, "could not mark the run running; its outcome will"),
     }
+}
+
+/// `queued -> running` for the attempt `run` holds, through the marker's
+/// group commit. False when the run moved on (expired, cancelled, taken).
+async fn submit_mark(w: &Inner, run: &Run) -> Result<bool, sqlx::Error> {
+    let started = run.started_at.unwrap_or_else(Utc::now);
+    w.marker.submit((run.id.clone(), run.dispatch_token, started)).await.map_err(|e| e.into_sqlx())
 }
 
 /// The job's secrets in plaintext, `None` when it has none. An error (no
