@@ -50,7 +50,7 @@ impl Intake {
 
 async fn write(pool: &PgPool, queue: &Queue, items: Vec<Item>) -> Result<Vec<Written>, sqlx::Error> {
     let (new, dues): (Vec<NewRun>, Vec<i64>) = items.into_iter().unzip();
-    let written: Vec<Written> = match runs::insert_many(pool, new.clone()).await {
+    let written: Vec<Written> = match runs::insert_many(pool, &new).await {
         Ok(w) => w.into_iter().map(Ok).collect(),
         // An outage fails the batch (each caller maps it to 503)...
         Err(e) if !matches!(e, sqlx::Error::Database(_)) => return Err(e),
@@ -60,8 +60,8 @@ async fn write(pool: &PgPool, queue: &Queue, items: Vec<Item>) -> Result<Vec<Wri
         Err(e) if new.len() == 1 => vec![Err(e)],
         Err(_) => {
             let mut each = Vec::with_capacity(new.len());
-            for run in new {
-                each.push(runs::insert_many(pool, vec![run]).await.map(|mut w| w.remove(0)));
+            for run in &new {
+                each.push(runs::insert_many(pool, std::slice::from_ref(run)).await.map(|mut w| w.remove(0)));
             }
             each
         }

@@ -204,7 +204,7 @@ pub async fn insert_in(conn: &mut sqlx::PgConnection, r: &NewRun) -> Result<(Run
 /// trigger. Returns, in input order, `(run, created)`. A run whose
 /// idempotency key or cron tick is taken goes through [`insert`] on its own,
 /// which returns the run that holds it.
-pub async fn insert_many(pool: &PgPool, runs: Vec<NewRun>) -> Result<Vec<(Run, bool)>, sqlx::Error> {
+pub async fn insert_many(pool: &PgPool, runs: &[NewRun]) -> Result<Vec<(Run, bool)>, sqlx::Error> {
     // Postgres keeps microseconds: the run returned must read as it is stored.
     let created_at = chrono::SubsecRound::trunc_subsecs(Utc::now(), 6);
     let n = runs.len();
@@ -233,24 +233,24 @@ pub async fn insert_many(pool: &PgPool, runs: Vec<NewRun>) -> Result<Vec<(Run, b
         )
         SELECT id FROM ins",
     )
-    .bind(col!(|r| r.id.clone()))
-    .bind(col!(|r| r.project_id.clone()))
-    .bind(col!(|r| r.job_id.clone()))
+    .bind(col!(|r| r.id.as_str()))
+    .bind(col!(|r| r.project_id.as_str()))
+    .bind(col!(|r| r.job_id.as_str()))
     .bind(col!(|r| r.job_version))
-    .bind(col!(|r| r.job_version_id.clone()))
-    .bind(col!(|r| r.status.to_string()))
+    .bind(col!(|r| r.job_version_id.as_str()))
+    .bind(col!(|r| r.status))
     .bind(col!(|r| r.priority))
-    .bind(col!(|r| r.triggered_by.clone()))
-    .bind(col!(|r| r.created_by.clone()))
+    .bind(col!(|r| r.triggered_by.as_str()))
+    .bind(col!(|r| r.created_by.as_deref()))
     .bind(col!(|r| r.payload.as_ref().map(Json)))
-    .bind(col!(|r| r.idempotency_key.clone()))
-    .bind(col!(|r| r.concurrency_key.clone()))
-    .bind(col!(|r| r.batch_id.clone()))
-    .bind(col!(|r| r.parent_run_id.clone()))
+    .bind(col!(|r| r.idempotency_key.as_deref()))
+    .bind(col!(|r| r.concurrency_key.as_deref()))
+    .bind(col!(|r| r.batch_id.as_deref()))
+    .bind(col!(|r| r.parent_run_id.as_deref()))
     .bind(col!(|r| r.lineage_depth))
     .bind(col!(|r| r.debug_mode))
-    .bind(col!(|r| r.execution_mode.clone()))
-    .bind(col!(|r| r.retry_backoff.clone()))
+    .bind(col!(|r| r.execution_mode.as_str()))
+    .bind(col!(|r| r.retry_backoff.as_deref()))
     .bind(col!(|r| r.max_attempts_override))
     .bind(col!(|r| r.retry_initial_delay_secs))
     .bind(col!(|r| r.retry_max_delay_secs))
@@ -259,7 +259,7 @@ pub async fn insert_many(pool: &PgPool, runs: Vec<NewRun>) -> Result<Vec<(Run, b
     .bind(col!(|r| Json(&r.tags)))
     .bind(col!(|r| r.scheduled_at))
     .bind(col!(|r| r.expires_at))
-    .bind(col!(|r| r.payload_hash.clone()))
+    .bind(col!(|r| r.payload_hash.as_deref()))
     .bind(col!(|r| r.cron_tick))
     .bind(col!(|r| r.awaiting_dependencies))
     .bind(created_at)
@@ -270,9 +270,9 @@ pub async fn insert_many(pool: &PgPool, runs: Vec<NewRun>) -> Result<Vec<(Run, b
     for r in runs {
         if inserted.contains(&r.id) {
             crate::telemetry::transition(None, r.status);
-            out.push((Run::from_new(r, created_at), true));
+            out.push((Run::from_new(r.clone(), created_at), true));
         } else {
-            out.push(insert(pool, &r).await?);
+            out.push(insert(pool, r).await?);
         }
     }
     Ok(out)
