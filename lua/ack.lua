@@ -10,30 +10,10 @@
 -- KEYS[5] scheduled  KEYS[6] signal
 -- ARGV: per entry two values: entry, retry_due_ms (0 = no retry)
 -- Returns how many leases were released.
-local OFFSET = 9007199254740992
-local woke = 0
-
-local function unpark(prefix)
-  local p = redis.call('ZRANGEBYLEX', KEYS[3], '[' .. prefix, '[' .. prefix .. '\255', 'LIMIT', 0, 1)
-  if p[1] then
-    redis.call('ZREM', KEYS[3], p[1])
-    local rest = string.sub(p[1], #prefix + 1)
-    redis.call('ZADD', KEYS[4], tonumber(string.sub(rest, 1, 16), 16) - OFFSET, string.sub(rest, 18))
-    woke = woke + 1
-  end
-end
-
+-- free_slots and woke: lib/slots.lua.
 local function release(e)
   if redis.call('ZREM', KEYS[1], e) == 0 then return 0 end
-  local _, job, _, ckey = string.match(e, '^([^|]+)|([^|]+)|([^|]+)|(.*)$')
-  local jfield = 'j:' .. job
-  if redis.call('HINCRBY', KEYS[2], jfield, -1) <= 0 then redis.call('HDEL', KEYS[2], jfield) end
-  if ckey ~= '' then
-    local kfield = 'k:' .. job .. '|' .. ckey
-    if redis.call('HINCRBY', KEYS[2], kfield, -1) <= 0 then redis.call('HDEL', KEYS[2], kfield) end
-    unpark('K|' .. job .. '|' .. #ckey .. ':' .. ckey .. '|')
-  end
-  unpark('J|' .. job .. '|')
+  free_slots(e)
   return 1
 end
 

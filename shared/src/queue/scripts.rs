@@ -11,12 +11,22 @@ macro_rules! script {
         pub static $name: LazyLock<Script> =
             LazyLock::new(|| Script::new(include_str!(concat!("../../../lua/", $file))));
     };
+    // A script that uses a file of `lua/lib/`: Redis shares no code between
+    // scripts, so the library goes in front of the script, as one chunk.
+    ($name:ident, $file:literal, lib $lib:literal) => {
+        pub static $name: LazyLock<Script> = LazyLock::new(|| {
+            Script::new(concat!(
+                include_str!(concat!("../../../lua/lib/", $lib)),
+                include_str!(concat!("../../../lua/", $file))
+            ))
+        });
+    };
 }
 
 script!(ENQUEUE, "enqueue.lua");
 script!(DEQUEUE, "dequeue.lua");
-script!(ACK, "ack.lua");
-script!(REAP, "reap.lua");
+script!(ACK, "ack.lua", lib "slots.lua");
+script!(REAP, "reap.lua", lib "slots.lua");
 script!(PROMOTE, "promote.lua");
 script!(REMOVE, "remove.lua");
 script!(REMOVE_SCHEDULED, "remove_scheduled.lua");
