@@ -217,12 +217,7 @@ async fn an_sdk_call_during_a_sync_dispatch_sees_the_run_running() {
 
     let done = env.wait_status(&rid, "completed", T).await;
     assert_eq!(done["attempt"], 1);
-    let path: Vec<String> = sqlx::query_scalar("SELECT to_status FROM job_run_events WHERE run_id = $1 ORDER BY id")
-        .bind(&rid)
-        .fetch_all(&env.pool)
-        .await
-        .unwrap();
-    assert_eq!(path, ["queued", "running", "completed"]);
+    assert_eq!(env.transition_path(&rid).await, ["queued", "running", "completed"]);
     let attempts: i64 = sqlx::query_scalar("SELECT count(*) FROM job_run_attempts WHERE run_id = $1")
         .bind(&rid)
         .fetch_one(&env.pool)
@@ -240,10 +235,5 @@ async fn a_long_sync_attempt_is_marked_running_while_in_flight() {
     assert_eq!(running["attempt"], 1);
     assert!(running["started_at"].is_string());
     env.wait_status(&rid, "completed", T).await;
-    let path: Vec<String> = sqlx::query_scalar("SELECT to_status FROM job_run_events WHERE run_id = $1 ORDER BY id")
-        .bind(&rid)
-        .fetch_all(&env.pool)
-        .await
-        .unwrap();
-    assert_eq!(path, ["queued", "running", "completed"]);
+    assert_eq!(env.transition_path(&rid).await, ["queued", "running", "completed"]);
 }

@@ -154,7 +154,7 @@ async fn bulk_cancel_takes_children_and_reports_each_run() {
     }
     assert_eq!(env.run(&stranger).await["status"], "queued", "another project's run is untouched");
     let reason: String =
-        sqlx::query_scalar("SELECT reason FROM job_run_events WHERE run_id = $1 ORDER BY id DESC LIMIT 1")
+        sqlx::query_scalar("SELECT reason FROM job_run_transitions WHERE run_id = $1 ORDER BY at DESC, seq DESC, sub DESC LIMIT 1")
             .bind(&grandchild)
             .fetch_one(&env.pool)
             .await
@@ -185,7 +185,7 @@ async fn single_cancel_takes_unfinished_children_only() {
     assert_eq!((s, v["status"].as_str()), (200, Some("cancelled")), "{v}");
     assert_eq!(env.run(&kid).await["status"], "cancelled");
     let events: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM job_run_events WHERE run_id = $1 AND to_status = 'cancelled'")
+        sqlx::query_scalar("SELECT count(*) FROM job_run_transitions WHERE run_id = $1 AND to_status = 'cancelled'")
             .bind(&finished_kid)
             .fetch_one(&env.pool)
             .await

@@ -54,14 +54,7 @@ async fn run_goes_queued_running_completed_with_the_dispatch_protocol() {
     assert!(req.header("x-svc-signature").is_none(), "unsigned without a secret");
 
     // The durable record: transitions and the attempt.
-    let events: Vec<(Option<String>, String)> =
-        sqlx::query_as("SELECT from_status, to_status FROM job_run_events WHERE run_id = $1 ORDER BY id")
-            .bind(rid)
-            .fetch_all(&env.pool)
-            .await
-            .unwrap();
-    let path: Vec<_> = events.iter().map(|(_, to)| to.as_str()).collect();
-    assert_eq!(path, ["queued", "running", "completed"]);
+    assert_eq!(env.transition_path(rid).await, ["queued", "running", "completed"]);
     let attempts: i64 = sqlx::query_scalar("SELECT count(*) FROM job_run_attempts WHERE run_id = $1")
         .bind(rid)
         .fetch_one(&env.pool)

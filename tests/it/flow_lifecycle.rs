@@ -21,14 +21,6 @@ async fn count_runs(env: &TestEnv, job_id: &str) -> i64 {
     sqlx::query_scalar("SELECT count(*) FROM job_runs WHERE job_id = $1").bind(job_id).fetch_one(&env.pool).await.unwrap()
 }
 
-async fn events(env: &TestEnv, run_id: &str) -> Vec<(Option<String>, String)> {
-    sqlx::query_as("SELECT from_status, to_status FROM job_run_events WHERE run_id = $1 ORDER BY id")
-        .bind(run_id)
-        .fetch_all(&env.pool)
-        .await
-        .unwrap()
-}
-
 /// Fires `n` identical triggers at once; returns the statuses and run ids.
 async fn concurrent_triggers(env: &TestEnv, job_id: &str, body: Value, n: usize) -> Vec<(u16, String)> {
     let path = format!("/v1/jobs/{job_id}/trigger");
@@ -91,7 +83,7 @@ async fn a_run_not_started_within_its_ttl_expires_in_the_scheduler() {
     let expired = env.run(queued["id"].as_str().unwrap()).await;
     assert_eq!((expired["status"].as_str(), expired["error_class"].as_str()), (Some("expired"), Some("expired")));
     assert!(expired["finished_at"].is_string());
-    let path: Vec<String> = events(&env, queued["id"].as_str().unwrap()).await.into_iter().map(|(_, to)| to).collect();
+    let path = env.transition_path(queued["id"].as_str().unwrap()).await;
     assert_eq!(path, ["queued", "expired"]);
     assert_eq!(env.zcard(&env.queue.keys().ready).await, 0, "its entry is gone");
     assert_eq!(env.run(delayed["id"].as_str().unwrap()).await["status"], "pending");
@@ -176,7 +168,7 @@ async fn a_run_starts_after_its_dependencies_complete() {
     let (_, st) = env.get(&format!("/v1/runs/{cid}/dependency-status")).await;
     assert_eq!(st["unblocked"], true);
     assert!(st["dependencies"].as_array().unwrap().iter().all(|d| d["satisfied"] == true && d["status"] == "completed"));
-    let path: Vec<String> = events(&env, cid).await.into_iter().map(|(_, to)| to).collect();
+    let path = env.transition_path(cid).await;
     assert_eq!(path, ["pending", "queued", "running", "completed"]);
 
     // Already completed: a new dependent is queued at once.

@@ -171,6 +171,16 @@ impl TestEnv {
         v
     }
 
+    /// The statuses a run went through, oldest first, as its history
+    /// (view `job_run_transitions`, stored and derived) records them.
+    pub async fn transition_path(&self, run_id: &str) -> Vec<String> {
+        sqlx::query_scalar("SELECT to_status FROM job_run_transitions WHERE run_id = $1 ORDER BY at, seq, sub")
+            .bind(run_id)
+            .fetch_all(&self.pool)
+            .await
+            .unwrap()
+    }
+
     pub async fn run(&self, run_id: &str) -> Value {
         let (s, v) = self.get(&format!("/v1/runs/{run_id}")).await;
         assert_eq!(s, 200, "{v}");

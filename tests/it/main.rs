@@ -23,4 +23,5 @@ mod bulk_ops;
 mod metrics_paths;
 mod run_records;
 mod secrets_envs;
+mod plans;
 mod wakeups;

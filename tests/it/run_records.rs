@@ -311,6 +311,26 @@ async fn events_page_through_transitions_and_attempts() {
         .map(|e| (e["attempt"].as_i64().unwrap(), e["outcome"].as_str().unwrap().to_string()))
         .collect();
     assert_eq!(attempts, [(1, "retrying".to_string()), (2, "retrying".to_string()), (3, "completed".to_string())]);
+    // Queued runs' creation and each attempt's two transitions are read
+    // from the run and attempt rows (migration 0008); the retries' `due`
+    // moves are stored events. Together they read as one history.
+    let path: Vec<String> = all
+        .iter()
+        .map(|e| match e["type"].as_str().unwrap() {
+            "transition" => format!("{}>{}", e["from_status"].as_str().unwrap_or("-"), e["to_status"].as_str().unwrap()),
+            other => format!("{other}:{}", e["outcome"].as_str().unwrap()),
+        })
+        .collect();
+    assert_eq!(
+        path,
+        [
+            "->queued", "queued>running", "running>retrying", "attempt:retrying",
+            "retrying>queued", "queued>running", "running>retrying", "attempt:retrying",
+            "retrying>queued", "queued>running", "running>completed", "attempt:completed",
+        ]
+    );
+    let retry = &all[2];
+    assert_eq!((retry["attempt"].as_i64(), retry["reason"].is_string()), (Some(1), true), "{retry}");
     let first_attempt = all.iter().find(|e| e["type"] == "attempt").unwrap();
     assert_eq!(first_attempt["status_code"], 500);
     assert_eq!(first_attempt["endpoint_url"], json!(target.url));

@@ -27,7 +27,7 @@ use serde_json::{json, Value};
 use switchyard_shared::domain::{JobSpec, RetryPolicy, RetryStrategy};
 use switchyard_shared::queue::{Entry, WakeLoop};
 use switchyard_shared::store::{self, Outcome, Run};
-use switchyard_shared::telemetry::DISPATCH_DURATION;
+use switchyard_shared::telemetry::{self, DISPATCH_DURATION};
 use tokio::sync::OwnedSemaphorePermit;
 
 use crate::dispatch::{self, DispatchRequest, Timing};
@@ -99,6 +99,10 @@ async fn handle(w: &Inner, entry: &Entry, key: u64, dequeue: Duration) {
             }
         }
     }
+    // Counted here, once nothing but a shutdown stops the attempt (a job
+    // gone missing still ends as an attempt), whichever statement records
+    // it: the outcome, the lazy mark, an SDK call or a 202.
+    telemetry::transition(Some("queued"), "running");
 
     let waiting_since = due_at.or(run.scheduled_at.filter(|s| *s > run.created_at)).unwrap_or(run.created_at);
     let trace = ExecutionTrace::new(waiting_since, claimed_at, dequeue);

@@ -103,9 +103,8 @@ pub async fn ack(queue: &Queue, entry: &Entry, retry_due_ms: Option<i64>) {
 /// together release their leases in one script call. On a failure the
 /// entry goes the one-by-one way, with its retries.
 pub(crate) async fn ack_grouped(w: &crate::worker::Inner, entry: &Entry, retry_due_ms: Option<i64>) {
-    match w.acker.submit((entry.clone(), retry_due_ms)).await {
-        Ok(Ok(())) => {}
-        _ => ack(&w.queue, entry, retry_due_ms).await,
+    if w.acker.submit((entry.clone(), retry_due_ms)).await.is_err() {
+        ack(&w.queue, entry, retry_due_ms).await;
     }
 }
 

@@ -75,8 +75,8 @@ pub(crate) struct Inner {
 
 pub(crate) type Loader = GroupCommit<String, Option<switchyard_shared::store::runs::Loaded>>;
 pub(crate) type Marker = GroupCommit<(String, i64, chrono::DateTime<chrono::Utc>), bool>;
-/// An entry to ack and its retry time; the result is Redis's error, if any.
-pub(crate) type Acker = GroupCommit<(Entry, Option<i64>), Result<(), String>>;
+/// An entry to ack and its retry time; a failed batch fails with Redis's error.
+pub(crate) type Acker = GroupCommit<(Entry, Option<i64>), (), switchyard_shared::queue::QueueError>;
 pub(crate) type Finisher = GroupCommit<(String, i64, switchyard_shared::store::Outcome), bool>;
 
 impl Inner {
@@ -129,8 +129,8 @@ impl Worker {
             let queue = ack_queue.clone();
             async move {
                 let refs: Vec<_> = items.iter().map(|(e, due)| (e, *due)).collect();
-                let done = queue.ack_many(&refs).await.map(|_| ()).map_err(|e| e.to_string());
-                Ok(vec![done; items.len()])
+                queue.ack_many(&refs).await?;
+                Ok(vec![(); items.len()])
             }
         });
         let secrets = opts.secrets_key.as_ref().map(switchyard_shared::secrets::SecretsKey::from_secret);

@@ -252,15 +252,15 @@ fn offset_cursor(raw: Option<String>) -> ApiResult<i64> {
 }
 
 const EVENTS_SQL: &str = "SELECT * FROM (
-        SELECT 'transition' AS kind, created_at AS at, attempt, from_status, to_status, reason,
+        SELECT 'transition' AS kind, at, attempt, from_status, to_status, reason,
                NULL::text AS outcome, NULL::int AS status_code, NULL::text AS error, NULL::text AS endpoint_url,
-               NULL::timestamptz AS started_at, 0 AS ord, id AS seq
-          FROM job_run_events WHERE run_id = $1
+               NULL::timestamptz AS started_at, 0 AS ord, seq, sub
+          FROM job_run_transitions WHERE run_id = $1
         UNION ALL
         SELECT 'attempt', finished_at, attempt, NULL, NULL, NULL, outcome, status_code, error, endpoint_url,
-               started_at, 1, 0
+               started_at, 1, 0, 0
           FROM job_run_attempts WHERE run_id = $1
-     ) h ORDER BY at, ord, seq, started_at";
+     ) h ORDER BY at, ord, seq, sub, started_at";
 
 async fn events_page(state: &AppState, run_id: &str, offset: i64, limit: i64) -> Result<Vec<EventRow>, sqlx::Error> {
     sqlx::query_as(&format!("{EVENTS_SQL} OFFSET $2 LIMIT $3"))
@@ -503,7 +503,7 @@ impl RunRecordsApi {
                 .fetch_all(&state.pool)
                 .await?;
         let total: i64 = sqlx::query_scalar(
-            "SELECT (SELECT count(*) FROM job_run_events WHERE run_id = $1) + (SELECT count(*) FROM job_run_attempts WHERE run_id = $1)",
+            "SELECT (SELECT count(*) FROM job_run_transitions WHERE run_id = $1) + (SELECT count(*) FROM job_run_attempts WHERE run_id = $1)",
         )
         .bind(&run.id)
         .fetch_one(&state.pool)

@@ -169,8 +169,8 @@ pub async fn mark_async_accepted(pool: &PgPool, run_id: &str, token: i64, trace:
                 next_retry_at = NULL
             FROM job_runs o
             WHERE r.id = $1 AND o.id = r.id
-              AND ((r.status = 'queued' AND r.dispatch_token = $2 - 1)
-                OR (r.status = 'running' AND r.dispatch_token = $2))
+              AND CASE r.status WHEN 'queued' THEN r.dispatch_token = $2 - 1
+                                WHEN 'running' THEN r.dispatch_token = $2 END
             RETURNING r.id, r.attempt, o.status = 'queued' AS from_queued
         ), ev AS (
             INSERT INTO job_run_events (run_id, from_status, to_status, attempt, reason)
@@ -185,9 +185,6 @@ pub async fn mark_async_accepted(pool: &PgPool, run_id: &str, token: i64, trace:
     .bind(Json(trace))
     .fetch_optional(pool)
     .await?;
-    if let Some((_, true)) = row {
-        crate::telemetry::transition(Some("queued"), "running");
-    }
     Ok(row.is_some())
 }
 
