@@ -100,7 +100,7 @@ pub fn app(state: AppState) -> impl poem::Endpoint<Output = poem::Response> {
 /// answers /health/ready with 503) while Postgres or Redis is down.
 pub fn state_from_config(config: Config) -> anyhow::Result<AppState> {
     let pool = db::lazy_pool(&config.database_url, 32)?;
-    let redis = queue::pool(&config.redis_url, 64)?;
+    let redis = queue::Redis::open(&config.redis_url)?;
     let queue = queue::Queue::new(redis, &config.redis_key_prefix);
     let auth = Arc::new(auth::AuthState::from_config(&config)?);
     let intake = intake::Intake::spawn(pool.clone(), queue.clone());

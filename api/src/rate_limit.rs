@@ -70,7 +70,7 @@ pub async fn limit<E: Endpoint>(next: E, req: Request) -> poem::Result<E::Output
         inv.arg(*max);
     }
     let hit = async {
-        let mut c = state.queue.pool().get().await.map_err(|e| e.to_string())?;
+        let mut c = state.queue.conn().await.map_err(|e| e.to_string())?;
         inv.invoke_async::<(i64, i64)>(&mut c).await.map_err(|e| e.to_string())
     };
     match tokio::time::timeout(Duration::from_millis(500), hit).await {

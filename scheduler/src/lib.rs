@@ -239,8 +239,7 @@ impl Scheduler {
 /// migrated (`db::prepare`).
 pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
     let pool = db::lazy_pool(&config.database_url, 4).context("postgres pool")?;
-    let redis_pool = queue::pool(&config.redis_url, 4).context("redis pool")?;
-    let queue = Queue::new(redis_pool, &config.redis_key_prefix);
+    let queue = Queue::new(queue::Redis::open(&config.redis_url).context("redis url")?, &config.redis_key_prefix);
     let wake_ups = redis::Client::open(config.redis_url.as_str()).context("redis url")?;
     let scheduler = Scheduler::new(pool.clone(), queue, wake_ups, SchedulerOptions::from_config(&config))
         .context("scheduler options")?;

@@ -69,7 +69,7 @@ impl Filler {
     /// Adds `n` entries to `ready`, pipelined ZADDs (the ready set is what
     /// enqueue.lua writes for a run due now).
     async fn add(&mut self, q: &Queue, n: usize) -> anyhow::Result<()> {
-        let mut c = q.pool().get().await?;
+        let mut c = q.conn().await?;
         let mut left = n;
         while left > 0 {
             let mut pipe = redis::pipe();
@@ -82,15 +82,15 @@ impl Filler {
                 pipe.zadd_multiple(&q.keys().ready, &items).ignore();
                 left -= k;
             }
-            let _: () = pipe.query_async(&mut *c).await?;
+            let _: () = pipe.query_async(&mut c).await?;
         }
         Ok(())
     }
 }
 
 async fn used_memory(q: &Queue) -> anyhow::Result<i64> {
-    let mut c = q.pool().get().await?;
-    let info: String = redis::cmd("INFO").arg("memory").query_async(&mut *c).await?;
+    let mut c = q.conn().await?;
+    let info: String = redis::cmd("INFO").arg("memory").query_async(&mut c).await?;
     info.lines()
         .find_map(|l| l.strip_prefix("used_memory:"))
         .and_then(|v| v.trim().parse().ok())
@@ -122,7 +122,7 @@ pub async fn run(
     deep: usize,
     count: usize,
 ) -> anyhow::Result<QueueFigures> {
-    let q = Queue::new(queue::pool(redis_url, 16)?, prefix);
+    let q = Queue::new(queue::Redis::open(redis_url)?, prefix);
     let mut filler = Filler { job: ids::job_id(), made: 0 };
     let pattern = format!("{prefix}:*");
     let res = async {
@@ -137,9 +137,9 @@ pub async fn run(
         let before = used_memory(&q).await?;
         filler.add(&q, deep).await?;
         let after = used_memory(&q).await?;
-        let mut c = q.pool().get().await?;
+        let mut c = q.conn().await?;
         let zset: i64 =
-            redis::cmd("MEMORY").arg("USAGE").arg(&q.keys().ready).arg("SAMPLES").arg(0).query_async(&mut *c).await?;
+            redis::cmd("MEMORY").arg("USAGE").arg(&q.keys().ready).arg("SAMPLES").arg(0).query_async(&mut c).await?;
         drop(c);
         let memory = Memory {
             entries: deep,

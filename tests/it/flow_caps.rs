@@ -20,7 +20,7 @@ pub fn max_overlap(spans: &[&Span]) -> usize {
 
 /// Fields of the `active` hash (in-flight counts): empty when no slot leaked.
 pub async fn active_slots(env: &TestEnv) -> HashMap<String, String> {
-    let mut c = env.queue.pool().get().await.unwrap();
+    let mut c = env.queue.conn().await.unwrap();
     redis::cmd("HGETALL").arg(&env.queue.keys().active).query_async(&mut c).await.unwrap()
 }
 

@@ -90,7 +90,7 @@ async fn throttled_runs_wait_for_their_window_and_are_never_dropped() {
     let t0 = Utc::now().timestamp_millis();
     let span = 1000 + RATE_GUARD_MS;
     let throttled = || async {
-        let mut c = env.queue.pool().get().await.unwrap();
+        let mut c = env.queue.conn().await.unwrap();
         let scores: Vec<(String, f64)> = redis::cmd("ZRANGE")
             .arg(&env.queue.keys().throttled)
             .arg(0)

@@ -113,7 +113,7 @@ impl TestEnv {
 
     /// A second queue handle on the same prefix (as another process would have).
     pub fn new_queue(&self) -> Queue {
-        Queue::new(queue::pool(&self.config.redis_url, 8).expect("redis pool"), &self.config.redis_key_prefix)
+        Queue::new(queue::Redis::open(&self.config.redis_url).expect("redis url"), &self.config.redis_key_prefix)
     }
 
     pub async fn call(&self, method: Method, path: &str, body: Option<Value>) -> (u16, Value) {
@@ -209,7 +209,7 @@ impl TestEnv {
 
     /// Every Redis key of this test's prefix.
     pub async fn redis_keys(&self) -> Vec<String> {
-        let mut c = self.queue.pool().get().await.expect("redis");
+        let mut c = self.queue.conn().await.expect("redis");
         let pattern = format!("{}:*", self.config.redis_key_prefix);
         redis::cmd("KEYS").arg(pattern).query_async(&mut c).await.expect("keys")
     }
@@ -220,12 +220,12 @@ impl TestEnv {
         if keys.is_empty() {
             return;
         }
-        let mut c = self.queue.pool().get().await.expect("redis");
+        let mut c = self.queue.conn().await.expect("redis");
         let _: () = redis::cmd("DEL").arg(keys).query_async(&mut c).await.expect("del");
     }
 
     pub async fn zcard(&self, key: &str) -> u64 {
-        let mut c = self.queue.pool().get().await.expect("redis");
+        let mut c = self.queue.conn().await.expect("redis");
         redis::cmd("ZCARD").arg(key).query_async(&mut c).await.expect("zcard")
     }
 }

@@ -173,3 +173,45 @@ async fn a_bad_setting_stops_the_process_naming_the_variable() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("JWT_SIGNING_KEY"));
 }
+
+/// A Redis connection that drops (Redis restarted, a proxy, `CLIENT KILL`)
+/// is made again: the command that met the drop fails, the next ones work,
+/// and triggers reach the queue again without restarting the process.
+#[tokio::test]
+async fn a_dropped_redis_connection_is_made_again() {
+    let env = TestEnv::start().await;
+    let target = Target::start().await;
+    let job = env.job(&target.url, json!({})).await;
+    let id = job["id"].as_str().unwrap();
+    env.spawn_worker();
+    let first = env.trigger(id, json!({})).await;
+    env.wait_status(first["id"].as_str().unwrap(), "completed", T).await;
+
+    // The api's shared connection: env.queue is the api's own handle.
+    let client_id = |mut c: redis::aio::ConnectionManager| async move {
+        redis::cmd("CLIENT").arg("ID").query_async::<i64>(&mut c).await
+    };
+    let before = client_id(env.queue.conn().await.unwrap()).await.unwrap();
+    let mut admin = redis::Client::open(crate::harness::redis_url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let killed: i64 = redis::cmd("CLIENT").arg("KILL").arg("ID").arg(before).query_async(&mut admin).await.unwrap();
+    assert_eq!(killed, 1);
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let after = loop {
+        match client_id(env.queue.conn().await.unwrap()).await {
+            Ok(id) => break id,
+            Err(e) => assert!(tokio::time::Instant::now() < deadline, "no new connection: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_ne!(after, before, "a new connection");
+
+    // No scheduler runs here: only the api's own enqueue brings this run to the worker.
+    let second = env.trigger(id, json!({})).await;
+    env.wait_status(second["id"].as_str().unwrap(), "completed", T).await;
+    assert_eq!(target.count(), 2);
+}

@@ -87,9 +87,8 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
     // Dispatches spend their time waiting on targets; each needs Postgres
     // for three short statements, so a fraction of the concurrency suffices.
     let db_conns = (opts.concurrency / 4 + 2).clamp(4, 32) as u32;
-    let redis_conns = (opts.concurrency / 8 + 4).clamp(4, 16);
     let pool = db::worker_pool(&config.database_url, db_conns).context("postgres pool")?;
-    let redis = queue::pool(&config.redis_url, redis_conns).context("redis pool")?;
+    let redis = queue::Redis::open(&config.redis_url).context("redis url")?;
     let queue = Queue::new(redis, &config.redis_key_prefix);
     tracing::info!(concurrency = opts.concurrency, lease_ms = opts.lease.as_millis() as u64, "worker starting");
     if opts.secrets_key.is_none() {

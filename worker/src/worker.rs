@@ -200,8 +200,8 @@ impl Worker {
                 Ok(_) => {
                     // The blocking pop runs in its own task so shutdown need
                     // not cancel it: a BLPOP dropped mid-flight leaves its
-                    // reply pending on a pooled connection, stalling whatever
-                    // command (an ack, a hand-back) uses that connection next.
+                    // reply pending on its connection, stalling the next
+                    // command that connection is lent for.
                     let queue = w.queue.clone();
                     let wait = tokio::spawn(async move { queue.wait_for_work(IDLE_WAIT).await });
                     tokio::select! {

@@ -42,7 +42,7 @@ impl Version {
 pub async fn current_version(queue: &Queue) -> Version {
     let key = queue.keys().auth_version();
     let read = async {
-        let mut c = queue.pool().get().await.ok()?;
+        let mut c = queue.conn().await.ok()?;
         let v: Option<String> = redis::cmd("GET").arg(&key).query_async(&mut c).await.ok()?;
         Some(v.unwrap_or_default())
     };
@@ -56,7 +56,7 @@ pub async fn bump_version(queue: &Queue) {
     let key = queue.keys().auth_version();
     let value = uuid::Uuid::now_v7().simple().to_string();
     let write = async {
-        let mut c = queue.pool().get().await.map_err(|e| e.to_string())?;
+        let mut c = queue.conn().await.map_err(|e| e.to_string())?;
         redis::cmd("SET").arg(&key).arg(&value).query_async::<()>(&mut c).await.map_err(|e| e.to_string())
     };
     match tokio::time::timeout(Duration::from_secs(2), write).await {

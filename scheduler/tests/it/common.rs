@@ -61,7 +61,7 @@ impl Env {
         db::prepare(&url, Duration::from_secs(30)).await.expect("create and migrate the test database");
         let pool = db::lazy_pool(&url, 4).expect("pool");
         let prefix = ids::new_id("t");
-        let queue = Queue::new(queue::pool(REDIS, 4).expect("redis pool"), &prefix);
+        let queue = Queue::new(queue::Redis::open(REDIS).expect("redis url"), &prefix);
         let wake_ups = redis::Client::open(REDIS).expect("redis url");
         let scheduler =
             Scheduler::new(pool.clone(), queue.clone(), wake_ups, SchedulerOptions::default()).expect("options");
@@ -114,7 +114,7 @@ impl Env {
     /// Every key of this test's prefix, gone: what a Redis flush does to
     /// this queue, without touching anyone else's keys.
     pub async fn delete_all_keys(&self) {
-        let mut c = self.queue.pool().get().await.expect("redis connection");
+        let mut c = self.queue.conn().await.expect("redis connection");
         let pattern = format!("{}:*", self.queue.keys().prefix());
         let mut cursor: u64 = 0;
         loop {
@@ -176,17 +176,17 @@ impl Env {
     }
 
     pub async fn score(&self, key: &str, entry: &Entry) -> Option<f64> {
-        let mut c = self.queue.pool().get().await.expect("redis connection");
+        let mut c = self.queue.conn().await.expect("redis connection");
         redis::cmd("ZSCORE").arg(key).arg(entry.encode()).query_async(&mut c).await.expect("zscore")
     }
 
     pub async fn zcard(&self, key: &str) -> u64 {
-        let mut c = self.queue.pool().get().await.expect("redis connection");
+        let mut c = self.queue.conn().await.expect("redis connection");
         redis::cmd("ZCARD").arg(key).query_async(&mut c).await.expect("zcard")
     }
 
     pub async fn hget(&self, key: &str, field: &str) -> Option<String> {
-        let mut c = self.queue.pool().get().await.expect("redis connection");
+        let mut c = self.queue.conn().await.expect("redis connection");
         redis::cmd("HGET").arg(key).arg(field).query_async(&mut c).await.expect("hget")
     }
 

@@ -43,7 +43,7 @@ async fn an_idle_scheduler_issues_at_most_one_postgres_statement_a_second() {
         let rd = Tap::start(REDIS_ADDR, Protocol::Redis).await;
         let pool = db::lazy_pool(&format!("postgres://postgres@{}/{}?sslmode=disable", pg.addr, env.db_name()), 4)?;
         let redis_url = format!("redis://{}", rd.addr);
-        let queue = Queue::new(queue::pool(&redis_url, 4)?, env.queue.keys().prefix());
+        let queue = Queue::new(queue::Redis::open(&redis_url)?, env.queue.keys().prefix());
         let scheduler = Scheduler::new(pool, queue, redis::Client::open(redis_url)?, SchedulerOptions::default())?;
         let (shutdown, task) = spawn(scheduler);
 

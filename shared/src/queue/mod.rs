@@ -2,11 +2,13 @@
 //! that run them. Redis holds no truth of its own: everything here can be
 //! rebuilt from Postgres (see the scheduler's reconciler).
 
+mod conn;
 mod entry;
 mod keys;
 mod scripts;
 mod wake;
 
+pub use conn::Redis;
 pub use entry::{Entry, EntryError, MAX_PRIORITY, MIN_PRIORITY};
 pub use keys::Keys;
 pub use wake::{WakeLoop, WakeUp, WAKE_WINDOW};
@@ -14,15 +16,15 @@ pub use wake::{WakeLoop, WakeUp, WAKE_WINDOW};
 use std::sync::Arc;
 use std::time::Duration;
 
-use deadpool_redis::{Config as PoolConfig, Pool, Runtime};
+use redis::aio::ConnectionManager;
 use redis::AsyncCommands;
 
 #[derive(Debug, thiserror::Error)]
 pub enum QueueError {
-    #[error("redis pool: {0}")]
-    Pool(#[from] deadpool_redis::PoolError),
     #[error("redis: {0}")]
     Redis(#[from] redis::RedisError),
+    #[error("redis connection for a blocking pop: {0}")]
+    Pool(#[from] deadpool_redis::PoolError),
     #[error("bad redis configuration: {0}")]
     Config(String),
     #[error(transparent)]
@@ -41,44 +43,28 @@ pub const RATE_GUARD_MS: i64 = 200;
 /// of dispatches admitted but not yet sent (they are confirmed within moments).
 pub const RATE_RECHECK_MS: i64 = 50;
 
-/// Builds the connection pool. Connections are made on first use, so a
-/// process starts while Redis is down.
-pub fn pool(url: &str, max_size: usize) -> Result<Pool, QueueError> {
-    let cfg = PoolConfig::from_url(url);
-    let mut builder = cfg.builder().map_err(|e| QueueError::Config(e.to_string()))?;
-    builder = builder
-        .max_size(max_size)
-        .wait_timeout(Some(Duration::from_secs(5)))
-        .create_timeout(Some(Duration::from_secs(2)))
-        .recycle_timeout(Some(Duration::from_secs(2)))
-        .runtime(Runtime::Tokio1);
-    builder.build().map_err(|e| QueueError::Config(e.to_string()))
-}
-
 /// The queue of one key prefix: every call goes through a Lua script of `lua/`.
 #[derive(Clone)]
 pub struct Queue {
-    pool: Pool,
+    redis: Redis,
     keys: Keys,
     /// Throttles [`Queue::wake`], shared by the clones of this handle.
     wakes: Arc<wake::Throttle>,
 }
 
 impl Queue {
-    pub fn new(pool: Pool, prefix: &str) -> Queue {
-        Queue { pool, keys: Keys::new(prefix), wakes: Arc::default() }
+    pub fn new(redis: Redis, prefix: &str) -> Queue {
+        Queue { redis, keys: Keys::new(prefix), wakes: Arc::default() }
     }
 
     pub fn keys(&self) -> &Keys {
         &self.keys
     }
 
-    pub fn pool(&self) -> &Pool {
-        &self.pool
-    }
-
-    async fn conn(&self) -> Result<deadpool_redis::Connection, QueueError> {
-        Ok(self.pool.get().await?)
+    /// The shared connection, for commands of this queue's keys that the
+    /// scripts do not cover (tests and operators' tools).
+    pub async fn conn(&self) -> Result<ConnectionManager, QueueError> {
+        self.redis.conn().await
     }
 
     /// Puts an entry in `ready`, or in `scheduled` when `due_ms` is later
@@ -304,7 +290,7 @@ impl Queue {
     /// Waits up to `timeout` for a wake-up token. Idle workers block here
     /// instead of polling.
     pub async fn wait_for_work(&self, timeout: Duration) -> Result<bool, QueueError> {
-        let mut c = self.conn().await?;
+        let mut c = self.redis.blocking_conn().await?;
         let got: Option<(String, String)> = c.blpop(&self.keys.signal, timeout.as_secs_f64()).await?;
         Ok(got.is_some())
     }
