@@ -4,8 +4,9 @@
 //! Capacity is a semaphore of `concurrency` permits, one per dispatch in
 //! flight. The loop only dequeues as many entries as there are free permits
 //! (at most [`MAX_BATCH`] per call), so a leased entry never waits inside
-//! this process for a slot. With nothing to do it blocks on the queue's
-//! wake-up list for up to a second instead of polling.
+//! this process for a slot. Once a dequeue returns fewer entries than it
+//! asked for, the loop blocks on the queue's wake-up list (for up to a
+//! second) instead of polling.
 //!
 //! Shutdown: stop dequeuing, give in-flight dispatches `shutdown_grace` to
 //! finish, then abort the rest and hand each back to the queue so another
@@ -187,36 +188,43 @@ impl Worker {
             }
             // Not raced against shutdown: a dequeue cut off after the script
             // ran would strand its leases until the reaper.
+            let asked = free.min(MAX_BATCH);
             let started = Instant::now();
-            let res = w.queue.dequeue(free.min(MAX_BATCH), w.opts.lease, now_ms()).await;
+            let res = w.queue.dequeue(asked, w.opts.lease, now_ms()).await;
             let took = started.elapsed();
             metrics::histogram!(DEQUEUE_DURATION).record(took.as_secs_f64());
-            match res {
-                Ok(entries) if !entries.is_empty() => {
+            let drained = match res {
+                Ok(entries) => {
+                    // Fewer than asked: nothing else could be taken. Whatever
+                    // becomes ready from now on leaves a wake-up token, so
+                    // wait for one rather than ask again (a dequeue that finds
+                    // nothing was one Redis round trip per run at moderate rates).
+                    let drained = entries.len() < asked;
                     for entry in entries {
                         tasks.spawn(entry, took, Arc::clone(&permits).try_acquire_owned().ok());
                     }
-                }
-                Ok(_) => {
-                    // The blocking pop runs in its own task so shutdown need
-                    // not cancel it: a BLPOP dropped mid-flight leaves its
-                    // reply pending on its connection, stalling the next
-                    // command that connection is lent for.
-                    let queue = w.queue.clone();
-                    let wait = tokio::spawn(async move { queue.wait_for_work(IDLE_WAIT).await });
-                    tokio::select! {
-                        _ = shutdown.cancelled() => break,
-                        r = wait => {
-                            if let Ok(Err(e)) = r {
-                                tracing::warn!(error = %e, "waiting for work failed");
-                                pause(&shutdown, REDIS_BACKOFF).await;
-                            }
-                        }
-                    }
+                    drained
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "dequeue failed");
                     pause(&shutdown, REDIS_BACKOFF).await;
+                    false
+                }
+            };
+            if drained {
+                // The blocking pop runs in its own task so shutdown need not
+                // cancel it: a BLPOP dropped mid-flight leaves its reply
+                // pending on its connection, stalling the next pop.
+                let queue = w.queue.clone();
+                let wait = tokio::spawn(async move { queue.wait_for_work(IDLE_WAIT).await });
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    r = wait => {
+                        if let Ok(Err(e)) = r {
+                            tracing::warn!(error = %e, "waiting for work failed");
+                            pause(&shutdown, REDIS_BACKOFF).await;
+                        }
+                    }
                 }
             }
         }

@@ -9,8 +9,10 @@
 //! answers them in one write.
 //!
 //! A blocking pop (BLPOP) would hold up every command pipelined behind it,
-//! so it takes a connection of its own from the pool; its health check is
-//! paid only by an idle worker.
+//! so it has a connection of its own, taken from a deadpool-redis pool and
+//! kept across pops: an idle worker pops once per run it is woken for, and
+//! a health check per pop would double its round trips. A pop that fails
+//! gives its connection back, and the pool checks it before lending it again.
 //!
 //! Connections are made on first use, so a process starts while Redis is
 //! down. The shared one is made again after an I/O error (Redis restarted,
@@ -22,7 +24,8 @@ use std::time::Duration;
 
 use deadpool_redis::{Config as PoolConfig, Pool, Runtime};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use tokio::sync::OnceCell;
+use redis::AsyncCommands;
+use tokio::sync::{Mutex, OnceCell};
 
 use super::QueueError;
 
@@ -34,23 +37,25 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// the wait on a Redis that has stopped answering.
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Connections for blocking pops: a worker process waits in one at a time;
-/// tests run a few workers in one process.
-const BLOCKING_CONNS: usize = 8;
+/// Connections for blocking pops: one in use, one being checked after a
+/// failed pop.
+const BLOCKING_CONNS: usize = 2;
 
 /// The Redis connections of one process (cheap to clone: clones share them).
 #[derive(Clone)]
 pub struct Redis {
     client: redis::Client,
     shared: Arc<OnceCell<ConnectionManager>>,
-    blocking: Pool,
+    blocking_pool: Pool,
+    /// The connection blocking pops use, kept between them.
+    blocking: Arc<Mutex<Option<deadpool_redis::Connection>>>,
 }
 
 impl Redis {
     /// Checks `url`; connects on first use.
     pub fn open(url: &str) -> Result<Redis, QueueError> {
         let client = redis::Client::open(url).map_err(|e| QueueError::Config(e.to_string()))?;
-        let blocking = PoolConfig::from_url(url)
+        let blocking_pool = PoolConfig::from_url(url)
             .builder()
             .map_err(|e| QueueError::Config(e.to_string()))?
             .max_size(BLOCKING_CONNS)
@@ -60,7 +65,7 @@ impl Redis {
             .runtime(Runtime::Tokio1)
             .build()
             .map_err(|e| QueueError::Config(e.to_string()))?;
-        Ok(Redis { client, shared: Arc::default(), blocking })
+        Ok(Redis { client, shared: Arc::default(), blocking_pool, blocking: Arc::default() })
     }
 
     /// The shared connection, for any command that answers at once.
@@ -81,8 +86,18 @@ impl Redis {
         Ok(conn.clone())
     }
 
-    /// A connection of its own, for a blocking command (BLPOP).
-    pub async fn blocking_conn(&self) -> Result<deadpool_redis::Connection, QueueError> {
-        Ok(self.blocking.get().await?)
+    /// BLPOP of `key` for up to `timeout`, on the blocking connection.
+    /// Concurrent pops of one handle take turns.
+    pub async fn blpop(&self, key: &str, timeout: Duration) -> Result<Option<(String, String)>, QueueError> {
+        let mut kept = self.blocking.lock().await;
+        let conn = match kept.as_mut() {
+            Some(c) => c,
+            None => kept.insert(self.blocking_pool.get().await?),
+        };
+        let popped = conn.blpop(key, timeout.as_secs_f64()).await;
+        if popped.is_err() {
+            *kept = None;
+        }
+        Ok(popped?)
     }
 }

@@ -290,9 +290,7 @@ impl Queue {
     /// Waits up to `timeout` for a wake-up token. Idle workers block here
     /// instead of polling.
     pub async fn wait_for_work(&self, timeout: Duration) -> Result<bool, QueueError> {
-        let mut c = self.redis.blocking_conn().await?;
-        let got: Option<(String, String)> = c.blpop(&self.keys.signal, timeout.as_secs_f64()).await?;
-        Ok(got.is_some())
+        Ok(self.redis.blpop(&self.keys.signal, timeout).await?.is_some())
     }
 
     /// Whether the marker set by [`Queue::mark_initialised`] is present: its
