@@ -2,7 +2,10 @@
 //! [`Queue`], under a private prefix of their own:
 //! - (d) dequeue rate: `dequeue(64)` then an `ack` of each entry, timed for
 //!   a fixed count, with a shallow and a deep queue. The depth is held
-//!   constant by topping the queue up after each batch (not timed).
+//!   constant by topping the queue up after each batch (not timed). The two
+//!   queues are drained in alternating slices, so that a change in the
+//!   box's speed during the phase weighs on both alike (measured one after
+//!   the other, their ratio moved between 0.88 and 1.07 from run to run).
 //! - (e) Redis bytes per queued run: `used_memory` growth and `MEMORY USAGE`
 //!   of the `ready` sorted set while the deep queue is filled, per entry.
 
@@ -97,8 +100,22 @@ async fn used_memory(q: &Queue) -> anyhow::Result<i64> {
         .ok_or_else(|| anyhow::anyhow!("INFO memory has no used_memory"))
 }
 
-async fn drain(q: &Queue, filler: &mut Filler, depth: usize, count: usize) -> anyhow::Result<Dequeue> {
-    let mut busy = Duration::ZERO;
+/// Timed dequeues of one queue, summed over its slices.
+#[derive(Default)]
+struct Drained {
+    busy: Duration,
+    count: usize,
+}
+
+impl Drained {
+    fn figure(&self, depth: usize) -> Dequeue {
+        let secs = self.busy.as_secs_f64().max(1e-6);
+        Dequeue { depth, count: self.count, secs: (secs * 1000.0).round() / 1000.0, per_s: (self.count as f64 / secs).round() }
+    }
+}
+
+/// Dequeues and acks at least `count` entries of `q`, topping it up as it goes.
+async fn drain(q: &Queue, filler: &mut Filler, count: usize, into: &mut Drained) -> anyhow::Result<()> {
     let mut done = 0;
     while done < count {
         let t = Instant::now();
@@ -107,13 +124,16 @@ async fn drain(q: &Queue, filler: &mut Filler, depth: usize, count: usize) -> an
             anyhow::bail!("the queue ran dry after {done} dequeues");
         }
         futures::future::try_join_all(got.iter().map(|e| q.ack(e, None))).await?;
-        busy += t.elapsed();
+        into.busy += t.elapsed();
         done += got.len();
         filler.add(q, got.len()).await?;
     }
-    let secs = busy.as_secs_f64().max(1e-6);
-    Ok(Dequeue { depth, count: done, secs: (secs * 1000.0).round() / 1000.0, per_s: (done as f64 / secs).round() })
+    into.count += done;
+    Ok(())
 }
+
+/// Slices per queue in the timed part of (d).
+const SLICES: usize = 10;
 
 pub async fn run(
     redis_url: &str,
@@ -122,35 +142,41 @@ pub async fn run(
     deep: usize,
     count: usize,
 ) -> anyhow::Result<QueueFigures> {
-    let q = Queue::new(queue::Redis::open(redis_url)?, prefix);
-    let mut filler = Filler { job: ids::job_id(), made: 0 };
-    let pattern = format!("{prefix}:*");
+    let redis = queue::Redis::open(redis_url)?;
+    let (qs, qd) = (Queue::new(redis.clone(), &format!("{prefix}s")), Queue::new(redis, &format!("{prefix}d")));
+    let (mut fs, mut fd) = (Filler { job: ids::job_id(), made: 0 }, Filler { job: ids::job_id(), made: 0 });
+    let patterns = [format!("{prefix}s:*"), format!("{prefix}d:*")];
     let res = async {
-        filler.add(&q, shallow).await?;
-        // Untimed: connections, script loading and the allocator warm up
-        // here rather than in the first measurement.
-        drain(&q, &mut filler, shallow, count / 10).await?;
-        let small = drain(&q, &mut filler, shallow, count).await?;
-        delete_keys(redis_url, &pattern).await?;
-        // UNLINK frees in the background; let that finish before measuring.
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let before = used_memory(&q).await?;
-        filler.add(&q, deep).await?;
-        let after = used_memory(&q).await?;
-        let mut c = q.conn().await?;
+        fs.add(&qs, shallow).await?;
+        let before = used_memory(&qd).await?;
+        fd.add(&qd, deep).await?;
+        let after = used_memory(&qd).await?;
+        let mut c = qd.conn().await?;
         let zset: i64 =
-            redis::cmd("MEMORY").arg("USAGE").arg(&q.keys().ready).arg("SAMPLES").arg(0).query_async(&mut c).await?;
+            redis::cmd("MEMORY").arg("USAGE").arg(&qd.keys().ready).arg("SAMPLES").arg(0).query_async(&mut c).await?;
         drop(c);
         let memory = Memory {
             entries: deep,
             used_memory_bytes_per_run: ((after - before) as f64 / deep as f64).round(),
             zset_bytes_per_run: (zset as f64 / deep as f64).round(),
         };
-        let big = drain(&q, &mut filler, deep, count).await?;
+        // Untimed: script loading and the allocator warm up here rather
+        // than in the first measurement.
+        drain(&qs, &mut fs, count / 10, &mut Drained::default()).await?;
+        drain(&qd, &mut fd, count / 10, &mut Drained::default()).await?;
+        let (mut small, mut big) = (Drained::default(), Drained::default());
+        let slice = count.div_ceil(SLICES);
+        for _ in 0..SLICES {
+            drain(&qs, &mut fs, slice, &mut small).await?;
+            drain(&qd, &mut fd, slice, &mut big).await?;
+        }
+        let (small, big) = (small.figure(shallow), big.figure(deep));
         let ratio = (big.per_s / small.per_s.max(1.0) * 100.0).round() / 100.0;
         Ok(QueueFigures { shallow: small, deep: big, ratio, memory })
     }
     .await;
-    delete_keys(redis_url, &pattern).await?;
+    for p in &patterns {
+        delete_keys(redis_url, p).await?;
+    }
     res
 }
