@@ -17,8 +17,12 @@
 -- provisional place that is never confirmed (the worker died, the run was
 -- no longer dispatchable) lapses after lease + window + guard.
 --
+-- A call that stops at its scan limit (max_scan entries parked or
+-- throttled) with entries still in `ready` leaves a wake-up token: a worker
+-- waits for one as soon as a dequeue returns fewer entries than it asked for.
+--
 -- KEYS[1] ready   KEYS[2] leases   KEYS[3] active   KEYS[4] limits
--- KEYS[5] parked  KEYS[6] throttled  KEYS[7] rate
+-- KEYS[5] parked  KEYS[6] throttled  KEYS[7] rate  KEYS[8] signal
 -- ARGV[1] now_ms  ARGV[2] max_items  ARGV[3] lease_ms  ARGV[4] max_scan
 -- ARGV[5] rate_guard_ms  ARGV[6] rate_recheck_ms (how soon to look again
 -- when a bucket is full of provisional places)
@@ -149,5 +153,9 @@ while #out < want and scanned < max_scan do
     end
     if #out >= want or scanned >= max_scan then break end
   end
+end
+if #out < want and scanned >= max_scan and redis.call('ZCARD', KEYS[1]) > 0
+    and redis.call('LLEN', KEYS[8]) < 8 then
+  redis.call('RPUSH', KEYS[8], '1')
 end
 return out

@@ -102,6 +102,7 @@ impl Queue {
             .key(&k.parked)
             .key(&k.throttled)
             .key(&k.rate)
+            .key(&k.signal)
             .arg(now_ms)
             .arg(max)
             .arg(lease.as_millis() as u64)
