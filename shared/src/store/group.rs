@@ -55,14 +55,6 @@ impl GroupError<sqlx::Error> {
             },
         }
     }
-
-    /// The underlying database error, if any.
-    pub fn db(&self) -> Option<&sqlx::Error> {
-        match self {
-            GroupError::Batch(e) => Some(e),
-            GroupError::Mismatch | GroupError::Closed => None,
-        }
-    }
 }
 
 type Job<I, O, E> = (I, oneshot::Sender<Result<O, GroupError<E>>>);
