@@ -156,8 +156,7 @@ async fn the_worker_dispatches_higher_priority_first_then_older() {
 async fn a_dequeue_stopped_by_its_scan_limit_leaves_a_wake_up() {
     use switchyard_shared::queue::Entry;
     let env = TestEnv::start().await;
-    let (q, signal) = (&env.queue, env.queue.keys().signal.clone());
-    let mut c = q.conn().await.unwrap();
+    let q = &env.queue;
     let now = chrono::Utc::now();
     let now_ms = now.timestamp_millis();
     let lease = Duration::from_secs(30);
@@ -168,27 +167,29 @@ async fn a_dequeue_stopped_by_its_scan_limit_leaves_a_wake_up() {
     let free = Entry::new("run_free", "job_free", 0, now, None);
     let all: Vec<(&Entry, i64)> = capped.iter().chain([&free]).map(|e| (e, 0)).collect();
     assert_eq!(q.enqueue_many(&all, now_ms).await.unwrap(), 21);
-    let tokens = |mut c: redis::aio::ConnectionManager, signal: String| async move {
-        let n: i64 = redis::cmd("LLEN").arg(&signal).query_async(&mut c).await.unwrap();
-        let _: () = redis::cmd("DEL").arg(&signal).query_async(&mut c).await.unwrap();
-        n
-    };
-    tokens(c.clone(), signal.clone()).await;
+    take_tokens(q).await;
 
     let first = q.dequeue(1, lease, now_ms).await.unwrap();
     assert_eq!(first, vec![capped[0].clone()], "the oldest takes the job's one slot");
-    assert_eq!(tokens(c.clone(), signal.clone()).await, 0, "a full batch needs no wake-up");
+    assert_eq!(take_tokens(q).await, 0, "a full batch needs no wake-up");
 
     // Eight capped entries parked, none taken, twelve entries left behind.
     assert!(q.dequeue(1, lease, now_ms).await.unwrap().is_empty());
-    assert_eq!(tokens(c.clone(), signal.clone()).await, 1, "stopped at the scan limit with entries left");
+    assert_eq!(take_tokens(q).await, 1, "stopped at the scan limit with entries left");
     assert!(q.dequeue(1, lease, now_ms).await.unwrap().is_empty());
-    assert_eq!(tokens(c.clone(), signal.clone()).await, 1);
+    assert_eq!(take_tokens(q).await, 1);
     assert_eq!(q.dequeue(1, lease, now_ms).await.unwrap(), vec![free.clone()], "the runnable entry behind them");
-    assert_eq!(tokens(c.clone(), signal.clone()).await, 0);
+    assert_eq!(take_tokens(q).await, 0);
 
     // An empty `ready` leaves none.
     assert!(q.dequeue(1, lease, now_ms).await.unwrap().is_empty());
-    let n: i64 = redis::cmd("LLEN").arg(&signal).query_async(&mut c).await.unwrap();
-    assert_eq!(n, 0, "nothing left to wake anyone for");
+    assert_eq!(take_tokens(q).await, 0, "nothing left to wake anyone for");
+}
+
+/// The wake-up tokens waiting in the queue's `signal` list, removed.
+async fn take_tokens(q: &switchyard_shared::queue::Queue) -> i64 {
+    let mut c = q.conn().await.unwrap();
+    let n: i64 = redis::cmd("LLEN").arg(&q.keys().signal).query_async(&mut c).await.unwrap();
+    let _: () = redis::cmd("DEL").arg(&q.keys().signal).query_async(&mut c).await.unwrap();
+    n
 }
