@@ -7,8 +7,11 @@ use poem::http::StatusCode;
 use poem::{Body, Endpoint, Request};
 
 pub async fn limit_body<E: Endpoint>(next: E, mut req: Request, max: usize) -> poem::Result<E::Output> {
-    let too_large = || poem::Error::from_string(format!("the request body is larger than {max} bytes"), StatusCode::PAYLOAD_TOO_LARGE);
-    let declared = req.headers().get("content-length").and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    let too_large = || {
+        poem::Error::from_string(format!("the request body is larger than {max} bytes"), StatusCode::PAYLOAD_TOO_LARGE)
+    };
+    let declared =
+        req.headers().get("content-length").and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     match declared {
         Some(n) if n > max as u64 => return Err(too_large()),
         Some(_) => {}

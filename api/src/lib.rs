@@ -73,9 +73,7 @@ pub fn openapi_json() -> String {
 #[poem::handler]
 fn openapi_document() -> poem::Response {
     static DOC: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    poem::Response::builder()
-        .content_type("application/json")
-        .body(DOC.get_or_init(openapi_json).clone())
+    poem::Response::builder().content_type("application/json").body(DOC.get_or_init(openapi_json).clone())
 }
 
 /// The whole HTTP application: the API, /openapi.json and /docs, wrapped so

@@ -14,7 +14,9 @@ pub fn limit(raw: Option<i64>) -> ApiResult<i64> {
     match raw {
         None => Ok(DEFAULT_LIMIT),
         Some(n) if (1..=MAX_LIMIT).contains(&n) => Ok(n),
-        Some(n) => Err(ApiError::invalid_field("query.limit", format!("must be between 1 and {MAX_LIMIT}"), Some(n.into()))),
+        Some(n) => {
+            Err(ApiError::invalid_field("query.limit", format!("must be between 1 and {MAX_LIMIT}"), Some(n.into())))
+        }
     }
 }
 

@@ -3,7 +3,7 @@
 //! unparsable body, body too large, wrong content type), and gives every
 //! response an `X-Request-Id`.
 
-use poem::http::header::{CONTENT_TYPE, HeaderValue};
+use poem::http::header::{HeaderValue, CONTENT_TYPE};
 use poem::{Endpoint, IntoResponse, Middleware, Request, Response};
 
 use crate::error::Problem;

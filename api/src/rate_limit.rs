@@ -78,7 +78,8 @@ pub async fn limit<E: Endpoint>(next: E, req: Request) -> poem::Result<E::Output
         Ok(Ok((i, ms))) => {
             let (bucket, max) = buckets.get((i - 1).max(0) as usize).copied().unwrap_or(("global", 0));
             let secs = (ms.max(1) + 999) / 1000;
-            let detail = format!("rate limit exceeded ({bucket}: {max} requests per minute per client); retry in {secs} s");
+            let detail =
+                format!("rate limit exceeded ({bucket}: {max} requests per minute per client); retry in {secs} s");
             let mut resp = crate::problem::problem_response(429, detail);
             resp.headers_mut().insert("retry-after", secs.into());
             return Err(poem::Error::from_response(resp));

@@ -259,9 +259,16 @@ mod tests {
         let since = utc("2027-01-01T10:00:30Z");
         // Ten ticks missed: only the latest fires.
         let t = |s| utc(s);
-        assert_eq!(due_ticks(&every_min, since, None, t("2027-01-01T10:10:20Z"), lateness), [t("2027-01-01T10:10:00Z")]);
-        assert!(due_ticks(&every_min, since, Some(t("2027-01-01T10:10:00Z")), t("2027-01-01T10:10:50Z"), lateness).is_empty());
-        assert!(due_ticks(&every_min, since, None, t("2027-01-01T10:00:50Z"), lateness).is_empty(), "10:00 predates the job");
+        assert_eq!(
+            due_ticks(&every_min, since, None, t("2027-01-01T10:10:20Z"), lateness),
+            [t("2027-01-01T10:10:00Z")]
+        );
+        assert!(due_ticks(&every_min, since, Some(t("2027-01-01T10:10:00Z")), t("2027-01-01T10:10:50Z"), lateness)
+            .is_empty());
+        assert!(
+            due_ticks(&every_min, since, None, t("2027-01-01T10:00:50Z"), lateness).is_empty(),
+            "10:00 predates the job"
+        );
         // A pass three seconds late fires each of the three seconds.
         let every_sec = CronSchedule::parse("* * * * * *", None).unwrap();
         let last = Some(t("2027-01-01T10:00:00Z"));

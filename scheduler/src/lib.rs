@@ -180,10 +180,7 @@ impl Scheduler {
     }
 
     /// One dependency resolution batch at `now`.
-    pub async fn resolve_dependencies_once(
-        &self,
-        now: chrono::DateTime<chrono::Utc>,
-    ) -> Result<ResolveReport, Error> {
+    pub async fn resolve_dependencies_once(&self, now: chrono::DateTime<chrono::Utc>) -> Result<ResolveReport, Error> {
         self.dependencies.resolve_once(now).await
     }
 

@@ -38,7 +38,9 @@ pub enum Placement {
 pub fn placement(run: &Run) -> Placement {
     match run.status.parse::<RunStatus>() {
         Ok(RunStatus::Queued) => Placement::Ready,
-        Ok(RunStatus::Retrying) => Placement::Scheduled { due_ms: run.next_retry_at.map_or(0, |t| t.timestamp_millis()) },
+        Ok(RunStatus::Retrying) => {
+            Placement::Scheduled { due_ms: run.next_retry_at.map_or(0, |t| t.timestamp_millis()) }
+        }
         Ok(RunStatus::Pending) if run.awaiting_dependencies => Placement::Blocked,
         Ok(RunStatus::Pending) => match run.scheduled_at {
             Some(t) => Placement::Scheduled { due_ms: t.timestamp_millis() },

@@ -132,9 +132,8 @@ impl Config {
             c.redis_key_prefix = v;
         }
         if let Some(v) = get("API_ADDR") {
-            c.api_addr = v
-                .parse()
-                .map_err(|_| err("API_ADDR", format!("{v:?} is not host:port, e.g. 127.0.0.1:8080")))?;
+            c.api_addr =
+                v.parse().map_err(|_| err("API_ADDR", format!("{v:?} is not host:port, e.g. 127.0.0.1:8080")))?;
         }
         if let Some(v) = get("METRICS_ADDR") {
             c.metrics_addr = Some(
@@ -153,10 +152,14 @@ impl Config {
         c.oidc_public_key = get("OIDC_PUBLIC_KEY");
         let oidc_set = [&c.oidc_issuer, &c.oidc_audience, &c.oidc_public_key].iter().filter(|v| v.is_some()).count();
         if oidc_set != 0 && oidc_set != 3 {
-            let missing = [("OIDC_ISSUER", &c.oidc_issuer), ("OIDC_AUDIENCE", &c.oidc_audience), ("OIDC_PUBLIC_KEY", &c.oidc_public_key)]
-                .into_iter()
-                .find(|(_, v)| v.is_none())
-                .map_or("OIDC_ISSUER", |(k, _)| k);
+            let missing = [
+                ("OIDC_ISSUER", &c.oidc_issuer),
+                ("OIDC_AUDIENCE", &c.oidc_audience),
+                ("OIDC_PUBLIC_KEY", &c.oidc_public_key),
+            ]
+            .into_iter()
+            .find(|(_, v)| v.is_none())
+            .map_or("OIDC_ISSUER", |(k, _)| k);
             return Err(err(missing, "OIDC needs OIDC_ISSUER, OIDC_AUDIENCE and OIDC_PUBLIC_KEY together"));
         }
         c.rate_limit_global_per_min = parse_num(&get, "RATE_LIMIT_GLOBAL_PER_MIN", c.rate_limit_global_per_min)?;
@@ -219,10 +222,7 @@ fn err(var: &'static str, reason: impl Into<String>) -> ConfigError {
 fn parse_num(get: &impl Fn(&str) -> Option<String>, var: &'static str, default: u32) -> Result<u32, ConfigError> {
     match get(var) {
         None => Ok(default),
-        Some(v) => v
-            .trim()
-            .parse::<u32>()
-            .map_err(|_| err(var, format!("{v:?} is not a non-negative whole number"))),
+        Some(v) => v.trim().parse::<u32>().map_err(|_| err(var, format!("{v:?} is not a non-negative whole number"))),
     }
 }
 

@@ -44,8 +44,7 @@ pub fn lazy_pool(url: &str, max_connections: u32) -> Result<PgPool, DbError> {
 ///   ids (`id = ANY($1)`) and keep other conditions out of the scan, so
 ///   with sequential scans off the plan is the primary key's.
 pub fn worker_pool(url: &str, max_connections: u32) -> Result<PgPool, DbError> {
-    let opts =
-        connect_options(url)?.options([("plan_cache_mode", "force_generic_plan"), ("enable_seqscan", "off")]);
+    let opts = connect_options(url)?.options([("plan_cache_mode", "force_generic_plan"), ("enable_seqscan", "off")]);
     Ok(pool_with(opts, max_connections))
 }
 

@@ -32,9 +32,7 @@ pub fn batch_id() -> String {
 pub fn is_valid_external_id(id: &str) -> bool {
     !id.is_empty()
         && id.len() <= 64
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.')
+        && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.')
 }
 
 #[cfg(test)]

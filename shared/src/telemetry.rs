@@ -38,7 +38,8 @@ static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 /// The process's Prometheus recorder, installed on first call.
 pub fn metrics_handle() -> &'static PrometheusHandle {
     HANDLE.get_or_init(|| {
-        let buckets = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
+        let buckets =
+            [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
         let handle = PrometheusBuilder::new()
             .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &buckets)
             .expect("static buckets are valid")

@@ -110,7 +110,12 @@ struct Drained {
 impl Drained {
     fn figure(&self, depth: usize) -> Dequeue {
         let secs = self.busy.as_secs_f64().max(1e-6);
-        Dequeue { depth, count: self.count, secs: (secs * 1000.0).round() / 1000.0, per_s: (self.count as f64 / secs).round() }
+        Dequeue {
+            depth,
+            count: self.count,
+            secs: (secs * 1000.0).round() / 1000.0,
+            per_s: (self.count as f64 / secs).round(),
+        }
     }
 }
 

@@ -9,13 +9,24 @@ async fn group_crud_jobs_and_stats() {
     let env = TestEnv::start().await;
     let project = env.project().await;
     let (s, g) = env
-        .post("/v1/job-groups", json!({"project_id": project, "name": "Billing", "slug": "billing", "description": "money"}))
+        .post(
+            "/v1/job-groups",
+            json!({"project_id": project, "name": "Billing", "slug": "billing", "description": "money"}),
+        )
         .await;
     assert_eq!(s, 201, "{g}");
     let gid = g["id"].as_str().unwrap();
     assert_eq!(g["project_id"], project.as_str());
-    assert_problem(409, env.post("/v1/job-groups", json!({"project_id": project, "name": "B", "slug": "billing"})).await, 409);
-    let v = assert_problem(422, env.post("/v1/job-groups", json!({"project_id": project, "name": "", "slug": "Bad Slug"})).await, 422);
+    assert_problem(
+        409,
+        env.post("/v1/job-groups", json!({"project_id": project, "name": "B", "slug": "billing"})).await,
+        409,
+    );
+    let v = assert_problem(
+        422,
+        env.post("/v1/job-groups", json!({"project_id": project, "name": "", "slug": "Bad Slug"})).await,
+        422,
+    );
     assert_eq!(v["errors"].as_array().unwrap().len(), 2);
     assert_problem(422, env.post("/v1/job-groups", json!({"name": "x", "slug": "x"})).await, 422);
 
@@ -39,7 +50,12 @@ async fn group_crud_jobs_and_stats() {
     let ids: Vec<_> = jobs.as_array().unwrap().iter().map(|j| j["id"].clone()).collect();
     assert_eq!(ids, vec![job["id"].clone()]);
     assert_ne!(job["id"], other["id"]);
-    let bad_group = env.post("/v1/jobs", json!({"project_id": project, "name": "n", "endpoint_url": "http://x/", "group_id": "grp_nope"})).await;
+    let bad_group = env
+        .post(
+            "/v1/jobs",
+            json!({"project_id": project, "name": "n", "endpoint_url": "http://x/", "group_id": "grp_nope"}),
+        )
+        .await;
     assert_problem(422, bad_group, 422);
 
     for _ in 0..3 {

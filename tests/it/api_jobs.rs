@@ -50,7 +50,8 @@ async fn update_makes_versions_and_delete_cancels_runs() {
     let run = env.trigger(id, json!({"payload": {"n": 1}})).await;
     assert_eq!(run["job_version"], 1);
 
-    let (s, v2) = env.patch(&format!("/v1/jobs/{id}"), json!({"timeout_secs": 5, "cron": null, "max_concurrency": 2})).await;
+    let (s, v2) =
+        env.patch(&format!("/v1/jobs/{id}"), json!({"timeout_secs": 5, "cron": null, "max_concurrency": 2})).await;
     assert_eq!(s, 200, "{v2}");
     assert_eq!((v2["version"].as_i64(), v2["timeout_secs"].as_i64()), (Some(2), Some(5)));
     assert!(v2.get("cron").is_none(), "null clears cron");
@@ -103,12 +104,30 @@ async fn job_validation_names_each_field() {
             body[k] = v.clone();
         }
         let v = assert_problem(422, env.post("/v1/jobs", body).await, 422);
-        let locs: Vec<_> = v["errors"].as_array().unwrap().iter().map(|e| e["location"].as_str().unwrap().to_string()).collect();
+        let locs: Vec<_> =
+            v["errors"].as_array().unwrap().iter().map(|e| e["location"].as_str().unwrap().to_string()).collect();
         assert!(locs.iter().any(|l| l == location), "{extra}: expected {location} in {locs:?}");
     }
-    assert_problem(422, env.post("/v1/jobs", json!({"project_id": "no-such-project", "name": "n", "endpoint_url": "http://x/"})).await, 422);
-    assert_problem(400, env.post("/v1/jobs", json!({"project_id": project, "name": "n", "endpoint_url": "http://x/", "surprise": 1})).await, 400);
-    assert_problem(400, env.post("/v1/jobs", json!({"project_id": project, "name": "n", "endpoint_url": "http://x/", "max_attempts": "three"})).await, 400);
+    assert_problem(
+        422,
+        env.post("/v1/jobs", json!({"project_id": "no-such-project", "name": "n", "endpoint_url": "http://x/"})).await,
+        422,
+    );
+    assert_problem(
+        400,
+        env.post("/v1/jobs", json!({"project_id": project, "name": "n", "endpoint_url": "http://x/", "surprise": 1}))
+            .await,
+        400,
+    );
+    assert_problem(
+        400,
+        env.post(
+            "/v1/jobs",
+            json!({"project_id": project, "name": "n", "endpoint_url": "http://x/", "max_attempts": "three"}),
+        )
+        .await,
+        400,
+    );
     let (_, list) = env.get(&format!("/v1/jobs?project_id={project}")).await;
     assert_eq!(list["data"], json!([]), "no invalid job was stored");
     assert_problem(422, env.get("/v1/jobs").await, 422);
@@ -126,7 +145,8 @@ async fn jobs_list_pages_and_filters() {
     let (_, p1) = env.get(&format!("/v1/jobs?project_id={project}&limit=2")).await;
     assert_eq!(p1["data"][0]["id"], ids[2].as_str(), "newest first");
     assert_eq!(p1["has_more"], true);
-    let (_, p2) = env.get(&format!("/v1/jobs?project_id={project}&limit=2&cursor={}", p1["next_cursor"].as_str().unwrap())).await;
+    let (_, p2) =
+        env.get(&format!("/v1/jobs?project_id={project}&limit=2&cursor={}", p1["next_cursor"].as_str().unwrap())).await;
     assert_eq!(p2["data"].as_array().unwrap().len(), 1);
     assert_eq!(p2["data"][0]["id"], ids[0].as_str());
     assert_eq!(p2["has_more"], false);
@@ -162,10 +182,19 @@ async fn actor_headers_are_recorded_on_jobs_and_runs() {
     assert_eq!((job["created_by"].as_str(), job["updated_by"].as_str()), (Some("user-ada"), Some("user-ada")));
     let id = job["id"].as_str().unwrap();
     let up: serde_json::Value =
-        send(reqwest::Method::PATCH, format!("/v1/jobs/{id}"), json!({"timeout_secs": 9}), "user-bob").await.unwrap().json().await.unwrap();
+        send(reqwest::Method::PATCH, format!("/v1/jobs/{id}"), json!({"timeout_secs": 9}), "user-bob")
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
     assert_eq!((up["created_by"].as_str(), up["updated_by"].as_str()), (Some("user-ada"), Some("user-bob")));
-    let run: serde_json::Value =
-        send(reqwest::Method::POST, format!("/v1/jobs/{id}/trigger"), json!({}), "user-cy").await.unwrap().json().await.unwrap();
+    let run: serde_json::Value = send(reqwest::Method::POST, format!("/v1/jobs/{id}/trigger"), json!({}), "user-cy")
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(run["created_by"], "user-cy");
     // Without actor headers the internal secret acts as a service: nothing recorded.
     let anon = env.trigger(id, json!({})).await;

@@ -122,7 +122,10 @@ fn committed_openapi_matches() {
         std::fs::write(path, &pretty).unwrap();
     }
     let committed = std::fs::read_to_string(path).unwrap_or_default();
-    assert!(committed == pretty, "openapi.json is stale: run `UPDATE_OPENAPI=1 cargo test --test it committed_openapi` and commit it");
+    assert!(
+        committed == pretty,
+        "openapi.json is stale: run `UPDATE_OPENAPI=1 cargo test --test it committed_openapi` and commit it"
+    );
 }
 
 #[tokio::test]

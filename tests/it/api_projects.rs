@@ -19,7 +19,8 @@ async fn create_get_list_and_settings() {
     assert_eq!(s, 200);
     assert_eq!(st["project_id"], "acme-prod");
     assert_eq!(st["max_key_lifetime_days"], 365);
-    let (s, st) = env.patch("/v1/projects/acme-prod/settings", json!({"plan_tier": "pro", "max_key_lifetime_days": 90})).await;
+    let (s, st) =
+        env.patch("/v1/projects/acme-prod/settings", json!({"plan_tier": "pro", "max_key_lifetime_days": 90})).await;
     assert_eq!(s, 200, "{st}");
     assert_eq!((st["plan_tier"].as_str(), st["max_key_lifetime_days"].as_i64()), (Some("pro"), Some(90)));
     let bad = env.patch("/v1/projects/acme-prod/settings", json!({"max_key_lifetime_days": 0})).await;

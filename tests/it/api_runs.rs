@@ -7,7 +7,8 @@ use crate::harness::{assert_problem, TestEnv};
 #[tokio::test]
 async fn trigger_records_every_field_and_enqueues() {
     let env = TestEnv::start().await;
-    let job = env.job("http://127.0.0.1:9/hook", json!({"default_run_metadata": {"source": "signup", "tier": "free"}})).await;
+    let job =
+        env.job("http://127.0.0.1:9/hook", json!({"default_run_metadata": {"source": "signup", "tier": "free"}})).await;
     let id = job["id"].as_str().unwrap();
     let run = env
         .trigger(
@@ -38,7 +39,8 @@ async fn trigger_records_every_field_and_enqueues() {
     assert_eq!(env.run(run["id"].as_str().unwrap()).await, run, "the trigger's answer is the stored run");
 
     // Same idempotency key: the same run, 200, nothing new.
-    let (s, again) = env.post(&format!("/v1/jobs/{id}/trigger"), json!({"idempotency_key": "k-1", "payload": {}})).await;
+    let (s, again) =
+        env.post(&format!("/v1/jobs/{id}/trigger"), json!({"idempotency_key": "k-1", "payload": {}})).await;
     assert_eq!(s, 200);
     assert_eq!(again["id"], run["id"]);
     assert_eq!(env.zcard(&env.queue.keys().ready).await, 1);
@@ -103,7 +105,12 @@ async fn list_filters_and_pages() {
     let (_, by_job) = env.get(&format!("/v1/runs?project_id={project}&job_id={id}&limit=3")).await;
     assert_eq!(by_job["data"].as_array().unwrap().len(), 3);
     assert_eq!(by_job["data"][0]["id"], runs[3]["id"], "newest first");
-    let (_, rest) = env.get(&format!("/v1/runs?project_id={project}&job_id={id}&limit=3&cursor={}", by_job["next_cursor"].as_str().unwrap())).await;
+    let (_, rest) = env
+        .get(&format!(
+            "/v1/runs?project_id={project}&job_id={id}&limit=3&cursor={}",
+            by_job["next_cursor"].as_str().unwrap()
+        ))
+        .await;
     assert_eq!(rest["data"].as_array().unwrap().len(), 1);
     assert_eq!(rest["has_more"], false);
 
@@ -141,9 +148,7 @@ async fn cancel_removes_from_queue_and_is_final() {
 }
 
 fn urlencode(s: &str) -> String {
-    s.bytes()
-        .map(|b| if b.is_ascii_alphanumeric() { (b as char).to_string() } else { format!("%{b:02X}") })
-        .collect()
+    s.bytes().map(|b| if b.is_ascii_alphanumeric() { (b as char).to_string() } else { format!("%{b:02X}") }).collect()
 }
 
 /// Triggers are group-committed: concurrent ones share one insert. Each

@@ -153,12 +153,13 @@ async fn bulk_cancel_takes_children_and_reports_each_run() {
         assert_eq!(env.run(id).await["status"], "cancelled", "{id}");
     }
     assert_eq!(env.run(&stranger).await["status"], "queued", "another project's run is untouched");
-    let reason: String =
-        sqlx::query_scalar("SELECT reason FROM job_run_transitions WHERE run_id = $1 ORDER BY at DESC, seq DESC, sub DESC LIMIT 1")
-            .bind(&grandchild)
-            .fetch_one(&env.pool)
-            .await
-            .unwrap();
+    let reason: String = sqlx::query_scalar(
+        "SELECT reason FROM job_run_transitions WHERE run_id = $1 ORDER BY at DESC, seq DESC, sub DESC LIMIT 1",
+    )
+    .bind(&grandchild)
+    .fetch_one(&env.pool)
+    .await
+    .unwrap();
     assert!(reason.contains("parent"), "{reason}");
     let after = metric_sum(&scrape(&env).await, "svc_bulk_child_cancellations_total", &[]);
     assert!(after >= before + 2.0, "{before} -> {after}");

@@ -18,7 +18,8 @@ async fn run_goes_queued_running_completed_with_the_dispatch_protocol() {
     let target = Target::start().await;
     target.script([Reply::json(200, r#"{"sent": true}"#)]);
     let job = env.job(&target.url, json!({})).await;
-    let run = env.trigger(job["id"].as_str().unwrap(), json!({"payload": {"to": "a@b.c"}, "metadata": {"m": "1"}})).await;
+    let run =
+        env.trigger(job["id"].as_str().unwrap(), json!({"payload": {"to": "a@b.c"}, "metadata": {"m": "1"}})).await;
     let rid = run["id"].as_str().unwrap();
     assert_eq!(run["status"], "queued");
     env.spawn_worker();
@@ -159,7 +160,8 @@ async fn refused_connection_uses_the_fallback_then_retries() {
     assert_eq!(done["attempt"], 1, "the fallback is tried within the same attempt");
     assert_eq!(target.count(), 1);
 
-    let job = env.job(&dead, json!({"max_attempts": 2, "retry_strategy": "fixed", "retry_initial_delay_secs": 0})).await;
+    let job =
+        env.job(&dead, json!({"max_attempts": 2, "retry_strategy": "fixed", "retry_initial_delay_secs": 0})).await;
     let run = env.trigger(job["id"].as_str().unwrap(), json!({})).await;
     env.spawn_scheduler();
     let failed = env.wait_status(run["id"].as_str().unwrap(), "failed", T).await;

@@ -85,7 +85,11 @@ async fn a_crashed_workers_slot_comes_back_when_its_lease_expires() {
     }
     child.start_kill().expect("SIGKILL");
     child.wait().await.unwrap();
-    assert_eq!(active_slots(&env).await.get(&format!("j:{id}")).map(String::as_str), Some("1"), "the dead worker's slot");
+    assert_eq!(
+        active_slots(&env).await.get(&format!("j:{id}")).map(String::as_str),
+        Some("1"),
+        "the dead worker's slot"
+    );
 
     env.spawn_scheduler();
     env.spawn_worker();

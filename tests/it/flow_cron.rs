@@ -23,7 +23,12 @@ async fn cron_ticks(env: &TestEnv, job_id: &str) -> Vec<DateTime<Utc>> {
 
 /// Ticks before `since` never fire: pretend the job became active then.
 async fn active_since(env: &TestEnv, job_id: &str, since: DateTime<Utc>) {
-    sqlx::query("UPDATE jobs SET cron_since = $2 WHERE id = $1").bind(job_id).bind(since).execute(&env.pool).await.unwrap();
+    sqlx::query("UPDATE jobs SET cron_since = $2 WHERE id = $1")
+        .bind(job_id)
+        .bind(since)
+        .execute(&env.pool)
+        .await
+        .unwrap();
 }
 
 /// Steps the clock from `from` to `to` by `step`, one cron pass each.
@@ -100,8 +105,16 @@ async fn a_skipped_local_time_fires_once_at_the_transition() {
     let env = TestEnv::start().await;
     let project = env.project().await;
     // Europe/Berlin, 2027-03-28: 02:00 CET jumps to 03:00 CEST (01:00 UTC).
-    let daily = env.job_in(&project, "http://127.0.0.1:9/", json!({"slug": "d", "cron": "30 2 * * *", "timezone": "Europe/Berlin"})).await;
-    let hourly = env.job_in(&project, "http://127.0.0.1:9/", json!({"slug": "h", "cron": "0 * * * *", "timezone": "Europe/Berlin"})).await;
+    let daily = env
+        .job_in(
+            &project,
+            "http://127.0.0.1:9/",
+            json!({"slug": "d", "cron": "30 2 * * *", "timezone": "Europe/Berlin"}),
+        )
+        .await;
+    let hourly = env
+        .job_in(&project, "http://127.0.0.1:9/", json!({"slug": "h", "cron": "0 * * * *", "timezone": "Europe/Berlin"}))
+        .await;
     let (d, h) = (daily["id"].as_str().unwrap(), hourly["id"].as_str().unwrap());
     active_since(&env, d, utc("2027-03-27T00:00:00Z")).await;
     active_since(&env, h, utc("2027-03-27T23:30:00Z")).await;
@@ -122,8 +135,20 @@ async fn a_repeated_local_hour_fires_once() {
     let env = TestEnv::start().await;
     let project = env.project().await;
     // Europe/Berlin, 2027-10-31: 03:00 CEST goes back to 02:00 CET (01:00 UTC).
-    let daily = env.job_in(&project, "http://127.0.0.1:9/", json!({"slug": "d", "cron": "30 2 * * *", "timezone": "Europe/Berlin"})).await;
-    let every_20 = env.job_in(&project, "http://127.0.0.1:9/", json!({"slug": "m", "cron": "*/20 2 * * *", "timezone": "Europe/Berlin"})).await;
+    let daily = env
+        .job_in(
+            &project,
+            "http://127.0.0.1:9/",
+            json!({"slug": "d", "cron": "30 2 * * *", "timezone": "Europe/Berlin"}),
+        )
+        .await;
+    let every_20 = env
+        .job_in(
+            &project,
+            "http://127.0.0.1:9/",
+            json!({"slug": "m", "cron": "*/20 2 * * *", "timezone": "Europe/Berlin"}),
+        )
+        .await;
     let (d, m) = (daily["id"].as_str().unwrap(), every_20["id"].as_str().unwrap());
     active_since(&env, d, utc("2027-10-30T00:00:00Z")).await;
     active_since(&env, m, utc("2027-10-30T12:00:00Z")).await;
@@ -135,8 +160,14 @@ async fn a_repeated_local_hour_fires_once() {
     );
     assert_eq!(
         cron_ticks(&env, m).await,
-        [utc("2027-10-31T00:00:00Z"), utc("2027-10-31T00:20:00Z"), utc("2027-10-31T00:40:00Z"), utc("2027-11-01T01:00:00Z"),
-         utc("2027-11-01T01:20:00Z"), utc("2027-11-01T01:40:00Z")],
+        [
+            utc("2027-10-31T00:00:00Z"),
+            utc("2027-10-31T00:20:00Z"),
+            utc("2027-10-31T00:40:00Z"),
+            utc("2027-11-01T01:00:00Z"),
+            utc("2027-11-01T01:20:00Z"),
+            utc("2027-11-01T01:40:00Z")
+        ],
         "the repeated 02:xx CET hour of the 31st adds nothing"
     );
 }
@@ -155,7 +186,8 @@ async fn disabled_paused_and_deleted_jobs_do_not_fire_nor_catch_up() {
     let disabled = env.job_in(&project, "http://127.0.0.1:9/", mk("off", json!({"enabled": false}))).await;
     let paused = env.job_in(&project, "http://127.0.0.1:9/", mk("paused", json!({"group_id": g["id"]}))).await;
     let deleted = env.job_in(&project, "http://127.0.0.1:9/", mk("gone", json!({}))).await;
-    let ids: Vec<String> = [&active, &disabled, &paused, &deleted].iter().map(|j| j["id"].as_str().unwrap().to_string()).collect();
+    let ids: Vec<String> =
+        [&active, &disabled, &paused, &deleted].iter().map(|j| j["id"].as_str().unwrap().to_string()).collect();
     let old = Utc::now() - chrono::Duration::minutes(30);
     for id in &ids {
         active_since(&env, id, old).await;

@@ -18,7 +18,11 @@ fn ts(v: &Value) -> DateTime<Utc> {
 }
 
 async fn count_runs(env: &TestEnv, job_id: &str) -> i64 {
-    sqlx::query_scalar("SELECT count(*) FROM job_runs WHERE job_id = $1").bind(job_id).fetch_one(&env.pool).await.unwrap()
+    sqlx::query_scalar("SELECT count(*) FROM job_runs WHERE job_id = $1")
+        .bind(job_id)
+        .fetch_one(&env.pool)
+        .await
+        .unwrap()
 }
 
 /// Fires `n` identical triggers at once; returns the statuses and run ids.
@@ -76,7 +80,10 @@ async fn a_run_not_started_within_its_ttl_expires_in_the_scheduler() {
     let queued = env.trigger(id, json!({})).await;
     let delayed = env.trigger(id, json!({"delay_secs": 5})).await;
     assert!(ts(&queued["expires_at"]) >= now + chrono::Duration::seconds(2));
-    assert!(ts(&delayed["expires_at"]) >= ts(&delayed["scheduled_at"]) + chrono::Duration::seconds(2), "a delay does not eat the ttl");
+    assert!(
+        ts(&delayed["expires_at"]) >= ts(&delayed["scheduled_at"]) + chrono::Duration::seconds(2),
+        "a delay does not eat the ttl"
+    );
     let sched = env.scheduler();
     assert_eq!(sched.expire_once(now + chrono::Duration::milliseconds(1500)).await.unwrap(), 0);
     assert_eq!(sched.expire_once(now + chrono::Duration::seconds(4)).await.unwrap(), 1);
@@ -167,7 +174,11 @@ async fn a_run_starts_after_its_dependencies_complete() {
     }
     let (_, st) = env.get(&format!("/v1/runs/{cid}/dependency-status")).await;
     assert_eq!(st["unblocked"], true);
-    assert!(st["dependencies"].as_array().unwrap().iter().all(|d| d["satisfied"] == true && d["status"] == "completed"));
+    assert!(st["dependencies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|d| d["satisfied"] == true && d["status"] == "completed"));
     let path = env.transition_path(cid).await;
     assert_eq!(path, ["pending", "queued", "running", "completed"]);
 
@@ -216,7 +227,11 @@ async fn dependencies_must_be_runs_of_the_project() {
     let foreign_job = env.job("http://127.0.0.1:9/", json!({})).await;
     let foreign = env.trigger(foreign_job["id"].as_str().unwrap(), json!({})).await;
     let path = format!("/v1/jobs/{id}/trigger");
-    let v = assert_problem(422, env.post(&path, json!({"depends_on": [mine["id"], "run_nope", foreign["id"], "a|b"]})).await, 422);
+    let v = assert_problem(
+        422,
+        env.post(&path, json!({"depends_on": [mine["id"], "run_nope", foreign["id"], "a|b"]})).await,
+        422,
+    );
     let locs: Vec<&str> = v["errors"].as_array().unwrap().iter().map(|e| e["location"].as_str().unwrap()).collect();
     assert_eq!(locs, ["body.depends_on[1]", "body.depends_on[2]", "body.depends_on[3]"]);
     assert_eq!(v["errors"][1]["value"], foreign["id"]);
@@ -252,11 +267,16 @@ async fn payloads_must_satisfy_the_jobs_schema() {
     // The schema itself is checked when the job is saved.
     let project = job["project_id"].as_str().unwrap();
     for bad in [json!({"type": "strnig"}), json!({"$ref": "https://example.com/s.json"}), json!([1])] {
-        let body = json!({"project_id": project, "name": "x", "endpoint_url": "http://127.0.0.1:9/", "payload_schema": bad});
+        let body =
+            json!({"project_id": project, "name": "x", "endpoint_url": "http://127.0.0.1:9/", "payload_schema": bad});
         let v = assert_problem(422, env.post("/v1/jobs", body).await, 422);
         assert_eq!(v["errors"][0]["location"], "body.payload_schema", "{v}");
     }
-    let v = assert_problem(422, env.patch(&format!("/v1/jobs/{id}"), json!({"payload_schema": {"minimum": "x"}})).await, 422);
+    let v = assert_problem(
+        422,
+        env.patch(&format!("/v1/jobs/{id}"), json!({"payload_schema": {"minimum": "x"}})).await,
+        422,
+    );
     assert_eq!(v["errors"][0]["location"], "body.payload_schema");
     let (s, _) = env.patch(&format!("/v1/jobs/{id}"), json!({"payload_schema": null})).await;
     assert_eq!(s, 200);

@@ -116,7 +116,11 @@ async fn throttled_runs_wait_for_their_window_and_are_never_dropped() {
     assert_eq!(throttled().await, [t0 + RATE_RECHECK_MS, t0 + RATE_RECHECK_MS, t0 + RATE_RECHECK_MS + span]);
     sent(first, t0 + 10).await;
     assert!(q.dequeue(10, lease, t0 + RATE_RECHECK_MS).await.unwrap().is_empty());
-    assert_eq!(throttled().await, [t0 + 10 + span, t0 + 10 + span, t0 + RATE_RECHECK_MS + span], "windows count send times");
+    assert_eq!(
+        throttled().await,
+        [t0 + 10 + span, t0 + 10 + span, t0 + RATE_RECHECK_MS + span],
+        "windows count send times"
+    );
 
     assert!(q.dequeue(10, lease, t0 + 10 + span - 1).await.unwrap().is_empty(), "not before the window allows");
     let second = q.dequeue(10, lease, t0 + 10 + span).await.unwrap();

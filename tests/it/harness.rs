@@ -245,7 +245,8 @@ impl Drop for TestEnv {
                 let name = url.rsplit('/').next().unwrap_or_default().to_string();
                 let admin = format!("{}/postgres", pg_base());
                 if let Ok(mut c) = <sqlx::PgConnection as sqlx::Connection>::connect(&admin).await {
-                    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)")).execute(&mut c).await;
+                    let _ =
+                        sqlx::query(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)")).execute(&mut c).await;
                 }
                 if let Ok(client) = redis::Client::open(redis_url) {
                     if let Ok(mut c) = client.get_multiplexed_async_connection().await {

@@ -169,7 +169,12 @@ async fn a_bad_setting_stops_the_process_naming_the_variable() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(var), "{var}: {err}");
     }
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchyard")).arg("worker").env_remove("JWT_SIGNING_KEY").output().await.unwrap();
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .arg("worker")
+        .env_remove("JWT_SIGNING_KEY")
+        .output()
+        .await
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("JWT_SIGNING_KEY"));
 }
@@ -192,11 +197,8 @@ async fn a_dropped_redis_connection_is_made_again() {
         redis::cmd("CLIENT").arg("ID").query_async::<i64>(&mut c).await
     };
     let before = client_id(env.queue.conn().await.unwrap()).await.unwrap();
-    let mut admin = redis::Client::open(crate::harness::redis_url())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut admin =
+        redis::Client::open(crate::harness::redis_url()).unwrap().get_multiplexed_async_connection().await.unwrap();
     let killed: i64 = redis::cmd("CLIENT").arg("KILL").arg("ID").arg(before).query_async(&mut admin).await.unwrap();
     assert_eq!(killed, 1);
 

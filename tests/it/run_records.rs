@@ -317,16 +317,27 @@ async fn events_page_through_transitions_and_attempts() {
     let path: Vec<String> = all
         .iter()
         .map(|e| match e["type"].as_str().unwrap() {
-            "transition" => format!("{}>{}", e["from_status"].as_str().unwrap_or("-"), e["to_status"].as_str().unwrap()),
+            "transition" => {
+                format!("{}>{}", e["from_status"].as_str().unwrap_or("-"), e["to_status"].as_str().unwrap())
+            }
             other => format!("{other}:{}", e["outcome"].as_str().unwrap()),
         })
         .collect();
     assert_eq!(
         path,
         [
-            "->queued", "queued>running", "running>retrying", "attempt:retrying",
-            "retrying>queued", "queued>running", "running>retrying", "attempt:retrying",
-            "retrying>queued", "queued>running", "running>completed", "attempt:completed",
+            "->queued",
+            "queued>running",
+            "running>retrying",
+            "attempt:retrying",
+            "retrying>queued",
+            "queued>running",
+            "running>retrying",
+            "attempt:retrying",
+            "retrying>queued",
+            "queued>running",
+            "running>completed",
+            "attempt:completed",
         ]
     );
     let retry = &all[2];

@@ -145,7 +145,11 @@ impl Target {
     pub async fn wait_count(&self, n: usize, timeout: Duration) -> Vec<Recorded> {
         let deadline = tokio::time::Instant::now() + timeout;
         while self.count() < n {
-            assert!(tokio::time::Instant::now() < deadline, "target got {} of {n} requests in {timeout:?}", self.count());
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "target got {} of {n} requests in {timeout:?}",
+                self.count()
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         self.requests()

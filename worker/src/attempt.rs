@@ -46,7 +46,13 @@ pub const MARK_RUNNING_AFTER: Duration = Duration::from_millis(500);
 /// Runs one entry to the end. `key` is its slot in the in-flight registry,
 /// released here on normal completion; an aborted or panicked dispatch
 /// leaves the slot for the caller, which hands the entry back.
-pub(crate) async fn run(w: Arc<Inner>, entry: Entry, key: u64, dequeue: Duration, permit: Option<OwnedSemaphorePermit>) {
+pub(crate) async fn run(
+    w: Arc<Inner>,
+    entry: Entry,
+    key: u64,
+    dequeue: Duration,
+    permit: Option<OwnedSemaphorePermit>,
+) {
     let _active = ActiveGuard::start();
     handle(&w, &entry, key, dequeue).await;
     w.inflight.remove(key);
@@ -72,7 +78,9 @@ async fn handle(w: &Inner, entry: &Entry, key: u64, dequeue: Duration) {
     if loaded.expired {
         match store::runs::expire_unstarted(&w.pool, std::slice::from_ref(&entry.run_id)).await {
             Ok(_) => record::ack_grouped(w, entry, None).await,
-            Err(e) => tracing::warn!(run_id = %entry.run_id, error = %e, "could not expire the run; its lease will lapse"),
+            Err(e) => {
+                tracing::warn!(run_id = %entry.run_id, error = %e, "could not expire the run; its lease will lapse")
+            }
         }
         return;
     }
@@ -144,7 +152,9 @@ async fn handle(w: &Inner, entry: &Entry, key: u64, dequeue: Duration) {
                 // The heartbeat sweep sleeps until the first deadline it
                 // knows of: this run's may be sooner.
                 Ok(true) => w.queue.wake(WakeLoop::Heartbeats, None),
-                Ok(false) => tracing::info!(run_id = %run.id, "async acceptance not recorded: the run moved on meanwhile"),
+                Ok(false) => {
+                    tracing::info!(run_id = %run.id, "async acceptance not recorded: the run moved on meanwhile")
+                }
                 Err(e) => tracing::error!(run_id = %run.id, error = %e, "could not record the async acceptance"),
             }
             if matches!(marked, Ok(true)) || still_ours(w, &run).await {

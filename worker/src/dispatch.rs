@@ -122,10 +122,9 @@ enum Failure {
 impl Failure {
     fn verdict(self, timeout: Duration) -> Verdict {
         match self {
-            Failure::Timeout => Verdict::retryable(
-                ErrorClass::Timeout,
-                format!("no response from target within {}", human(timeout)),
-            ),
+            Failure::Timeout => {
+                Verdict::retryable(ErrorClass::Timeout, format!("no response from target within {}", human(timeout)))
+            }
             Failure::Connect(why) => {
                 Verdict::retryable(ErrorClass::Connection, format!("could not connect to target: {why}"))
             }
@@ -300,7 +299,8 @@ mod tests {
 
     #[tokio::test]
     async fn connect_time_is_zero_on_a_reused_connection() {
-        let url = serve("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 11\r\n\r\n{\"ok\":true}").await;
+        let url =
+            serve("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 11\r\n\r\n{\"ok\":true}").await;
         let http = Http::new(4, false).unwrap();
         let first = send(&http, &request(&url, None)).await;
         assert_eq!(first.verdict, Verdict::Completed { result: json!({"ok": true}) });

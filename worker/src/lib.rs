@@ -65,10 +65,8 @@ pub struct WorkerOptions {
 
 impl WorkerOptions {
     pub fn from_config(c: &Config) -> anyhow::Result<WorkerOptions> {
-        let jwt_key = c
-            .jwt_signing_key
-            .clone()
-            .context("JWT_SIGNING_KEY is not set: the worker signs run tokens with it")?;
+        let jwt_key =
+            c.jwt_signing_key.clone().context("JWT_SIGNING_KEY is not set: the worker signs run tokens with it")?;
         Ok(WorkerOptions {
             concurrency: c.worker_concurrency.max(1),
             lease: c.lease,

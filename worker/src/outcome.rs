@@ -62,13 +62,23 @@ pub const ERROR_BODY_BYTES: usize = 512;
 /// What an attempt means, before the retry policy is consulted.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Verdict {
-    Completed { result: Value },
+    Completed {
+        result: Value,
+    },
     /// Async mode accepted the run: the target finishes it over the SDK.
     StaysRunning,
     /// Worth another attempt. `retry_after` is the target's `Retry-After`
     /// (429 and 503 only); `timed_out` makes an exhausted run `timed_out`.
-    Retryable { class: ErrorClass, error: String, retry_after: Option<Duration>, timed_out: bool },
-    Permanent { class: ErrorClass, error: String },
+    Retryable {
+        class: ErrorClass,
+        error: String,
+        retry_after: Option<Duration>,
+        timed_out: bool,
+    },
+    Permanent {
+        class: ErrorClass,
+        error: String,
+    },
 }
 
 impl Verdict {
@@ -357,7 +367,9 @@ mod tests {
         let now = Utc::now();
         let v = Verdict::retryable(ErrorClass::Timeout, "no response within 1s");
         match decide(v, 1, &policy(1), now, 0.0) {
-            Decision::Record(r) => assert_eq!((r.status, r.error_class), (RunStatus::TimedOut, Some(ErrorClass::Timeout))),
+            Decision::Record(r) => {
+                assert_eq!((r.status, r.error_class), (RunStatus::TimedOut, Some(ErrorClass::Timeout)))
+            }
             d => panic!("{d:?}"),
         }
     }

@@ -67,7 +67,12 @@ where
 /// Records the outcome (group-committed with other dispatches' outcomes);
 /// false when the run is no longer this dispatch's (cancelled meanwhile, or
 /// its lease was lost and it was handed on).
-pub(crate) async fn finish_attempt(finisher: &crate::worker::Finisher, run_id: &str, token: i64, outcome: &Outcome) -> bool {
+pub(crate) async fn finish_attempt(
+    finisher: &crate::worker::Finisher,
+    run_id: &str,
+    token: i64,
+    outcome: &Outcome,
+) -> bool {
     let recorded = with_db_retry("recording an outcome", || async {
         finisher.submit((run_id.to_string(), token, outcome.clone())).await.map_err(|e| e.into_sqlx())
     })
@@ -135,7 +140,9 @@ pub async fn hand_back(pool: &PgPool, queue: &Queue, held: &Held) {
                     tracing::info!(run_id = %run.id, "dispatch cut short; the attempt goes back to the queue");
                 }
                 Ok(None) => ack(queue, entry, None).await,
-                Err(e) => tracing::warn!(run_id = %run.id, error = %e, "cannot hand the run back; its lease will lapse"),
+                Err(e) => {
+                    tracing::warn!(run_id = %run.id, error = %e, "cannot hand the run back; its lease will lapse")
+                }
             }
         }
         // Another worker holds it now (our lease was lost): its lease is the

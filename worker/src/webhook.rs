@@ -114,12 +114,8 @@ async fn attempt(http: &Http, d: &Delivery, body: &[u8]) -> Sent {
         Err(TargetError::Invalid(m)) => return Sent::Rejected(m),
         Err(TargetError::Denied(den)) => return Sent::Rejected(den.to_string()),
     };
-    let mut rb = http
-        .client
-        .post(url)
-        .timeout(ATTEMPT_TIMEOUT)
-        .header(CONTENT_TYPE, "application/json")
-        .body(body.to_vec());
+    let mut rb =
+        http.client.post(url).timeout(ATTEMPT_TIMEOUT).header(CONTENT_TYPE, "application/json").body(body.to_vec());
     if let Some(secret) = &d.secret {
         // Signed per attempt, so a late retry still passes the receiver's
         // five-minute freshness check.

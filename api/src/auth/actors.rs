@@ -21,7 +21,8 @@ pub struct ActorSync {
 
 impl ActorSync {
     pub fn observe(&self, pool: &PgPool, id: &str, email: Option<String>, name: Option<String>) {
-        let clip = |s: Option<String>| s.map(|v| v.chars().take(256).collect::<String>()).filter(|v| !v.trim().is_empty());
+        let clip =
+            |s: Option<String>| s.map(|v| v.chars().take(256).collect::<String>()).filter(|v| !v.trim().is_empty());
         let profile = (clip(email), clip(name));
         {
             let mut w = self.written.lock().unwrap_or_else(|p| p.into_inner());

@@ -162,9 +162,7 @@ pub struct Auth(pub Principal);
 
 async fn authenticate(req: &Request, bearer: Bearer) -> poem::Result<Principal> {
     let state = req.data::<AppState>().ok_or_else(|| unauthorized("server misconfigured"))?;
-    let op = req
-        .data::<poem::PathPattern>()
-        .and_then(|p| scopes::operation(req.method().as_str(), &p.0));
+    let op = req.data::<poem::PathPattern>().and_then(|p| scopes::operation(req.method().as_str(), &p.0));
     let mut p = resolve(state, req, bearer.token.trim()).await?;
     p.request_id = req.data::<RequestId>().map(|r| r.0.clone());
     authorize(&mut p, op, req)?;
@@ -253,7 +251,9 @@ async fn api_key_principal(state: &AppState, token: &str) -> poem::Result<Princi
         let pool = state.pool.clone();
         let id = key.id.clone();
         tokio::spawn(async move {
-            if let Err(e) = sqlx::query("UPDATE api_keys SET last_used_at = now() WHERE id = $1").bind(&id).execute(&pool).await {
+            if let Err(e) =
+                sqlx::query("UPDATE api_keys SET last_used_at = now() WHERE id = $1").bind(&id).execute(&pool).await
+            {
                 tracing::warn!(key_id = %id, error = %e, "could not record the key's last use");
             }
         });
@@ -313,9 +313,8 @@ fn authorize(p: &mut Principal, op: Option<Operation>, req: &Request) -> poem::R
         Requirement::RunToken => match p.kind {
             CredentialKind::InternalSecret => Ok(()),
             CredentialKind::RunToken => {
-                let in_path = op
-                    .param_index("run_id")
-                    .and_then(|i| req.uri().path().split('/').filter(|s| !s.is_empty()).nth(i));
+                let in_path =
+                    op.param_index("run_id").and_then(|i| req.uri().path().split('/').filter(|s| !s.is_empty()).nth(i));
                 if in_path.is_some() && in_path == p.run_id.as_deref() {
                     Ok(())
                 } else {
@@ -324,7 +323,9 @@ fn authorize(p: &mut Principal, op: Option<Operation>, req: &Request) -> poem::R
             }
             _ => Err(forbidden("SDK operations take the run token of the run")),
         },
-        _ if p.kind == CredentialKind::RunToken => Err(unauthorized("run tokens are valid only for /sdk/v1 operations")),
+        _ if p.kind == CredentialKind::RunToken => {
+            Err(unauthorized("run tokens are valid only for /sdk/v1 operations"))
+        }
         Requirement::Internal if internal => Ok(()),
         Requirement::Internal => Err(forbidden("this operation needs the internal secret")),
         Requirement::Scope(s) => {
@@ -332,9 +333,9 @@ fn authorize(p: &mut Principal, op: Option<Operation>, req: &Request) -> poem::R
             match &p.scopes {
                 None => Ok(()),
                 Some(held) if scopes::covers(held, s) => Ok(()),
-                Some(_) if p.kind == CredentialKind::Oidc && p.project_id.is_none() => Err(forbidden(
-                    "the token names no project: add a project_id claim or send X-Project-Id",
-                )),
+                Some(_) if p.kind == CredentialKind::Oidc && p.project_id.is_none() => {
+                    Err(forbidden("the token names no project: add a project_id claim or send X-Project-Id"))
+                }
                 Some(_) if p.kind == CredentialKind::Oidc && p.roles.is_empty() => {
                     Err(forbidden("the user is not a member of this project"))
                 }

@@ -44,7 +44,8 @@ impl OidcVerifier {
         let (key, alg) = match DecodingKey::from_rsa_pem(pem) {
             Ok(k) => (k, Algorithm::RS256),
             Err(_) => (
-                DecodingKey::from_ec_pem(pem).map_err(|_| anyhow::anyhow!("not an RSA or EC (P-256) public key in PEM"))?,
+                DecodingKey::from_ec_pem(pem)
+                    .map_err(|_| anyhow::anyhow!("not an RSA or EC (P-256) public key in PEM"))?,
                 Algorithm::ES256,
             ),
         };

@@ -221,7 +221,10 @@ mod tests {
         let deny_prod = rule("deny", "api_key", "key_1", &[], &[("env", "prod")]);
         assert!(decide(std::slice::from_ref(&deny_prod), &p, "jobs:trigger", &job("job_a", &prod)).is_err());
         assert!(decide(std::slice::from_ref(&deny_prod), &p, "jobs:trigger", &job("job_a", &dev)).is_ok());
-        assert!(decide(std::slice::from_ref(&deny_prod), &p, "jobs:read", &job("job_a", &prod)).is_ok(), "other action");
+        assert!(
+            decide(std::slice::from_ref(&deny_prod), &p, "jobs:read", &job("job_a", &prod)).is_ok(),
+            "other action"
+        );
         let allow_a = rule("allow", "api_key", "key_1", &["job_a"], &[]);
         assert!(decide(std::slice::from_ref(&allow_a), &p, "jobs:trigger", &job("job_a", &dev)).is_ok());
         assert!(decide(std::slice::from_ref(&allow_a), &p, "jobs:trigger", &job("job_b", &dev)).is_err());

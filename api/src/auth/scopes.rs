@@ -69,7 +69,9 @@ impl Requirement {
             Requirement::Public => "Credential: none.".into(),
             Requirement::Internal => "Credential: the internal secret only.".into(),
             Requirement::Scope(s) => format!("Required scope: `{s}`."),
-            Requirement::RunToken => "Credential: the run token of the run in the path (or the internal secret).".into(),
+            Requirement::RunToken => {
+                "Credential: the run token of the run in the path (or the internal secret).".into()
+            }
         }
     }
 }
@@ -301,7 +303,10 @@ mod tests {
         let served = served_operations();
         let missing: Vec<String> =
             served.iter().filter(|(m, p, _)| operation(m, p).is_none()).map(|(m, p, _)| format!("{m} {p}")).collect();
-        assert!(missing.is_empty(), "operations with no requirement; add them to auth::scopes::OPERATIONS: {missing:#?}");
+        assert!(
+            missing.is_empty(),
+            "operations with no requirement; add them to auth::scopes::OPERATIONS: {missing:#?}"
+        );
         for (method, path, secured) in &served {
             let op = operation(method, path).expect("checked above");
             assert_eq!(

@@ -125,7 +125,11 @@ impl Row {
         } else if self.expires_at.is_some_and(|t| t <= now) {
             "expired"
         } else if self.replaced_by_key_id.is_some() {
-            if self.grace_expires_at.is_some_and(|t| t > now) { "rotating" } else { "rotated" }
+            if self.grace_expires_at.is_some_and(|t| t > now) {
+                "rotating"
+            } else {
+                "rotated"
+            }
         } else {
             "active"
         };
@@ -218,7 +222,11 @@ impl ApiKeysApi {
         let expires_at = match b.expires_at {
             None => latest,
             Some(t) if t <= now => {
-                return Err(ApiError::invalid_field("body.expires_at", "must be in the future", Some(t.to_rfc3339().into())))
+                return Err(ApiError::invalid_field(
+                    "body.expires_at",
+                    "must be in the future",
+                    Some(t.to_rfc3339().into()),
+                ))
             }
             Some(t) if t > latest => {
                 return Err(ApiError::invalid_field(
@@ -245,13 +253,17 @@ impl ApiKeysApi {
         .bind(expires_at)
         .fetch_one(&mut *tx)
         .await?;
-        audit::record(&mut *tx, &auth.0, Change {
-            project_id: &project_id,
-            action: "api_key.created",
-            resource_type: "api_key",
-            resource_id: &id,
-            details: json!({"name": row.name, "scopes": row.scopes, "expires_at": expires_at}),
-        })
+        audit::record(
+            &mut *tx,
+            &auth.0,
+            Change {
+                project_id: &project_id,
+                action: "api_key.created",
+                resource_type: "api_key",
+                resource_id: &id,
+                details: json!({"name": row.name, "scopes": row.scopes, "expires_at": expires_at}),
+            },
+        )
         .await?;
         tx.commit().await?;
         Ok(CreatedKey::Created(Json(row.view(Some(raw)))))
@@ -298,13 +310,17 @@ impl ApiKeysApi {
             .await?
             .rows_affected();
         if changed > 0 {
-            audit::record(&mut *tx, &auth.0, Change {
-                project_id: &key.project_id,
-                action: "api_key.revoked",
-                resource_type: "api_key",
-                resource_id: &key.id,
-                details: json!({"name": key.name}),
-            })
+            audit::record(
+                &mut *tx,
+                &auth.0,
+                Change {
+                    project_id: &key.project_id,
+                    action: "api_key.revoked",
+                    resource_type: "api_key",
+                    resource_id: &key.id,
+                    details: json!({"name": key.name}),
+                },
+            )
             .await?;
         }
         tx.commit().await?;
@@ -381,13 +397,17 @@ impl ApiKeysApi {
             .bind(grace_until)
             .execute(&mut *tx)
             .await?;
-        audit::record(&mut *tx, &auth.0, Change {
-            project_id: &locked.project_id,
-            action: "api_key.rotated",
-            resource_type: "api_key",
-            resource_id: &locked.id,
-            details: json!({"replaced_by_key_id": id, "grace_expires_at": grace_until}),
-        })
+        audit::record(
+            &mut *tx,
+            &auth.0,
+            Change {
+                project_id: &locked.project_id,
+                action: "api_key.rotated",
+                resource_type: "api_key",
+                resource_id: &locked.id,
+                details: json!({"replaced_by_key_id": id, "grace_expires_at": grace_until}),
+            },
+        )
         .await?;
         tx.commit().await?;
         cache::bump_version(&state.queue).await;

@@ -38,12 +38,17 @@ pub struct AuditEvent {
     pub created_at: DateTime<Utc>,
 }
 
-const COLS: &str = "id, project_id, actor_id, actor_type, action, resource_type, resource_id, request_id, details, created_at";
+const COLS: &str =
+    "id, project_id, actor_id, actor_type, action, resource_type, resource_id, request_id, details, created_at";
 
 fn time(field: &str, raw: Option<String>) -> ApiResult<Option<DateTime<Utc>>> {
     raw.map(|s| {
         DateTime::parse_from_rfc3339(&s).map(|t| t.with_timezone(&Utc)).map_err(|_| {
-            ApiError::invalid_field(&format!("query.{field}"), "an RFC 3339 date-time, e.g. 2025-01-31T12:00:00Z", Some(s.into()))
+            ApiError::invalid_field(
+                &format!("query.{field}"),
+                "an RFC 3339 date-time, e.g. 2025-01-31T12:00:00Z",
+                Some(s.into()),
+            )
         })
     })
     .transpose()

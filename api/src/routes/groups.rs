@@ -95,8 +95,13 @@ async fn load(state: &AppState, auth: &Auth, id: &str) -> ApiResult<JobGroup> {
     match g {
         Some(g) if visible(&auth.0, &g.project_id) => {
             let no_tags = Default::default();
-            policy::check(state, &auth.0, &g.project_id, Resource { kind: "job_group", id: Some(&g.id), tags: &no_tags })
-                .await?;
+            policy::check(
+                state,
+                &auth.0,
+                &g.project_id,
+                Resource { kind: "job_group", id: Some(&g.id), tags: &no_tags },
+            )
+            .await?;
             Ok(g)
         }
         _ => Err(ApiError::not_found("job group", id)),
@@ -105,13 +110,17 @@ async fn load(state: &AppState, auth: &Auth, id: &str) -> ApiResult<JobGroup> {
 
 /// Records a change of a group in the audit trail.
 async fn audit_group(state: &AppState, auth: &Auth, g: &JobGroup, action: &str) -> ApiResult<()> {
-    audit::record(&state.pool, &auth.0, Change {
-        project_id: &g.project_id,
-        action,
-        resource_type: "job_group",
-        resource_id: &g.id,
-        details: serde_json::json!({"name": g.name, "slug": g.slug}),
-    })
+    audit::record(
+        &state.pool,
+        &auth.0,
+        Change {
+            project_id: &g.project_id,
+            action,
+            resource_type: "job_group",
+            resource_id: &g.id,
+            details: serde_json::json!({"name": g.name, "slug": g.slug}),
+        },
+    )
     .await?;
     Ok(())
 }

@@ -1,8 +1,8 @@
 //! Jobs: create, read, list, update (a new version each time), delete,
 //! versions, and trigger (DECISIONS §2, SPEC §2.4).
 
-use std::collections::{BTreeMap, HashMap};
 use std::borrow::Borrow;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
@@ -382,12 +382,11 @@ async fn admit<J: Borrow<JobRecord>>(state: &AppState, auth: &Auth, id: &str, jo
 }
 
 async fn check_group(state: &AppState, project_id: &str, group_id: &str) -> ApiResult<()> {
-    let found: Option<(String,)> =
-        sqlx::query_as("SELECT id FROM job_groups WHERE id = $1 AND project_id = $2")
-            .bind(group_id)
-            .bind(project_id)
-            .fetch_optional(&state.pool)
-            .await?;
+    let found: Option<(String,)> = sqlx::query_as("SELECT id FROM job_groups WHERE id = $1 AND project_id = $2")
+        .bind(group_id)
+        .bind(project_id)
+        .fetch_optional(&state.pool)
+        .await?;
     if found.is_none() {
         return Err(ApiError::invalid_field(
             "body.group_id",
@@ -415,7 +414,8 @@ pub async fn sync_limits(state: &AppState, job_id: &str, project_id: &str, spec:
     }
 }
 
-const VERSION_INSERT: &str = "INSERT INTO job_versions (id, job_id, version, name, slug, enabled, group_id, spec, created_by)
+const VERSION_INSERT: &str =
+    "INSERT INTO job_versions (id, job_id, version, name, slug, enabled, group_id, spec, created_by)
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)";
 
 #[OpenApi(tag = "Tag::Jobs")]
@@ -505,13 +505,17 @@ impl JobsApi {
             .bind(&actor)
             .execute(&mut *tx)
             .await?;
-        audit::record(&mut *tx, &auth.0, Change {
-            project_id: &project_id,
-            action: "job.created",
-            resource_type: "job",
-            resource_id: &id,
-            details: serde_json::json!({"name": rec.name, "slug": rec.slug, "version": rec.version}),
-        })
+        audit::record(
+            &mut *tx,
+            &auth.0,
+            Change {
+                project_id: &project_id,
+                action: "job.created",
+                resource_type: "job",
+                resource_id: &id,
+                details: serde_json::json!({"name": rec.name, "slug": rec.slug, "version": rec.version}),
+            },
+        )
         .await?;
         tx.commit().await?;
         sync_limits(&state, &id, &project_id, &spec, false).await;
@@ -587,9 +591,22 @@ impl JobsApi {
         macro_rules! set {
             ($($f:ident),*) => { $( if let Some(v) = b.$f { s.$f = v; } )* };
         }
-        set!(max_attempts, timeout_secs, max_concurrency, max_concurrency_per_key, rate_limit_max,
-             rate_limit_window_secs, dedup_window_secs, run_ttl_secs, retry_strategy, retry_delays_secs,
-             retry_initial_delay_secs, retry_max_delay_secs, version_policy, backwards_compatible);
+        set!(
+            max_attempts,
+            timeout_secs,
+            max_concurrency,
+            max_concurrency_per_key,
+            rate_limit_max,
+            rate_limit_window_secs,
+            dedup_window_secs,
+            run_ttl_secs,
+            retry_strategy,
+            retry_delays_secs,
+            retry_initial_delay_secs,
+            retry_max_delay_secs,
+            version_policy,
+            backwards_compatible
+        );
         if let Some(t) = b.tags {
             s.tags = t.into_iter().collect();
         }
@@ -649,13 +666,17 @@ impl JobsApi {
             .bind(&actor)
             .execute(&mut *tx)
             .await?;
-        audit::record(&mut *tx, &auth.0, Change {
-            project_id: &rec.project_id,
-            action: "job.updated",
-            resource_type: "job",
-            resource_id: &rec.id,
-            details: serde_json::json!({"version": rec.version, "version_id": rec.version_id}),
-        })
+        audit::record(
+            &mut *tx,
+            &auth.0,
+            Change {
+                project_id: &rec.project_id,
+                action: "job.updated",
+                resource_type: "job",
+                resource_id: &rec.id,
+                details: serde_json::json!({"version": rec.version, "version_id": rec.version_id}),
+            },
+        )
         .await?;
         tx.commit().await?;
         state.jobs.forget(&cur.id);
@@ -696,13 +717,17 @@ impl JobsApi {
         .bind(&cur.id)
         .fetch_all(&mut *tx)
         .await?;
-        audit::record(&mut *tx, &auth.0, Change {
-            project_id: &cur.project_id,
-            action: "job.deleted",
-            resource_type: "job",
-            resource_id: &cur.id,
-            details: serde_json::json!({"name": cur.name, "cancelled_runs": cancelled.len()}),
-        })
+        audit::record(
+            &mut *tx,
+            &auth.0,
+            Change {
+                project_id: &cur.project_id,
+                action: "job.deleted",
+                resource_type: "job",
+                resource_id: &cur.id,
+                details: serde_json::json!({"name": cur.name, "cancelled_runs": cancelled.len()}),
+            },
+        )
         .await?;
         tx.commit().await?;
         state.jobs.forget(&cur.id);
@@ -749,22 +774,27 @@ impl JobsApi {
         .bind(limit + 1)
         .fetch_all(&state.pool)
         .await?;
-        Ok(Json(pagination::page(rows, limit, |r| r.id.clone(), |r| {
-            let mut spec = r.spec.0;
-            spec.webhook_secret = None;
-            JobVersion {
-                id: r.id,
-                job_id: r.job_id,
-                version: r.version.into(),
-                name: r.name,
-                slug: r.slug,
-                enabled: r.enabled,
-                group_id: r.group_id,
-                definition: serde_json::to_value(spec).unwrap_or(Value::Null),
-                created_by: r.created_by,
-                created_at: r.created_at,
-            }
-        })))
+        Ok(Json(pagination::page(
+            rows,
+            limit,
+            |r| r.id.clone(),
+            |r| {
+                let mut spec = r.spec.0;
+                spec.webhook_secret = None;
+                JobVersion {
+                    id: r.id,
+                    job_id: r.job_id,
+                    version: r.version.into(),
+                    name: r.name,
+                    slug: r.slug,
+                    enabled: r.enabled,
+                    group_id: r.group_id,
+                    definition: serde_json::to_value(spec).unwrap_or(Value::Null),
+                    created_by: r.created_by,
+                    created_at: r.created_at,
+                }
+            },
+        )))
     }
 
     /// Trigger a run. With an `idempotency_key` already used for this job the

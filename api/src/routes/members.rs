@@ -119,9 +119,7 @@ fn check_user_id(user_id: &str, location: &str) -> ApiResult<()> {
 async fn check_role_grantable(state: &AppState, auth: &Auth, role_id: &str) -> ApiResult<()> {
     let perms = rbac::effective_permissions(&state.pool, role_id).await?;
     if !perms.is_empty() && !rbac::grantable(&auth.0, &perms) {
-        return Err(ApiError::forbidden(format!(
-            "the role {role_id} grants scopes the caller does not hold"
-        )));
+        return Err(ApiError::forbidden(format!("the role {role_id} grants scopes the caller does not hold")));
     }
     Ok(())
 }
@@ -183,19 +181,22 @@ async fn assign(
         Some(_) => "updated",
     };
     if status != "unchanged" {
-        audit::record(&mut *tx, &auth.0, Change {
-            project_id,
-            action: "member.assigned",
-            resource_type: "member",
-            resource_id: user_id,
-            details: json!({"role_id": role_id, "previous_role_id": before.map(|b| b.0)}),
-        })
+        audit::record(
+            &mut *tx,
+            &auth.0,
+            Change {
+                project_id,
+                action: "member.assigned",
+                resource_type: "member",
+                resource_id: user_id,
+                details: json!({"role_id": role_id, "previous_role_id": before.map(|b| b.0)}),
+            },
+        )
         .await?;
     }
     tx.commit().await?;
     Ok((member, status))
 }
-
 
 #[OpenApi(tag = "Tag::Members")]
 impl MembersApi {
@@ -216,7 +217,12 @@ impl MembersApi {
     /// Assign up to 100 members in one request. Each item succeeds or fails
     /// on its own; `results` has one entry per item, in order.
     #[oai(path = "/v1/members/bulk", method = "post")]
-    async fn bulk(&self, state: Data<&AppState>, auth: Auth, body: Json<BulkAssign>) -> ApiResult<Json<BulkAssignResult>> {
+    async fn bulk(
+        &self,
+        state: Data<&AppState>,
+        auth: Auth,
+        body: Json<BulkAssign>,
+    ) -> ApiResult<Json<BulkAssignResult>> {
         let b = body.0;
         let project_id = project_of(&auth.0, b.project_id.as_deref())?;
         if b.members.is_empty() || b.members.len() > 100 {
@@ -313,13 +319,17 @@ impl MembersApi {
         if n == 0 {
             return Err(gone());
         }
-        audit::record(&mut *tx, &auth.0, Change {
-            project_id: &project_id,
-            action: "member.removed",
-            resource_type: "member",
-            resource_id: &user_id,
-            details: json!({"role_id": role_id}),
-        })
+        audit::record(
+            &mut *tx,
+            &auth.0,
+            Change {
+                project_id: &project_id,
+                action: "member.removed",
+                resource_type: "member",
+                resource_id: &user_id,
+                details: json!({"role_id": role_id}),
+            },
+        )
         .await?;
         tx.commit().await?;
         cache::bump_version(&state.queue).await;

@@ -101,14 +101,8 @@ pub fn check_id(what: &str, id: &str) -> ApiResult<()> {
 
 /// The access-control operations (SPEC §4.7) and the SDK, as one member of
 /// the service's tuple.
-pub type AccessApis = (
-    api_keys::ApiKeysApi,
-    roles::RolesApi,
-    members::MembersApi,
-    policies::PoliciesApi,
-    audit::AuditApi,
-    sdk::SdkApi,
-);
+pub type AccessApis =
+    (api_keys::ApiKeysApi, roles::RolesApi, members::MembersApi, policies::PoliciesApi, audit::AuditApi, sdk::SdkApi);
 
 pub fn access_apis() -> AccessApis {
     (api_keys::ApiKeysApi, roles::RolesApi, members::MembersApi, policies::PoliciesApi, audit::AuditApi, sdk::SdkApi)

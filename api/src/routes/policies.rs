@@ -163,7 +163,8 @@ struct RpRow {
     updated_at: DateTime<Utc>,
 }
 
-const RP_COLS: &str = "id, project_id, name, description, effect, principal_type, principal_id, actions, resource_type, \
+const RP_COLS: &str =
+    "id, project_id, name, description, effect, principal_type, principal_id, actions, resource_type, \
     resource_ids, tag_selector, created_by, updated_by, created_at, updated_at";
 
 impl RpRow {
@@ -260,7 +261,12 @@ struct RpFields {
 
 /// Validates a whole policy; the principal must exist in the project
 /// (a member's user id need not: the policy may precede the member).
-async fn check_resource_policy(state: &AppState, project_id: &str, f: &RpFields, description: Option<&String>) -> ApiResult<()> {
+async fn check_resource_policy(
+    state: &AppState,
+    project_id: &str,
+    f: &RpFields,
+    description: Option<&String>,
+) -> ApiResult<()> {
     let mut errors = Vec::new();
     check_common(&mut errors, Some(&f.name), description);
     one_of(&mut errors, "effect", &f.effect, &["allow", "deny"]);
@@ -273,19 +279,26 @@ async fn check_resource_policy(state: &AppState, project_id: &str, f: &RpFields,
         err(&mut errors, "resource_ids", "at most 100 resource ids", json!(f.resource_ids));
     }
     if f.tag_selector.len() > 20 || f.tag_selector.iter().any(|(k, v)| !tag_key_ok(k) || v.len() > 1024) {
-        err(&mut errors, "tag_selector", "at most 20 pairs; keys 1 to 128 characters, values at most 1024", json!(f.tag_selector));
+        err(
+            &mut errors,
+            "tag_selector",
+            "at most 20 pairs; keys 1 to 128 characters, values at most 1024",
+            json!(f.tag_selector),
+        );
     }
     let pid = f.principal_id.as_str();
     if pid.is_empty() || pid.len() > 256 || pid.chars().any(char::is_control) {
         err(&mut errors, "principal_id", "must be 1 to 256 characters", pid.into());
     } else if errors.is_empty() {
         let found = match f.principal_type.as_str() {
-            "role" => sqlx::query_as::<_, (String,)>("SELECT id FROM roles WHERE id = $1 AND (project_id IS NULL OR project_id = $2)")
-                .bind(pid)
-                .bind(project_id)
-                .fetch_optional(&state.pool)
-                .await?
-                .is_some(),
+            "role" => sqlx::query_as::<_, (String,)>(
+                "SELECT id FROM roles WHERE id = $1 AND (project_id IS NULL OR project_id = $2)",
+            )
+            .bind(pid)
+            .bind(project_id)
+            .fetch_optional(&state.pool)
+            .await?
+            .is_some(),
             "api_key" => sqlx::query_as::<_, (String,)>("SELECT id FROM api_keys WHERE id = $1 AND project_id = $2")
                 .bind(pid)
                 .bind(project_id)
@@ -305,7 +318,11 @@ async fn check_resource_policy(state: &AppState, project_id: &str, f: &RpFields,
     }
 }
 
-fn check_tag_rules(required: &[String], allowed: &HashMap<String, Vec<String>>, description: Option<&String>) -> ApiResult<()> {
+fn check_tag_rules(
+    required: &[String],
+    allowed: &HashMap<String, Vec<String>>,
+    description: Option<&String>,
+) -> ApiResult<()> {
     let mut errors = Vec::new();
     check_common(&mut errors, None, description);
     if required.is_empty() && allowed.is_empty() {
@@ -315,9 +332,16 @@ fn check_tag_rules(required: &[String], allowed: &HashMap<String, Vec<String>>, 
         err(&mut errors, "required_keys", "at most 64 keys of 1 to 128 characters", json!(required));
     }
     if allowed.len() > 64
-        || allowed.iter().any(|(k, vs)| !tag_key_ok(k) || vs.is_empty() || vs.len() > 100 || vs.iter().any(|v| v.len() > 1024))
+        || allowed
+            .iter()
+            .any(|(k, vs)| !tag_key_ok(k) || vs.is_empty() || vs.len() > 100 || vs.iter().any(|v| v.len() > 1024))
     {
-        err(&mut errors, "allowed_values", "at most 64 keys, each with 1 to 100 values of at most 1024 characters", json!(allowed));
+        err(
+            &mut errors,
+            "allowed_values",
+            "at most 64 keys, each with 1 to 100 values of at most 1024 characters",
+            json!(allowed),
+        );
     }
     if errors.is_empty() {
         Ok(())
@@ -325,7 +349,6 @@ fn check_tag_rules(required: &[String], allowed: &HashMap<String, Vec<String>>, 
         Err(ApiError::invalid(errors))
     }
 }
-
 
 async fn load_rp(state: &AppState, auth: &Auth, id: &str) -> ApiResult<RpRow> {
     check_id("resource policy", id)?;
@@ -400,13 +423,17 @@ impl PoliciesApi {
         .bind(auth.0.actor())
         .fetch_one(&mut *tx)
         .await?;
-        audit::record(&mut *tx, &auth.0, Change {
-            project_id: &project_id,
-            action: "resource_policy.created",
-            resource_type: "resource_policy",
-            resource_id: &id,
-            details: json!({"name": f.name, "effect": f.effect}),
-        })
+        audit::record(
+            &mut *tx,
+            &auth.0,
+            Change {
+                project_id: &project_id,
+                action: "resource_policy.created",
+                resource_type: "resource_policy",
+                resource_id: &id,
+                details: json!({"name": f.name, "effect": f.effect}),
+            },
+        )
         .await?;
         tx.commit().await?;
         cache::bump_version(&state.queue).await;
@@ -495,13 +522,17 @@ impl PoliciesApi {
         .bind(auth.0.actor())
         .fetch_one(&mut *tx)
         .await?;
-        audit::record(&mut *tx, &auth.0, Change {
-            project_id: &cur.project_id,
-            action: "resource_policy.updated",
-            resource_type: "resource_policy",
-            resource_id: &cur.id,
-            details: json!({"name": f.name, "effect": f.effect}),
-        })
+        audit::record(
+            &mut *tx,
+            &auth.0,
+            Change {
+                project_id: &cur.project_id,
+                action: "resource_policy.updated",
+                resource_type: "resource_policy",
+                resource_id: &cur.id,
+                details: json!({"name": f.name, "effect": f.effect}),
+            },
+        )
         .await?;
         tx.commit().await?;
         cache::bump_version(&state.queue).await;
@@ -510,17 +541,26 @@ impl PoliciesApi {
 
     /// Delete a resource policy permanently.
     #[oai(path = "/v1/resource-policies/:policy_id", method = "delete")]
-    async fn delete_resource_policy(&self, state: Data<&AppState>, auth: Auth, policy_id: Path<String>) -> ApiResult<Deleted> {
+    async fn delete_resource_policy(
+        &self,
+        state: Data<&AppState>,
+        auth: Auth,
+        policy_id: Path<String>,
+    ) -> ApiResult<Deleted> {
         let cur = load_rp(&state, &auth, &policy_id).await?;
         let mut tx = state.pool.begin().await?;
         sqlx::query("DELETE FROM resource_policies WHERE id = $1").bind(&cur.id).execute(&mut *tx).await?;
-        audit::record(&mut *tx, &auth.0, Change {
-            project_id: &cur.project_id,
-            action: "resource_policy.deleted",
-            resource_type: "resource_policy",
-            resource_id: &cur.id,
-            details: json!({"name": cur.name}),
-        })
+        audit::record(
+            &mut *tx,
+            &auth.0,
+            Change {
+                project_id: &cur.project_id,
+                action: "resource_policy.deleted",
+                resource_type: "resource_policy",
+                resource_id: &cur.id,
+                details: json!({"name": cur.name}),
+            },
+        )
         .await?;
         tx.commit().await?;
         cache::bump_version(&state.queue).await;
@@ -529,7 +569,12 @@ impl PoliciesApi {
 
     /// Create a tag policy.
     #[oai(path = "/v1/tag-policies", method = "post")]
-    async fn create_tag_policy(&self, state: Data<&AppState>, auth: Auth, body: Json<CreateTagPolicy>) -> ApiResult<CreatedTagPolicy> {
+    async fn create_tag_policy(
+        &self,
+        state: Data<&AppState>,
+        auth: Auth,
+        body: Json<CreateTagPolicy>,
+    ) -> ApiResult<CreatedTagPolicy> {
         let b = body.0;
         let project_id = project_of(&auth.0, b.project_id.as_deref())?;
         let resource_type = b.resource_type.unwrap_or_else(|| "job".into());
@@ -557,13 +602,17 @@ impl PoliciesApi {
         .bind(auth.0.actor())
         .fetch_one(&mut *tx)
         .await?;
-        audit::record(&mut *tx, &auth.0, Change {
-            project_id: &project_id,
-            action: "tag_policy.created",
-            resource_type: "tag_policy",
-            resource_id: &id,
-            details: json!({"resource_type": resource_type, "required_keys": required}),
-        })
+        audit::record(
+            &mut *tx,
+            &auth.0,
+            Change {
+                project_id: &project_id,
+                action: "tag_policy.created",
+                resource_type: "tag_policy",
+                resource_id: &id,
+                details: json!({"resource_type": resource_type, "required_keys": required}),
+            },
+        )
         .await?;
         tx.commit().await?;
         Ok(CreatedTagPolicy::Created(Json(row.view())))
@@ -596,7 +645,12 @@ impl PoliciesApi {
 
     /// Get a tag policy.
     #[oai(path = "/v1/tag-policies/:policy_id", method = "get")]
-    async fn get_tag_policy(&self, state: Data<&AppState>, auth: Auth, policy_id: Path<String>) -> ApiResult<Json<TagPolicy>> {
+    async fn get_tag_policy(
+        &self,
+        state: Data<&AppState>,
+        auth: Auth,
+        policy_id: Path<String>,
+    ) -> ApiResult<Json<TagPolicy>> {
         Ok(Json(load_tp(&state, &auth, &policy_id).await?.view()))
     }
 
@@ -628,13 +682,17 @@ impl PoliciesApi {
         .bind(auth.0.actor())
         .fetch_one(&mut *tx)
         .await?;
-        audit::record(&mut *tx, &auth.0, Change {
-            project_id: &cur.project_id,
-            action: "tag_policy.updated",
-            resource_type: "tag_policy",
-            resource_id: &cur.id,
-            details: json!({"required_keys": required}),
-        })
+        audit::record(
+            &mut *tx,
+            &auth.0,
+            Change {
+                project_id: &cur.project_id,
+                action: "tag_policy.updated",
+                resource_type: "tag_policy",
+                resource_id: &cur.id,
+                details: json!({"required_keys": required}),
+            },
+        )
         .await?;
         tx.commit().await?;
         Ok(Json(row.view()))
@@ -642,17 +700,26 @@ impl PoliciesApi {
 
     /// Delete a tag policy permanently.
     #[oai(path = "/v1/tag-policies/:policy_id", method = "delete")]
-    async fn delete_tag_policy(&self, state: Data<&AppState>, auth: Auth, policy_id: Path<String>) -> ApiResult<Deleted> {
+    async fn delete_tag_policy(
+        &self,
+        state: Data<&AppState>,
+        auth: Auth,
+        policy_id: Path<String>,
+    ) -> ApiResult<Deleted> {
         let cur = load_tp(&state, &auth, &policy_id).await?;
         let mut tx = state.pool.begin().await?;
         sqlx::query("DELETE FROM tag_policies WHERE id = $1").bind(&cur.id).execute(&mut *tx).await?;
-        audit::record(&mut *tx, &auth.0, Change {
-            project_id: &cur.project_id,
-            action: "tag_policy.deleted",
-            resource_type: "tag_policy",
-            resource_id: &cur.id,
-            details: json!({}),
-        })
+        audit::record(
+            &mut *tx,
+            &auth.0,
+            Change {
+                project_id: &cur.project_id,
+                action: "tag_policy.deleted",
+                resource_type: "tag_policy",
+                resource_id: &cur.id,
+                details: json!({}),
+            },
+        )
         .await?;
         tx.commit().await?;
         Ok(Deleted::NoContent)

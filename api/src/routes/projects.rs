@@ -138,13 +138,17 @@ impl ProjectsApi {
         .bind(auth.0.actor())
         .fetch_one(&state.pool)
         .await?;
-        crate::audit::record(&state.pool, &auth.0, crate::audit::Change {
-            project_id: &row.id,
-            action: "project.created",
-            resource_type: "project",
-            resource_id: &row.id,
-            details: serde_json::json!({"name": row.name}),
-        })
+        crate::audit::record(
+            &state.pool,
+            &auth.0,
+            crate::audit::Change {
+                project_id: &row.id,
+                action: "project.created",
+                resource_type: "project",
+                resource_id: &row.id,
+                details: serde_json::json!({"name": row.name}),
+            },
+        )
         .await?;
         Ok(CreatedProject::Created(Json(row.view())))
     }
@@ -243,17 +247,21 @@ impl ProjectsApi {
         .bind(b.max_key_lifetime_days.map(|d| d as i32))
         .fetch_one(&state.pool)
         .await?;
-        crate::audit::record(&state.pool, &auth.0, crate::audit::Change {
-            project_id: &row.id,
-            action: "project.settings_updated",
-            resource_type: "project",
-            resource_id: &row.id,
-            details: serde_json::json!({
-                "default_region": row.default_region,
-                "plan_tier": row.plan_tier,
-                "max_key_lifetime_days": row.max_key_lifetime_days,
-            }),
-        })
+        crate::audit::record(
+            &state.pool,
+            &auth.0,
+            crate::audit::Change {
+                project_id: &row.id,
+                action: "project.settings_updated",
+                resource_type: "project",
+                resource_id: &row.id,
+                details: serde_json::json!({
+                    "default_region": row.default_region,
+                    "plan_tier": row.plan_tier,
+                    "max_key_lifetime_days": row.max_key_lifetime_days,
+                }),
+            },
+        )
         .await?;
         Ok(Json(row.settings()))
     }

@@ -112,7 +112,8 @@ struct Row {
     updated_at: DateTime<Utc>,
 }
 
-const COLS: &str = "id, project_id, name, description, permissions, inherits, system, created_by, updated_by, created_at, updated_at";
+const COLS: &str =
+    "id, project_id, name, description, permissions, inherits, system, created_by, updated_by, created_at, updated_at";
 
 impl Row {
     fn view(self) -> Role {
@@ -136,10 +137,8 @@ impl Row {
 
 async fn load(state: &AppState, auth: &Auth, id: &str) -> ApiResult<Row> {
     check_id("role", id)?;
-    let row: Option<Row> = sqlx::query_as(&format!("SELECT {COLS} FROM roles WHERE id = $1"))
-        .bind(id)
-        .fetch_optional(&state.pool)
-        .await?;
+    let row: Option<Row> =
+        sqlx::query_as(&format!("SELECT {COLS} FROM roles WHERE id = $1")).bind(id).fetch_optional(&state.pool).await?;
     match row {
         Some(r) if r.project_id.as_deref().is_none_or(|p| visible(&auth.0, p)) => Ok(r),
         _ => Err(ApiError::not_found("role", id)),
@@ -161,7 +160,11 @@ fn check_text(name: &str, description: Option<&String>, errors: &mut Vec<ErrorDe
         });
     }
     if description.is_some_and(|d| d.len() > 2000) {
-        errors.push(ErrorDetail { location: "body.description".into(), message: "at most 2000 characters".into(), value: None });
+        errors.push(ErrorDetail {
+            location: "body.description".into(),
+            message: "at most 2000 characters".into(),
+            value: None,
+        });
     }
 }
 
@@ -288,13 +291,17 @@ impl RolesApi {
         .bind(auth.0.actor())
         .fetch_one(&mut *tx)
         .await?;
-        audit::record(&mut *tx, &auth.0, Change {
-            project_id: &project_id,
-            action: "role.created",
-            resource_type: "role",
-            resource_id: &id,
-            details: json!({"name": row.name, "permissions": row.permissions, "inherits": row.inherits}),
-        })
+        audit::record(
+            &mut *tx,
+            &auth.0,
+            Change {
+                project_id: &project_id,
+                action: "role.created",
+                resource_type: "role",
+                resource_id: &id,
+                details: json!({"name": row.name, "permissions": row.permissions, "inherits": row.inherits}),
+            },
+        )
         .await?;
         tx.commit().await?;
         Ok(CreatedRole::Created(Json(row.view())))
@@ -389,13 +396,17 @@ impl RolesApi {
         .bind(auth.0.actor())
         .fetch_one(&mut *tx)
         .await?;
-        audit::record(&mut *tx, &auth.0, Change {
-            project_id: &project_id,
-            action: "role.updated",
-            resource_type: "role",
-            resource_id: &cur.id,
-            details: json!({"name": row.name, "permissions": row.permissions, "inherits": row.inherits}),
-        })
+        audit::record(
+            &mut *tx,
+            &auth.0,
+            Change {
+                project_id: &project_id,
+                action: "role.updated",
+                resource_type: "role",
+                resource_id: &cur.id,
+                details: json!({"name": row.name, "permissions": row.permissions, "inherits": row.inherits}),
+            },
+        )
         .await?;
         tx.commit().await?;
         cache::bump_version(&state.queue).await;
@@ -423,13 +434,17 @@ impl RolesApi {
             )));
         }
         sqlx::query("DELETE FROM roles WHERE id = $1").bind(&cur.id).execute(&mut *tx).await?;
-        audit::record(&mut *tx, &auth.0, Change {
-            project_id: &project_id,
-            action: "role.deleted",
-            resource_type: "role",
-            resource_id: &cur.id,
-            details: json!({"name": cur.name}),
-        })
+        audit::record(
+            &mut *tx,
+            &auth.0,
+            Change {
+                project_id: &project_id,
+                action: "role.deleted",
+                resource_type: "role",
+                resource_id: &cur.id,
+                details: json!({"name": cur.name}),
+            },
+        )
         .await?;
         tx.commit().await?;
         cache::bump_version(&state.queue).await;

@@ -337,7 +337,12 @@ pub async fn trigger(
     for (field, m) in [("tags", &b.tags), ("metadata", &b.metadata)] {
         if let Some(m) = m {
             if m.len() > 64 || m.iter().any(|(k, v)| k.is_empty() || k.len() > 128 || v.len() > 1024) {
-                detail(&mut errors, field, "at most 64 entries; keys 1 to 128 characters, values at most 1024", Value::Null);
+                detail(
+                    &mut errors,
+                    field,
+                    "at most 64 entries; keys 1 to 128 characters, values at most 1024",
+                    Value::Null,
+                );
             }
         }
     }
@@ -512,11 +517,7 @@ impl RunsApi {
             .into_iter()
             .map(|(run_id, status)| DependencyState { satisfied: status == "completed", run_id, status })
             .collect();
-        Ok(Json(DependencyStatus {
-            unblocked: dependencies.iter().all(|d| d.satisfied),
-            run_id: run.id,
-            dependencies,
-        }))
+        Ok(Json(DependencyStatus { unblocked: dependencies.iter().all(|d| d.satisfied), run_id: run.id, dependencies }))
     }
 
     /// Cancel a run that has not finished, and its unfinished child runs
@@ -540,13 +541,17 @@ impl RunsApi {
         }
         // Its unfinished child runs go with it (DECISIONS §6).
         super::run_ops::cancel_descendants(&state, std::slice::from_ref(&after.id), &reason).await?;
-        crate::audit::record(&state.pool, &auth.0, crate::audit::Change {
-            project_id: &after.project_id,
-            action: "run.cancelled",
-            resource_type: "run",
-            resource_id: &after.id,
-            details: serde_json::json!({"job_id": after.job_id, "from_status": run.status}),
-        })
+        crate::audit::record(
+            &state.pool,
+            &auth.0,
+            crate::audit::Change {
+                project_id: &after.project_id,
+                action: "run.cancelled",
+                resource_type: "run",
+                resource_id: &after.id,
+                details: serde_json::json!({"job_id": after.job_id, "from_status": run.status}),
+            },
+        )
         .await?;
         Ok(Json(run_view(after)))
     }

@@ -75,14 +75,16 @@ impl Env {
             .execute(&pool)
             .await
             .expect("project");
-        sqlx::query("INSERT INTO jobs (id, project_id, name, slug, spec, version_id) VALUES ($1, $2, 'j', 'j', $3, $4)")
-            .bind(&job_id)
-            .bind(&project_id)
-            .bind(&spec)
-            .bind(&version_id)
-            .execute(&pool)
-            .await
-            .expect("job");
+        sqlx::query(
+            "INSERT INTO jobs (id, project_id, name, slug, spec, version_id) VALUES ($1, $2, 'j', 'j', $3, $4)",
+        )
+        .bind(&job_id)
+        .bind(&project_id)
+        .bind(&spec)
+        .bind(&version_id)
+        .execute(&pool)
+        .await
+        .expect("job");
         sqlx::query(
             "INSERT INTO job_versions (id, job_id, version, name, slug, enabled, spec) VALUES ($1, $2, 1, 'j', 'j', true, $3)",
         )
@@ -193,7 +195,9 @@ impl Env {
     /// The set an entry is in, if any of the plain zsets.
     pub async fn place_of(&self, entry: &Entry) -> Option<&'static str> {
         let k = self.queue.keys();
-        for (name, key) in [("ready", &k.ready), ("scheduled", &k.scheduled), ("leases", &k.leases), ("throttled", &k.throttled)] {
+        for (name, key) in
+            [("ready", &k.ready), ("scheduled", &k.scheduled), ("leases", &k.leases), ("throttled", &k.throttled)]
+        {
             if self.score(key, entry).await.is_some() {
                 return Some(name);
             }

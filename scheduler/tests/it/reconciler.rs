@@ -28,8 +28,11 @@ async fn rebuilds_a_lost_redis_once_and_only_once() {
         let blocked = env.new_run("pending", |_| {}).await;
         let done = env.new_run("completed", |_| {}).await;
         let lost = env.new_run("running", |_| {}).await;
-        env.update_run(&lost.id, "attempt = 1, started_at = now() - interval '1 hour', heartbeat_at = now() - interval '1 hour'")
-            .await;
+        env.update_run(
+            &lost.id,
+            "attempt = 1, started_at = now() - interval '1 hour', heartbeat_at = now() - interval '1 hour'",
+        )
+        .await;
         let alive = env.new_run("running", |_| {}).await;
         env.update_run(&alive.id, "attempt = 1, started_at = now(), heartbeat_at = now()").await;
 
@@ -99,7 +102,8 @@ async fn a_leased_running_run_is_not_recovered() {
         env.queue.dequeue(1, Duration::from_secs(30), now).await?;
         runs::claim(&env.pool, &run.id).await?.expect("queued");
         // Silent for an hour, but its lease is live: the reaper's business.
-        env.update_run(&run.id, "heartbeat_at = now() - interval '1 hour', started_at = now() - interval '1 hour'").await;
+        env.update_run(&run.id, "heartbeat_at = now() - interval '1 hour', started_at = now() - interval '1 hour'")
+            .await;
         let report = env.scheduler.reconcile_once().await?;
         assert_eq!((report.re_enqueued, report.recovered_running), (0, 0), "{report:?}");
         assert_eq!(env.run(&run.id).await.status, "running");

@@ -111,14 +111,8 @@ impl JobSpec {
         if parts.iter().all(|v| *v <= 0) && !paused && named.is_empty() {
             return None;
         }
-        let mut out = format!(
-            "{}|{}|{}|{}|{}",
-            parts[0].max(0),
-            parts[1].max(0),
-            parts[2].max(0),
-            parts[3],
-            u8::from(paused)
-        );
+        let mut out =
+            format!("{}|{}|{}|{}|{}", parts[0].max(0), parts[1].max(0), parts[2].max(0), parts[3], u8::from(paused));
         for k in named {
             out.push_str(&format!("|{}|{}|{}", k.max, k.window_secs * 1000, rate_bucket(project_id, &k.name)));
         }

@@ -120,11 +120,7 @@ impl CronSchedule {
         // second pass of a repeated hour it walks past that hour's ticks,
         // which fired in the first.
         let local = now.with_timezone(&self.tz).naive_local();
-        self.schedule
-            .after(&as_utc(local))
-            .take(MAX_STEPS)
-            .map(|t| fire_at(self.tz, t.naive_utc()))
-            .find(|t| *t > now)
+        self.schedule.after(&as_utc(local)).take(MAX_STEPS).map(|t| fire_at(self.tz, t.naive_utc())).find(|t| *t > now)
     }
 }
 
@@ -258,7 +254,10 @@ mod tests {
         let c = CronSchedule::parse("*/10 * * * * *", None).unwrap();
         let got = c.ticks_in(utc("2027-01-01T10:00:00Z"), utc("2027-01-01T10:00:35Z"), 10);
         assert_eq!(got, [utc("2027-01-01T10:00:10Z"), utc("2027-01-01T10:00:20Z"), utc("2027-01-01T10:00:30Z")]);
-        assert_eq!(c.ticks_in(utc("2027-01-01T10:00:00Z"), utc("2027-01-01T10:00:35Z"), 1), [utc("2027-01-01T10:00:30Z")]);
+        assert_eq!(
+            c.ticks_in(utc("2027-01-01T10:00:00Z"), utc("2027-01-01T10:00:35Z"), 1),
+            [utc("2027-01-01T10:00:30Z")]
+        );
         let berlin = CronSchedule::parse("*/30 * * * *", Some("Europe/Berlin")).unwrap();
         let gap = berlin.ticks_in(utc("2027-03-28T00:00:00Z"), utc("2027-03-28T01:30:00Z"), 10);
         assert_eq!(gap, [utc("2027-03-28T00:30:00Z"), utc("2027-03-28T01:00:00Z"), utc("2027-03-28T01:30:00Z")]);

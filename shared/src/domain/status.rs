@@ -68,10 +68,7 @@ impl fmt::Display for RunStatus {
 impl FromStr for RunStatus {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        RunStatus::ALL
-            .into_iter()
-            .find(|v| v.as_str() == s)
-            .ok_or_else(|| format!("unknown run status {s:?}"))
+        RunStatus::ALL.into_iter().find(|v| v.as_str() == s).ok_or_else(|| format!("unknown run status {s:?}"))
     }
 }
 

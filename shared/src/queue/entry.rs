@@ -28,7 +28,13 @@ pub struct Entry {
 pub struct EntryError(pub String);
 
 impl Entry {
-    pub fn new(run_id: &str, job_id: &str, priority: i32, created_at: DateTime<Utc>, concurrency_key: Option<&str>) -> Entry {
+    pub fn new(
+        run_id: &str,
+        job_id: &str,
+        priority: i32,
+        created_at: DateTime<Utc>,
+        concurrency_key: Option<&str>,
+    ) -> Entry {
         let p = priority.clamp(MIN_PRIORITY, MAX_PRIORITY) as i64;
         let age = (created_at.timestamp_millis() - EPOCH_MS).clamp(0, PRIORITY_STEP - 1);
         Entry {

@@ -115,7 +115,11 @@ impl<I: Send + 'static, O: Send + 'static, E: std::fmt::Display + Send + Sync + 
                             }
                         }
                         Ok(outs) => {
-                            tracing::error!(items = n, results = outs.len(), "group commit returned the wrong number of results");
+                            tracing::error!(
+                                items = n,
+                                results = outs.len(),
+                                "group commit returned the wrong number of results"
+                            );
                             for reply in replies {
                                 let _ = reply.send(Err(GroupError::Mismatch));
                             }
@@ -158,10 +162,12 @@ mod tests {
                 Ok::<_, sqlx::Error>(items.into_iter().map(|i| i * 2).collect())
             }
         });
-        let handles: Vec<_> = (0..400u32).map(|i| {
-            let g = g.clone();
-            tokio::spawn(async move { (i, g.submit(i).await.unwrap()) })
-        }).collect();
+        let handles: Vec<_> = (0..400u32)
+            .map(|i| {
+                let g = g.clone();
+                tokio::spawn(async move { (i, g.submit(i).await.unwrap()) })
+            })
+            .collect();
         for h in handles {
             let (i, out) = h.await.unwrap();
             assert_eq!(out, i * 2);
@@ -178,7 +184,9 @@ mod tests {
 
     #[tokio::test]
     async fn any_error_type_reaches_every_item_of_its_batch() {
-        let g = GroupCommit::spawn(1, 10, |_items: Vec<u32>| async { Err::<Vec<()>, _>(std::io::Error::other("redis down")) });
+        let g = GroupCommit::spawn(1, 10, |_items: Vec<u32>| async {
+            Err::<Vec<()>, _>(std::io::Error::other("redis down"))
+        });
         match g.submit(1).await {
             Err(GroupError::Batch(e)) => assert_eq!(e.to_string(), "redis down"),
             other => panic!("{other:?}"),

@@ -74,9 +74,11 @@ impl JobLimits {
 /// Live (not deleted) jobs in id order after `after`, at most `limit`: the
 /// reconciler pushes their limits back to Redis page by page.
 pub async fn limits_page(pool: &PgPool, after: &str, limit: i64) -> Result<Vec<JobLimits>, sqlx::Error> {
-    sqlx::query_as("SELECT id, project_id, spec, paused FROM jobs WHERE deleted_at IS NULL AND id > $1 ORDER BY id LIMIT $2")
-        .bind(after)
-        .bind(limit)
-        .fetch_all(pool)
-        .await
+    sqlx::query_as(
+        "SELECT id, project_id, spec, paused FROM jobs WHERE deleted_at IS NULL AND id > $1 ORDER BY id LIMIT $2",
+    )
+    .bind(after)
+    .bind(limit)
+    .fetch_all(pool)
+    .await
 }

@@ -336,10 +336,7 @@ impl Run {
 }
 
 pub async fn get(pool: &PgPool, id: &str) -> Result<Option<Run>, sqlx::Error> {
-    sqlx::query_as(&format!("SELECT {RUN_COLUMNS} FROM job_runs WHERE id = $1"))
-        .bind(id)
-        .fetch_optional(pool)
-        .await
+    sqlx::query_as(&format!("SELECT {RUN_COLUMNS} FROM job_runs WHERE id = $1")).bind(id).fetch_optional(pool).await
 }
 
 /// Marks a queued run running on its next attempt under the next dispatch

@@ -53,16 +53,34 @@ async fn mutations_are_recorded_with_actor_resource_and_request_id() {
     assert_eq!(updated["data"][0]["request_id"], answered.as_str());
 
     let (_, run) = with(&env, &raw, Method::POST, &format!("/v1/jobs/{job_id}/trigger"), Some(json!({}))).await;
-    let (s, _) = with(&env, &raw, Method::POST, &format!("/v1/runs/{}/cancel", run["id"].as_str().unwrap()), Some(json!({}))).await;
+    let (s, _) =
+        with(&env, &raw, Method::POST, &format!("/v1/runs/{}/cancel", run["id"].as_str().unwrap()), Some(json!({})))
+            .await;
     assert_eq!(s, 200);
-    let (s, _) = call_as(&env, &env.base, Some(SECRET), &[("x-actor-id", "root")], Method::POST, "/v1/members",
-        Some(json!({"project_id": project, "user_id": "u", "role_id": "viewer"}))).await;
+    let (s, _) = call_as(
+        &env,
+        &env.base,
+        Some(SECRET),
+        &[("x-actor-id", "root")],
+        Method::POST,
+        "/v1/members",
+        Some(json!({"project_id": project, "user_id": "u", "role_id": "viewer"})),
+    )
+    .await;
     assert_eq!(s, 201);
     assert_eq!(with(&env, &raw, Method::DELETE, &format!("/v1/jobs/{job_id}"), None).await.0, 204);
     let (_, all) = with(&env, &raw, Method::GET, "/v1/audit-events?order=asc", None).await;
     assert_eq!(
         actions(&all),
-        vec!["project.created", "api_key.created", "job.created", "job.updated", "run.cancelled", "member.assigned", "job.deleted"],
+        vec![
+            "project.created",
+            "api_key.created",
+            "job.created",
+            "job.updated",
+            "run.cancelled",
+            "member.assigned",
+            "job.deleted"
+        ],
         "triggers are not audited (they are run events): {all}"
     );
     let member_event = all["data"].as_array().unwrap().iter().find(|e| e["action"] == "member.assigned").unwrap();
@@ -75,20 +93,24 @@ async fn the_listing_filters_orders_and_pages() {
     let env = TestEnv::start().await;
     let project = env.project().await;
     for i in 0..4 {
-        let (s, _) = env.post("/v1/job-groups", json!({"project_id": project, "name": "g", "slug": format!("g{i}")})).await;
+        let (s, _) =
+            env.post("/v1/job-groups", json!({"project_id": project, "name": "g", "slug": format!("g{i}")})).await;
         assert_eq!(s, 201);
     }
     let path = |q: &str| format!("/v1/audit-events?project_id={project}&action=job_group.created{q}");
     let (_, desc) = env.get(&path("")).await;
     let (_, asc) = env.get(&path("&order=asc")).await;
-    let ids = |p: &Value| p["data"].as_array().unwrap().iter().map(|e| e["id"].as_str().unwrap().to_string()).collect::<Vec<_>>();
+    let ids = |p: &Value| {
+        p["data"].as_array().unwrap().iter().map(|e| e["id"].as_str().unwrap().to_string()).collect::<Vec<_>>()
+    };
     let mut reversed = ids(&desc);
     reversed.reverse();
     assert_eq!(ids(&asc), reversed);
     assert_eq!(ids(&asc).len(), 4);
     let (_, first) = env.get(&path("&order=asc&limit=3")).await;
     assert_eq!(first["has_more"], true);
-    let (_, second) = env.get(&path(&format!("&order=asc&limit=3&cursor={}", first["next_cursor"].as_str().unwrap()))).await;
+    let (_, second) =
+        env.get(&path(&format!("&order=asc&limit=3&cursor={}", first["next_cursor"].as_str().unwrap()))).await;
     assert_eq!([ids(&first), ids(&second)].concat(), ids(&asc));
     assert_eq!(second["has_more"], false);
     let (_, none) = env.get(&path("&from=2999-01-01T00:00:00Z")).await;

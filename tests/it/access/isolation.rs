@@ -24,8 +24,13 @@ async fn one_projects_credentials_never_reach_another() {
     let (_, role) = env.post("/v1/roles", json!({"project_id": b, "name": "r", "permissions": ["jobs:read"]})).await;
     let role_id = role["id"].as_str().unwrap().to_string();
     member(&env, &b, "bea", "viewer").await;
-    let (_, rp) = env.post("/v1/resource-policies", json!({"project_id": b, "name": "p", "effect": "deny",
-        "principal_type": "role", "principal_id": "viewer", "actions": ["jobs:read"], "resource_type": "job"})).await;
+    let (_, rp) = env
+        .post(
+            "/v1/resource-policies",
+            json!({"project_id": b, "name": "p", "effect": "deny",
+        "principal_type": "role", "principal_id": "viewer", "actions": ["jobs:read"], "resource_type": "job"}),
+        )
+        .await;
     let rp_id = rp["id"].as_str().unwrap().to_string();
     let (_, tp) = env.post("/v1/tag-policies", json!({"project_id": b, "required_keys": ["team"]})).await;
     let tp_id = tp["id"].as_str().unwrap().to_string();
@@ -80,7 +85,11 @@ async fn one_projects_credentials_never_reach_another() {
         (Method::POST, "/v1/api-keys".into(), Some(json!({"project_id": b, "name": "x", "scopes": []}))),
         (Method::POST, "/v1/roles".into(), Some(json!({"project_id": b, "name": "x", "permissions": []}))),
         (Method::POST, "/v1/members".into(), Some(json!({"project_id": b, "user_id": "ann", "role_id": "admin"}))),
-        (Method::POST, "/v1/members/bulk".into(), Some(json!({"project_id": b, "members": [{"user_id": "ann", "role_id": "admin"}]}))),
+        (
+            Method::POST,
+            "/v1/members/bulk".into(),
+            Some(json!({"project_id": b, "members": [{"user_id": "ann", "role_id": "admin"}]})),
+        ),
         (Method::POST, "/v1/tag-policies".into(), Some(json!({"project_id": b, "required_keys": ["x"]}))),
     ];
     let mut problems = Vec::new();

@@ -30,11 +30,12 @@ async fn a_key_is_shown_once_and_stored_only_as_its_hash() {
         assert!(!v.to_string().contains(&raw), "the raw key is never returned again: {v}");
         assert!(v.to_string().contains(id));
     }
-    let (hash, row): (String, String) = sqlx::query_as("SELECT key_hash, row_to_json(k)::text FROM api_keys k WHERE id = $1")
-        .bind(id)
-        .fetch_one(&env.pool)
-        .await
-        .unwrap();
+    let (hash, row): (String, String) =
+        sqlx::query_as("SELECT key_hash, row_to_json(k)::text FROM api_keys k WHERE id = $1")
+            .bind(id)
+            .fetch_one(&env.pool)
+            .await
+            .unwrap();
     assert_eq!(hash, hex::encode(Sha256::digest(raw.as_bytes())));
     assert!(!row.contains(&raw["svc_".len()..]), "no column holds the raw key");
 
@@ -47,11 +48,17 @@ async fn a_key_is_shown_once_and_stored_only_as_its_hash() {
 async fn bad_create_requests() {
     let env = TestEnv::start().await;
     let project = env.project().await;
-    let got = env.post("/v1/api-keys", json!({"project_id": project, "name": "x", "scopes": ["jobs:read", "jobs:fly"]})).await;
+    let got = env
+        .post("/v1/api-keys", json!({"project_id": project, "name": "x", "scopes": ["jobs:read", "jobs:fly"]}))
+        .await;
     let p = assert_problem(400, got, 400);
     assert!(p["detail"].as_str().unwrap().contains("jobs:fly"), "{p}");
     assert_problem(422, env.post("/v1/api-keys", json!({"project_id": project, "name": " ", "scopes": []})).await, 422);
-    assert_problem(400, env.post("/v1/api-keys", json!({"project_id": project, "name": "x", "scopes": [], "admin": true})).await, 400);
+    assert_problem(
+        400,
+        env.post("/v1/api-keys", json!({"project_id": project, "name": "x", "scopes": [], "admin": true})).await,
+        400,
+    );
     assert_problem(422, env.post("/v1/api-keys", json!({"project_id": "nope", "name": "x", "scopes": []})).await, 422);
     let n: i64 = sqlx::query_scalar("SELECT count(*) FROM api_keys").fetch_one(&env.pool).await.unwrap();
     assert_eq!(n, 0, "refused requests create nothing");
@@ -64,7 +71,9 @@ async fn empty_scopes_keep_full_access() {
     let (raw, _) = key(&env, &project, &[]).await;
     let (s, job) = with(&env, &raw, Method::POST, "/v1/jobs", Some(json!({"name": "j", "endpoint_url": TARGET}))).await;
     assert_eq!(s, 201, "{job}");
-    let (s, _) = with(&env, &raw, Method::POST, &format!("/v1/jobs/{}/trigger", job["id"].as_str().unwrap()), Some(json!({}))).await;
+    let (s, _) =
+        with(&env, &raw, Method::POST, &format!("/v1/jobs/{}/trigger", job["id"].as_str().unwrap()), Some(json!({})))
+            .await;
     assert_eq!(s, 201);
     let (s, v) = with(&env, &raw, Method::POST, "/v1/api-keys", Some(json!({"name": "k2", "scopes": []}))).await;
     assert_eq!(s, 201, "a full-access key may mint another: {v}");
@@ -105,10 +114,13 @@ async fn expiry_is_bounded_by_the_project_lifetime() {
     let (s, v) = env.patch(&format!("/v1/projects/{project}/settings"), json!({"max_key_lifetime_days": 2})).await;
     assert_eq!(s, 200, "{v}");
     let too_late = (Utc::now() + chrono::Duration::days(3)).to_rfc3339();
-    let got = env.post("/v1/api-keys", json!({"project_id": project, "name": "x", "scopes": [], "expires_at": too_late})).await;
+    let got = env
+        .post("/v1/api-keys", json!({"project_id": project, "name": "x", "scopes": [], "expires_at": too_late}))
+        .await;
     assert_problem(422, got, 422);
     let past = (Utc::now() - chrono::Duration::minutes(1)).to_rfc3339();
-    let got = env.post("/v1/api-keys", json!({"project_id": project, "name": "x", "scopes": [], "expires_at": past})).await;
+    let got =
+        env.post("/v1/api-keys", json!({"project_id": project, "name": "x", "scopes": [], "expires_at": past})).await;
     assert_problem(422, got, 422);
     let (s, v) = env.post("/v1/api-keys", json!({"project_id": project, "name": "x", "scopes": []})).await;
     assert_eq!(s, 201);
@@ -133,7 +145,8 @@ async fn rotation_keeps_the_old_key_for_its_grace_period() {
     let project = env.project().await;
     let (old, old_id) = key(&env, &project, &["jobs:read"]).await;
     assert_eq!(with(&env, &old, Method::GET, "/v1/jobs", None).await.0, 200);
-    let (s, new) = env.post(&format!("/v1/api-keys/{old_id}/rotate"), json!({"name": "ci v2", "grace_period_seconds": 1})).await;
+    let (s, new) =
+        env.post(&format!("/v1/api-keys/{old_id}/rotate"), json!({"name": "ci v2", "grace_period_seconds": 1})).await;
     assert_eq!(s, 201, "{new}");
     let raw_new = new["key"].as_str().unwrap();
     assert_eq!(new["scopes"], json!(["jobs:read"]));
@@ -156,7 +169,15 @@ async fn rotation_keeps_the_old_key_for_its_grace_period() {
     assert_eq!(s, 201);
     assert_problem(401, with(&env, raw_new, Method::GET, "/v1/jobs", None).await, 401);
     assert_eq!(with(&env, newer["key"].as_str().unwrap(), Method::GET, "/v1/jobs", None).await.0, 200);
-    assert_problem(422, env.post(&format!("/v1/api-keys/{}/rotate", newer["id"].as_str().unwrap()), json!({"grace_period_seconds": -1})).await, 422);
+    assert_problem(
+        422,
+        env.post(
+            &format!("/v1/api-keys/{}/rotate", newer["id"].as_str().unwrap()),
+            json!({"grace_period_seconds": -1}),
+        )
+        .await,
+        422,
+    );
 }
 
 #[tokio::test]

@@ -55,19 +55,31 @@ async fn no_secret_reaches_the_log() {
     let (s, project) = call(Method::POST, "/v1/projects", SECRET, Some(json!({"name": "logs"}))).await;
     assert_eq!(s, 201, "{project}");
     let project = project["id"].as_str().unwrap().to_string();
-    let (s, k) = call(Method::POST, "/v1/api-keys", SECRET, Some(json!({"project_id": project, "name": "k", "scopes": []}))).await;
+    let (s, k) =
+        call(Method::POST, "/v1/api-keys", SECRET, Some(json!({"project_id": project, "name": "k", "scopes": []})))
+            .await;
     assert_eq!(s, 201);
     let raw = k["key"].as_str().unwrap().to_string();
-    let (s, job) = call(Method::POST, "/v1/jobs", &raw, Some(json!({"name": "j", "endpoint_url": "http://127.0.0.1:9/x",
-        "webhook_secret": "whsec-very-secret-value"}))).await;
+    let (s, job) = call(
+        Method::POST,
+        "/v1/jobs",
+        &raw,
+        Some(json!({"name": "j", "endpoint_url": "http://127.0.0.1:9/x",
+        "webhook_secret": "whsec-very-secret-value"})),
+    )
+    .await;
     assert_eq!(s, 201, "{job}");
     let (s, _) = call(Method::POST, "/v1/jobs", &raw, Some(json!({"name": "bad", "endpoint_url": "not a url"}))).await;
     assert_eq!(s, 422);
-    let (s, rotated) = call(Method::POST, &format!("/v1/api-keys/{}/rotate", k["id"].as_str().unwrap()), &raw, Some(json!({}))).await;
+    let (s, rotated) =
+        call(Method::POST, &format!("/v1/api-keys/{}/rotate", k["id"].as_str().unwrap()), &raw, Some(json!({}))).await;
     assert_eq!(s, 201);
     let raw2 = rotated["key"].as_str().unwrap().to_string();
     assert_eq!(call(Method::GET, "/v1/jobs", &raw, None).await.0, 401);
-    assert_eq!(call(Method::DELETE, &format!("/v1/api-keys/{}", rotated["id"].as_str().unwrap()), &raw2, None).await.0, 204);
+    assert_eq!(
+        call(Method::DELETE, &format!("/v1/api-keys/{}", rotated["id"].as_str().unwrap()), &raw2, None).await.0,
+        204
+    );
     assert_eq!(call(Method::GET, "/v1/jobs", &raw2, None).await.0, 401);
     assert_eq!(call(Method::GET, "/v1/jobs", "svc_guessed-key-material", None).await.0, 401);
     let token = run_token("run_x", "job_x", &project);

@@ -77,7 +77,10 @@ async fn rs256_token_acts_as_its_member() {
     assert_problem(403, got, 403);
     // The profile is recorded off the request path.
     let row: (Option<String>, Option<String>) = eventually(Duration::from_secs(5), || async {
-        sqlx::query_as("SELECT email, name FROM known_actors WHERE id = 'user-ada'").fetch_optional(&env.pool).await.unwrap()
+        sqlx::query_as("SELECT email, name FROM known_actors WHERE id = 'user-ada'")
+            .fetch_optional(&env.pool)
+            .await
+            .unwrap()
     })
     .await;
     assert_eq!(row, (Some("user-ada@example.test".into()), Some("Ada Lovelace".into())));
@@ -96,7 +99,16 @@ async fn es256_key_from_a_file() {
     let token = token_with("ec_private.pem", Algorithm::ES256, json!({"sub": "user-ec", "project_id": project}));
     let (s, v) = call_as(&env, &env.base, Some(&token), &[], Method::GET, "/v1/jobs", None).await;
     assert_eq!(s, 200, "{v}");
-    let got = call_as(&env, &env.base, Some(&token), &[], Method::POST, "/v1/jobs", Some(json!({"name": "j", "endpoint_url": TARGET}))).await;
+    let got = call_as(
+        &env,
+        &env.base,
+        Some(&token),
+        &[],
+        Method::POST,
+        "/v1/jobs",
+        Some(json!({"name": "j", "endpoint_url": TARGET})),
+    )
+    .await;
     assert_problem(403, got, 403);
     // An RS256 token is not accepted by an ES256 verifier.
     let rs = user_token("user-ec", Some(&project));
@@ -112,10 +124,34 @@ async fn bad_tokens_are_401() {
     let good = user_token("u1", Some(&project));
     assert_eq!(call_as(&env, &env.base, Some(&good), &[], Method::GET, "/v1/jobs", None).await.0, 200);
     let cases = [
-        ("wrong issuer", token_with("rsa_private.pem", Algorithm::RS256, json!({"sub": "u1", "project_id": project, "iss": "https://evil.test"}))),
-        ("wrong audience", token_with("rsa_private.pem", Algorithm::RS256, json!({"sub": "u1", "project_id": project, "aud": "other"}))),
-        ("wrong signature", token_with("other_rsa_private.pem", Algorithm::RS256, json!({"sub": "u1", "project_id": project}))),
-        ("expired", token_with("rsa_private.pem", Algorithm::RS256, json!({"sub": "u1", "project_id": project, "exp": now - 3600}))),
+        (
+            "wrong issuer",
+            token_with(
+                "rsa_private.pem",
+                Algorithm::RS256,
+                json!({"sub": "u1", "project_id": project, "iss": "https://evil.test"}),
+            ),
+        ),
+        (
+            "wrong audience",
+            token_with(
+                "rsa_private.pem",
+                Algorithm::RS256,
+                json!({"sub": "u1", "project_id": project, "aud": "other"}),
+            ),
+        ),
+        (
+            "wrong signature",
+            token_with("other_rsa_private.pem", Algorithm::RS256, json!({"sub": "u1", "project_id": project})),
+        ),
+        (
+            "expired",
+            token_with(
+                "rsa_private.pem",
+                Algorithm::RS256,
+                json!({"sub": "u1", "project_id": project, "exp": now - 3600}),
+            ),
+        ),
         ("no sub", token_with("rsa_private.pem", Algorithm::RS256, json!({"project_id": project}))),
         ("garbage", "not.a.token".to_string()),
     ];
@@ -136,12 +172,18 @@ async fn the_project_comes_from_the_claim_or_the_header() {
     let b = env.project().await;
     member(&env, &a, "u2", "viewer").await;
     let header_only = user_token("u2", None);
-    let (s, v) = call_as(&env, &env.base, Some(&header_only), &[("x-project-id", &a)], Method::GET, "/v1/jobs", None).await;
+    let (s, v) =
+        call_as(&env, &env.base, Some(&header_only), &[("x-project-id", &a)], Method::GET, "/v1/jobs", None).await;
     assert_eq!(s, 200, "{v}");
-    let p = assert_problem(403, call_as(&env, &env.base, Some(&header_only), &[], Method::GET, "/v1/jobs", None).await, 403);
+    let p = assert_problem(
+        403,
+        call_as(&env, &env.base, Some(&header_only), &[], Method::GET, "/v1/jobs", None).await,
+        403,
+    );
     assert!(p["detail"].as_str().unwrap().contains("project"), "{p}");
     // Not a member of b.
-    let got = call_as(&env, &env.base, Some(&header_only), &[("x-project-id", &b)], Method::GET, "/v1/jobs", None).await;
+    let got =
+        call_as(&env, &env.base, Some(&header_only), &[("x-project-id", &b)], Method::GET, "/v1/jobs", None).await;
     assert_problem(403, got, 403);
     let claim_a = user_token("u2", Some(&a));
     let got = call_as(&env, &env.base, Some(&claim_a), &[("x-project-id", &b)], Method::GET, "/v1/jobs", None).await;
@@ -158,8 +200,16 @@ async fn oidc_identity_can_travel_with_the_internal_secret() {
     let project = env.project().await;
     let token = user_token("gateway-user", None);
     let headers = [("x-internal-secret", SECRET), ("x-project-id", project.as_str())];
-    let (s, job) =
-        call_as(&env, &env.base, Some(&token), &headers, Method::POST, "/v1/jobs", Some(json!({"name": "j", "endpoint_url": TARGET}))).await;
+    let (s, job) = call_as(
+        &env,
+        &env.base,
+        Some(&token),
+        &headers,
+        Method::POST,
+        "/v1/jobs",
+        Some(json!({"name": "j", "endpoint_url": TARGET})),
+    )
+    .await;
     assert_eq!(s, 201, "full access without membership: {job}");
     assert_eq!(job["created_by"], "gateway-user");
     let bad = token_with("other_rsa_private.pem", Algorithm::RS256, json!({"sub": "x"}));

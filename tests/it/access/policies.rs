@@ -24,9 +24,13 @@ async fn deny_wins_and_allow_narrows() {
     let (k1, k1_id) = key(&env, &project, &[]).await;
     let (k2, k2_id) = key(&env, &project, &["jobs:read", "jobs:trigger"]).await;
 
-    let deny = policy(&env, json!({"project_id": project, "name": "no prod triggers", "effect": "deny",
+    let deny = policy(
+        &env,
+        json!({"project_id": project, "name": "no prod triggers", "effect": "deny",
         "principal_type": "api_key", "principal_id": k1_id, "actions": ["jobs:trigger"], "resource_type": "job",
-        "tag_selector": {"env": "prod"}})).await;
+        "tag_selector": {"env": "prod"}}),
+    )
+    .await;
     assert_eq!(with(&env, &k1, Method::POST, &trigger(dev_id), Some(json!({}))).await.0, 201);
     let p = assert_problem(403, with(&env, &k1, Method::POST, &trigger(prod_id), Some(json!({}))).await, 403);
     assert!(p["detail"].as_str().unwrap().contains(&deny), "{p}");
@@ -34,22 +38,35 @@ async fn deny_wins_and_allow_narrows() {
     assert_eq!(with(&env, &k2, Method::POST, &trigger(prod_id), Some(json!({}))).await.0, 201, "another principal");
     assert_eq!(env.post(&trigger(prod_id), json!({})).await.0, 201, "the internal secret is never subject to policies");
     // Job creation is matched by the new job's tags.
-    let new_job = |env_tag: &str| json!({"name": format!("n-{env_tag}"), "endpoint_url": TARGET, "tags": {"env": env_tag}});
-    let deny_create = policy(&env, json!({"project_id": project, "name": "no prod jobs", "effect": "deny",
+    let new_job =
+        |env_tag: &str| json!({"name": format!("n-{env_tag}"), "endpoint_url": TARGET, "tags": {"env": env_tag}});
+    let deny_create = policy(
+        &env,
+        json!({"project_id": project, "name": "no prod jobs", "effect": "deny",
         "principal_type": "api_key", "principal_id": k1_id, "actions": ["jobs:write"], "resource_type": "job",
-        "tag_selector": {"env": "prod"}})).await;
+        "tag_selector": {"env": "prod"}}),
+    )
+    .await;
     assert_problem(403, with(&env, &k1, Method::POST, "/v1/jobs", Some(new_job("prod"))).await, 403);
     assert_eq!(with(&env, &k1, Method::POST, "/v1/jobs", Some(new_job("dev"))).await.0, 201);
 
     // An allow policy confines k2 to the dev job.
-    policy(&env, json!({"project_id": project, "name": "dev only", "effect": "allow", "principal_type": "api_key",
-        "principal_id": k2_id, "actions": ["*"], "resource_type": "job", "resource_ids": [dev_id]})).await;
+    policy(
+        &env,
+        json!({"project_id": project, "name": "dev only", "effect": "allow", "principal_type": "api_key",
+        "principal_id": k2_id, "actions": ["*"], "resource_type": "job", "resource_ids": [dev_id]}),
+    )
+    .await;
     assert_problem(403, with(&env, &k2, Method::POST, &trigger(prod_id), Some(json!({}))).await, 403);
     assert_problem(403, with(&env, &k2, Method::GET, &format!("/v1/jobs/{prod_id}"), None).await, 403);
     assert_eq!(with(&env, &k2, Method::POST, &trigger(dev_id), Some(json!({}))).await.0, 201);
     // Deny wins over allow.
-    policy(&env, json!({"project_id": project, "name": "allow prod", "effect": "allow", "principal_type": "api_key",
-        "principal_id": k1_id, "actions": ["jobs:trigger"], "resource_type": "job", "resource_ids": [prod_id, dev_id]})).await;
+    policy(
+        &env,
+        json!({"project_id": project, "name": "allow prod", "effect": "allow", "principal_type": "api_key",
+        "principal_id": k1_id, "actions": ["jobs:trigger"], "resource_type": "job", "resource_ids": [prod_id, dev_id]}),
+    )
+    .await;
     assert_problem(403, with(&env, &k1, Method::POST, &trigger(prod_id), Some(json!({}))).await, 403);
     // Deleting the deny takes effect at once.
     assert_eq!(env.delete(&format!("/v1/resource-policies/{deny}")).await.0, 204);
@@ -61,18 +78,30 @@ async fn deny_wins_and_allow_narrows() {
     let olga = user_token("olga", Some(&project));
     let (_, group) = env.post("/v1/job-groups", json!({"project_id": project, "name": "g", "slug": "g"})).await;
     let group_path = format!("/v1/job-groups/{}", group["id"].as_str().unwrap());
-    policy(&env, json!({"project_id": project, "name": "frozen group", "effect": "deny", "principal_type": "role",
+    policy(
+        &env,
+        json!({"project_id": project, "name": "frozen group", "effect": "deny", "principal_type": "role",
         "principal_id": "operator", "actions": ["jobs:write"], "resource_type": "job_group",
-        "resource_ids": [group["id"]]})).await;
+        "resource_ids": [group["id"]]}),
+    )
+    .await;
     let got = call_as(&env, &env.base, Some(&olga), &[], Method::PATCH, &group_path, Some(json!({"name": "h"}))).await;
     assert_problem(403, got, 403);
     assert_eq!(call_as(&env, &env.base, Some(&olga), &[], Method::GET, &group_path, None).await.0, 200);
     let (_, kept) = env.post(&trigger(dev_id), json!({"tags": {"keep": "yes"}})).await;
     let (_, other) = env.post(&trigger(dev_id), json!({})).await;
-    policy(&env, json!({"project_id": project, "name": "keep", "effect": "deny", "principal_type": "member",
-        "principal_id": "olga", "actions": ["runs:write"], "resource_type": "run", "tag_selector": {"keep": "yes"}})).await;
+    policy(
+        &env,
+        json!({"project_id": project, "name": "keep", "effect": "deny", "principal_type": "member",
+        "principal_id": "olga", "actions": ["runs:write"], "resource_type": "run", "tag_selector": {"keep": "yes"}}),
+    )
+    .await;
     let cancel = |run: &Value| format!("/v1/runs/{}/cancel", run["id"].as_str().unwrap());
-    assert_problem(403, call_as(&env, &env.base, Some(&olga), &[], Method::POST, &cancel(&kept), Some(json!({}))).await, 403);
+    assert_problem(
+        403,
+        call_as(&env, &env.base, Some(&olga), &[], Method::POST, &cancel(&kept), Some(json!({}))).await,
+        403,
+    );
     assert_eq!(call_as(&env, &env.base, Some(&olga), &[], Method::POST, &cancel(&other), Some(json!({}))).await.0, 200);
 }
 
@@ -96,10 +125,16 @@ async fn resource_policy_crud() {
     let id = policy(&env, base.clone()).await;
     let (_, list) = env.get(&format!("/v1/resource-policies?project_id={project}")).await;
     assert_eq!(list["data"][0]["id"], id.as_str());
-    let (s, v) = env.patch(&format!("/v1/resource-policies/{id}"), json!({"effect": "allow", "tag_selector": {"team": "a"}})).await;
+    let (s, v) = env
+        .patch(&format!("/v1/resource-policies/{id}"), json!({"effect": "allow", "tag_selector": {"team": "a"}}))
+        .await;
     assert_eq!(s, 200, "{v}");
     assert_eq!((v["effect"].as_str(), v["tag_selector"]["team"].as_str()), (Some("allow"), Some("a")));
-    assert_problem(422, env.patch(&format!("/v1/resource-policies/{id}"), json!({"principal_type": "robot"})).await, 422);
+    assert_problem(
+        422,
+        env.patch(&format!("/v1/resource-policies/{id}"), json!({"principal_type": "robot"})).await,
+        422,
+    );
     let other = env.project().await;
     let (k_other, _) = key(&env, &other, &["rbac:manage"]).await;
     assert_problem(404, with(&env, &k_other, Method::GET, &format!("/v1/resource-policies/{id}"), None).await, 404);
@@ -113,7 +148,10 @@ async fn tag_policies_govern_job_tags() {
     let env = TestEnv::start().await;
     let project = env.project().await;
     let (s, tp) = env
-        .post("/v1/tag-policies", json!({"project_id": project, "required_keys": ["team"], "allowed_values": {"env": ["dev", "prod"]}}))
+        .post(
+            "/v1/tag-policies",
+            json!({"project_id": project, "required_keys": ["team"], "allowed_values": {"env": ["dev", "prod"]}}),
+        )
         .await;
     assert_eq!(s, 201, "{tp}");
     assert_eq!(tp["resource_type"], "job");
@@ -134,7 +172,12 @@ async fn tag_policies_govern_job_tags() {
     assert_eq!(env.patch(&path, json!({"tags": {"team": "b"}})).await.0, 200);
 
     assert_problem(422, env.post("/v1/tag-policies", json!({"project_id": project})).await, 422);
-    assert_problem(422, env.post("/v1/tag-policies", json!({"project_id": project, "resource_type": "cat", "required_keys": ["a"]})).await, 422);
+    assert_problem(
+        422,
+        env.post("/v1/tag-policies", json!({"project_id": project, "resource_type": "cat", "required_keys": ["a"]}))
+            .await,
+        422,
+    );
     let (_, list) = env.get(&format!("/v1/tag-policies?project_id={project}")).await;
     assert_eq!(list["data"].as_array().unwrap().len(), 1);
     let (s, v) = env.patch(&format!("/v1/tag-policies/{tp_id}"), json!({"required_keys": []})).await;

@@ -14,15 +14,35 @@ async fn system_roles_are_built_in_and_immutable() {
     let (s, v) = env.get(&format!("/v1/roles?project_id={project}")).await;
     assert_eq!(s, 200, "{v}");
     let perms = |id: &str| -> Value {
-        v["data"].as_array().unwrap().iter().find(|r| r["id"] == id).map(|r| r["permissions"].clone()).unwrap_or(Value::Null)
+        v["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["id"] == id)
+            .map(|r| r["permissions"].clone())
+            .unwrap_or(Value::Null)
     };
     assert_eq!(perms("admin"), json!(["*"]));
     assert_eq!(perms("viewer"), json!(["jobs:read", "runs:read", "workflows:read", "stats:read"]));
-    assert_eq!(perms("triggerer"), json!(["jobs:read", "jobs:trigger", "runs:read", "workflows:read", "workflows:trigger"]));
+    assert_eq!(
+        perms("triggerer"),
+        json!(["jobs:read", "jobs:trigger", "runs:read", "workflows:read", "workflows:trigger"])
+    );
     assert_eq!(
         perms("operator"),
-        json!(["jobs:read", "jobs:write", "jobs:trigger", "runs:read", "runs:write", "workflows:read", "workflows:write",
-               "workflows:trigger", "secrets:read", "stats:read", "rbac:manage"])
+        json!([
+            "jobs:read",
+            "jobs:write",
+            "jobs:trigger",
+            "runs:read",
+            "runs:write",
+            "workflows:read",
+            "workflows:write",
+            "workflows:trigger",
+            "secrets:read",
+            "stats:read",
+            "rbac:manage"
+        ])
     );
     let (s, viewer) = env.get("/v1/roles/viewer").await;
     assert_eq!((s, viewer["system"].as_bool()), (200, Some(true)));
@@ -42,7 +62,10 @@ async fn custom_roles_inherit_without_cycles() {
         let env = &env;
         async move { env.post("/v1/roles", b).await }
     };
-    let (s, deployer) = create(json!({"name": "deployer", "description": "ships", "permissions": ["jobs:trigger"], "inherits": "viewer"})).await;
+    let (s, deployer) = create(
+        json!({"name": "deployer", "description": "ships", "permissions": ["jobs:trigger"], "inherits": "viewer"}),
+    )
+    .await;
     assert_eq!(s, 201, "{deployer}");
     let deployer_id = deployer["id"].as_str().unwrap().to_string();
     let (s, lead) = create(json!({"name": "lead", "permissions": ["runs:write"], "inherits": deployer_id})).await;
@@ -50,7 +73,8 @@ async fn custom_roles_inherit_without_cycles() {
     let lead_id = lead["id"].as_str().unwrap().to_string();
 
     let (_, with_lineage) = env.get(&format!("/v1/roles/{lead_id}?include_lineage=true")).await;
-    let chain: Vec<&str> = with_lineage["lineage"].as_array().unwrap().iter().map(|l| l["id"].as_str().unwrap()).collect();
+    let chain: Vec<&str> =
+        with_lineage["lineage"].as_array().unwrap().iter().map(|l| l["id"].as_str().unwrap()).collect();
     assert_eq!(chain, vec![lead_id.as_str(), deployer_id.as_str(), "viewer"]);
     let effective = with_lineage["effective_permissions"].as_array().unwrap();
     for p in ["runs:write", "jobs:trigger", "jobs:read", "stats:read"] {
@@ -60,7 +84,8 @@ async fn custom_roles_inherit_without_cycles() {
     assert!(plain.get("lineage").is_none());
 
     // Cycles and bad values.
-    let p = assert_problem(422, env.patch(&format!("/v1/roles/{deployer_id}"), json!({"inherits": lead_id})).await, 422);
+    let p =
+        assert_problem(422, env.patch(&format!("/v1/roles/{deployer_id}"), json!({"inherits": lead_id})).await, 422);
     assert!(p["detail"].as_str().unwrap().contains("cycle"), "{p}");
     assert_problem(422, env.patch(&format!("/v1/roles/{deployer_id}"), json!({"inherits": deployer_id})).await, 422);
     assert_problem(400, create(json!({"name": "x", "permissions": ["jobs:fly"]})).await, 400);
@@ -72,7 +97,12 @@ async fn custom_roles_inherit_without_cycles() {
     assert_problem(422, create(json!({"name": "z", "permissions": [], "inherits": foreign["id"]})).await, 422);
 
     // Update, then delete in dependency order.
-    let (s, v) = env.patch(&format!("/v1/roles/{deployer_id}"), json!({"permissions": ["jobs:trigger", "runs:read"], "description": null})).await;
+    let (s, v) = env
+        .patch(
+            &format!("/v1/roles/{deployer_id}"),
+            json!({"permissions": ["jobs:trigger", "runs:read"], "description": null}),
+        )
+        .await;
     assert_eq!(s, 200, "{v}");
     assert!(v.get("description").is_none());
     assert_problem(409, env.delete(&format!("/v1/roles/{deployer_id}")).await, 409);
@@ -121,7 +151,8 @@ async fn members_are_assigned_changed_listed_and_removed() {
         )
         .await;
     assert_eq!(s, 200, "{bulk}");
-    let statuses: Vec<&str> = bulk["results"].as_array().unwrap().iter().map(|r| r["status"].as_str().unwrap()).collect();
+    let statuses: Vec<&str> =
+        bulk["results"].as_array().unwrap().iter().map(|r| r["status"].as_str().unwrap()).collect();
     assert_eq!(statuses, vec!["assigned", "error", "updated", "unchanged"]);
     assert!(bulk["results"][1]["error"].as_str().unwrap().contains("role"), "{bulk}");
     assert_eq!(bulk["results"][1]["index"], 1);
@@ -159,10 +190,12 @@ async fn member_changes_reach_every_api_process_at_once() {
         assert_problem(403, got, 403);
     }
     // A role's change reaches its members at once too.
-    let (_, role) = env.post("/v1/roles", json!({"project_id": project, "name": "readers", "permissions": ["jobs:read"]})).await;
+    let (_, role) =
+        env.post("/v1/roles", json!({"project_id": project, "name": "readers", "permissions": ["jobs:read"]})).await;
     member(&env, &project, "dana", role["id"].as_str().unwrap()).await;
     assert_eq!(call_as(&env, &other, Some(&token), &[], Method::GET, "/v1/jobs", None).await.0, 200);
-    let (s, _) = env.patch(&format!("/v1/roles/{}", role["id"].as_str().unwrap()), json!({"permissions": ["runs:read"]})).await;
+    let (s, _) =
+        env.patch(&format!("/v1/roles/{}", role["id"].as_str().unwrap()), json!({"permissions": ["runs:read"]})).await;
     assert_eq!(s, 200);
     assert_problem(403, call_as(&env, &other, Some(&token), &[], Method::GET, "/v1/jobs", None).await, 403);
 }
@@ -179,11 +212,20 @@ async fn member_management_cannot_escalate() {
     assert_problem(403, assign("admin").await, 403);
     assert_problem(403, assign("operator").await, 403);
     assert_eq!(assign("viewer").await.0, 201);
-    let got = with(&env, &k, Method::POST, "/v1/roles", Some(json!({"name": "sneaky", "permissions": ["jobs:write"]}))).await;
+    let got =
+        with(&env, &k, Method::POST, "/v1/roles", Some(json!({"name": "sneaky", "permissions": ["jobs:write"]}))).await;
     assert_problem(403, got, 403);
-    let got = with(&env, &k, Method::POST, "/v1/roles", Some(json!({"name": "sneaky", "permissions": [], "inherits": "admin"}))).await;
+    let got = with(
+        &env,
+        &k,
+        Method::POST,
+        "/v1/roles",
+        Some(json!({"name": "sneaky", "permissions": [], "inherits": "admin"})),
+    )
+    .await;
     assert_problem(403, got, 403);
-    let (s, v) = with(&env, &k, Method::POST, "/v1/roles", Some(json!({"name": "fine", "permissions": ["jobs:read"]}))).await;
+    let (s, v) =
+        with(&env, &k, Method::POST, "/v1/roles", Some(json!({"name": "fine", "permissions": ["jobs:read"]}))).await;
     assert_eq!(s, 201, "{v}");
     // An admin cannot be removed or demoted by a lesser credential.
     member_in(&env, &project, "root", "admin").await;

@@ -68,7 +68,11 @@ fn required_query(op: &Value) -> String {
                 .collect()
         })
         .unwrap_or_default();
-    if names.is_empty() { String::new() } else { format!("?{}", names.join("&")) }
+    if names.is_empty() {
+        String::new()
+    } else {
+        format!("?{}", names.join("&"))
+    }
 }
 
 #[tokio::test]
@@ -123,7 +127,8 @@ async fn every_operation_requires_its_scope() {
                     let all = key_for(&env, &mut keys, &project, &["*"]).await;
                     let (s, _) = call_as(&env, &env.base, Some(&all), &[], m.clone(), &url, body.clone()).await;
                     expect(&mut problems, "a full-access key", true, s);
-                    let (s, _) = call_as(&env, &env.base, Some(&other_run_token), &[], m.clone(), &url, body.clone()).await;
+                    let (s, _) =
+                        call_as(&env, &env.base, Some(&other_run_token), &[], m.clone(), &url, body.clone()).await;
                     expect(&mut problems, "another run's token", true, s);
                     let (s, _) = call_as(&env, &env.base, Some(&token), &[], m.clone(), &url, body.clone()).await;
                     expect(&mut problems, "the run's token", false, s);

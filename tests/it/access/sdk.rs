@@ -18,8 +18,7 @@ async fn a_run_token_reaches_only_its_own_run_under_sdk() {
     let project = env.project().await;
     let job = env.job_in(&project, TARGET, json!({})).await;
     let job_id = job["id"].as_str().unwrap();
-    let run = env.trigger(job_id, json!({}))
-        .await;
+    let run = env.trigger(job_id, json!({})).await;
     let run_id = run["id"].as_str().unwrap();
     let other = env.trigger(job_id, json!({})).await;
     let other_id = other["id"].as_str().unwrap();
@@ -36,7 +35,11 @@ async fn a_run_token_reaches_only_its_own_run_under_sdk() {
     assert!(beat_at.is_some_and(|t| (Utc::now() - t).num_seconds() < 10));
 
     // Someone else's run, another path, another credential.
-    let p = assert_problem(403, with(&env, &token, Method::POST, &format!("/sdk/v1/runs/{other_id}/heartbeat"), Some(json!({}))).await, 403);
+    let p = assert_problem(
+        403,
+        with(&env, &token, Method::POST, &format!("/sdk/v1/runs/{other_id}/heartbeat"), Some(json!({}))).await,
+        403,
+    );
     assert!(p["detail"].as_str().unwrap().contains("another run"), "{p}");
     assert_problem(401, with(&env, &token, Method::GET, &format!("/v1/runs/{run_id}"), None).await, 401);
     assert_problem(401, with(&env, &token, Method::GET, "/v1/jobs", None).await, 401);
@@ -47,7 +50,14 @@ async fn a_run_token_reaches_only_its_own_run_under_sdk() {
 
     // Expired, or signed with another key.
     let now = Utc::now().timestamp();
-    let claims = RunClaims { sub: run_id.into(), iat: now - 900, exp: now - 600, job_id: job_id.into(), project_id: project.clone(), attempt: 1 };
+    let claims = RunClaims {
+        sub: run_id.into(),
+        iat: now - 900,
+        exp: now - 600,
+        job_id: job_id.into(),
+        project_id: project.clone(),
+        attempt: 1,
+    };
     let expired = TokenSigner::new(JWT_KEY).sign(&claims).unwrap();
     assert_problem(401, with(&env, &expired, Method::POST, &beat, Some(json!({}))).await, 401);
     let forged = TokenSigner::new(b"another-key").sign(&RunClaims { exp: now + 600, ..claims }).unwrap();
