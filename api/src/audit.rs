@@ -14,6 +14,7 @@
 //! row and its first run event.
 
 use serde_json::Value;
+use switchyard_shared::store;
 
 use crate::auth::Principal;
 
@@ -26,21 +27,23 @@ pub struct Change<'a> {
     pub details: Value,
 }
 
+impl<'a> Change<'a> {
+    /// `action` (`<resource>.<verb>`) on the resource `(type, id)` of the project.
+    pub fn new(project_id: &'a str, action: &'a str, resource: (&'a str, &'a str), details: Value) -> Self {
+        Change { project_id, action, resource_type: resource.0, resource_id: resource.1, details }
+    }
+}
+
 pub async fn record<'e, E: sqlx::PgExecutor<'e>>(ex: E, who: &Principal, c: Change<'_>) -> Result<(), sqlx::Error> {
-    sqlx::query(
-        "INSERT INTO audit_events (id, project_id, actor_id, actor_type, action, resource_type, resource_id, request_id, details)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-    )
-    .bind(switchyard_shared::ids::new_id("aud"))
-    .bind(c.project_id)
-    .bind(who.actor())
-    .bind(who.actor_type.as_str())
-    .bind(c.action)
-    .bind(c.resource_type)
-    .bind(c.resource_id)
-    .bind(&who.request_id)
-    .bind(sqlx::types::Json(c.details))
-    .execute(ex)
-    .await?;
-    Ok(())
+    let event = store::audit::NewEvent {
+        project_id: c.project_id,
+        actor_id: who.actor_id.as_deref(),
+        actor_type: who.actor_type.as_str(),
+        action: c.action,
+        resource_type: c.resource_type,
+        resource_id: c.resource_id,
+        request_id: who.request_id.as_deref(),
+        details: c.details,
+    };
+    store::audit::insert(ex, event).await
 }

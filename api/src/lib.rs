@@ -9,6 +9,7 @@
 //! - [`problem`]: turns every other error response into problem+json.
 //! - [`pagination`]: limit and cursor.
 //! - [`state`]: what handlers share.
+//! - [`views`]: response objects several route files return.
 
 pub mod audit;
 pub mod auth;
@@ -22,6 +23,7 @@ pub mod problem;
 pub mod rate_limit;
 pub mod routes;
 pub mod state;
+pub mod views;
 
 use std::sync::Arc;
 

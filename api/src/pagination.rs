@@ -51,3 +51,36 @@ pub fn page<R, T: ParseFromJSON + ToJSON + Type + Send + Sync>(
     let next_cursor = if has_more { rows.last().map(&id) } else { None };
     Page { data: rows.into_iter().map(view).collect(), has_more, next_cursor }
 }
+
+/// A request's `limit` and `cursor`, checked.
+pub struct Window {
+    pub limit: i64,
+    pub cursor: Option<String>,
+}
+
+impl Window {
+    pub fn parse(limit: Option<i64>, cursor: Option<String>) -> ApiResult<Window> {
+        Ok(Window { limit: self::limit(limit)?, cursor: self::cursor(cursor)? })
+    }
+
+    /// Where the page starts: the last id (or key) of the previous one.
+    pub fn after(&self) -> Option<&str> {
+        self.cursor.as_deref()
+    }
+
+    /// How many rows to fetch: one more than the page holds, to learn
+    /// whether another page follows.
+    pub fn fetch(&self) -> i64 {
+        self.limit + 1
+    }
+
+    /// Cuts the fetched rows into a page.
+    pub fn page<R, T: ParseFromJSON + ToJSON + Type + Send + Sync>(
+        &self,
+        rows: Vec<R>,
+        id: impl Fn(&R) -> String,
+        view: impl Fn(R) -> T,
+    ) -> Page<T> {
+        page(rows, self.limit, id, view)
+    }
+}

@@ -219,7 +219,7 @@ impl Attempted {
 /// What the dispatch read brought besides the run.
 struct Extras<'a> {
     checkpoint: Option<&'a Value>,
-    secrets: &'a [store::records::StoredSecret],
+    secrets: &'a [store::secrets::StoredSecret],
 }
 
 /// POSTs the run to its job's endpoint. `None` only when the run token
@@ -287,7 +287,7 @@ async fn submit_mark(w: &Inner, run: &Run) -> Result<bool, sqlx::Error> {
 fn open_secrets(
     w: &Inner,
     job_id: &str,
-    stored: &[store::records::StoredSecret],
+    stored: &[store::secrets::StoredSecret],
 ) -> Result<Option<serde_json::Map<String, Value>>, String> {
     if stored.is_empty() {
         return Ok(None);

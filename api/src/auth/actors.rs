@@ -8,6 +8,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use sqlx::PgPool;
+use switchyard_shared::store;
 
 const REFRESH: Duration = Duration::from_secs(300);
 const MAX_ENTRIES: usize = 10_000;
@@ -39,16 +40,7 @@ impl ActorSync {
         let pool = pool.clone();
         let id = id.to_string();
         tokio::spawn(async move {
-            let r = sqlx::query(
-                "INSERT INTO known_actors (id, email, name) VALUES ($1, $2, $3)
-                 ON CONFLICT (id) DO UPDATE SET email = COALESCE(EXCLUDED.email, known_actors.email),
-                    name = COALESCE(EXCLUDED.name, known_actors.name), last_seen_at = now()",
-            )
-            .bind(&id)
-            .bind(&profile.0)
-            .bind(&profile.1)
-            .execute(&pool)
-            .await;
+            let r = store::actors::upsert(&pool, &id, profile.0.as_deref(), profile.1.as_deref()).await;
             if let Err(e) = r {
                 tracing::warn!(actor_id = %id, error = %e, "could not record the actor profile");
             }

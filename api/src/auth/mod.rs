@@ -39,10 +39,10 @@ use poem::Request;
 use poem_openapi::auth::Bearer;
 use poem_openapi::SecurityScheme;
 use subtle::ConstantTimeEq;
+use switchyard_shared::store::{self, api_keys::KeyRecord};
 use switchyard_shared::Config;
 
 use self::cache::{Throttle, VersionedCache};
-use self::keys::KeyRecord;
 use self::rbac::Membership;
 use self::scopes::{Operation, Requirement};
 use crate::problem::RequestId;
@@ -134,7 +134,7 @@ pub struct AuthState {
     pub oidc: Option<oidc::OidcVerifier>,
     pub keys: VersionedCache<String, Option<KeyRecord>>,
     pub members: VersionedCache<(String, String), Option<Membership>>,
-    pub policies: VersionedCache<String, Arc<Vec<policy::PolicyRule>>>,
+    pub policies: VersionedCache<String, Arc<Vec<store::policies::PolicyRule>>>,
     /// last_used_at is written at most once a minute per key and process.
     pub key_use: Throttle<String>,
     pub actors: actors::ActorSync,
@@ -238,7 +238,7 @@ async fn api_key_principal(state: &AppState, token: &str) -> poem::Result<Princi
     let record = match state.auth.keys.get(&version, &hash) {
         Some(r) => r,
         None => {
-            let r = keys::by_hash(&state.pool, &hash).await.map_err(db_error)?;
+            let r = store::api_keys::by_hash(&state.pool, &hash).await.map_err(db_error)?;
             state.auth.keys.put(&version, hash, r.clone());
             r
         }
@@ -251,9 +251,7 @@ async fn api_key_principal(state: &AppState, token: &str) -> poem::Result<Princi
         let pool = state.pool.clone();
         let id = key.id.clone();
         tokio::spawn(async move {
-            if let Err(e) =
-                sqlx::query("UPDATE api_keys SET last_used_at = now() WHERE id = $1").bind(&id).execute(&pool).await
-            {
+            if let Err(e) = store::api_keys::touch_last_used(&pool, &id).await {
                 tracing::warn!(key_id = %id, error = %e, "could not record the key's last use");
             }
         });

@@ -25,23 +25,13 @@ use std::sync::Arc;
 
 use serde_json::Value;
 use sqlx::PgPool;
+use switchyard_shared::store::policies::PolicyRule;
+use switchyard_shared::store::{self, policies::TagRule};
 
 use super::cache::{self, Version};
 use super::{CredentialKind, Principal};
 use crate::error::{ApiError, ApiResult, ErrorDetail};
 use crate::state::AppState;
-
-#[derive(Clone, Debug, sqlx::FromRow)]
-pub struct PolicyRule {
-    pub id: String,
-    pub effect: String,
-    pub principal_type: String,
-    pub principal_id: String,
-    pub actions: Vec<String>,
-    pub resource_type: String,
-    pub resource_ids: Vec<String>,
-    pub tag_selector: sqlx::types::Json<BTreeMap<String, String>>,
-}
 
 /// The resource an operation acts on.
 pub struct Resource<'a> {
@@ -52,33 +42,33 @@ pub struct Resource<'a> {
     pub tags: &'a BTreeMap<String, String>,
 }
 
-impl PolicyRule {
-    fn applies_to(&self, p: &Principal, action: &str, kind: &str) -> bool {
-        self.resource_type == kind
-            && self.actions.iter().any(|a| a == action || a == "*")
-            && match self.principal_type.as_str() {
-                "api_key" => p.key_id.as_deref() == Some(self.principal_id.as_str()),
-                "member" => p.kind == CredentialKind::Oidc && p.actor_id.as_deref() == Some(self.principal_id.as_str()),
-                "role" => p.roles.iter().any(|r| r == &self.principal_id),
-                _ => false,
-            }
-    }
+/// Whether the rule is about this principal, action and kind of resource.
+fn applies_to(rule: &PolicyRule, p: &Principal, action: &str, kind: &str) -> bool {
+    rule.resource_type == kind
+        && rule.actions.iter().any(|a| a == action || a == "*")
+        && match rule.principal_type.as_str() {
+            "api_key" => p.key_id.as_deref() == Some(rule.principal_id.as_str()),
+            "member" => p.kind == CredentialKind::Oidc && p.actor_id.as_deref() == Some(rule.principal_id.as_str()),
+            "role" => p.roles.iter().any(|r| r == &rule.principal_id),
+            _ => false,
+        }
+}
 
-    fn selects(&self, r: &Resource<'_>) -> bool {
-        let by_id = self.resource_ids.is_empty() || r.id.is_some_and(|id| self.resource_ids.iter().any(|x| x == id));
-        let by_tags = self.tag_selector.0.iter().all(|(k, v)| r.tags.get(k) == Some(v));
-        by_id && by_tags
-    }
+/// Whether the rule chooses this resource (by id and by tags).
+fn selects(rule: &PolicyRule, r: &Resource<'_>) -> bool {
+    let by_id = rule.resource_ids.is_empty() || r.id.is_some_and(|id| rule.resource_ids.iter().any(|x| x == id));
+    let by_tags = rule.tag_selector.iter().all(|(k, v)| r.tags.get(k) == Some(v));
+    by_id && by_tags
 }
 
 /// Pure evaluation, for the rules of the resource's project.
 pub fn decide(rules: &[PolicyRule], p: &Principal, action: &str, r: &Resource<'_>) -> Result<(), String> {
-    let matching: Vec<&PolicyRule> = rules.iter().filter(|rule| rule.applies_to(p, action, r.kind)).collect();
-    if let Some(deny) = matching.iter().find(|rule| rule.effect == "deny" && rule.selects(r)) {
+    let matching: Vec<&PolicyRule> = rules.iter().filter(|rule| applies_to(rule, p, action, r.kind)).collect();
+    if let Some(deny) = matching.iter().find(|rule| rule.effect == "deny" && selects(rule, r)) {
         return Err(format!("resource policy {} denies {action} on this {}", deny.id, r.kind));
     }
     let allows: Vec<&&PolicyRule> = matching.iter().filter(|rule| rule.effect == "allow").collect();
-    if !allows.is_empty() && !allows.iter().any(|rule| rule.selects(r)) {
+    if !allows.is_empty() && !allows.iter().any(|rule| selects(rule, r)) {
         return Err(format!("no resource policy allows {action} on this {}", r.kind));
     }
     Ok(())
@@ -93,14 +83,7 @@ async fn rules(state: &AppState, p: &Principal, project_id: &str) -> Result<Arc<
     if let Some(r) = state.auth.policies.get(&version, &key) {
         return Ok(r);
     }
-    let rows: Vec<PolicyRule> = sqlx::query_as(
-        "SELECT id, effect, principal_type, principal_id, actions, resource_type, resource_ids, tag_selector
-         FROM resource_policies WHERE project_id = $1",
-    )
-    .bind(project_id)
-    .fetch_all(&state.pool)
-    .await?;
-    let rows = Arc::new(rows);
+    let rows = Arc::new(store::policies::rules(&state.pool, project_id).await?);
     state.auth.policies.put(&version, key, rows.clone());
     Ok(rows)
 }
@@ -126,13 +109,6 @@ pub fn tags_of(v: &Value) -> BTreeMap<String, String> {
         .unwrap_or_default()
 }
 
-#[derive(sqlx::FromRow)]
-struct TagRule {
-    id: String,
-    required_keys: Vec<String>,
-    allowed_values: sqlx::types::Json<BTreeMap<String, Vec<String>>>,
-}
-
 /// 422 when the tags break a tag policy of the project for `resource_type`.
 pub async fn enforce_tags(
     pool: &PgPool,
@@ -140,13 +116,7 @@ pub async fn enforce_tags(
     resource_type: &str,
     tags: &BTreeMap<String, String>,
 ) -> ApiResult<()> {
-    let rules: Vec<TagRule> = sqlx::query_as(
-        "SELECT id, required_keys, allowed_values FROM tag_policies WHERE project_id = $1 AND resource_type = $2",
-    )
-    .bind(project_id)
-    .bind(resource_type)
-    .fetch_all(pool)
-    .await?;
+    let rules: Vec<TagRule> = store::policies::tag_rules(pool, project_id, resource_type).await?;
     let mut errors = Vec::new();
     for rule in &rules {
         for k in &rule.required_keys {
@@ -158,7 +128,7 @@ pub async fn enforce_tags(
                 });
             }
         }
-        for (k, allowed) in &rule.allowed_values.0 {
+        for (k, allowed) in &rule.allowed_values {
             if let Some(v) = tags.get(k) {
                 if !allowed.contains(v) {
                     errors.push(ErrorDetail {
@@ -191,7 +161,7 @@ mod tests {
             actions: vec!["jobs:trigger".into()],
             resource_type: "job".into(),
             resource_ids: ids.iter().map(|s| s.to_string()).collect(),
-            tag_selector: sqlx::types::Json(tags.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+            tag_selector: tags.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
         }
     }
 

@@ -4,11 +4,12 @@
 //! written); resolution stops at [`MAX_DEPTH`] all the same.
 
 use sqlx::PgPool;
+use switchyard_shared::store;
 
 use super::scopes;
 use super::Principal;
 
-pub const MAX_DEPTH: i32 = 16;
+pub use store::roles::MAX_DEPTH;
 
 /// The system roles' ids (also their names); they cannot change.
 pub const SYSTEM_ROLES: &[&str] = &["admin", "operator", "viewer", "triggerer"];
@@ -24,61 +25,17 @@ pub struct Membership {
 
 /// The user's membership in the project, if any.
 pub async fn membership(pool: &PgPool, project_id: &str, user_id: &str) -> Result<Option<Membership>, sqlx::Error> {
-    let rows: Vec<(String, Vec<String>)> = sqlx::query_as(
-        "WITH RECURSIVE chain (id, inherits, permissions, depth) AS (
-            SELECT r.id, r.inherits, r.permissions, 0 FROM members m JOIN roles r ON r.id = m.role_id
-            WHERE m.project_id = $1 AND m.user_id = $2
-            UNION ALL
-            SELECT r.id, r.inherits, r.permissions, c.depth + 1 FROM roles r JOIN chain c ON r.id = c.inherits
-            WHERE c.depth < $3
-         )
-         SELECT id, permissions FROM chain ORDER BY depth",
-    )
-    .bind(project_id)
-    .bind(user_id)
-    .bind(MAX_DEPTH)
-    .fetch_all(pool)
-    .await?;
-    if rows.is_empty() {
+    let chain = store::roles::membership_chain(pool, project_id, user_id).await?;
+    if chain.is_empty() {
         return Ok(None);
     }
-    let mut permissions: Vec<String> = Vec::new();
-    let mut roles = Vec::new();
-    for (id, perms) in rows {
-        roles.push(id);
-        for p in perms {
-            if !permissions.contains(&p) {
-                permissions.push(p);
-            }
-        }
-    }
-    Ok(Some(Membership { roles, permissions }))
+    let permissions = store::roles::union(&chain);
+    Ok(Some(Membership { roles: chain.into_iter().map(|l| l.id).collect(), permissions }))
 }
 
 /// The role's own permissions plus those it inherits.
 pub async fn effective_permissions(pool: &PgPool, role_id: &str) -> Result<Vec<String>, sqlx::Error> {
-    let rows: Vec<(Vec<String>,)> = sqlx::query_as(
-        "WITH RECURSIVE chain (id, inherits, permissions, depth) AS (
-            SELECT id, inherits, permissions, 0 FROM roles WHERE id = $1
-            UNION ALL
-            SELECT r.id, r.inherits, r.permissions, c.depth + 1 FROM roles r JOIN chain c ON r.id = c.inherits
-            WHERE c.depth < $2
-         )
-         SELECT permissions FROM chain",
-    )
-    .bind(role_id)
-    .bind(MAX_DEPTH)
-    .fetch_all(pool)
-    .await?;
-    let mut out: Vec<String> = Vec::new();
-    for (perms,) in rows {
-        for p in perms {
-            if !out.contains(&p) {
-                out.push(p);
-            }
-        }
-    }
-    Ok(out)
+    store::roles::effective_permissions(pool, role_id).await
 }
 
 /// Whether the caller may hand out `wanted` (to a key, a role or a member):

@@ -6,12 +6,13 @@ use poem_openapi::param::{Path, Query};
 use poem_openapi::payload::Json;
 use poem_openapi::{ApiResponse, Object, OpenApi};
 use serde_json::json;
+use switchyard_shared::store::{self, api_keys::ApiKeyRow};
 
-use super::{check_id, project_of, visible, Tag};
+use super::{check_scopes, found, project_of, tenant, view_from_row, Tag};
 use crate::audit::{self, Change};
-use crate::auth::{cache, keys, rbac, scopes, Auth};
+use crate::auth::{cache, keys, rbac, Auth};
 use crate::error::{ApiError, ApiResult, ErrorDetail};
-use crate::pagination::{self, Page};
+use crate::pagination::{Page, Window};
 use crate::state::AppState;
 
 pub struct ApiKeysApi;
@@ -87,68 +88,33 @@ pub enum Revoked {
 
 pub const MAX_GRACE_SECS: i64 = 30 * 86_400;
 
-#[derive(sqlx::FromRow)]
-struct Row {
-    id: String,
-    project_id: String,
-    name: String,
-    scopes: Vec<String>,
-    created_at: DateTime<Utc>,
-    created_by: Option<String>,
-    last_used_at: Option<DateTime<Utc>>,
-    expires_at: Option<DateTime<Utc>>,
-    revoked_at: Option<DateTime<Utc>>,
-    replaced_by_key_id: Option<String>,
-    grace_expires_at: Option<DateTime<Utc>>,
+/// `active`, `rotating`, `rotated`, `expired` or `revoked` at `now`.
+fn status(r: &ApiKeyRow, now: DateTime<Utc>) -> &'static str {
+    if r.revoked_at.is_some() {
+        "revoked"
+    } else if r.expires_at.is_some_and(|t| t <= now) {
+        "expired"
+    } else if r.replaced_by_key_id.is_some() {
+        if r.grace_expires_at.is_some_and(|t| t > now) {
+            "rotating"
+        } else {
+            "rotated"
+        }
+    } else {
+        "active"
+    }
 }
 
-const COLS: &str = "id, project_id, name, scopes, created_at, created_by, last_used_at, expires_at, revoked_at, \
-    replaced_by_key_id, grace_expires_at";
+// The copied fields; `view` sets the rest.
+view_from_row!(ApiKeyRow => ApiKey {
+    id, project_id, name, scopes, created_at, created_by, last_used_at, expires_at, revoked_at, replaced_by_key_id,
+    grace_expires_at
+} + { key: None, status: String::new() });
 
-impl Row {
-    fn record(&self) -> keys::KeyRecord {
-        keys::KeyRecord {
-            id: self.id.clone(),
-            project_id: self.project_id.clone(),
-            scopes: self.scopes.clone(),
-            expires_at: self.expires_at,
-            revoked_at: self.revoked_at,
-            replaced_by_key_id: self.replaced_by_key_id.clone(),
-            grace_expires_at: self.grace_expires_at,
-        }
-    }
-
-    fn view(self, raw: Option<String>) -> ApiKey {
-        let now = Utc::now();
-        let status = if self.revoked_at.is_some() {
-            "revoked"
-        } else if self.expires_at.is_some_and(|t| t <= now) {
-            "expired"
-        } else if self.replaced_by_key_id.is_some() {
-            if self.grace_expires_at.is_some_and(|t| t > now) {
-                "rotating"
-            } else {
-                "rotated"
-            }
-        } else {
-            "active"
-        };
-        ApiKey {
-            id: self.id,
-            project_id: self.project_id,
-            name: self.name,
-            scopes: self.scopes,
-            key: raw,
-            status: status.into(),
-            created_at: self.created_at,
-            created_by: self.created_by,
-            last_used_at: self.last_used_at,
-            expires_at: self.expires_at,
-            revoked_at: self.revoked_at,
-            replaced_by_key_id: self.replaced_by_key_id,
-            grace_expires_at: self.grace_expires_at,
-        }
-    }
+/// The key as the api shows it; `raw` only in the create and rotate responses.
+fn view(r: ApiKeyRow, raw: Option<String>) -> ApiKey {
+    let status = status(&r, Utc::now()).into();
+    ApiKey { key: raw, status, ..r.into() }
 }
 
 fn check_name(name: &str, errors: &mut Vec<ErrorDetail>) {
@@ -161,43 +127,14 @@ fn check_name(name: &str, errors: &mut Vec<ErrorDetail>) {
     }
 }
 
-/// 400 for an unknown scope (SPEC §5.1); duplicates are dropped.
-pub fn check_scopes(field: &str, list: &[String]) -> ApiResult<Vec<String>> {
-    let unknown: Vec<&String> = list.iter().filter(|s| !scopes::is_scope(s)).collect();
-    if !unknown.is_empty() {
-        return Err(ApiError::bad_request(format!(
-            "{field}: unknown scope(s) {unknown:?}; known scopes: {}",
-            scopes::SCOPES.join(", ")
-        )));
-    }
-    let mut out: Vec<String> = Vec::new();
-    for s in list {
-        if !out.contains(s) {
-            out.push(s.clone());
-        }
-    }
-    Ok(out)
-}
-
 async fn max_lifetime_days(state: &AppState, project_id: &str) -> ApiResult<i64> {
-    let days: Option<(i32,)> = sqlx::query_as("SELECT max_key_lifetime_days FROM projects WHERE id = $1")
-        .bind(project_id)
-        .fetch_optional(&state.pool)
-        .await?;
-    days.map(|(d,)| i64::from(d))
+    let days = store::projects::max_key_lifetime_days(&state.pool, project_id).await?;
+    days.map(i64::from)
         .ok_or_else(|| ApiError::invalid_field("body.project_id", "no such project", Some(project_id.into())))
 }
 
-async fn load(state: &AppState, auth: &Auth, id: &str) -> ApiResult<Row> {
-    check_id("API key", id)?;
-    let row: Option<Row> = sqlx::query_as(&format!("SELECT {COLS} FROM api_keys WHERE id = $1"))
-        .bind(id)
-        .fetch_optional(&state.pool)
-        .await?;
-    match row {
-        Some(r) if visible(&auth.0, &r.project_id) => Ok(r),
-        _ => Err(ApiError::not_found("API key", id)),
-    }
+async fn load(state: &AppState, auth: &Auth, id: &str) -> ApiResult<ApiKeyRow> {
+    found("API key", id, store::api_keys::get(&state.pool, tenant(&auth.0), id)).await
 }
 
 #[OpenApi(tag = "Tag::ApiKeys")]
@@ -240,33 +177,21 @@ impl ApiKeysApi {
         let (raw, hash) = keys::generate();
         let id = switchyard_shared::ids::new_id("key");
         let mut tx = state.pool.begin().await?;
-        let row: Row = sqlx::query_as(&format!(
-            "INSERT INTO api_keys (id, project_id, name, key_hash, scopes, created_by, expires_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING {COLS}"
-        ))
-        .bind(&id)
-        .bind(&project_id)
-        .bind(b.name.trim())
-        .bind(&hash)
-        .bind(&wanted)
-        .bind(auth.0.actor())
-        .bind(expires_at)
-        .fetch_one(&mut *tx)
-        .await?;
-        audit::record(
-            &mut *tx,
-            &auth.0,
-            Change {
-                project_id: &project_id,
-                action: "api_key.created",
-                resource_type: "api_key",
-                resource_id: &id,
-                details: json!({"name": row.name, "scopes": row.scopes, "expires_at": expires_at}),
-            },
-        )
-        .await?;
+        let new = store::api_keys::NewKey {
+            id: &id,
+            project_id: &project_id,
+            name: b.name.trim(),
+            hash: &hash,
+            scopes: &wanted,
+            actor: auth.0.actor_id.as_deref(),
+            expires_at,
+        };
+        let row = store::api_keys::insert(&mut tx, &new).await?;
+        let details = json!({"name": row.name, "scopes": row.scopes, "expires_at": expires_at});
+        audit::record(&mut *tx, &auth.0, Change::new(&project_id, "api_key.created", ("api_key", &id), details))
+            .await?;
         tx.commit().await?;
-        Ok(CreatedKey::Created(Json(row.view(Some(raw)))))
+        Ok(CreatedKey::Created(Json(view(row, Some(raw)))))
     }
 
     /// List a project's API keys, newest first (raw keys are never listed).
@@ -280,23 +205,15 @@ impl ApiKeysApi {
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<Page<ApiKey>>> {
         let project_id = project_of(&auth.0, project_id.0.as_deref())?;
-        let limit = pagination::limit(limit.0)?;
-        let cursor = pagination::cursor(cursor.0)?;
-        let rows: Vec<Row> = sqlx::query_as(&format!(
-            "SELECT {COLS} FROM api_keys WHERE project_id = $1 AND ($2::text IS NULL OR id < $2) ORDER BY id DESC LIMIT $3"
-        ))
-        .bind(&project_id)
-        .bind(cursor)
-        .bind(limit + 1)
-        .fetch_all(&state.pool)
-        .await?;
-        Ok(Json(pagination::page(rows, limit, |r| r.id.clone(), |r| r.view(None))))
+        let w = Window::parse(limit.0, cursor.0)?;
+        let rows = store::api_keys::list(&state.pool, &project_id, w.after(), w.fetch()).await?;
+        Ok(Json(w.page(rows, |r| r.id.clone(), |r| view(r, None))))
     }
 
     /// Get an API key (without its raw value).
     #[oai(path = "/v1/api-keys/:key_id", method = "get")]
     async fn get(&self, state: Data<&AppState>, auth: Auth, key_id: Path<String>) -> ApiResult<Json<ApiKey>> {
-        Ok(Json(load(&state, &auth, &key_id).await?.view(None)))
+        Ok(Json(view(load(&state, &auth, &key_id).await?, None)))
     }
 
     /// Revoke an API key: every api process refuses it (401) from the next request on.
@@ -304,24 +221,10 @@ impl ApiKeysApi {
     async fn revoke(&self, state: Data<&AppState>, auth: Auth, key_id: Path<String>) -> ApiResult<Revoked> {
         let key = load(&state, &auth, &key_id).await?;
         let mut tx = state.pool.begin().await?;
-        let changed = sqlx::query("UPDATE api_keys SET revoked_at = now() WHERE id = $1 AND revoked_at IS NULL")
-            .bind(&key.id)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-        if changed > 0 {
-            audit::record(
-                &mut *tx,
-                &auth.0,
-                Change {
-                    project_id: &key.project_id,
-                    action: "api_key.revoked",
-                    resource_type: "api_key",
-                    resource_id: &key.id,
-                    details: json!({"name": key.name}),
-                },
-            )
-            .await?;
+        if store::api_keys::revoke(&mut tx, &key.id).await? {
+            let change =
+                Change::new(&key.project_id, "api_key.revoked", ("api_key", &key.id), json!({"name": key.name}));
+            audit::record(&mut *tx, &auth.0, change).await?;
         }
         tx.commit().await?;
         cache::bump_version(&state.queue).await;
@@ -364,53 +267,37 @@ impl ApiKeysApi {
         let id = switchyard_shared::ids::new_id("key");
         let mut tx = state.pool.begin().await?;
         // Re-read under the row lock: two rotations of one key cannot both win.
-        let locked: Row = sqlx::query_as(&format!("SELECT {COLS} FROM api_keys WHERE id = $1 FOR UPDATE"))
-            .bind(&old.id)
-            .fetch_one(&mut *tx)
-            .await?;
+        let locked = store::api_keys::lock(&mut tx, &old.id).await?;
         if let Some(why) = locked.record().refusal(now) {
             return Err(ApiError::conflict(format!("cannot rotate: {why}")));
         }
         if locked.replaced_by_key_id.is_some() {
             return Err(ApiError::conflict("cannot rotate: the key was already rotated"));
         }
-        let new: Row = sqlx::query_as(&format!(
-            "INSERT INTO api_keys (id, project_id, name, key_hash, scopes, created_by, expires_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING {COLS}"
-        ))
-        .bind(&id)
-        .bind(&locked.project_id)
-        .bind(name.trim())
-        .bind(&hash)
-        .bind(&locked.scopes)
-        .bind(auth.0.actor())
-        .bind(now + chrono::Duration::days(days))
-        .fetch_one(&mut *tx)
-        .await?;
+        let new = store::api_keys::NewKey {
+            id: &id,
+            project_id: &locked.project_id,
+            name: name.trim(),
+            hash: &hash,
+            scopes: &locked.scopes,
+            actor: auth.0.actor_id.as_deref(),
+            expires_at: now + chrono::Duration::days(days),
+        };
+        let new = store::api_keys::insert(&mut tx, &new).await?;
         let mut grace_until = now + chrono::Duration::seconds(grace);
         if let Some(e) = locked.expires_at {
             grace_until = grace_until.min(e);
         }
-        sqlx::query("UPDATE api_keys SET replaced_by_key_id = $2, grace_expires_at = $3 WHERE id = $1")
-            .bind(&locked.id)
-            .bind(&id)
-            .bind(grace_until)
-            .execute(&mut *tx)
-            .await?;
+        store::api_keys::mark_replaced(&mut tx, &locked.id, &id, grace_until).await?;
+        let details = json!({"replaced_by_key_id": id, "grace_expires_at": grace_until});
         audit::record(
             &mut *tx,
             &auth.0,
-            Change {
-                project_id: &locked.project_id,
-                action: "api_key.rotated",
-                resource_type: "api_key",
-                resource_id: &locked.id,
-                details: json!({"replaced_by_key_id": id, "grace_expires_at": grace_until}),
-            },
+            Change::new(&locked.project_id, "api_key.rotated", ("api_key", &locked.id), details),
         )
         .await?;
         tx.commit().await?;
         cache::bump_version(&state.queue).await;
-        Ok(CreatedKey::Created(Json(new.view(Some(raw)))))
+        Ok(CreatedKey::Created(Json(view(new, Some(raw)))))
     }
 }

@@ -7,16 +7,18 @@ use poem_openapi::payload::Json;
 use poem_openapi::{Object, OpenApi};
 use serde_json::Value;
 
-use super::{project_of, Tag};
+use switchyard_shared::store::{self, audit::AuditRow};
+
+use super::{project_of, view_from_row, Tag};
 use crate::auth::Auth;
 use crate::error::{ApiError, ApiResult};
-use crate::pagination::{self, Page};
+use crate::pagination::{Page, Window};
 use crate::state::AppState;
 
 pub struct AuditApi;
 
 /// One recorded mutation.
-#[derive(Object, sqlx::FromRow)]
+#[derive(Object)]
 pub struct AuditEvent {
     pub id: String,
     pub project_id: String,
@@ -38,8 +40,9 @@ pub struct AuditEvent {
     pub created_at: DateTime<Utc>,
 }
 
-const COLS: &str =
-    "id, project_id, actor_id, actor_type, action, resource_type, resource_id, request_id, details, created_at";
+view_from_row!(AuditRow => AuditEvent {
+    id, project_id, actor_id, actor_type, action, resource_type, resource_id, request_id, details, created_at
+});
 
 fn time(field: &str, raw: Option<String>) -> ApiResult<Option<DateTime<Utc>>> {
     raw.map(|s| {
@@ -80,35 +83,24 @@ impl AuditApi {
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<Page<AuditEvent>>> {
         let project_id = project_of(&auth.0, project_id.0.as_deref())?;
-        let limit = pagination::limit(limit.0)?;
-        let cursor = pagination::cursor(cursor.0)?;
-        let from = time("from", from.0)?;
-        let to = time("to", to.0)?;
-        let asc = match order.0.as_deref() {
+        let w = Window::parse(limit.0, cursor.0)?;
+        let (from, to) = (time("from", from.0)?, time("to", to.0)?);
+        let ascending = match order.0.as_deref() {
             None | Some("desc") => false,
             Some("asc") => true,
             Some(o) => return Err(ApiError::invalid_field("query.order", "asc or desc", Some(o.into()))),
         };
-        let (cmp, dir) = if asc { (">", "ASC") } else { ("<", "DESC") };
-        let rows: Vec<AuditEvent> = sqlx::query_as(&format!(
-            "SELECT {COLS} FROM audit_events WHERE project_id = $1
-               AND ($2::timestamptz IS NULL OR created_at >= $2) AND ($3::timestamptz IS NULL OR created_at < $3)
-               AND ($4::text IS NULL OR action = $4) AND ($5::text IS NULL OR resource_type = $5)
-               AND ($6::text IS NULL OR resource_id = $6) AND ($7::text IS NULL OR actor_id = $7)
-               AND ($8::text IS NULL OR id {cmp} $8)
-             ORDER BY id {dir} LIMIT $9"
-        ))
-        .bind(&project_id)
-        .bind(from)
-        .bind(to)
-        .bind(&action.0)
-        .bind(&resource_type.0)
-        .bind(&resource_id.0)
-        .bind(&actor_id.0)
-        .bind(cursor)
-        .bind(limit + 1)
-        .fetch_all(&state.pool)
-        .await?;
-        Ok(Json(pagination::page(rows, limit, |e| e.id.clone(), |e| e)))
+        let filter = store::audit::Filter {
+            from,
+            to,
+            action: action.0.as_deref(),
+            resource_type: resource_type.0.as_deref(),
+            resource_id: resource_id.0.as_deref(),
+            actor_id: actor_id.0.as_deref(),
+            ascending,
+            cursor: w.after(),
+        };
+        let rows = store::audit::list(&state.pool, &project_id, &filter, w.fetch()).await?;
+        Ok(Json(w.page(rows, |e| e.id.clone(), AuditEvent::from)))
     }
 }

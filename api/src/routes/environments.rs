@@ -7,15 +7,19 @@ use poem_openapi::param::{Path, Query};
 use poem_openapi::payload::Json;
 use poem_openapi::{ApiResponse, Object, OpenApi};
 
-use super::{check_id, project_of, visible, Tag};
+use serde_json::json;
+use switchyard_shared::store::{self, environments::EnvironmentRow};
+
+use super::{found, project_of, tenant, view_from_row, Tag};
+use crate::audit::{self, Change};
 use crate::auth::Auth;
 use crate::error::{ApiError, ApiResult, ErrorDetail};
-use crate::pagination::{self, Page};
+use crate::pagination::{Page, Window};
 use crate::state::AppState;
 
 pub struct EnvironmentsApi;
 
-#[derive(Object, sqlx::FromRow)]
+#[derive(Object)]
 pub struct Environment {
     pub id: String,
     pub project_id: String,
@@ -48,46 +52,17 @@ pub enum DeletedEnvironment {
     NoContent,
 }
 
-const COLS: &str = "id, project_id, name, description, created_at";
-
 fn valid_name(n: &str) -> bool {
     !n.is_empty()
         && n.len() <= 64
         && n.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
 }
 
-/// 422 unless `environment_id` names an environment of `project_id`. For
-/// job create and update.
-pub async fn check_job_environment(pool: &sqlx::PgPool, project_id: &str, environment_id: &str) -> ApiResult<()> {
-    let found: Option<String> = if switchyard_shared::ids::is_valid_external_id(environment_id) {
-        sqlx::query_scalar("SELECT id FROM environments WHERE id = $1 AND project_id = $2")
-            .bind(environment_id)
-            .bind(project_id)
-            .fetch_optional(pool)
-            .await?
-    } else {
-        None
-    };
-    match found {
-        Some(_) => Ok(()),
-        None => Err(ApiError::invalid_field(
-            "body.environment_id",
-            "no such environment in this project",
-            Some(environment_id.into()),
-        )),
-    }
-}
+view_from_row!(EnvironmentRow => Environment { id, project_id, name, description, created_at });
 
 async fn load(state: &AppState, auth: &Auth, id: &str) -> ApiResult<Environment> {
-    check_id("environment", id)?;
-    let env: Option<Environment> = sqlx::query_as(&format!("SELECT {COLS} FROM environments WHERE id = $1"))
-        .bind(id)
-        .fetch_optional(&state.pool)
-        .await?;
-    match env {
-        Some(e) if visible(&auth.0, &e.project_id) => Ok(e),
-        _ => Err(ApiError::not_found("environment", id)),
-    }
+    let env = found("environment", id, store::environments::get(&state.pool, tenant(&auth.0), id)).await?;
+    Ok(env.into())
 }
 
 #[OpenApi(tag = "Tag::Environments")]
@@ -123,35 +98,24 @@ impl EnvironmentsApi {
             return Err(ApiError::invalid(errors));
         }
         super::project_exists(&state, &project_id).await?;
-        let env: Environment = sqlx::query_as(&format!(
-            "INSERT INTO environments (id, project_id, name, description, created_by) VALUES ($1, $2, $3, $4, $5)
-             RETURNING {COLS}"
-        ))
-        .bind(switchyard_shared::ids::new_id("env"))
-        .bind(&project_id)
-        .bind(&b.name)
-        .bind(&b.description)
-        .bind(auth.0.actor())
-        .fetch_one(&state.pool)
+        let env: Environment = store::environments::create(
+            &state.pool,
+            &project_id,
+            &b.name,
+            b.description.as_deref(),
+            auth.0.actor_id.as_deref(),
+        )
         .await
-        .map_err(|e| match &e {
-            sqlx::Error::Database(d) if d.constraint() == Some("environments_project_name_key") => {
+        .map_err(|e| match e {
+            store::environments::CreateError::NameTaken => {
                 ApiError::conflict(format!("an environment named {:?} already exists in the project", b.name))
             }
-            _ => ApiError::from(e),
-        })?;
-        crate::audit::record(
-            &state.pool,
-            &auth.0,
-            crate::audit::Change {
-                project_id: &env.project_id,
-                action: "environment.created",
-                resource_type: "environment",
-                resource_id: &env.id,
-                details: serde_json::json!({"name": env.name}),
-            },
-        )
-        .await?;
+            store::environments::CreateError::Db(e) => ApiError::from(e),
+        })?
+        .into();
+        let change =
+            Change::new(&env.project_id, "environment.created", ("environment", &env.id), json!({"name": env.name}));
+        audit::record(&state.pool, &auth.0, change).await?;
         Ok(CreatedEnvironment::Created(Json(env)))
     }
 
@@ -166,18 +130,9 @@ impl EnvironmentsApi {
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<Page<Environment>>> {
         let project_id = project_of(&auth.0, project_id.0.as_deref())?;
-        let limit = pagination::limit(limit.0)?;
-        let cursor = pagination::cursor(cursor.0)?;
-        let rows: Vec<Environment> = sqlx::query_as(&format!(
-            "SELECT {COLS} FROM environments WHERE project_id = $1 AND ($2::text IS NULL OR id < $2)
-             ORDER BY id DESC LIMIT $3"
-        ))
-        .bind(&project_id)
-        .bind(cursor)
-        .bind(limit + 1)
-        .fetch_all(&state.pool)
-        .await?;
-        Ok(Json(pagination::page(rows, limit, |r| r.id.clone(), |r| r)))
+        let w = Window::parse(limit.0, cursor.0)?;
+        let rows = store::environments::list(&state.pool, &project_id, w.after(), w.fetch()).await?;
+        Ok(Json(w.page(rows, |r| r.id.clone(), Environment::from)))
     }
 
     /// Get an environment.
@@ -200,39 +155,21 @@ impl EnvironmentsApi {
         environment_id: Path<String>,
     ) -> ApiResult<DeletedEnvironment> {
         let env = load(&state, &auth, &environment_id).await?;
-        // Check and delete in one statement. Jobs name environments inside
-        // their definition, without a foreign key, so a job saved at the same
-        // moment may still name it; the environment is only a label to it.
-        let result: (i64, i64) = sqlx::query_as(
-            "WITH users AS (
-                SELECT count(*) AS n FROM jobs WHERE project_id = $2 AND deleted_at IS NULL AND spec->>'environment_id' = $1
-             ), d AS (
-                DELETE FROM environments WHERE id = $1 AND (SELECT n FROM users) = 0 RETURNING id
-             )
-             SELECT (SELECT n FROM users), (SELECT count(*) FROM d)",
-        )
-        .bind(&env.id)
-        .bind(&env.project_id)
-        .fetch_one(&state.pool)
-        .await?;
-        match result {
-            (_, 1) => {
-                crate::audit::record(
-                    &state.pool,
-                    &auth.0,
-                    crate::audit::Change {
-                        project_id: &env.project_id,
-                        action: "environment.deleted",
-                        resource_type: "environment",
-                        resource_id: &env.id,
-                        details: serde_json::json!({"name": env.name}),
-                    },
-                )
-                .await?;
+        match store::environments::delete_unused(&state.pool, &env.project_id, &env.id).await? {
+            store::environments::Deleted::Deleted => {
+                let change = Change::new(
+                    &env.project_id,
+                    "environment.deleted",
+                    ("environment", &env.id),
+                    json!({"name": env.name}),
+                );
+                audit::record(&state.pool, &auth.0, change).await?;
                 Ok(DeletedEnvironment::NoContent)
             }
-            (n, _) if n > 0 => Err(ApiError::conflict(format!("{n} job(s) name this environment; change them first"))),
-            _ => Err(ApiError::not_found("environment", &env.id)),
+            store::environments::Deleted::InUse(n) => {
+                Err(ApiError::conflict(format!("{n} job(s) name this environment; change them first")))
+            }
+            store::environments::Deleted::Missing => Err(ApiError::not_found("environment", &env.id)),
         }
     }
 }

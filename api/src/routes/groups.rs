@@ -8,22 +8,22 @@ use poem_openapi::param::{Path, Query};
 use poem_openapi::payload::Json;
 use poem_openapi::types::MaybeUndefined;
 use poem_openapi::{ApiResponse, Object, OpenApi};
-use switchyard_shared::domain::{JobSpec, RunStatus};
-use switchyard_shared::store::{self, JobRecord};
+use switchyard_shared::domain::RunStatus;
+use switchyard_shared::store::{self, job_groups::JobGroupRow};
 
-use super::jobs::{check_name, check_slug, job_view, patch, sync_limits, wake_cron, Job};
-use super::{check_id, project_of, visible, Tag};
+use super::{check_name, check_slug, found, patch, project_of, sync_limits, tenant, view_from_row, wake_cron, Tag};
 use crate::audit::{self, Change};
 use crate::auth::policy::{self, Resource};
 use crate::auth::Auth;
 use crate::error::{ApiError, ApiResult};
-use crate::pagination;
+use crate::pagination::{Page, Window};
 use crate::state::AppState;
+use crate::views::{job_view, Job};
 
 pub struct GroupsApi;
 
 /// A folder of jobs.
-#[derive(Object, sqlx::FromRow)]
+#[derive(Object)]
 pub struct JobGroup {
     pub id: String,
     pub project_id: String,
@@ -84,44 +84,30 @@ pub enum ArrayPage<T: poem_openapi::types::ToJSON + Send + Sync> {
     Ok(Json<Vec<T>>, #[oai(header = "X-Next-Cursor")] Option<String>),
 }
 
-const COLS: &str = "id, project_id, name, slug, description, created_at, updated_at";
+view_from_row!(JobGroupRow => JobGroup { id, project_id, name, slug, description, created_at, updated_at });
 
-async fn load(state: &AppState, auth: &Auth, id: &str) -> ApiResult<JobGroup> {
-    check_id("job group", id)?;
-    let g: Option<JobGroup> = sqlx::query_as(&format!("SELECT {COLS} FROM job_groups WHERE id = $1"))
-        .bind(id)
-        .fetch_optional(&state.pool)
-        .await?;
-    match g {
-        Some(g) if visible(&auth.0, &g.project_id) => {
-            let no_tags = Default::default();
-            policy::check(
-                state,
-                &auth.0,
-                &g.project_id,
-                Resource { kind: "job_group", id: Some(&g.id), tags: &no_tags },
-            )
-            .await?;
-            Ok(g)
-        }
-        _ => Err(ApiError::not_found("job group", id)),
+impl<T: poem_openapi::types::ParseFromJSON + poem_openapi::types::ToJSON + poem_openapi::types::Type + Send + Sync>
+    From<Page<T>> for ArrayPage<T>
+{
+    fn from(p: Page<T>) -> Self {
+        ArrayPage::Ok(Json(p.data), p.next_cursor)
     }
+}
+
+/// The group, if the caller may see it (404 otherwise) and the project's
+/// resource policies let the caller act on it (403 otherwise).
+async fn load(state: &AppState, auth: &Auth, id: &str) -> ApiResult<JobGroup> {
+    let g = found("job group", id, store::job_groups::get(&state.pool, tenant(&auth.0), id)).await?;
+    let no_tags = Default::default();
+    policy::check(state, &auth.0, &g.project_id, Resource { kind: "job_group", id: Some(&g.id), tags: &no_tags })
+        .await?;
+    Ok(g.into())
 }
 
 /// Records a change of a group in the audit trail.
 async fn audit_group(state: &AppState, auth: &Auth, g: &JobGroup, action: &str) -> ApiResult<()> {
-    audit::record(
-        &state.pool,
-        &auth.0,
-        Change {
-            project_id: &g.project_id,
-            action,
-            resource_type: "job_group",
-            resource_id: &g.id,
-            details: serde_json::json!({"name": g.name, "slug": g.slug}),
-        },
-    )
-    .await?;
+    let details = serde_json::json!({"name": g.name, "slug": g.slug});
+    audit::record(&state.pool, &auth.0, Change::new(&g.project_id, action, ("job_group", &g.id), details)).await?;
     Ok(())
 }
 
@@ -139,17 +125,11 @@ fn check_description(d: Option<&String>, errors: &mut Vec<crate::error::ErrorDet
 
 /// Sets `paused` on every live job of the group and pushes it to Redis.
 async fn set_paused(state: &AppState, group_id: &str, paused: bool) -> ApiResult<()> {
-    let jobs: Vec<(String, String, sqlx::types::Json<JobSpec>, bool)> = sqlx::query_as(
-        "UPDATE jobs SET paused = $2 WHERE group_id = $1 AND deleted_at IS NULL RETURNING id, project_id, spec, enabled",
-    )
-    .bind(group_id)
-    .bind(paused)
-    .fetch_all(&state.pool)
-    .await?;
+    let jobs = store::job_groups::set_paused(&state.pool, group_id, paused).await?;
     state.jobs.clear();
-    for (id, project_id, spec, enabled) in jobs {
-        sync_limits(state, &id, &project_id, &spec.0, paused).await;
-        wake_cron(state, &spec.0, enabled && !paused);
+    for j in jobs {
+        sync_limits(state, &j.id, &j.project_id, &j.spec.0, paused).await;
+        wake_cron(state, &j.spec.0, j.enabled && !paused);
     }
     Ok(())
 }
@@ -167,19 +147,9 @@ impl GroupsApi {
         cursor: Query<Option<String>>,
     ) -> ApiResult<ArrayPage<JobGroup>> {
         let project_id = project_of(&auth.0, project_id.0.as_deref())?;
-        let limit = pagination::limit(limit.0)?;
-        let cursor = pagination::cursor(cursor.0)?;
-        let rows: Vec<JobGroup> = sqlx::query_as(&format!(
-            "SELECT {COLS} FROM job_groups WHERE project_id = $1 AND ($2::text IS NULL OR id < $2)
-             ORDER BY id DESC LIMIT $3"
-        ))
-        .bind(&project_id)
-        .bind(cursor)
-        .bind(limit + 1)
-        .fetch_all(&state.pool)
-        .await?;
-        let p = pagination::page(rows, limit, |g| g.id.clone(), |g| g);
-        Ok(ArrayPage::Ok(Json(p.data), p.next_cursor))
+        let w = Window::parse(limit.0, cursor.0)?;
+        let rows = store::job_groups::list(&state.pool, &project_id, w.after(), w.fetch()).await?;
+        Ok(w.page(rows, |g| g.id.clone(), JobGroup::from).into())
     }
 
     /// Create a job group.
@@ -195,16 +165,12 @@ impl GroupsApi {
             return Err(ApiError::invalid(errors));
         }
         super::project_exists(&state, &project_id).await?;
-        let g: JobGroup = sqlx::query_as(&format!(
-            "INSERT INTO job_groups (id, project_id, name, slug, description) VALUES ($1, $2, $3, $4, $5) RETURNING {COLS}"
-        ))
-        .bind(switchyard_shared::ids::group_id())
-        .bind(&project_id)
-        .bind(b.name.trim())
-        .bind(&b.slug)
-        .bind(&b.description)
-        .fetch_one(&state.pool)
-        .await?;
+        let fields = store::job_groups::GroupFields {
+            name: b.name.trim(),
+            slug: &b.slug,
+            description: b.description.as_deref(),
+        };
+        let g: JobGroup = store::job_groups::create(&state.pool, &project_id, &fields).await?.into();
         audit_group(&state, &auth, &g, "job_group.created").await?;
         Ok(CreatedGroup::Created(Json(g)))
     }
@@ -236,15 +202,9 @@ impl GroupsApi {
         if !errors.is_empty() {
             return Err(ApiError::invalid(errors));
         }
-        let g: JobGroup = sqlx::query_as(&format!(
-            "UPDATE job_groups SET name = $2, slug = $3, description = $4 WHERE id = $1 RETURNING {COLS}"
-        ))
-        .bind(&cur.id)
-        .bind(name.trim())
-        .bind(&slug)
-        .bind(&description)
-        .fetch_one(&state.pool)
-        .await?;
+        let fields =
+            store::job_groups::GroupFields { name: name.trim(), slug: &slug, description: description.as_deref() };
+        let g: JobGroup = store::job_groups::update(&state.pool, &cur.id, &fields).await?.into();
         audit_group(&state, &auth, &g, "job_group.updated").await?;
         Ok(Json(g))
     }
@@ -253,7 +213,7 @@ impl GroupsApi {
     #[oai(path = "/v1/job-groups/:group_id", method = "delete")]
     async fn delete(&self, state: Data<&AppState>, auth: Auth, group_id: Path<String>) -> ApiResult<Empty> {
         let g = load(&state, &auth, &group_id).await?;
-        sqlx::query("DELETE FROM job_groups WHERE id = $1").bind(&g.id).execute(&state.pool).await?;
+        store::job_groups::delete(&state.pool, &g.id).await?;
         audit_group(&state, &auth, &g, "job_group.deleted").await?;
         Ok(Empty::NoContent)
     }
@@ -269,20 +229,9 @@ impl GroupsApi {
         cursor: Query<Option<String>>,
     ) -> ApiResult<ArrayPage<Job>> {
         let g = load(&state, &auth, &group_id).await?;
-        let limit = pagination::limit(limit.0)?;
-        let cursor = pagination::cursor(cursor.0)?;
-        let rows: Vec<JobRecord> = sqlx::query_as(&format!(
-            "SELECT {} FROM jobs WHERE group_id = $1 AND deleted_at IS NULL AND ($2::text IS NULL OR id < $2)
-             ORDER BY id DESC LIMIT $3",
-            store::jobs::JOB_COLUMNS
-        ))
-        .bind(&g.id)
-        .bind(cursor)
-        .bind(limit + 1)
-        .fetch_all(&state.pool)
-        .await?;
-        let p = pagination::page(rows, limit, |j| j.id.clone(), job_view);
-        Ok(ArrayPage::Ok(Json(p.data), p.next_cursor))
+        let w = Window::parse(limit.0, cursor.0)?;
+        let rows = store::job_groups::jobs(&state.pool, &g.id, w.after(), w.fetch()).await?;
+        Ok(w.page(rows, |j| j.id.clone(), job_view).into())
     }
 
     /// Pause every job of the group: triggers are still accepted, and no
@@ -309,13 +258,7 @@ impl GroupsApi {
     #[oai(path = "/v1/job-groups/:group_id/stats", method = "get")]
     async fn stats(&self, state: Data<&AppState>, auth: Auth, group_id: Path<String>) -> ApiResult<Json<GroupStats>> {
         let g = load(&state, &auth, &group_id).await?;
-        let rows: Vec<(String, i64)> = sqlx::query_as(
-            "SELECT r.status, count(*) FROM job_runs r JOIN jobs j ON j.id = r.job_id
-             WHERE j.group_id = $1 GROUP BY r.status",
-        )
-        .bind(&g.id)
-        .fetch_all(&state.pool)
-        .await?;
+        let rows = store::job_groups::run_counts(&state.pool, &g.id).await?;
         let mut run_counts: HashMap<String, i64> = RunStatus::ALL.iter().map(|s| (s.as_str().to_string(), 0)).collect();
         for (s, n) in rows {
             run_counts.insert(s, n);

@@ -1,7 +1,6 @@
 //! Jobs: create, read, list, update (a new version each time), delete,
 //! versions, and trigger (DECISIONS §2, SPEC §2.4).
 
-use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
@@ -17,142 +16,19 @@ use switchyard_shared::queue::WakeLoop;
 use switchyard_shared::store::{self, JobRecord};
 
 use super::runs::{self as run_routes, JobRun};
-use super::{check_id, project_of, visible, Tag};
+use super::{
+    admit_job, check_id, check_job_environment, check_name, check_slug, load_job, patch, project_of, sync_limits,
+    wake_cron, Tag,
+};
 use crate::audit::{self, Change};
 use crate::auth::policy::{self, Resource};
 use crate::auth::Auth;
 use crate::error::{ApiError, ApiResult, ErrorDetail};
 use crate::pagination::{self, Page};
 use crate::state::AppState;
+use crate::views::{job_view, Job, RateLimitKeyBody};
 
 pub struct JobsApi;
-
-/// A named rate limit shared by every job of the project that names it:
-/// one dispatch log per (project, name), and each job admits a dispatch
-/// while that log holds fewer than its own `max` entries in its own
-/// `window_secs`. Give every job the same numbers for a name.
-#[derive(Object, Clone)]
-#[oai(deny_unknown_fields)]
-pub struct RateLimitKeyBody {
-    /// 1 to 128 letters, digits, `_`, `-`, `.` or `:`.
-    pub name: String,
-    pub max: i64,
-    /// 1 to 86400.
-    pub window_secs: i64,
-}
-
-/// A job (SPEC §2.4). `webhook_secret` is write-only and never returned.
-#[derive(Object)]
-pub struct Job {
-    pub id: String,
-    pub project_id: String,
-    #[oai(skip_serializing_if_is_none)]
-    pub group_id: Option<String>,
-    pub name: String,
-    pub slug: String,
-    #[oai(skip_serializing_if_is_none)]
-    pub description: Option<String>,
-    #[oai(skip_serializing_if_is_none)]
-    pub cron: Option<String>,
-    #[oai(skip_serializing_if_is_none)]
-    pub timezone: Option<String>,
-    #[oai(skip_serializing_if_is_none)]
-    pub execution_window_cron: Option<String>,
-    #[oai(skip_serializing_if_is_none)]
-    pub payload_schema: Option<Value>,
-    pub tags: HashMap<String, String>,
-    pub endpoint_url: String,
-    #[oai(skip_serializing_if_is_none)]
-    pub fallback_endpoint_url: Option<String>,
-    pub max_attempts: i64,
-    pub timeout_secs: i64,
-    /// 0: no cap.
-    pub max_concurrency: i64,
-    /// 0: no cap per concurrency key.
-    pub max_concurrency_per_key: i64,
-    pub rate_limit_max: i64,
-    pub rate_limit_window_secs: i64,
-    pub rate_limit_keys: Vec<RateLimitKeyBody>,
-    pub default_run_metadata: HashMap<String, String>,
-    pub dedup_window_secs: i64,
-    pub run_ttl_secs: i64,
-    pub enabled: bool,
-    /// Set by the group's pause-all: runs are accepted and wait until resume-all.
-    pub paused: bool,
-    #[oai(skip_serializing_if_is_none)]
-    pub webhook_url: Option<String>,
-    /// Whether a webhook_secret is set (the secret itself is never returned).
-    pub has_webhook_secret: bool,
-    pub retry_strategy: String,
-    pub retry_delays_secs: Vec<i64>,
-    /// Base delay of the fixed, linear and exponential strategies.
-    pub retry_initial_delay_secs: i64,
-    /// Upper bound of any retry delay.
-    pub retry_max_delay_secs: i64,
-    #[oai(skip_serializing_if_is_none)]
-    pub environment_id: Option<String>,
-    pub version: i64,
-    pub version_id: String,
-    /// `pin`: a run dispatches with the version it was triggered on; `latest`: with the current one.
-    pub version_policy: String,
-    pub backwards_compatible: bool,
-    #[oai(skip_serializing_if_is_none)]
-    pub created_by: Option<String>,
-    #[oai(skip_serializing_if_is_none)]
-    pub updated_by: Option<String>,
-    pub created_at: DateTime<Utc>,
-    pub updated_at: DateTime<Utc>,
-}
-
-pub fn job_view(r: JobRecord) -> Job {
-    let s = r.spec.0;
-    Job {
-        id: r.id,
-        project_id: r.project_id,
-        group_id: r.group_id,
-        name: r.name,
-        slug: r.slug,
-        description: s.description,
-        cron: s.cron,
-        timezone: s.timezone,
-        execution_window_cron: s.execution_window_cron,
-        payload_schema: s.payload_schema,
-        tags: s.tags.into_iter().collect(),
-        endpoint_url: s.endpoint_url,
-        fallback_endpoint_url: s.fallback_endpoint_url,
-        max_attempts: s.max_attempts,
-        timeout_secs: s.timeout_secs,
-        max_concurrency: s.max_concurrency,
-        max_concurrency_per_key: s.max_concurrency_per_key,
-        rate_limit_max: s.rate_limit_max,
-        rate_limit_window_secs: s.rate_limit_window_secs,
-        rate_limit_keys: s
-            .rate_limit_keys
-            .into_iter()
-            .map(|k| RateLimitKeyBody { name: k.name, max: k.max, window_secs: k.window_secs })
-            .collect(),
-        default_run_metadata: s.default_run_metadata.into_iter().collect(),
-        dedup_window_secs: s.dedup_window_secs,
-        run_ttl_secs: s.run_ttl_secs,
-        enabled: r.enabled,
-        paused: r.paused,
-        webhook_url: s.webhook_url,
-        has_webhook_secret: s.webhook_secret.is_some(),
-        retry_strategy: s.retry_strategy,
-        retry_delays_secs: s.retry_delays_secs,
-        retry_initial_delay_secs: s.retry_initial_delay_secs,
-        retry_max_delay_secs: s.retry_max_delay_secs,
-        environment_id: s.environment_id,
-        version: r.version.into(),
-        version_id: r.version_id,
-        version_policy: s.version_policy,
-        backwards_compatible: s.backwards_compatible,
-        created_by: r.created_by,
-        updated_by: r.updated_by,
-        created_at: r.created_at,
-        updated_at: r.updated_at,
-    }
-}
 
 /// Create a job. Only `name` and `endpoint_url` are required.
 #[derive(Object)]
@@ -300,15 +176,6 @@ pub enum Triggered {
     Existing(Json<JobRun>),
 }
 
-/// PATCH semantics: absent keeps, `null` clears, a value replaces.
-pub fn patch<T>(v: MaybeUndefined<T>, old: Option<T>) -> Option<T> {
-    match v {
-        MaybeUndefined::Undefined => old,
-        MaybeUndefined::Null => None,
-        MaybeUndefined::Value(x) => Some(x),
-    }
-}
-
 fn to_btree(m: Option<HashMap<String, String>>) -> BTreeMap<String, String> {
     m.unwrap_or_default().into_iter().collect()
 }
@@ -329,56 +196,12 @@ fn slugify(name: &str) -> String {
     s.trim_end_matches('-').chars().take(64).collect()
 }
 
-pub fn check_slug(slug: &str, errors: &mut Vec<ErrorDetail>) {
-    let ok = !slug.is_empty()
-        && slug.len() <= 64
-        && slug.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
-    if !ok {
-        errors.push(ErrorDetail {
-            location: "body.slug".into(),
-            message: "1 to 64 lowercase letters, digits, '-' or '_'".into(),
-            value: Some(slug.into()),
-        });
-    }
-}
-
-pub fn check_name(name: &str, errors: &mut Vec<ErrorDetail>) {
-    if name.trim().is_empty() || name.len() > 200 {
-        errors.push(ErrorDetail {
-            location: "body.name".into(),
-            message: "must be 1 to 200 characters".into(),
-            value: Some(name.into()),
-        });
-    }
-}
-
-/// The job, if it exists and the caller may see it (404 otherwise), and
-/// the project's resource policies let the caller act on it (403 otherwise).
-pub async fn load_visible(state: &AppState, auth: &Auth, id: &str) -> ApiResult<JobRecord> {
-    check_id("job", id)?;
-    let job = store::jobs::get(&state.pool, id).await?;
-    admit(state, auth, id, job).await
-}
-
-/// [`load_visible`] through the trigger paths' job cache (`job_cache`: a
+/// [`load_job`] through the trigger paths' job cache (`job_cache`: a
 /// change made elsewhere reaches it within a second).
 pub async fn load_for_trigger(state: &AppState, auth: &Auth, id: &str) -> ApiResult<Arc<JobRecord>> {
     check_id("job", id)?;
     let job = state.jobs.get(&state.pool, id).await?;
-    admit(state, auth, id, job).await
-}
-
-/// The job if the caller may see it and its policies let the caller act.
-async fn admit<J: Borrow<JobRecord>>(state: &AppState, auth: &Auth, id: &str, job: Option<J>) -> ApiResult<J> {
-    match job {
-        Some(j) if visible(&auth.0, &j.borrow().project_id) => {
-            let rec = j.borrow();
-            let r = Resource { kind: "job", id: Some(&rec.id), tags: &rec.spec.0.tags };
-            policy::check(state, &auth.0, &rec.project_id, r).await?;
-            Ok(j)
-        }
-        _ => Err(ApiError::not_found("job", id)),
-    }
+    admit_job(state, auth, id, job).await
 }
 
 async fn check_group(state: &AppState, project_id: &str, group_id: &str) -> ApiResult<()> {
@@ -395,23 +218,6 @@ async fn check_group(state: &AppState, project_id: &str, group_id: &str) -> ApiR
         ));
     }
     Ok(())
-}
-
-/// Tells the scheduler's cron loop, which sleeps until the next tick it
-/// knows of, that an active job with a schedule was created, changed or
-/// resumed: its next tick may be sooner.
-pub fn wake_cron(state: &AppState, spec: &JobSpec, active: bool) {
-    if active && spec.cron.is_some() {
-        state.queue.wake(WakeLoop::Cron, None);
-    }
-}
-
-/// Pushes a job's caps and pause state to Redis. A Redis outage is logged,
-/// not failed: the reconciler pushes every job's limits again.
-pub async fn sync_limits(state: &AppState, job_id: &str, project_id: &str, spec: &JobSpec, paused: bool) {
-    if let Err(e) = state.queue.set_limits(job_id, spec.limits_field(project_id, paused).as_deref()).await {
-        tracing::warn!(job_id, error = %e, "could not push job limits to redis; the reconciler will");
-    }
 }
 
 const VERSION_INSERT: &str =
@@ -468,7 +274,7 @@ impl JobsApi {
             check_group(&state, &project_id, g).await?;
         }
         if let Some(env) = &spec.environment_id {
-            super::environments::check_job_environment(&state.pool, &project_id, env).await?;
+            check_job_environment(&state.pool, &project_id, env).await?;
         }
         policy::enforce_tags(&state.pool, &project_id, "job", &spec.tags).await?;
         policy::check(&state, &auth.0, &project_id, Resource { kind: "job", id: None, tags: &spec.tags }).await?;
@@ -555,7 +361,7 @@ impl JobsApi {
     /// Get a job.
     #[oai(path = "/v1/jobs/:job_id", method = "get")]
     async fn get(&self, state: Data<&AppState>, auth: Auth, job_id: Path<String>) -> ApiResult<Json<Job>> {
-        Ok(Json(job_view(load_visible(&state, &auth, &job_id).await?)))
+        Ok(Json(job_view(load_job(&state, &auth, &job_id).await?)))
     }
 
     /// Change a job. Makes a new version; runs pinned to older versions keep theirs.
@@ -567,7 +373,7 @@ impl JobsApi {
         job_id: Path<String>,
         body: Json<UpdateJob>,
     ) -> ApiResult<Json<Job>> {
-        let cur = load_visible(&state, &auth, &job_id).await?;
+        let cur = load_job(&state, &auth, &job_id).await?;
         let b = body.0;
         let mut s = cur.spec.0.clone();
         let mut errors = Vec::new();
@@ -627,7 +433,7 @@ impl JobsApi {
         }
         if let Some(env) = &s.environment_id {
             if cur.spec.0.environment_id.as_ref() != Some(env) {
-                super::environments::check_job_environment(&state.pool, &cur.project_id, env).await?;
+                check_job_environment(&state.pool, &cur.project_id, env).await?;
             }
         }
         policy::enforce_tags(&state.pool, &cur.project_id, "job", &s.tags).await?;
@@ -693,7 +499,7 @@ impl JobsApi {
     /// Delete a job. Its runs that have not finished are cancelled.
     #[oai(path = "/v1/jobs/:job_id", method = "delete")]
     async fn delete(&self, state: Data<&AppState>, auth: Auth, job_id: Path<String>) -> ApiResult<Deleted> {
-        let cur = load_visible(&state, &auth, &job_id).await?;
+        let cur = load_job(&state, &auth, &job_id).await?;
         let mut tx = state.pool.begin().await?;
         sqlx::query("UPDATE jobs SET deleted_at = now(), updated_by = $2 WHERE id = $1")
             .bind(&cur.id)
@@ -749,7 +555,7 @@ impl JobsApi {
         limit: Query<Option<i64>>,
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<Page<JobVersion>>> {
-        let job = load_visible(&state, &auth, &job_id).await?;
+        let job = load_job(&state, &auth, &job_id).await?;
         let limit = pagination::limit(limit.0)?;
         let cursor = pagination::cursor(cursor.0)?;
         #[derive(sqlx::FromRow)]

@@ -8,18 +8,19 @@ use poem_openapi::param::{Path, Query};
 use poem_openapi::payload::Json;
 use poem_openapi::{ApiResponse, Object, OpenApi};
 use serde_json::json;
+use switchyard_shared::store::{self, members::MemberRow, Tenant};
 
-use super::{project_of, Tag};
+use super::{project_of, view_from_row, Tag};
 use crate::audit::{self, Change};
 use crate::auth::{cache, rbac, Auth};
 use crate::error::{ApiError, ApiResult};
-use crate::pagination::{self, Page};
+use crate::pagination::{Page, Window};
 use crate::state::AppState;
 
 pub struct MembersApi;
 
 /// A user's role in a project.
-#[derive(Object, sqlx::FromRow)]
+#[derive(Object)]
 pub struct Member {
     pub project_id: String,
     /// The external user id (the OIDC `sub`).
@@ -101,7 +102,9 @@ pub enum Removed {
     NoContent,
 }
 
-const COLS: &str = "id, project_id, user_id, role_id, created_by, updated_by, created_at, updated_at";
+view_from_row!(MemberRow => Member {
+    project_id, user_id, role_id, created_by, updated_by, created_at, updated_at, id
+});
 
 fn check_user_id(user_id: &str, location: &str) -> ApiResult<()> {
     let ok = !user_id.is_empty()
@@ -134,65 +137,37 @@ async fn assign(
     location: &str,
 ) -> ApiResult<(Member, &'static str)> {
     check_user_id(user_id, &format!("{location}user_id"))?;
-    let role: Option<(Option<String>,)> = if switchyard_shared::ids::is_valid_external_id(role_id) {
-        sqlx::query_as("SELECT project_id FROM roles WHERE id = $1").bind(role_id).fetch_optional(&state.pool).await?
+    let role = if switchyard_shared::ids::is_valid_external_id(role_id) {
+        store::roles::get(&state.pool, Tenant::Project(project_id), role_id).await?
     } else {
         None
     };
-    match role {
-        Some((None,)) => {}
-        Some((Some(p),)) if p == project_id => {}
-        _ => {
-            return Err(ApiError::invalid_field(
-                &format!("{location}role_id"),
-                "no such role in this project",
-                Some(role_id.into()),
-            ))
-        }
+    if role.is_none() {
+        return Err(ApiError::invalid_field(
+            &format!("{location}role_id"),
+            "no such role in this project",
+            Some(role_id.into()),
+        ));
     }
     check_role_grantable(state, auth, role_id).await?;
     let mut tx = state.pool.begin().await?;
-    let before: Option<(String,)> =
-        sqlx::query_as("SELECT role_id FROM members WHERE project_id = $1 AND user_id = $2 FOR UPDATE")
-            .bind(project_id)
-            .bind(user_id)
-            .fetch_optional(&mut *tx)
-            .await?;
-    if let Some((old,)) = &before {
+    let before = store::members::lock_role_of(&mut tx, project_id, user_id).await?;
+    if let Some(old) = &before {
         if old != role_id {
             check_role_grantable(state, auth, old).await?;
         }
     }
-    let member: Member = sqlx::query_as(&format!(
-        "INSERT INTO members (id, project_id, user_id, role_id, created_by, updated_by) VALUES ($1, $2, $3, $4, $5, $5)
-         ON CONFLICT (project_id, user_id) DO UPDATE SET role_id = EXCLUDED.role_id, updated_by = EXCLUDED.updated_by
-         RETURNING {COLS}"
-    ))
-    .bind(switchyard_shared::ids::new_id("mem"))
-    .bind(project_id)
-    .bind(user_id)
-    .bind(role_id)
-    .bind(auth.0.actor())
-    .fetch_one(&mut *tx)
-    .await?;
+    let member: Member =
+        store::members::upsert(&mut tx, project_id, user_id, role_id, auth.0.actor_id.as_deref()).await?.into();
     let status = match &before {
         None => "assigned",
-        Some((old,)) if old == role_id => "unchanged",
+        Some(old) if old == role_id => "unchanged",
         Some(_) => "updated",
     };
     if status != "unchanged" {
-        audit::record(
-            &mut *tx,
-            &auth.0,
-            Change {
-                project_id,
-                action: "member.assigned",
-                resource_type: "member",
-                resource_id: user_id,
-                details: json!({"role_id": role_id, "previous_role_id": before.map(|b| b.0)}),
-            },
-        )
-        .await?;
+        let details = json!({"role_id": role_id, "previous_role_id": before});
+        audit::record(&mut *tx, &auth.0, Change::new(project_id, "member.assigned", ("member", user_id), details))
+            .await?;
     }
     tx.commit().await?;
     Ok((member, status))
@@ -271,19 +246,9 @@ impl MembersApi {
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<Page<Member>>> {
         let project_id = project_of(&auth.0, project_id.0.as_deref())?;
-        let limit = pagination::limit(limit.0)?;
-        let cursor = pagination::cursor(cursor.0)?;
-        let rows: Vec<Member> = sqlx::query_as(&format!(
-            "SELECT {COLS} FROM members WHERE project_id = $1 AND ($2::text IS NULL OR role_id = $2)
-               AND ($3::text IS NULL OR id > $3) ORDER BY id LIMIT $4"
-        ))
-        .bind(&project_id)
-        .bind(&role_id.0)
-        .bind(cursor)
-        .bind(limit + 1)
-        .fetch_all(&state.pool)
-        .await?;
-        Ok(Json(pagination::page(rows, limit, |m| m.id.clone(), |m| m)))
+        let w = Window::parse(limit.0, cursor.0)?;
+        let rows = store::members::list(&state.pool, &project_id, role_id.0.as_deref(), w.after(), w.fetch()).await?;
+        Ok(Json(w.page(rows, |m| m.id.clone(), Member::from)))
     }
 
     /// Remove a member from a project.
@@ -301,36 +266,16 @@ impl MembersApi {
         if check_user_id(&user_id, "path.user_id").is_err() {
             return Err(gone());
         }
-        let current: Option<(String,)> =
-            sqlx::query_as("SELECT role_id FROM members WHERE project_id = $1 AND user_id = $2")
-                .bind(&project_id)
-                .bind(&user_id)
-                .fetch_optional(&state.pool)
-                .await?;
-        let Some((role_id,)) = current else { return Err(gone()) };
+        let Some(role_id) = store::members::role_of(&state.pool, &project_id, &user_id).await? else {
+            return Err(gone());
+        };
         check_role_grantable(&state, &auth, &role_id).await?;
         let mut tx = state.pool.begin().await?;
-        let n = sqlx::query("DELETE FROM members WHERE project_id = $1 AND user_id = $2")
-            .bind(&project_id)
-            .bind(&user_id)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-        if n == 0 {
+        if !store::members::delete(&mut tx, &project_id, &user_id).await? {
             return Err(gone());
         }
-        audit::record(
-            &mut *tx,
-            &auth.0,
-            Change {
-                project_id: &project_id,
-                action: "member.removed",
-                resource_type: "member",
-                resource_id: &user_id,
-                details: json!({"role_id": role_id}),
-            },
-        )
-        .await?;
+        let change = Change::new(&project_id, "member.removed", ("member", &user_id), json!({"role_id": role_id}));
+        audit::record(&mut *tx, &auth.0, change).await?;
         tx.commit().await?;
         cache::bump_version(&state.queue).await;
         Ok(Removed::NoContent)

@@ -1,4 +1,18 @@
-//! One `#[OpenApi]` struct per resource, combined in `crate::api_service`.
+//! One `#[OpenApi]` struct per resource, combined in `crate::api_service`,
+//! and the helpers every route file shares. Route files import from here
+//! (and from `crate::pagination`, `crate::audit`, `crate::auth`), never from
+//! each other: what two resources need in common lives in this module.
+//!
+//! The helpers: which project a call acts in ([`project_of`]), which
+//! projects' rows a credential may read ([`tenant`], [`visible`]), loading a
+//! resource by id as 404 when missing or another project's ([`found`],
+//! [`load_job`]), request checks shared by several resources ([`check_id`],
+//! [`check_name`], [`check_slug`], [`check_scopes`], [`project_exists`],
+//! [`check_job_environment`]), PATCH semantics ([`patch`]), what follows a
+//! change of a job's state ([`sync_limits`], [`wake_cron`]) and the
+//! response-from-row mapping ([`view_from_row`]). Pagination is
+//! `crate::pagination`; response objects several files return are
+//! `crate::views`; SQL stays in `switchyard_shared::store`.
 
 pub mod api_keys;
 pub mod audit;
@@ -18,10 +32,19 @@ pub mod sdk;
 pub mod sdk_runs;
 pub mod secrets;
 
-use poem_openapi::Tags;
+use std::borrow::Borrow;
+use std::future::Future;
 
-use crate::auth::Principal;
-use crate::error::{ApiError, ApiResult};
+use poem_openapi::types::MaybeUndefined;
+use poem_openapi::Tags;
+use switchyard_shared::domain::JobSpec;
+use switchyard_shared::queue::WakeLoop;
+use switchyard_shared::store::{self, JobRecord, Tenant};
+
+use crate::auth::policy::{self, Resource};
+use crate::auth::{scopes, Auth, Principal};
+use crate::error::{ApiError, ApiResult, ErrorDetail};
+use crate::state::AppState;
 
 #[derive(Tags)]
 pub enum Tag {
@@ -73,21 +96,57 @@ pub fn project_of(p: &Principal, named: Option<&str>) -> ApiResult<String> {
 }
 
 /// A resource of another project than the credential's is reported as
-/// missing (DECISIONS §7), never as forbidden: ids do not leak.
+/// missing, never as forbidden: ids do not leak.
 pub fn visible(p: &Principal, resource_project: &str) -> bool {
     p.scopes.is_none() || p.project_id.as_deref() == Some(resource_project)
+}
+
+/// Whose rows the credential may read: every project's for the internal
+/// secret, else only its own project's. (A confined credential without a
+/// project sees nothing: no project has the empty id.)
+pub fn tenant(p: &Principal) -> Tenant<'_> {
+    match &p.scopes {
+        None => Tenant::Any,
+        Some(_) => Tenant::Project(p.project_id.as_deref().unwrap_or("")),
+    }
+}
+
+/// The resource `read` returns, or 404 naming it. The id is checked first
+/// (the read is only started when it is well formed), so junk gets a clean
+/// 404; a read through [`tenant`] returns nothing of another project, which
+/// is therefore missing too.
+pub async fn found<T>(
+    what: &str,
+    id: &str,
+    read: impl Future<Output = Result<Option<T>, sqlx::Error>>,
+) -> ApiResult<T> {
+    check_id(what, id)?;
+    read.await?.ok_or_else(|| ApiError::not_found(what, id))
 }
 
 /// 422 on `body.project_id` unless the project exists: a create names its
 /// project in the body (or X-Project-Id), and a missing one is an invalid
 /// value of the request, not a missing resource of the path.
-pub async fn project_exists(state: &crate::state::AppState, project_id: &str) -> ApiResult<()> {
-    let exists: Option<(String,)> =
-        sqlx::query_as("SELECT id FROM projects WHERE id = $1").bind(project_id).fetch_optional(&state.pool).await?;
-    if exists.is_none() {
+pub async fn project_exists(state: &AppState, project_id: &str) -> ApiResult<()> {
+    if !store::projects::exists(&state.pool, project_id).await? {
         return Err(ApiError::invalid_field("body.project_id", "no such project", Some(project_id.into())));
     }
     Ok(())
+}
+
+/// 422 unless `environment_id` names an environment of `project_id`. For
+/// job create and update.
+pub async fn check_job_environment(pool: &sqlx::PgPool, project_id: &str, environment_id: &str) -> ApiResult<()> {
+    let found = switchyard_shared::ids::is_valid_external_id(environment_id)
+        && store::environments::get(pool, Tenant::Project(project_id), environment_id).await?.is_some();
+    if found {
+        return Ok(());
+    }
+    Err(ApiError::invalid_field(
+        "body.environment_id",
+        "no such environment in this project",
+        Some(environment_id.into()),
+    ))
 }
 
 /// Path ids are checked before they reach SQL so junk gets a clean 404.
@@ -96,6 +155,111 @@ pub fn check_id(what: &str, id: &str) -> ApiResult<()> {
         Ok(())
     } else {
         Err(ApiError::not_found(what, id))
+    }
+}
+
+/// 400 for an unknown scope; duplicates are dropped. For the scopes of a
+/// key, the permissions of a role and the actions of a policy.
+pub fn check_scopes(field: &str, list: &[String]) -> ApiResult<Vec<String>> {
+    let unknown: Vec<&String> = list.iter().filter(|s| !scopes::is_scope(s)).collect();
+    if !unknown.is_empty() {
+        return Err(ApiError::bad_request(format!(
+            "{field}: unknown scope(s) {unknown:?}; known scopes: {}",
+            scopes::SCOPES.join(", ")
+        )));
+    }
+    let mut out: Vec<String> = Vec::new();
+    for s in list {
+        if !out.contains(s) {
+            out.push(s.clone());
+        }
+    }
+    Ok(out)
+}
+
+/// PATCH semantics: absent keeps, `null` clears, a value replaces.
+pub fn patch<T>(v: MaybeUndefined<T>, old: Option<T>) -> Option<T> {
+    match v {
+        MaybeUndefined::Undefined => old,
+        MaybeUndefined::Null => None,
+        MaybeUndefined::Value(x) => Some(x),
+    }
+}
+
+/// `From<Row> for View` for a response object that copies the store row's
+/// fields of the same names: `view_from_row!(Row => View { a, b } + { c: expr })`
+/// (the part after `+` sets the fields the row does not have).
+macro_rules! view_from_row {
+    ($row:ty => $view:ident { $($f:ident),* $(,)? } $(+ { $($g:ident : $e:expr),* $(,)? })?) => {
+        impl From<$row> for $view {
+            fn from(row: $row) -> Self {
+                $view { $($f: row.$f,)* $($($g: $e,)*)? }
+            }
+        }
+    };
+}
+pub(crate) use view_from_row;
+
+/// The job, if it exists and the caller may see it (404 otherwise), and
+/// the project's resource policies let the caller act on it (403 otherwise).
+pub async fn load_job(state: &AppState, auth: &Auth, id: &str) -> ApiResult<JobRecord> {
+    check_id("job", id)?;
+    let job = store::jobs::get(&state.pool, id).await?;
+    admit_job(state, auth, id, job).await
+}
+
+/// The job if the caller may see it and its policies let the caller act.
+pub async fn admit_job<J: Borrow<JobRecord>>(state: &AppState, auth: &Auth, id: &str, job: Option<J>) -> ApiResult<J> {
+    match job {
+        Some(j) if visible(&auth.0, &j.borrow().project_id) => {
+            let rec = j.borrow();
+            let r = Resource { kind: "job", id: Some(&rec.id), tags: &rec.spec.0.tags };
+            policy::check(state, &auth.0, &rec.project_id, r).await?;
+            Ok(j)
+        }
+        _ => Err(ApiError::not_found("job", id)),
+    }
+}
+
+/// A job's or a group's slug: unique in the project, used in URLs.
+pub fn check_slug(slug: &str, errors: &mut Vec<ErrorDetail>) {
+    let ok = !slug.is_empty()
+        && slug.len() <= 64
+        && slug.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
+    if !ok {
+        errors.push(ErrorDetail {
+            location: "body.slug".into(),
+            message: "1 to 64 lowercase letters, digits, '-' or '_'".into(),
+            value: Some(slug.into()),
+        });
+    }
+}
+
+/// A job's or a group's name.
+pub fn check_name(name: &str, errors: &mut Vec<ErrorDetail>) {
+    if name.trim().is_empty() || name.len() > 200 {
+        errors.push(ErrorDetail {
+            location: "body.name".into(),
+            message: "must be 1 to 200 characters".into(),
+            value: Some(name.into()),
+        });
+    }
+}
+
+/// Tells the scheduler's cron loop, which sleeps until the next tick it
+/// knows of, that an active job with a schedule was created, changed or
+/// resumed: its next tick may be sooner.
+pub fn wake_cron(state: &AppState, spec: &JobSpec, active: bool) {
+    if active && spec.cron.is_some() {
+        state.queue.wake(WakeLoop::Cron, None);
+    }
+}
+
+/// Pushes a job's caps and pause state to Redis. A Redis outage is logged,
+/// not failed: the reconciler pushes every job's limits again.
+pub async fn sync_limits(state: &AppState, job_id: &str, project_id: &str, spec: &JobSpec, paused: bool) {
+    if let Err(e) = state.queue.set_limits(job_id, spec.limits_field(project_id, paused).as_deref()).await {
+        tracing::warn!(job_id, error = %e, "could not push job limits to redis; the reconciler will");
     }
 }
 

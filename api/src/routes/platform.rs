@@ -49,7 +49,7 @@ impl PlatformApi {
     #[oai(path = "/health/ready", method = "get")]
     async fn ready(&self, state: Data<&AppState>) -> ReadyResponse {
         let timeout = Duration::from_secs(2);
-        let pg = tokio::time::timeout(timeout, sqlx::query("SELECT 1").execute(&state.pool));
+        let pg = tokio::time::timeout(timeout, switchyard_shared::store::ping(&state.pool));
         let redis = tokio::time::timeout(timeout, state.queue.ping());
         let (pg, redis) = tokio::join!(pg, redis);
         let pg_ok = matches!(pg, Ok(Ok(_)));

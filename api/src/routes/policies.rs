@@ -1,7 +1,7 @@
 //! Resource policies and tag policies (SPEC §4.7, DECISIONS §2), per
 //! project. How they are evaluated: `auth::policy`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 use poem::web::Data;
@@ -10,14 +10,14 @@ use poem_openapi::payload::Json;
 use poem_openapi::types::MaybeUndefined;
 use poem_openapi::{ApiResponse, Object, OpenApi};
 use serde_json::json;
+use switchyard_shared::store::policies::{self as stored, ResourcePolicyRow, TagPolicyRow};
+use switchyard_shared::store::{self, Tenant};
 
-use super::api_keys::check_scopes;
-use super::jobs::patch;
-use super::{check_id, project_of, visible, Tag};
+use super::{check_scopes, found, patch, project_of, tenant, view_from_row, Tag};
 use crate::audit::{self, Change};
 use crate::auth::{cache, Auth};
 use crate::error::{ApiError, ApiResult, ErrorDetail};
-use crate::pagination::{self, Page};
+use crate::pagination::{Page, Window};
 use crate::state::AppState;
 
 pub struct PoliciesApi;
@@ -144,84 +144,15 @@ pub enum Deleted {
     NoContent,
 }
 
-#[derive(sqlx::FromRow)]
-struct RpRow {
-    id: String,
-    project_id: String,
-    name: String,
-    description: Option<String>,
-    effect: String,
-    principal_type: String,
-    principal_id: String,
-    actions: Vec<String>,
-    resource_type: String,
-    resource_ids: Vec<String>,
-    tag_selector: sqlx::types::Json<HashMap<String, String>>,
-    created_by: Option<String>,
-    updated_by: Option<String>,
-    created_at: DateTime<Utc>,
-    updated_at: DateTime<Utc>,
-}
+view_from_row!(ResourcePolicyRow => ResourcePolicy {
+    id, project_id, name, description, effect, principal_type, principal_id, actions, resource_type, resource_ids,
+    tag_selector, created_by, updated_by, created_at, updated_at
+});
 
-const RP_COLS: &str =
-    "id, project_id, name, description, effect, principal_type, principal_id, actions, resource_type, \
-    resource_ids, tag_selector, created_by, updated_by, created_at, updated_at";
-
-impl RpRow {
-    fn view(self) -> ResourcePolicy {
-        ResourcePolicy {
-            id: self.id,
-            project_id: self.project_id,
-            name: self.name,
-            description: self.description,
-            effect: self.effect,
-            principal_type: self.principal_type,
-            principal_id: self.principal_id,
-            actions: self.actions,
-            resource_type: self.resource_type,
-            resource_ids: self.resource_ids,
-            tag_selector: self.tag_selector.0,
-            created_by: self.created_by,
-            updated_by: self.updated_by,
-            created_at: self.created_at,
-            updated_at: self.updated_at,
-        }
-    }
-}
-
-#[derive(sqlx::FromRow)]
-struct TpRow {
-    id: String,
-    project_id: String,
-    resource_type: String,
-    description: Option<String>,
-    required_keys: Vec<String>,
-    allowed_values: sqlx::types::Json<HashMap<String, Vec<String>>>,
-    created_by: Option<String>,
-    updated_by: Option<String>,
-    created_at: DateTime<Utc>,
-    updated_at: DateTime<Utc>,
-}
-
-const TP_COLS: &str =
-    "id, project_id, resource_type, description, required_keys, allowed_values, created_by, updated_by, created_at, updated_at";
-
-impl TpRow {
-    fn view(self) -> TagPolicy {
-        TagPolicy {
-            id: self.id,
-            project_id: self.project_id,
-            resource_type: self.resource_type,
-            description: self.description,
-            required_keys: self.required_keys,
-            allowed_values: self.allowed_values.0,
-            created_by: self.created_by,
-            updated_by: self.updated_by,
-            created_at: self.created_at,
-            updated_at: self.updated_at,
-        }
-    }
-}
+view_from_row!(TagPolicyRow => TagPolicy {
+    id, project_id, resource_type, description, required_keys, allowed_values, created_by, updated_by, created_at,
+    updated_at
+});
 
 fn err(errors: &mut Vec<ErrorDetail>, field: &str, message: &str, value: serde_json::Value) {
     errors.push(ErrorDetail { location: format!("body.{field}"), message: message.into(), value: Some(value) });
@@ -291,20 +222,8 @@ async fn check_resource_policy(
         err(&mut errors, "principal_id", "must be 1 to 256 characters", pid.into());
     } else if errors.is_empty() {
         let found = match f.principal_type.as_str() {
-            "role" => sqlx::query_as::<_, (String,)>(
-                "SELECT id FROM roles WHERE id = $1 AND (project_id IS NULL OR project_id = $2)",
-            )
-            .bind(pid)
-            .bind(project_id)
-            .fetch_optional(&state.pool)
-            .await?
-            .is_some(),
-            "api_key" => sqlx::query_as::<_, (String,)>("SELECT id FROM api_keys WHERE id = $1 AND project_id = $2")
-                .bind(pid)
-                .bind(project_id)
-                .fetch_optional(&state.pool)
-                .await?
-                .is_some(),
+            "role" => store::roles::get(&state.pool, Tenant::Project(project_id), pid).await?.is_some(),
+            "api_key" => store::api_keys::exists_in_project(&state.pool, project_id, pid).await?,
             _ => true,
         };
         if !found {
@@ -350,32 +269,44 @@ fn check_tag_rules(
     }
 }
 
-async fn load_rp(state: &AppState, auth: &Auth, id: &str) -> ApiResult<RpRow> {
-    check_id("resource policy", id)?;
-    let row: Option<RpRow> = sqlx::query_as(&format!("SELECT {RP_COLS} FROM resource_policies WHERE id = $1"))
-        .bind(id)
-        .fetch_optional(&state.pool)
-        .await?;
-    match row {
-        Some(r) if visible(&auth.0, &r.project_id) => Ok(r),
-        _ => Err(ApiError::not_found("resource policy", id)),
+async fn load_rp(state: &AppState, auth: &Auth, id: &str) -> ApiResult<ResourcePolicyRow> {
+    found("resource policy", id, stored::get_resource_policy(&state.pool, tenant(&auth.0), id)).await
+}
+
+async fn load_tp(state: &AppState, auth: &Auth, id: &str) -> ApiResult<TagPolicyRow> {
+    found("tag policy", id, stored::get_tag_policy(&state.pool, tenant(&auth.0), id)).await
+}
+
+impl RpFields {
+    fn stored<'a>(&'a self, description: Option<&'a str>, actor: Option<&'a str>) -> stored::ResourcePolicyFields<'a> {
+        stored::ResourcePolicyFields {
+            name: &self.name,
+            description,
+            effect: &self.effect,
+            principal_type: &self.principal_type,
+            principal_id: &self.principal_id,
+            actions: &self.actions,
+            resource_type: &self.resource_type,
+            resource_ids: &self.resource_ids,
+            tag_selector: &self.tag_selector,
+            actor,
+        }
     }
 }
 
-async fn load_tp(state: &AppState, auth: &Auth, id: &str) -> ApiResult<TpRow> {
-    check_id("tag policy", id)?;
-    let row: Option<TpRow> = sqlx::query_as(&format!("SELECT {TP_COLS} FROM tag_policies WHERE id = $1"))
-        .bind(id)
-        .fetch_optional(&state.pool)
-        .await?;
-    match row {
-        Some(r) if visible(&auth.0, &r.project_id) => Ok(r),
-        _ => Err(ApiError::not_found("tag policy", id)),
-    }
-}
-
-fn sorted<V: Clone + serde::Serialize>(m: &HashMap<String, V>) -> BTreeMap<String, V> {
-    m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+/// Commits a resource policy change with its audit event, then tells every
+/// api process that access rules moved.
+async fn commit_change(
+    state: &AppState,
+    auth: &Auth,
+    tx: sqlx::PgTransaction<'_>,
+    change: Change<'_>,
+) -> ApiResult<()> {
+    let mut tx = tx;
+    audit::record(&mut *tx, &auth.0, change).await?;
+    tx.commit().await?;
+    cache::bump_version(&state.queue).await;
+    Ok(())
 }
 
 #[OpenApi(tag = "Tag::Policies")]
@@ -404,40 +335,17 @@ impl PoliciesApi {
         check_resource_policy(&state, &project_id, &f, b.description.as_ref()).await?;
         let id = switchyard_shared::ids::new_id("rpol");
         let mut tx = state.pool.begin().await?;
-        let row: RpRow = sqlx::query_as(&format!(
-            "INSERT INTO resource_policies (id, project_id, name, description, effect, principal_type, principal_id, actions,
-                resource_type, resource_ids, tag_selector, created_by, updated_by)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $12) RETURNING {RP_COLS}"
-        ))
-        .bind(&id)
-        .bind(&project_id)
-        .bind(&f.name)
-        .bind(&b.description)
-        .bind(&f.effect)
-        .bind(&f.principal_type)
-        .bind(&f.principal_id)
-        .bind(&f.actions)
-        .bind(&f.resource_type)
-        .bind(&f.resource_ids)
-        .bind(sqlx::types::Json(sorted(&f.tag_selector)))
-        .bind(auth.0.actor())
-        .fetch_one(&mut *tx)
-        .await?;
-        audit::record(
-            &mut *tx,
-            &auth.0,
-            Change {
-                project_id: &project_id,
-                action: "resource_policy.created",
-                resource_type: "resource_policy",
-                resource_id: &id,
-                details: json!({"name": f.name, "effect": f.effect}),
-            },
+        let row = stored::create_resource_policy(
+            &mut tx,
+            &id,
+            &project_id,
+            &f.stored(b.description.as_deref(), auth.0.actor_id.as_deref()),
         )
         .await?;
-        tx.commit().await?;
-        cache::bump_version(&state.queue).await;
-        Ok(CreatedResourcePolicy::Created(Json(row.view())))
+        let details = json!({"name": f.name, "effect": f.effect});
+        let change = Change::new(&project_id, "resource_policy.created", ("resource_policy", &id), details);
+        commit_change(&state, &auth, tx, change).await?;
+        Ok(CreatedResourcePolicy::Created(Json(row.into())))
     }
 
     /// List a project's resource policies, newest first.
@@ -451,18 +359,9 @@ impl PoliciesApi {
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<Page<ResourcePolicy>>> {
         let project_id = project_of(&auth.0, project_id.0.as_deref())?;
-        let limit = pagination::limit(limit.0)?;
-        let cursor = pagination::cursor(cursor.0)?;
-        let rows: Vec<RpRow> = sqlx::query_as(&format!(
-            "SELECT {RP_COLS} FROM resource_policies WHERE project_id = $1 AND ($2::text IS NULL OR id < $2)
-             ORDER BY id DESC LIMIT $3"
-        ))
-        .bind(&project_id)
-        .bind(cursor)
-        .bind(limit + 1)
-        .fetch_all(&state.pool)
-        .await?;
-        Ok(Json(pagination::page(rows, limit, |r| r.id.clone(), RpRow::view)))
+        let w = Window::parse(limit.0, cursor.0)?;
+        let rows = stored::list_resource_policies(&state.pool, &project_id, w.after(), w.fetch()).await?;
+        Ok(Json(w.page(rows, |r| r.id.clone(), ResourcePolicy::from)))
     }
 
     /// Get a resource policy.
@@ -473,7 +372,7 @@ impl PoliciesApi {
         auth: Auth,
         policy_id: Path<String>,
     ) -> ApiResult<Json<ResourcePolicy>> {
-        Ok(Json(load_rp(&state, &auth, &policy_id).await?.view()))
+        Ok(Json(load_rp(&state, &auth, &policy_id).await?.into()))
     }
 
     /// Change a resource policy; it applies from the next request on.
@@ -499,44 +398,21 @@ impl PoliciesApi {
             actions,
             resource_type: b.resource_type.unwrap_or(cur.resource_type.clone()),
             resource_ids: b.resource_ids.unwrap_or(cur.resource_ids.clone()),
-            tag_selector: b.tag_selector.unwrap_or(cur.tag_selector.0.clone()),
+            tag_selector: b.tag_selector.unwrap_or(cur.tag_selector.clone()),
         };
         let description = patch(b.description, cur.description.clone());
         check_resource_policy(&state, &cur.project_id, &f, description.as_ref()).await?;
         let mut tx = state.pool.begin().await?;
-        let row: RpRow = sqlx::query_as(&format!(
-            "UPDATE resource_policies SET name = $2, description = $3, effect = $4, principal_type = $5, principal_id = $6,
-                actions = $7, resource_type = $8, resource_ids = $9, tag_selector = $10, updated_by = $11
-             WHERE id = $1 RETURNING {RP_COLS}"
-        ))
-        .bind(&cur.id)
-        .bind(&f.name)
-        .bind(&description)
-        .bind(&f.effect)
-        .bind(&f.principal_type)
-        .bind(&f.principal_id)
-        .bind(&f.actions)
-        .bind(&f.resource_type)
-        .bind(&f.resource_ids)
-        .bind(sqlx::types::Json(sorted(&f.tag_selector)))
-        .bind(auth.0.actor())
-        .fetch_one(&mut *tx)
-        .await?;
-        audit::record(
-            &mut *tx,
-            &auth.0,
-            Change {
-                project_id: &cur.project_id,
-                action: "resource_policy.updated",
-                resource_type: "resource_policy",
-                resource_id: &cur.id,
-                details: json!({"name": f.name, "effect": f.effect}),
-            },
+        let row = stored::update_resource_policy(
+            &mut tx,
+            &cur.id,
+            &f.stored(description.as_deref(), auth.0.actor_id.as_deref()),
         )
         .await?;
-        tx.commit().await?;
-        cache::bump_version(&state.queue).await;
-        Ok(Json(row.view()))
+        let details = json!({"name": f.name, "effect": f.effect});
+        let change = Change::new(&cur.project_id, "resource_policy.updated", ("resource_policy", &cur.id), details);
+        commit_change(&state, &auth, tx, change).await?;
+        Ok(Json(row.into()))
     }
 
     /// Delete a resource policy permanently.
@@ -549,21 +425,10 @@ impl PoliciesApi {
     ) -> ApiResult<Deleted> {
         let cur = load_rp(&state, &auth, &policy_id).await?;
         let mut tx = state.pool.begin().await?;
-        sqlx::query("DELETE FROM resource_policies WHERE id = $1").bind(&cur.id).execute(&mut *tx).await?;
-        audit::record(
-            &mut *tx,
-            &auth.0,
-            Change {
-                project_id: &cur.project_id,
-                action: "resource_policy.deleted",
-                resource_type: "resource_policy",
-                resource_id: &cur.id,
-                details: json!({"name": cur.name}),
-            },
-        )
-        .await?;
-        tx.commit().await?;
-        cache::bump_version(&state.queue).await;
+        stored::delete_resource_policy(&mut tx, &cur.id).await?;
+        let details = json!({"name": cur.name});
+        let change = Change::new(&cur.project_id, "resource_policy.deleted", ("resource_policy", &cur.id), details);
+        commit_change(&state, &auth, tx, change).await?;
         Ok(Deleted::NoContent)
     }
 
@@ -589,33 +454,18 @@ impl PoliciesApi {
         super::project_exists(&state, &project_id).await?;
         let id = switchyard_shared::ids::new_id("tpol");
         let mut tx = state.pool.begin().await?;
-        let row: TpRow = sqlx::query_as(&format!(
-            "INSERT INTO tag_policies (id, project_id, resource_type, description, required_keys, allowed_values, created_by, updated_by)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $7) RETURNING {TP_COLS}"
-        ))
-        .bind(&id)
-        .bind(&project_id)
-        .bind(&resource_type)
-        .bind(&b.description)
-        .bind(&required)
-        .bind(sqlx::types::Json(sorted(&allowed)))
-        .bind(auth.0.actor())
-        .fetch_one(&mut *tx)
-        .await?;
-        audit::record(
-            &mut *tx,
-            &auth.0,
-            Change {
-                project_id: &project_id,
-                action: "tag_policy.created",
-                resource_type: "tag_policy",
-                resource_id: &id,
-                details: json!({"resource_type": resource_type, "required_keys": required}),
-            },
-        )
-        .await?;
+        let fields = stored::TagPolicyFields {
+            description: b.description.as_deref(),
+            required_keys: &required,
+            allowed_values: &allowed,
+            actor: auth.0.actor_id.as_deref(),
+        };
+        let row = stored::create_tag_policy(&mut tx, &id, &project_id, &resource_type, &fields).await?;
+        let details = json!({"resource_type": resource_type, "required_keys": required});
+        audit::record(&mut *tx, &auth.0, Change::new(&project_id, "tag_policy.created", ("tag_policy", &id), details))
+            .await?;
         tx.commit().await?;
-        Ok(CreatedTagPolicy::Created(Json(row.view())))
+        Ok(CreatedTagPolicy::Created(Json(row.into())))
     }
 
     /// List a project's tag policies, newest first.
@@ -629,18 +479,9 @@ impl PoliciesApi {
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<Page<TagPolicy>>> {
         let project_id = project_of(&auth.0, project_id.0.as_deref())?;
-        let limit = pagination::limit(limit.0)?;
-        let cursor = pagination::cursor(cursor.0)?;
-        let rows: Vec<TpRow> = sqlx::query_as(&format!(
-            "SELECT {TP_COLS} FROM tag_policies WHERE project_id = $1 AND ($2::text IS NULL OR id < $2)
-             ORDER BY id DESC LIMIT $3"
-        ))
-        .bind(&project_id)
-        .bind(cursor)
-        .bind(limit + 1)
-        .fetch_all(&state.pool)
-        .await?;
-        Ok(Json(pagination::page(rows, limit, |r| r.id.clone(), TpRow::view)))
+        let w = Window::parse(limit.0, cursor.0)?;
+        let rows = stored::list_tag_policies(&state.pool, &project_id, w.after(), w.fetch()).await?;
+        Ok(Json(w.page(rows, |r| r.id.clone(), TagPolicy::from)))
     }
 
     /// Get a tag policy.
@@ -651,7 +492,7 @@ impl PoliciesApi {
         auth: Auth,
         policy_id: Path<String>,
     ) -> ApiResult<Json<TagPolicy>> {
-        Ok(Json(load_tp(&state, &auth, &policy_id).await?.view()))
+        Ok(Json(load_tp(&state, &auth, &policy_id).await?.into()))
     }
 
     /// Change a tag policy. Existing resources are not re-checked; their
@@ -667,35 +508,26 @@ impl PoliciesApi {
         let cur = load_tp(&state, &auth, &policy_id).await?;
         let b = body.0;
         let required = b.required_keys.unwrap_or(cur.required_keys.clone());
-        let allowed = b.allowed_values.unwrap_or(cur.allowed_values.0.clone());
+        let allowed = b.allowed_values.unwrap_or(cur.allowed_values.clone());
         let description = patch(b.description, cur.description.clone());
         check_tag_rules(&required, &allowed, description.as_ref())?;
         let mut tx = state.pool.begin().await?;
-        let row: TpRow = sqlx::query_as(&format!(
-            "UPDATE tag_policies SET description = $2, required_keys = $3, allowed_values = $4, updated_by = $5
-             WHERE id = $1 RETURNING {TP_COLS}"
-        ))
-        .bind(&cur.id)
-        .bind(&description)
-        .bind(&required)
-        .bind(sqlx::types::Json(sorted(&allowed)))
-        .bind(auth.0.actor())
-        .fetch_one(&mut *tx)
-        .await?;
+        let fields = stored::TagPolicyFields {
+            description: description.as_deref(),
+            required_keys: &required,
+            allowed_values: &allowed,
+            actor: auth.0.actor_id.as_deref(),
+        };
+        let row = stored::update_tag_policy(&mut tx, &cur.id, &fields).await?;
+        let details = json!({"required_keys": required});
         audit::record(
             &mut *tx,
             &auth.0,
-            Change {
-                project_id: &cur.project_id,
-                action: "tag_policy.updated",
-                resource_type: "tag_policy",
-                resource_id: &cur.id,
-                details: json!({"required_keys": required}),
-            },
+            Change::new(&cur.project_id, "tag_policy.updated", ("tag_policy", &cur.id), details),
         )
         .await?;
         tx.commit().await?;
-        Ok(Json(row.view()))
+        Ok(Json(row.into()))
     }
 
     /// Delete a tag policy permanently.
@@ -708,17 +540,11 @@ impl PoliciesApi {
     ) -> ApiResult<Deleted> {
         let cur = load_tp(&state, &auth, &policy_id).await?;
         let mut tx = state.pool.begin().await?;
-        sqlx::query("DELETE FROM tag_policies WHERE id = $1").bind(&cur.id).execute(&mut *tx).await?;
+        stored::delete_tag_policy(&mut tx, &cur.id).await?;
         audit::record(
             &mut *tx,
             &auth.0,
-            Change {
-                project_id: &cur.project_id,
-                action: "tag_policy.deleted",
-                resource_type: "tag_policy",
-                resource_id: &cur.id,
-                details: json!({}),
-            },
+            Change::new(&cur.project_id, "tag_policy.deleted", ("tag_policy", &cur.id), json!({})),
         )
         .await?;
         tx.commit().await?;

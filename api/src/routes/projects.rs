@@ -6,10 +6,14 @@ use poem_openapi::param::{Path, Query};
 use poem_openapi::payload::Json;
 use poem_openapi::{ApiResponse, Object, OpenApi};
 
-use super::{check_id, Tag};
+use serde_json::json;
+use switchyard_shared::store::{self, projects::ProjectRow};
+
+use super::{found, tenant, view_from_row, Tag};
+use crate::audit::{self, Change};
 use crate::auth::Auth;
 use crate::error::{ApiError, ApiResult};
-use crate::pagination::{self, Page};
+use crate::pagination::{Page, Window};
 use crate::state::AppState;
 
 pub struct ProjectsApi;
@@ -57,32 +61,16 @@ pub enum CreatedProject {
     Created(Json<Project>),
 }
 
-#[derive(sqlx::FromRow)]
-struct ProjectRow {
-    id: String,
-    name: String,
-    default_region: String,
-    plan_tier: String,
-    max_key_lifetime_days: i32,
-    created_at: DateTime<Utc>,
-    updated_at: DateTime<Utc>,
-}
+view_from_row!(ProjectRow => Project { id, name, created_at, updated_at });
 
-impl ProjectRow {
-    fn view(self) -> Project {
-        Project { id: self.id, name: self.name, created_at: self.created_at, updated_at: self.updated_at }
-    }
-    fn settings(self) -> ProjectSettings {
-        ProjectSettings {
-            project_id: self.id,
-            default_region: self.default_region,
-            plan_tier: self.plan_tier,
-            max_key_lifetime_days: self.max_key_lifetime_days.into(),
-        }
+fn settings(r: ProjectRow) -> ProjectSettings {
+    ProjectSettings {
+        project_id: r.id,
+        default_region: r.default_region,
+        plan_tier: r.plan_tier,
+        max_key_lifetime_days: r.max_key_lifetime_days.into(),
     }
 }
-
-const COLS: &str = "id, name, default_region, plan_tier, max_key_lifetime_days, created_at, updated_at";
 
 fn internal_only(auth: &Auth) -> ApiResult<()> {
     if auth.0.scopes.is_some() {
@@ -91,13 +79,9 @@ fn internal_only(auth: &Auth) -> ApiResult<()> {
     Ok(())
 }
 
-async fn load(state: &AppState, id: &str) -> ApiResult<ProjectRow> {
-    check_id("project", id)?;
-    sqlx::query_as(&format!("SELECT {COLS} FROM projects WHERE id = $1"))
-        .bind(id)
-        .fetch_optional(&state.pool)
-        .await?
-        .ok_or_else(|| ApiError::not_found("project", id))
+/// The project, 404 unless the caller may see it.
+async fn load(state: &AppState, auth: &Auth, id: &str) -> ApiResult<ProjectRow> {
+    found("project", id, store::projects::get(&state.pool, tenant(&auth.0), id)).await
 }
 
 #[OpenApi(tag = "Tag::Projects")]
@@ -130,27 +114,10 @@ impl ProjectsApi {
         if !errors.is_empty() {
             return Err(ApiError::invalid(errors));
         }
-        let row: ProjectRow = sqlx::query_as(&format!(
-            "INSERT INTO projects (id, name, created_by) VALUES ($1, $2, $3) RETURNING {COLS}"
-        ))
-        .bind(&id)
-        .bind(&name)
-        .bind(auth.0.actor())
-        .fetch_one(&state.pool)
-        .await?;
-        crate::audit::record(
-            &state.pool,
-            &auth.0,
-            crate::audit::Change {
-                project_id: &row.id,
-                action: "project.created",
-                resource_type: "project",
-                resource_id: &row.id,
-                details: serde_json::json!({"name": row.name}),
-            },
-        )
-        .await?;
-        Ok(CreatedProject::Created(Json(row.view())))
+        let row = store::projects::create(&state.pool, &id, &name, auth.0.actor_id.as_deref()).await?;
+        let change = Change::new(&row.id, "project.created", ("project", &row.id), json!({"name": row.name}));
+        audit::record(&state.pool, &auth.0, change).await?;
+        Ok(CreatedProject::Created(Json(Project::from(row))))
     }
 
     /// List projects (internal secret only), oldest first.
@@ -163,25 +130,15 @@ impl ProjectsApi {
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<Page<Project>>> {
         internal_only(&auth)?;
-        let limit = pagination::limit(limit.0)?;
-        let cursor = pagination::cursor(cursor.0)?;
-        let rows: Vec<ProjectRow> = sqlx::query_as(&format!(
-            "SELECT {COLS} FROM projects WHERE ($1::text IS NULL OR id > $1) ORDER BY id LIMIT $2"
-        ))
-        .bind(cursor)
-        .bind(limit + 1)
-        .fetch_all(&state.pool)
-        .await?;
-        Ok(Json(pagination::page(rows, limit, |r| r.id.clone(), ProjectRow::view)))
+        let w = Window::parse(limit.0, cursor.0)?;
+        let rows = store::projects::list(&state.pool, w.after(), w.fetch()).await?;
+        Ok(Json(w.page(rows, |r| r.id.clone(), Project::from)))
     }
 
     /// Get a project.
     #[oai(path = "/v1/projects/:project_id", method = "get")]
     async fn get(&self, state: Data<&AppState>, auth: Auth, project_id: Path<String>) -> ApiResult<Json<Project>> {
-        if !super::visible(&auth.0, &project_id) {
-            return Err(ApiError::not_found("project", &project_id));
-        }
-        Ok(Json(load(&state, &project_id).await?.view()))
+        Ok(Json(Project::from(load(&state, &auth, &project_id).await?)))
     }
 
     /// Get a project's settings.
@@ -192,10 +149,7 @@ impl ProjectsApi {
         auth: Auth,
         project_id: Path<String>,
     ) -> ApiResult<Json<ProjectSettings>> {
-        if !super::visible(&auth.0, &project_id) {
-            return Err(ApiError::not_found("project", &project_id));
-        }
-        Ok(Json(load(&state, &project_id).await?.settings()))
+        Ok(Json(settings(load(&state, &auth, &project_id).await?)))
     }
 
     /// Change a project's settings (internal secret only).
@@ -208,7 +162,7 @@ impl ProjectsApi {
         body: Json<UpdateProjectSettings>,
     ) -> ApiResult<Json<ProjectSettings>> {
         internal_only(&auth)?;
-        load(&state, &project_id).await?;
+        load(&state, &auth, &project_id).await?;
         let b = body.0;
         let mut errors = Vec::new();
         let mut check_text = |field: &str, v: &Option<String>| {
@@ -236,33 +190,25 @@ impl ProjectsApi {
         if !errors.is_empty() {
             return Err(ApiError::invalid(errors));
         }
-        let row: ProjectRow = sqlx::query_as(&format!(
-            "UPDATE projects SET default_region = COALESCE($2, default_region), plan_tier = COALESCE($3, plan_tier),
-                max_key_lifetime_days = COALESCE($4, max_key_lifetime_days)
-             WHERE id = $1 RETURNING {COLS}"
-        ))
-        .bind(&*project_id)
-        .bind(b.default_region)
-        .bind(b.plan_tier)
-        .bind(b.max_key_lifetime_days.map(|d| d as i32))
-        .fetch_one(&state.pool)
-        .await?;
-        crate::audit::record(
+        let change = store::projects::SettingsChange {
+            default_region: b.default_region,
+            plan_tier: b.plan_tier,
+            max_key_lifetime_days: b.max_key_lifetime_days.map(|d| d as i32),
+        };
+        let row = store::projects::update_settings(&state.pool, &project_id, change)
+            .await?
+            .ok_or_else(|| ApiError::not_found("project", &project_id))?;
+        let details = json!({
+            "default_region": row.default_region,
+            "plan_tier": row.plan_tier,
+            "max_key_lifetime_days": row.max_key_lifetime_days,
+        });
+        audit::record(
             &state.pool,
             &auth.0,
-            crate::audit::Change {
-                project_id: &row.id,
-                action: "project.settings_updated",
-                resource_type: "project",
-                resource_id: &row.id,
-                details: serde_json::json!({
-                    "default_region": row.default_region,
-                    "plan_tier": row.plan_tier,
-                    "max_key_lifetime_days": row.max_key_lifetime_days,
-                }),
-            },
+            Change::new(&row.id, "project.settings_updated", ("project", &row.id), details),
         )
         .await?;
-        Ok(Json(row.settings()))
+        Ok(Json(settings(row)))
     }
 }

@@ -8,14 +8,14 @@ use poem_openapi::payload::Json;
 use poem_openapi::types::MaybeUndefined;
 use poem_openapi::{ApiResponse, Object, OpenApi};
 use serde_json::json;
+use switchyard_shared::store::roles::{ChainLink, RoleRow};
+use switchyard_shared::store::{self};
 
-use super::api_keys::check_scopes;
-use super::jobs::patch;
-use super::{check_id, project_of, visible, Tag};
+use super::{check_scopes, found, patch, project_of, tenant, view_from_row, Tag};
 use crate::audit::{self, Change};
 use crate::auth::{cache, rbac, Auth};
 use crate::error::{ApiError, ApiResult, ErrorDetail};
-use crate::pagination::{self, Page};
+use crate::pagination::{Page, Window};
 use crate::state::AppState;
 
 pub struct RolesApi;
@@ -97,52 +97,13 @@ pub enum Deleted {
     NoContent,
 }
 
-#[derive(sqlx::FromRow)]
-struct Row {
-    id: String,
-    project_id: Option<String>,
-    name: String,
-    description: Option<String>,
-    permissions: Vec<String>,
-    inherits: Option<String>,
-    system: bool,
-    created_by: Option<String>,
-    updated_by: Option<String>,
-    created_at: DateTime<Utc>,
-    updated_at: DateTime<Utc>,
-}
+view_from_row!(RoleRow => Role {
+    id, project_id, name, description, permissions, inherits, system, created_by, updated_by, created_at, updated_at
+} + { lineage: None, effective_permissions: None });
+view_from_row!(ChainLink => RoleLink { id, name, permissions });
 
-const COLS: &str =
-    "id, project_id, name, description, permissions, inherits, system, created_by, updated_by, created_at, updated_at";
-
-impl Row {
-    fn view(self) -> Role {
-        Role {
-            id: self.id,
-            project_id: self.project_id,
-            name: self.name,
-            description: self.description,
-            permissions: self.permissions,
-            inherits: self.inherits,
-            system: self.system,
-            created_by: self.created_by,
-            updated_by: self.updated_by,
-            created_at: self.created_at,
-            updated_at: self.updated_at,
-            lineage: None,
-            effective_permissions: None,
-        }
-    }
-}
-
-async fn load(state: &AppState, auth: &Auth, id: &str) -> ApiResult<Row> {
-    check_id("role", id)?;
-    let row: Option<Row> =
-        sqlx::query_as(&format!("SELECT {COLS} FROM roles WHERE id = $1")).bind(id).fetch_optional(&state.pool).await?;
-    match row {
-        Some(r) if r.project_id.as_deref().is_none_or(|p| visible(&auth.0, p)) => Ok(r),
-        _ => Err(ApiError::not_found("role", id)),
-    }
+async fn load(state: &AppState, auth: &Auth, id: &str) -> ApiResult<RoleRow> {
+    found("role", id, store::roles::get(&state.pool, tenant(&auth.0), id)).await
 }
 
 fn check_text(name: &str, description: Option<&String>, errors: &mut Vec<ErrorDetail>) {
@@ -175,25 +136,13 @@ async fn check_parent(state: &AppState, project_id: &str, parent: &str, self_id:
     if !switchyard_shared::ids::is_valid_external_id(parent) {
         return Err(bad("no such role"));
     }
-    let chain: Vec<(String, Option<String>)> = sqlx::query_as(
-        "WITH RECURSIVE chain (id, project_id, inherits, depth) AS (
-            SELECT id, project_id, inherits, 0 FROM roles WHERE id = $1
-            UNION ALL
-            SELECT r.id, r.project_id, r.inherits, c.depth + 1 FROM roles r JOIN chain c ON r.id = c.inherits
-            WHERE c.depth <= $2
-         )
-         SELECT id, project_id FROM chain ORDER BY depth",
-    )
-    .bind(parent)
-    .bind(rbac::MAX_DEPTH)
-    .fetch_all(&state.pool)
-    .await?;
-    match chain.first() {
+    let chain = store::roles::chain(&state.pool, parent).await?;
+    match chain.first().map(|l| l.project_id.as_deref()) {
         None => return Err(bad("no such role")),
-        Some((_, Some(p))) if p != project_id => return Err(bad("no such role")),
+        Some(Some(p)) if p != project_id => return Err(bad("no such role")),
         _ => {}
     }
-    if self_id.is_some_and(|me| chain.iter().any(|(id, _)| id == me)) {
+    if self_id.is_some_and(|me| chain.iter().any(|l| l.id == me)) {
         return Err(bad("inheriting this role would make a cycle"));
     }
     if chain.len() as i32 >= rbac::MAX_DEPTH {
@@ -202,36 +151,12 @@ async fn check_parent(state: &AppState, project_id: &str, parent: &str, self_id:
     Ok(())
 }
 
-/// The role, then each role it inherits, nearest first.
-async fn lineage(state: &AppState, id: &str) -> ApiResult<Vec<RoleLink>> {
-    let rows: Vec<(String, String, Vec<String>)> = sqlx::query_as(
-        "WITH RECURSIVE chain (id, name, inherits, permissions, depth) AS (
-            SELECT id, name, inherits, permissions, 0 FROM roles WHERE id = $1
-            UNION ALL
-            SELECT r.id, r.name, r.inherits, r.permissions, c.depth + 1 FROM roles r JOIN chain c ON r.id = c.inherits
-            WHERE c.depth < $2
-         )
-         SELECT id, name, permissions FROM chain ORDER BY depth",
-    )
-    .bind(id)
-    .bind(rbac::MAX_DEPTH)
-    .fetch_all(&state.pool)
-    .await?;
-    Ok(rows.into_iter().map(|(id, name, permissions)| RoleLink { id, name, permissions }).collect())
-}
-
-async fn with_lineage(state: &AppState, row: Row) -> ApiResult<Role> {
-    let chain = lineage(state, &row.id).await?;
-    let mut effective: Vec<String> = Vec::new();
-    for l in &chain {
-        for p in &l.permissions {
-            if !effective.contains(p) {
-                effective.push(p.clone());
-            }
-        }
-    }
-    let mut role = row.view();
-    role.lineage = Some(chain);
+/// The role with its inheritance chain and what the chain grants.
+async fn with_lineage(state: &AppState, row: RoleRow) -> ApiResult<Role> {
+    let chain = store::roles::chain(&state.pool, &row.id).await?;
+    let effective = store::roles::union(&chain);
+    let mut role = Role::from(row);
+    role.lineage = Some(chain.into_iter().map(RoleLink::from).collect());
     role.effective_permissions = Some(effective);
     Ok(role)
 }
@@ -278,33 +203,18 @@ impl RolesApi {
         check_grantable(&auth, &would_grant(&state, &permissions, b.inherits.as_deref()).await?)?;
         let id = switchyard_shared::ids::new_id("role");
         let mut tx = state.pool.begin().await?;
-        let row: Row = sqlx::query_as(&format!(
-            "INSERT INTO roles (id, project_id, name, description, permissions, inherits, created_by, updated_by)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $7) RETURNING {COLS}"
-        ))
-        .bind(&id)
-        .bind(&project_id)
-        .bind(b.name.trim())
-        .bind(&b.description)
-        .bind(&permissions)
-        .bind(&b.inherits)
-        .bind(auth.0.actor())
-        .fetch_one(&mut *tx)
-        .await?;
-        audit::record(
-            &mut *tx,
-            &auth.0,
-            Change {
-                project_id: &project_id,
-                action: "role.created",
-                resource_type: "role",
-                resource_id: &id,
-                details: json!({"name": row.name, "permissions": row.permissions, "inherits": row.inherits}),
-            },
-        )
-        .await?;
+        let fields = store::roles::RoleFields {
+            name: b.name.trim(),
+            description: b.description.as_deref(),
+            permissions: &permissions,
+            inherits: b.inherits.as_deref(),
+            actor: auth.0.actor_id.as_deref(),
+        };
+        let row = store::roles::create(&mut tx, &id, &project_id, &fields).await?;
+        let details = json!({"name": row.name, "permissions": row.permissions, "inherits": row.inherits});
+        audit::record(&mut *tx, &auth.0, Change::new(&project_id, "role.created", ("role", &id), details)).await?;
         tx.commit().await?;
-        Ok(CreatedRole::Created(Json(row.view())))
+        Ok(CreatedRole::Created(Json(Role::from(row))))
     }
 
     /// The system roles and the project's custom roles, by id.
@@ -318,18 +228,9 @@ impl RolesApi {
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<Page<Role>>> {
         let project_id = project_of(&auth.0, project_id.0.as_deref())?;
-        let limit = pagination::limit(limit.0)?;
-        let cursor = pagination::cursor(cursor.0)?;
-        let rows: Vec<Row> = sqlx::query_as(&format!(
-            "SELECT {COLS} FROM roles WHERE (project_id = $1 OR project_id IS NULL) AND ($2::text IS NULL OR id > $2)
-             ORDER BY id LIMIT $3"
-        ))
-        .bind(&project_id)
-        .bind(cursor)
-        .bind(limit + 1)
-        .fetch_all(&state.pool)
-        .await?;
-        Ok(Json(pagination::page(rows, limit, |r| r.id.clone(), Row::view)))
+        let w = Window::parse(limit.0, cursor.0)?;
+        let rows = store::roles::list(&state.pool, &project_id, w.after(), w.fetch()).await?;
+        Ok(Json(w.page(rows, |r| r.id.clone(), Role::from)))
     }
 
     /// Get a role; `include_lineage=true` adds the inheritance chain and the
@@ -346,7 +247,7 @@ impl RolesApi {
         if include_lineage.0.unwrap_or(false) {
             return Ok(Json(with_lineage(&state, row).await?));
         }
-        Ok(Json(row.view()))
+        Ok(Json(Role::from(row)))
     }
 
     /// Change a custom role; members holding it get the change at once.
@@ -384,33 +285,19 @@ impl RolesApi {
         check_grantable(&auth, &would_grant(&state, &cur.permissions, cur.inherits.as_deref()).await?)?;
         check_grantable(&auth, &would_grant(&state, &permissions, inherits.as_deref()).await?)?;
         let mut tx = state.pool.begin().await?;
-        let row: Row = sqlx::query_as(&format!(
-            "UPDATE roles SET name = $2, description = $3, permissions = $4, inherits = $5, updated_by = $6
-             WHERE id = $1 RETURNING {COLS}"
-        ))
-        .bind(&cur.id)
-        .bind(name.trim())
-        .bind(&description)
-        .bind(&permissions)
-        .bind(&inherits)
-        .bind(auth.0.actor())
-        .fetch_one(&mut *tx)
-        .await?;
-        audit::record(
-            &mut *tx,
-            &auth.0,
-            Change {
-                project_id: &project_id,
-                action: "role.updated",
-                resource_type: "role",
-                resource_id: &cur.id,
-                details: json!({"name": row.name, "permissions": row.permissions, "inherits": row.inherits}),
-            },
-        )
-        .await?;
+        let fields = store::roles::RoleFields {
+            name: name.trim(),
+            description: description.as_deref(),
+            permissions: &permissions,
+            inherits: inherits.as_deref(),
+            actor: auth.0.actor_id.as_deref(),
+        };
+        let row = store::roles::update(&mut tx, &cur.id, &fields).await?;
+        let details = json!({"name": row.name, "permissions": row.permissions, "inherits": row.inherits});
+        audit::record(&mut *tx, &auth.0, Change::new(&project_id, "role.updated", ("role", &cur.id), details)).await?;
         tx.commit().await?;
         cache::bump_version(&state.queue).await;
-        Ok(Json(row.view()))
+        Ok(Json(Role::from(row)))
     }
 
     /// Delete a custom role. 409 while members hold it or roles inherit it;
@@ -422,28 +309,17 @@ impl RolesApi {
             return Err(ApiError::forbidden("system roles cannot be deleted"));
         };
         let mut tx = state.pool.begin().await?;
-        let (members, heirs): (i64, i64) = sqlx::query_as(
-            "SELECT (SELECT count(*) FROM members WHERE role_id = $1), (SELECT count(*) FROM roles WHERE inherits = $1)",
-        )
-        .bind(&cur.id)
-        .fetch_one(&mut *tx)
-        .await?;
+        let (members, heirs) = store::roles::users(&mut tx, &cur.id).await?;
         if members > 0 || heirs > 0 {
             return Err(ApiError::conflict(format!(
                 "the role is in use: {members} member(s) hold it and {heirs} role(s) inherit it"
             )));
         }
-        sqlx::query("DELETE FROM roles WHERE id = $1").bind(&cur.id).execute(&mut *tx).await?;
+        store::roles::delete(&mut tx, &cur.id).await?;
         audit::record(
             &mut *tx,
             &auth.0,
-            Change {
-                project_id: &project_id,
-                action: "role.deleted",
-                resource_type: "role",
-                resource_id: &cur.id,
-                details: json!({"name": cur.name}),
-            },
+            Change::new(&project_id, "role.deleted", ("role", &cur.id), json!({"name": cur.name})),
         )
         .await?;
         tx.commit().await?;

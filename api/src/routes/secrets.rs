@@ -11,13 +11,15 @@ use poem::web::Data;
 use poem_openapi::param::{Path, Query};
 use poem_openapi::payload::Json;
 use poem_openapi::{ApiResponse, Object, OpenApi};
+use serde_json::json;
 use switchyard_shared::secrets::{is_valid_name, SecretsKey};
+use switchyard_shared::store::{self, secrets::SecretName};
 
-use super::jobs::load_visible;
-use super::Tag;
+use super::{load_job, view_from_row, Tag};
+use crate::audit::{self, Change};
 use crate::auth::Auth;
 use crate::error::{ApiError, ApiResult, ErrorDetail};
-use crate::pagination::{self, Page};
+use crate::pagination::{Page, Window};
 use crate::state::AppState;
 
 pub struct SecretsApi;
@@ -28,12 +30,14 @@ pub const MAX_SECRETS: i64 = 100;
 pub const MAX_VALUE_BYTES: usize = 64 * 1024;
 
 /// A secret's name and times; the value is never returned.
-#[derive(Object, sqlx::FromRow)]
+#[derive(Object)]
 pub struct JobSecret {
     pub name: String,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
+
+view_from_row!(SecretName => JobSecret { name, created_at, updated_at });
 
 /// Set a secret (a name already set is replaced).
 #[derive(Object)]
@@ -75,19 +79,10 @@ impl SecretsApi {
         /// The last name of the previous page.
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<Page<JobSecret>>> {
-        let job = load_visible(&state, &auth, &job_id).await?;
-        let limit = pagination::limit(limit.0)?;
-        let cursor = pagination::cursor(cursor.0)?;
-        let rows: Vec<JobSecret> = sqlx::query_as(
-            "SELECT name, created_at, updated_at FROM job_secrets WHERE job_id = $1 AND ($2::text IS NULL OR name > $2)
-             ORDER BY name LIMIT $3",
-        )
-        .bind(&job.id)
-        .bind(cursor)
-        .bind(limit + 1)
-        .fetch_all(&state.pool)
-        .await?;
-        Ok(Json(pagination::page(rows, limit, |r| r.name.clone(), |r| r)))
+        let job = load_job(&state, &auth, &job_id).await?;
+        let w = Window::parse(limit.0, cursor.0)?;
+        let rows = store::secrets::list(&state.pool, &job.id, w.after(), w.fetch()).await?;
+        Ok(Json(w.page(rows, |r| r.name.clone(), JobSecret::from)))
     }
 
     /// Set a job secret. It is encrypted before it is stored and reaches
@@ -101,7 +96,7 @@ impl SecretsApi {
         job_id: Path<String>,
         body: Json<PutSecret>,
     ) -> ApiResult<SecretSaved> {
-        let job = load_visible(&state, &auth, &job_id).await?;
+        let job = load_job(&state, &auth, &job_id).await?;
         let b = body.0;
         let mut errors = Vec::new();
         if !is_valid_name(&b.name) {
@@ -129,26 +124,15 @@ impl SecretsApi {
         };
         let (nonce, ciphertext) =
             key.encrypt(&job.id, &b.name, &b.value).map_err(|e| ApiError::internal("encrypting a job secret", &e))?;
-        let actor = auth.0.actor();
+        let sealed = store::secrets::Sealed {
+            job_id: &job.id,
+            name: &b.name,
+            nonce: &nonce,
+            ciphertext: &ciphertext,
+            actor: auth.0.actor_id.as_deref(),
+        };
         // Inserted only below the cap; a replacement never counts against it.
-        let row: Option<(String, DateTime<Utc>, DateTime<Utc>, bool)> = sqlx::query_as(
-            "INSERT INTO job_secrets (job_id, name, nonce, ciphertext, created_by, updated_by)
-             SELECT $1, $2, $3, $4, $5, $5
-             WHERE EXISTS (SELECT 1 FROM job_secrets WHERE job_id = $1 AND name = $2)
-                OR (SELECT count(*) FROM job_secrets WHERE job_id = $1) < $6
-             ON CONFLICT (job_id, name) DO UPDATE
-                SET nonce = EXCLUDED.nonce, ciphertext = EXCLUDED.ciphertext, updated_by = EXCLUDED.updated_by
-             RETURNING name, created_at, updated_at, (xmax = 0) AS inserted",
-        )
-        .bind(&job.id)
-        .bind(&b.name)
-        .bind(&nonce)
-        .bind(&ciphertext)
-        .bind(&actor)
-        .bind(MAX_SECRETS)
-        .fetch_optional(&state.pool)
-        .await?;
-        let Some((name, created_at, updated_at, inserted)) = row else {
+        let Some((saved, inserted)) = store::secrets::put(&state.pool, &sealed, MAX_SECRETS).await? else {
             return Err(ApiError::invalid_field(
                 "body.name",
                 format!("the job already has {MAX_SECRETS} secrets; delete one first"),
@@ -156,19 +140,10 @@ impl SecretsApi {
             ));
         };
         // The name only: a value never leaves this handler but encrypted.
-        crate::audit::record(
-            &state.pool,
-            &auth.0,
-            crate::audit::Change {
-                project_id: &job.project_id,
-                action: "job_secret.set",
-                resource_type: "job",
-                resource_id: &job.id,
-                details: serde_json::json!({"name": name, "replaced": !inserted}),
-            },
-        )
-        .await?;
-        let s = JobSecret { name, created_at, updated_at };
+        let details = json!({"name": saved.name, "replaced": !inserted});
+        audit::record(&state.pool, &auth.0, Change::new(&job.project_id, "job_secret.set", ("job", &job.id), details))
+            .await?;
+        let s = JobSecret::from(saved);
         Ok(if inserted { SecretSaved::Created(Json(s)) } else { SecretSaved::Replaced(Json(s)) })
     }
 
@@ -181,30 +156,16 @@ impl SecretsApi {
         job_id: Path<String>,
         name: Path<String>,
     ) -> ApiResult<SecretDeleted> {
-        let job = load_visible(&state, &auth, &job_id).await?;
-        let gone = if is_valid_name(&name) {
-            sqlx::query("DELETE FROM job_secrets WHERE job_id = $1 AND name = $2")
-                .bind(&job.id)
-                .bind(&name.0)
-                .execute(&state.pool)
-                .await?
-                .rows_affected()
-        } else {
-            0
-        };
-        if gone == 0 {
+        let job = load_job(&state, &auth, &job_id).await?;
+        let gone = is_valid_name(&name) && store::secrets::delete(&state.pool, &job.id, &name).await?;
+        if !gone {
             return Err(ApiError::not_found("secret", &name));
         }
-        crate::audit::record(
+        let details = json!({"name": name.0});
+        audit::record(
             &state.pool,
             &auth.0,
-            crate::audit::Change {
-                project_id: &job.project_id,
-                action: "job_secret.deleted",
-                resource_type: "job",
-                resource_id: &job.id,
-                details: serde_json::json!({"name": name.0}),
-            },
+            Change::new(&job.project_id, "job_secret.deleted", ("job", &job.id), details),
         )
         .await?;
         Ok(SecretDeleted::NoContent)

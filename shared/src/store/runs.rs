@@ -476,7 +476,7 @@ pub struct Loaded {
     /// The data of the run's latest checkpoint, if any.
     pub checkpoint: Option<Value>,
     /// The job's secrets, sealed.
-    pub secrets: Vec<super::records::StoredSecret>,
+    pub secrets: Vec<super::secrets::StoredSecret>,
     /// The job's current version (for jobs that run their latest
     /// definition); `None` when the job row is gone.
     pub current_version_id: Option<String>,
@@ -524,7 +524,7 @@ pub async fn load_for_dispatch(pool: &PgPool, ids: Vec<String>) -> Result<Vec<Op
             by_id.remove(id).map(|r| Loaded {
                 run: r.run,
                 checkpoint: r.checkpoint.map(|c| c.0),
-                secrets: super::records::unseal_rows(r.secrets.map(|s| s.0).unwrap_or_default()),
+                secrets: super::secrets::unseal_rows(r.secrets.map(|s| s.0).unwrap_or_default()),
                 current_version_id: r.current_version_id,
                 expired: r.expired,
             })

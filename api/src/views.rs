@@ -1,0 +1,136 @@
+//! Response objects that more than one route file returns: a job (the
+//! jobs' own routes and a group's job listing).
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use poem_openapi::Object;
+use serde_json::Value;
+use switchyard_shared::store::JobRecord;
+
+/// A named rate limit shared by every job of the project that names it:
+/// one dispatch log per (project, name), and each job admits a dispatch
+/// while that log holds fewer than its own `max` entries in its own
+/// `window_secs`. Give every job the same numbers for a name.
+#[derive(Object, Clone)]
+#[oai(deny_unknown_fields)]
+pub struct RateLimitKeyBody {
+    /// 1 to 128 letters, digits, `_`, `-`, `.` or `:`.
+    pub name: String,
+    pub max: i64,
+    /// 1 to 86400.
+    pub window_secs: i64,
+}
+
+/// A job (SPEC §2.4). `webhook_secret` is write-only and never returned.
+#[derive(Object)]
+pub struct Job {
+    pub id: String,
+    pub project_id: String,
+    #[oai(skip_serializing_if_is_none)]
+    pub group_id: Option<String>,
+    pub name: String,
+    pub slug: String,
+    #[oai(skip_serializing_if_is_none)]
+    pub description: Option<String>,
+    #[oai(skip_serializing_if_is_none)]
+    pub cron: Option<String>,
+    #[oai(skip_serializing_if_is_none)]
+    pub timezone: Option<String>,
+    #[oai(skip_serializing_if_is_none)]
+    pub execution_window_cron: Option<String>,
+    #[oai(skip_serializing_if_is_none)]
+    pub payload_schema: Option<Value>,
+    pub tags: HashMap<String, String>,
+    pub endpoint_url: String,
+    #[oai(skip_serializing_if_is_none)]
+    pub fallback_endpoint_url: Option<String>,
+    pub max_attempts: i64,
+    pub timeout_secs: i64,
+    /// 0: no cap.
+    pub max_concurrency: i64,
+    /// 0: no cap per concurrency key.
+    pub max_concurrency_per_key: i64,
+    pub rate_limit_max: i64,
+    pub rate_limit_window_secs: i64,
+    pub rate_limit_keys: Vec<RateLimitKeyBody>,
+    pub default_run_metadata: HashMap<String, String>,
+    pub dedup_window_secs: i64,
+    pub run_ttl_secs: i64,
+    pub enabled: bool,
+    /// Set by the group's pause-all: runs are accepted and wait until resume-all.
+    pub paused: bool,
+    #[oai(skip_serializing_if_is_none)]
+    pub webhook_url: Option<String>,
+    /// Whether a webhook_secret is set (the secret itself is never returned).
+    pub has_webhook_secret: bool,
+    pub retry_strategy: String,
+    pub retry_delays_secs: Vec<i64>,
+    /// Base delay of the fixed, linear and exponential strategies.
+    pub retry_initial_delay_secs: i64,
+    /// Upper bound of any retry delay.
+    pub retry_max_delay_secs: i64,
+    #[oai(skip_serializing_if_is_none)]
+    pub environment_id: Option<String>,
+    pub version: i64,
+    pub version_id: String,
+    /// `pin`: a run dispatches with the version it was triggered on; `latest`: with the current one.
+    pub version_policy: String,
+    pub backwards_compatible: bool,
+    #[oai(skip_serializing_if_is_none)]
+    pub created_by: Option<String>,
+    #[oai(skip_serializing_if_is_none)]
+    pub updated_by: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+pub fn job_view(r: JobRecord) -> Job {
+    let s = r.spec.0;
+    Job {
+        id: r.id,
+        project_id: r.project_id,
+        group_id: r.group_id,
+        name: r.name,
+        slug: r.slug,
+        description: s.description,
+        cron: s.cron,
+        timezone: s.timezone,
+        execution_window_cron: s.execution_window_cron,
+        payload_schema: s.payload_schema,
+        tags: s.tags.into_iter().collect(),
+        endpoint_url: s.endpoint_url,
+        fallback_endpoint_url: s.fallback_endpoint_url,
+        max_attempts: s.max_attempts,
+        timeout_secs: s.timeout_secs,
+        max_concurrency: s.max_concurrency,
+        max_concurrency_per_key: s.max_concurrency_per_key,
+        rate_limit_max: s.rate_limit_max,
+        rate_limit_window_secs: s.rate_limit_window_secs,
+        rate_limit_keys: s
+            .rate_limit_keys
+            .into_iter()
+            .map(|k| RateLimitKeyBody { name: k.name, max: k.max, window_secs: k.window_secs })
+            .collect(),
+        default_run_metadata: s.default_run_metadata.into_iter().collect(),
+        dedup_window_secs: s.dedup_window_secs,
+        run_ttl_secs: s.run_ttl_secs,
+        enabled: r.enabled,
+        paused: r.paused,
+        webhook_url: s.webhook_url,
+        has_webhook_secret: s.webhook_secret.is_some(),
+        retry_strategy: s.retry_strategy,
+        retry_delays_secs: s.retry_delays_secs,
+        retry_initial_delay_secs: s.retry_initial_delay_secs,
+        retry_max_delay_secs: s.retry_max_delay_secs,
+        environment_id: s.environment_id,
+        version: r.version.into(),
+        version_id: r.version_id,
+        version_policy: s.version_policy,
+        backwards_compatible: s.backwards_compatible,
+        created_by: r.created_by,
+        updated_by: r.updated_by,
+        created_at: r.created_at,
+        updated_at: r.updated_at,
+    }
+}
