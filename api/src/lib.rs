@@ -27,9 +27,11 @@ pub mod views;
 
 use std::sync::Arc;
 
+use anyhow::Context;
 use poem::listener::{Acceptor, Listener, TcpListener};
 use poem::{EndpointExt, Route};
 use poem_openapi::OpenApiService;
+use switchyard_shared::outbound::Http;
 use switchyard_shared::shutdown::Shutdown;
 use switchyard_shared::{db, queue, Config};
 
@@ -96,6 +98,9 @@ pub fn app(state: AppState) -> impl poem::Endpoint<Output = poem::Response> {
         .map_to_response()
 }
 
+/// Idle keep-alive connections the terminal-webhook client keeps per host.
+const WEBHOOK_CONNECTIONS_PER_HOST: usize = 8;
+
 /// Builds the state from configuration: lazy pools, so the API starts (and
 /// answers /health/ready with 503) while Postgres or Redis is down.
 pub fn state_from_config(config: Config) -> anyhow::Result<AppState> {
@@ -105,7 +110,9 @@ pub fn state_from_config(config: Config) -> anyhow::Result<AppState> {
     let auth = Arc::new(auth::AuthState::from_config(&config)?);
     let intake = intake::Intake::spawn(pool.clone(), queue.clone());
     let jobs = Arc::new(job_cache::JobCache::default());
-    Ok(AppState { pool, queue, config: Arc::new(config), auth, intake, jobs })
+    let webhooks = Http::new(WEBHOOK_CONNECTIONS_PER_HOST, config.target_deny_private)
+        .context("building the terminal-webhook client")?;
+    Ok(AppState { pool, queue, config: Arc::new(config), auth, intake, jobs, webhooks })
 }
 
 /// Serves until `shutdown` fires, then stops accepting and lets in-flight

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use sqlx::PgPool;
+use switchyard_shared::outbound::Http;
 use switchyard_shared::queue::Queue;
 use switchyard_shared::Config;
 
@@ -17,4 +18,7 @@ pub struct AppState {
     pub intake: crate::intake::Intake,
     /// Jobs as the trigger paths read them.
     pub jobs: Arc<crate::job_cache::JobCache>,
+    /// The client of the terminal webhooks of runs finished over the SDK,
+    /// under this server's private-address policy (`TARGET_DENY_PRIVATE`).
+    pub webhooks: Http,
 }

@@ -28,11 +28,11 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use switchyard_shared::domain::RunStatus;
+use switchyard_shared::outbound::{webhook, Http};
 use switchyard_shared::queue::Queue;
 use switchyard_shared::shutdown::Shutdown;
 use switchyard_shared::store::settle::{self, Ending, HEARTBEAT_TIMEOUT};
 use switchyard_shared::store::{jobs, runs};
-use switchyard_worker::client::Http;
 
 use crate::alarm::Alarm;
 use crate::error::{check_batch, check_max_sleep, check_positive, Error, OptionsError};
@@ -159,10 +159,9 @@ impl HeartbeatSweeper {
                 Some((outcome, after)) => {
                     tracing::warn!(run_id = %after.id, status = outcome.status.as_str(), "async run went silent; ended");
                     report.ended += 1;
-                    if let Some(d) = switchyard_worker::webhook::terminal_delivery(&spec, &after, &outcome, Utc::now())
-                    {
+                    if let Some(d) = webhook::terminal_delivery(&spec, &after, &outcome, Utc::now()) {
                         let http = self.http.clone();
-                        tokio::spawn(async move { switchyard_worker::webhook::deliver(&http, &d).await });
+                        tokio::spawn(async move { webhook::deliver(&http, &d).await });
                     }
                 }
             }

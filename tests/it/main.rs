@@ -13,6 +13,7 @@ mod api_projects;
 mod api_runs;
 mod async_runs;
 mod bulk_ops;
+mod crate_boundaries;
 mod execution;
 mod flow_caps;
 mod flow_cron;

@@ -25,7 +25,9 @@ use std::time::Duration;
 use chrono::Utc;
 use serde_json::{json, Value};
 use switchyard_shared::domain::{JobSpec, RetryPolicy, RetryStrategy};
+use switchyard_shared::outbound::{signing, webhook};
 use switchyard_shared::queue::{Entry, WakeLoop};
+use switchyard_shared::run_token::RunClaims;
 use switchyard_shared::store::{self, Outcome, Run};
 use switchyard_shared::telemetry::{self, DISPATCH_DURATION};
 use tokio::sync::OwnedSemaphorePermit;
@@ -34,8 +36,6 @@ use crate::dispatch::{self, DispatchRequest, Timing};
 use crate::leases::ActiveGuard;
 use crate::outcome::{self, Decision, ErrorClass, Verdict};
 use crate::record::{self, with_db_retry};
-use crate::signing;
-use crate::token::RunClaims;
 use crate::trace::ExecutionTrace;
 use crate::worker::Inner;
 
@@ -309,7 +309,7 @@ fn open_secrets(
 
 /// Starts the terminal webhook of SPEC §6.1 when the job has one.
 fn notify(w: &Inner, spec: &JobSpec, run: &Run, outcome: Outcome) {
-    if let Some(d) = crate::webhook::terminal_delivery(spec, run, &outcome, Utc::now()) {
+    if let Some(d) = webhook::terminal_delivery(spec, run, &outcome, Utc::now()) {
         w.spawn_webhook(d);
     }
 }

@@ -2,21 +2,19 @@
 //! endpoint, the fallback endpoint when the first cannot be reached, the
 //! phase timings, and the [`Verdict`] the answer amounts to.
 
-use std::error::Error as StdError;
 use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
 use reqwest::header::{CONTENT_TYPE, RETRY_AFTER};
+use switchyard_shared::domain::result::MAX_RESULT_BYTES;
 use switchyard_shared::domain::ExecutionMode;
+use switchyard_shared::outbound::client::{error_chain, ConnectClock, Http, TargetError};
+use switchyard_shared::outbound::target::{denied_in, TargetDenied};
 use tokio::time::Instant;
 
-use crate::client::{ConnectClock, Http, TargetError};
 use crate::outcome::{self, ErrorClass, Verdict};
-use crate::target::{denied_in, TargetDenied};
 
-/// Largest 2xx body kept as a run result.
-pub const MAX_RESULT_BYTES: usize = 8 * 1024 * 1024;
 /// How much of an error body is read: enough for the message, and little
 /// enough that a misbehaving target cannot make the worker buffer much.
 const MAX_ERROR_READ_BYTES: usize = 64 * 1024;
@@ -204,7 +202,7 @@ async fn post(http: &Http, raw_url: &str, req: &DispatchRequest<'_>, deadline: I
                 break;
             }
             Ok(Err(e)) => {
-                cut = Some(Failure::Transport(chain(&e)));
+                cut = Some(Failure::Transport(error_chain(&e)));
                 break;
             }
             Ok(Ok(None)) => break,
@@ -230,33 +228,15 @@ fn failure_of(e: &reqwest::Error) -> Failure {
         return Failure::Denied(d);
     }
     if e.is_builder() {
-        return Failure::Invalid(chain(e));
+        return Failure::Invalid(error_chain(e));
     }
     if e.is_connect() {
-        return Failure::Connect(chain(e));
+        return Failure::Connect(error_chain(e));
     }
     if e.is_timeout() {
         return Failure::Timeout;
     }
-    Failure::Transport(chain(e))
-}
-
-/// The causes under reqwest's top-level message (which repeats the URL, and
-/// with it any credentials in its query string).
-pub(crate) fn chain(e: &(dyn StdError + 'static)) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut cur = e.source();
-    while let Some(s) = cur {
-        let msg = s.to_string();
-        if !msg.starts_with("client error (") && parts.last() != Some(&msg) {
-            parts.push(msg);
-        }
-        cur = s.source();
-    }
-    if parts.is_empty() {
-        return e.to_string();
-    }
-    parts.join(": ")
+    Failure::Transport(error_chain(e))
 }
 
 fn human(d: Duration) -> String {
@@ -270,8 +250,8 @@ fn human(d: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_server::TestServer;
     use serde_json::{json, Value};
+    use switchyard_shared::outbound::test_server::TestServer;
     use tokio::net::TcpListener;
 
     async fn serve(response: &'static str) -> String {

@@ -58,10 +58,6 @@ impl InFlight {
         self.lock().len()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Held>> {
         // Plain inserts and removes: nothing a panicking holder leaves half done.
         self.held.lock().unwrap_or_else(|p| p.into_inner())

@@ -1,38 +1,33 @@
 //! The Switchyard worker: takes runs from the Redis queue, dispatches each
 //! to its job's HTTP endpoint, and records what happened in Postgres.
 //!
-//! - [`worker`]: the main loop (capacity, dequeue, idle wait, graceful shutdown) and [`Worker::run_once`].
-//! - [`attempt`]: one entry's life: claim, load the job, dispatch, decide, record, ack, webhook.
-//! - [`dispatch`]: the HTTP call of DECISIONS §4, the fallback endpoint, phase timings.
-//! - [`outcome`]: what a response means for the run (completed, retrying, failed, timed_out). Pure.
-//! - [`client`]: the HTTP client and the connect-time measurement behind `connect_ms`.
-//! - [`target`]: the private-address policy (`TARGET_DENY_PRIVATE`).
-//! - [`token`]: the run JWT sent in `X-Svc-Run-Token`.
-//! - [`signing`]: the HMAC `X-Svc-Signature` headers.
-//! - [`webhook`]: the terminal-state webhook of SPEC §6.1.
-//! - [`leases`]: the in-flight registry and lease renewal.
-//! - [`record`]: committing outcomes through Postgres and Redis blips; handing runs back.
-//! - [`specs`]: job definitions by version, cached when pinned.
-//! - [`trace`]: the run's `execution_trace`.
-//! - [`error`]: the library's error type.
+//! The public surface is what the binaries and the integration tests use:
+//! [`run`] (a worker process from its [`Config`]), and [`Worker`] with its
+//! [`WorkerOptions`] for tests that drive one directly. What the worker shares
+//! with the api and the scheduler (the HTTP client, request signing, the
+//! terminal webhook, the run token, result rules) lives in `switchyard_shared`.
+//!
+//! Inside, one module per step:
+//!
+//! - `worker`: the main loop (capacity, dequeue, idle wait, graceful shutdown) and [`Worker::run_once`].
+//! - `attempt`: one entry's life: claim, load the job, dispatch, decide, record, ack, webhook.
+//! - `dispatch`: the HTTP call to the job's endpoint, the fallback endpoint, phase timings.
+//! - `outcome`: what a response means for the run (completed, retrying, failed, timed_out). Pure.
+//! - `leases`: the in-flight registry and lease renewal.
+//! - `record`: committing outcomes through Postgres and Redis blips; handing runs back.
+//! - `specs`: job definitions by version, cached when pinned.
+//! - `trace`: the run's `execution_trace`.
+//! - `error`: the library's error type.
 
-pub mod attempt;
-pub mod client;
-pub mod dispatch;
-pub mod error;
-pub mod leases;
-pub mod outcome;
-pub mod record;
-pub mod signing;
-pub mod specs;
-pub mod target;
-pub mod token;
-pub mod trace;
-pub mod webhook;
-pub mod worker;
-
-#[cfg(test)]
-mod test_server;
+mod attempt;
+mod dispatch;
+mod error;
+mod leases;
+mod outcome;
+mod record;
+mod specs;
+mod trace;
+mod worker;
 
 use std::time::Duration;
 
@@ -42,7 +37,6 @@ use switchyard_shared::queue::{self, Queue};
 use switchyard_shared::shutdown::Shutdown;
 use switchyard_shared::{db, Config};
 
-pub use error::WorkerError;
 pub use worker::Worker;
 
 /// What a worker needs beyond its connections.

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
+use switchyard_shared::domain::result::{scrub, scrub_str};
 use switchyard_shared::domain::{ExecutionMode, RetryPolicy, RunStatus};
 
 /// The `error_class` recorded on a run that did not complete.
@@ -124,25 +125,6 @@ pub fn result_from_body(body: &[u8]) -> Value {
         scrub(v)
     } else {
         v
-    }
-}
-
-/// Postgres text and jsonb cannot hold U+0000, which JSON and raw bodies
-/// can; one would make the outcome unrecordable, so it becomes U+FFFD.
-pub fn scrub(v: Value) -> Value {
-    match v {
-        Value::String(s) => Value::String(scrub_str(s)),
-        Value::Array(a) => Value::Array(a.into_iter().map(scrub).collect()),
-        Value::Object(o) => Value::Object(o.into_iter().map(|(k, v)| (scrub_str(k), scrub(v))).collect()),
-        other => other,
-    }
-}
-
-pub fn scrub_str(s: String) -> String {
-    if s.contains('\0') {
-        s.replace('\0', "\u{fffd}")
-    } else {
-        s
     }
 }
 

@@ -17,7 +17,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sqlx::PgPool;
+use switchyard_shared::outbound::webhook::{self, Delivery};
+use switchyard_shared::outbound::Http;
 use switchyard_shared::queue::{Entry, Queue};
+use switchyard_shared::run_token::TokenSigner;
 use switchyard_shared::shutdown::Shutdown;
 use switchyard_shared::store::group::GroupCommit;
 use switchyard_shared::store::runs;
@@ -27,12 +30,9 @@ use tokio::task::{Id, JoinError, JoinSet};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::client::Http;
 use crate::error::WorkerError;
 use crate::leases::{self, InFlight};
 use crate::specs::SpecCache;
-use crate::token::TokenSigner;
-use crate::webhook::{self, Delivery};
 use crate::{attempt, now_ms, record, WorkerOptions};
 
 /// Most entries taken by one dequeue call: bounds the script's run time in
@@ -108,7 +108,7 @@ impl Worker {
         if opts.jwt_key.expose().is_empty() {
             return Err(WorkerError::Options("the run token signing key must not be empty".into()));
         }
-        let http = Http::new(opts.concurrency, opts.deny_private)?;
+        let http = Http::new(opts.concurrency, opts.deny_private).map_err(WorkerError::HttpClient)?;
         let signer = TokenSigner::new(opts.jwt_key.expose().as_bytes());
         let load_pool = pool.clone();
         let loader = Loader::spawn(2, MAX_BATCH, move |ids| {

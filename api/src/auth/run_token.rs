@@ -1,5 +1,5 @@
 //! Run tokens (SPEC §5): HS256 JWTs the worker mints per dispatch
-//! (`switchyard_worker::token`), subject = run id, signed with
+//! (`switchyard_shared::run_token`), subject = run id, signed with
 //! JWT_SIGNING_KEY. Accepted only by the SDK operations under /sdk/v1, and
 //! only for the run they name.
 

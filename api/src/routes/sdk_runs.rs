@@ -19,19 +19,17 @@
 //! log lines, usage records and tool calls each, 1,000 outputs and state
 //! keys; only the 100 newest checkpoints are kept.
 
-use std::sync::OnceLock;
-
 use chrono::{DateTime, Utc};
 use poem::web::Data;
 use poem_openapi::param::Path;
 use poem_openapi::payload::Json;
 use poem_openapi::{ApiResponse, Object, OpenApi};
 use serde_json::Value;
+use switchyard_shared::domain::result::{scrub, scrub_str, MAX_RESULT_BYTES};
 use switchyard_shared::domain::{JobSpec, RunStatus};
+use switchyard_shared::outbound::webhook;
 use switchyard_shared::store::settle::{self, Ending};
 use switchyard_shared::store::{self, Run};
-use switchyard_worker::client::Http;
-use switchyard_worker::outcome::{scrub, scrub_str};
 
 use super::run_records::{Checkpoint, RunOutput, ToolCall, UsageRecord};
 use super::runs::{run_view, JobRun};
@@ -111,22 +109,6 @@ pub fn is_valid_state_key(k: &str) -> bool {
     !k.is_empty()
         && k.len() <= 128
         && k.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':'))
-}
-
-/// The terminal-webhook client of this process, one per private-address
-/// policy (tests run both in one process).
-fn webhook_http(deny_private: bool) -> Option<&'static Http> {
-    static OPEN: OnceLock<Option<Http>> = OnceLock::new();
-    static DENY: OnceLock<Option<Http>> = OnceLock::new();
-    let cell = if deny_private { &DENY } else { &OPEN };
-    cell.get_or_init(|| match Http::new(8, deny_private) {
-        Ok(h) => Some(h),
-        Err(e) => {
-            tracing::error!(error = %e, "cannot build the webhook client; terminal webhooks of SDK-finished runs are off");
-            None
-        }
-    })
-    .as_ref()
 }
 
 // ---- bodies ----
@@ -733,9 +715,7 @@ impl SdkRunsApi {
     ) -> ApiResult<Json<JobRun>> {
         let run = sdk_run(&state, &auth, &run_id).await?;
         let result = scrub(body.0.result.unwrap_or(Value::Null));
-        if serde_json::to_vec(&result).map(|b| b.len()).unwrap_or(usize::MAX)
-            > switchyard_worker::dispatch::MAX_RESULT_BYTES
-        {
+        if serde_json::to_vec(&result).map(|b| b.len()).unwrap_or(usize::MAX) > MAX_RESULT_BYTES {
             return Err(ApiError::invalid_field("body.result", "too large for a run result", None));
         }
         let attempt = caller_attempt(&auth, &run);
@@ -798,11 +778,9 @@ async fn finish(state: &AppState, run: &Run, ending: Ending) -> ApiResult<Json<J
         return Err(ApiError::conflict("the run is no longer running on this attempt"));
     };
     if outcome.status.is_terminal() {
-        if let (Some(d), Some(http)) = (
-            switchyard_worker::webhook::terminal_delivery(&spec, &after, &outcome, Utc::now()),
-            webhook_http(state.config.target_deny_private),
-        ) {
-            tokio::spawn(async move { switchyard_worker::webhook::deliver(http, &d).await });
+        if let Some(d) = webhook::terminal_delivery(&spec, &after, &outcome, Utc::now()) {
+            let http = state.webhooks.clone();
+            tokio::spawn(async move { webhook::deliver(&http, &d).await });
         }
     }
     Ok(Json(run_view(after)))

@@ -2,6 +2,7 @@
 
 pub mod job;
 pub mod payload_schema;
+pub mod result;
 pub mod retry;
 pub mod schedule;
 pub mod status;

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use chrono::Utc;
 use reqwest::Method;
 use serde_json::{json, Value};
-use switchyard_worker::token::{RunClaims, TokenSigner};
+use switchyard_shared::run_token::{RunClaims, TokenSigner};
 
 use super::{call_as, key, TARGET};
 use crate::harness::{TestEnv, SECRET};

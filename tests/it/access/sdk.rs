@@ -5,7 +5,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use reqwest::Method;
 use serde_json::json;
-use switchyard_worker::token::{RunClaims, TokenSigner};
+use switchyard_shared::run_token::{RunClaims, TokenSigner};
 
 use super::scopes::{run_token, JWT_KEY};
 use super::{key, with, TARGET};

@@ -1,5 +1,5 @@
 //! The HTTP client every dispatch and webhook goes through, and the
-//! measurement of connection setup for the execution trace.
+//! measurement of connection setup for a dispatch's execution trace.
 //!
 //! Connect time is measured by a tower layer around reqwest's connector: the
 //! connector only runs when the pool has no idle keep-alive connection for
@@ -16,11 +16,12 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use std::error::Error as StdError;
+
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::error::WorkerError;
-use crate::target::DenyPrivateResolver;
+use super::target::{self, DenyPrivateResolver};
 
 /// How long establishing a connection (DNS, TCP, TLS) may take before it
 /// counts as a connection error, which lets the fallback endpoint be tried
@@ -39,8 +40,10 @@ pub struct Http {
 }
 
 impl Http {
-    pub fn new(concurrency: usize, deny_private: bool) -> Result<Http, WorkerError> {
-        Ok(Http { client: build(concurrency, deny_private)?, deny_private })
+    /// `pool_per_host` idle keep-alive connections are kept per host: as many
+    /// as requests to one host may be in flight at once.
+    pub fn new(pool_per_host: usize, deny_private: bool) -> Result<Http, reqwest::Error> {
+        Ok(Http { client: build(pool_per_host, deny_private)?, deny_private })
     }
 
     /// Parses `raw` and applies the private-address policy to IP literals.
@@ -50,7 +53,7 @@ impl Http {
             return Err(TargetError::Invalid(format!("unsupported URL scheme {:?}", url.scheme())));
         }
         if self.deny_private {
-            crate::target::check_literal(&url).map_err(TargetError::Denied)?;
+            target::check_literal(&url).map_err(TargetError::Denied)?;
         }
         Ok(url)
     }
@@ -59,10 +62,10 @@ impl Http {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TargetError {
     Invalid(String),
-    Denied(crate::target::TargetDenied),
+    Denied(target::TargetDenied),
 }
 
-fn build(concurrency: usize, deny_private: bool) -> Result<reqwest::Client, WorkerError> {
+fn build(pool_per_host: usize, deny_private: bool) -> Result<reqwest::Client, reqwest::Error> {
     let mut b = reqwest::Client::builder()
         .use_rustls_tls()
         // Targets are addressed directly: an environment proxy would see
@@ -72,15 +75,35 @@ fn build(concurrency: usize, deny_private: bool) -> Result<reqwest::Client, Work
         // allowed hosts and would re-send the body to a URL nobody configured.
         .redirect(reqwest::redirect::Policy::none())
         .tcp_nodelay(true)
-        .pool_max_idle_per_host(concurrency.max(1))
+        .pool_max_idle_per_host(pool_per_host.max(1))
         .pool_idle_timeout(POOL_IDLE_TIMEOUT)
         .connect_timeout(CONNECT_TIMEOUT)
+        // One name whichever process sends (the api and the scheduler send
+        // terminal webhooks too), so a target's allow-list needs one entry.
         .user_agent(concat!("switchyard-worker/", env!("CARGO_PKG_VERSION")))
         .connector_layer(TimeConnectLayer);
     if deny_private {
         b = b.dns_resolver(Arc::new(DenyPrivateResolver));
     }
-    b.build().map_err(WorkerError::HttpClient)
+    b.build()
+}
+
+/// The causes under reqwest's top-level message (which repeats the URL, and
+/// with it any credentials in its query string).
+pub fn error_chain(e: &(dyn StdError + 'static)) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut cur = e.source();
+    while let Some(s) = cur {
+        let msg = s.to_string();
+        if !msg.starts_with("client error (") && parts.last() != Some(&msg) {
+            parts.push(msg);
+        }
+        cur = s.source();
+    }
+    if parts.is_empty() {
+        return e.to_string();
+    }
+    parts.join(": ")
 }
 
 tokio::task_local! {

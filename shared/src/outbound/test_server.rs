@@ -1,5 +1,7 @@
-//! A tiny keep-alive HTTP/1.1 server for the unit tests: answers with a
-//! script of raw responses (the last one repeating) and records each request.
+//! A tiny keep-alive HTTP/1.1 server for unit tests of code that sends
+//! requests (here and in the worker, through the `test-server` feature):
+//! answers with a script of raw responses (the last one repeating) and
+//! records each request.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

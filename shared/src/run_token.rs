@@ -1,15 +1,15 @@
-//! The run token (SPEC §5): an HS256 JWT handed to the target in
-//! `X-Svc-Run-Token`, with which it calls the SDK endpoints for this run.
+//! The run token (SPEC §5): an HS256 JWT the worker hands to the target in
+//! `X-Svc-Run-Token`, with which it calls the api's SDK endpoints for this run.
 //!
 //! It lives as long as the attempt may run plus five minutes (DECISIONS §6),
 //! so a target that finishes at its deadline can still report over the SDK.
 
 use std::time::Duration;
 
+use crate::store::Run;
 use chrono::{DateTime, Utc};
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
-use switchyard_shared::store::Run;
 
 /// Lifetime of a token beyond the attempt's timeout.
 pub const GRACE: Duration = Duration::from_secs(300);

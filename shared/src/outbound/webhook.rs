@@ -2,7 +2,7 @@
 //!
 //! Sent once the terminal outcome is committed, to the job's `webhook_url`:
 //! up to three attempts (now, +1 s, +5 s); a 4xx ends it at once. Retries
-//! live in memory only, as the spec says: a worker that dies drops them, and
+//! live in memory only, as the spec says: a process that dies drops them, and
 //! nothing records a delivery that ran out of attempts.
 
 use std::time::Duration;
@@ -11,12 +11,12 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use reqwest::header::CONTENT_TYPE;
 use serde::Serialize;
 use serde_json::Value;
-use switchyard_shared::domain::JobSpec;
-use switchyard_shared::store::{Outcome, Run};
-use switchyard_shared::telemetry::WEBHOOK_RETRY_ATTEMPTS;
 
-use crate::client::{Http, TargetError};
-use crate::signing;
+use super::client::{error_chain, Http, TargetError};
+use super::{signing, target};
+use crate::domain::JobSpec;
+use crate::store::{Outcome, Run};
+use crate::telemetry::WEBHOOK_RETRY_ATTEMPTS;
 
 /// Waits before each attempt: the first goes at once.
 pub const SCHEDULE: [Duration; 3] = [Duration::ZERO, Duration::from_secs(1), Duration::from_secs(5)];
@@ -51,8 +51,8 @@ pub struct Delivery {
 }
 
 /// The terminal webhook of `run` after `outcome`, when its job has a
-/// webhook_url. Also used by the api and the scheduler for runs that end
-/// without a worker (finished over the SDK, heartbeats stopped).
+/// webhook_url: from the worker, and from the api and the scheduler for runs
+/// that end without a worker (finished over the SDK, heartbeats stopped).
 pub fn terminal_delivery(spec: &JobSpec, run: &Run, outcome: &Outcome, now: DateTime<Utc>) -> Option<Delivery> {
     let url = spec.webhook_url.as_deref().filter(|u| !u.is_empty())?;
     let payload = Payload {
@@ -134,10 +134,10 @@ async fn attempt(http: &Http, d: &Delivery, body: &[u8]) -> Sent {
                 Sent::Failed(format!("HTTP {}", status.as_u16()))
             }
         }
-        Err(e) => match crate::target::denied_in(&e) {
+        Err(e) => match target::denied_in(&e) {
             Some(den) => Sent::Rejected(den.to_string()),
             None if e.is_timeout() => Sent::Failed("timed out".into()),
-            None => Sent::Failed(crate::dispatch::chain(&e)),
+            None => Sent::Failed(error_chain(&e)),
         },
     }
 }
@@ -145,7 +145,7 @@ async fn attempt(http: &Http, d: &Delivery, body: &[u8]) -> Sent {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_server::TestServer;
+    use crate::outbound::test_server::TestServer;
     use chrono::TimeZone;
 
     fn delivery(url: &str, secret: Option<&str>) -> Delivery {

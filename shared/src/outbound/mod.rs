@@ -1,0 +1,20 @@
+//! HTTP calls the service makes to its users' endpoints, the same for every
+//! process: the worker's dispatches, and the terminal webhook that the
+//! worker, the api (runs finished over the SDK) and the scheduler (runs whose
+//! heartbeats stopped) send when a run ends.
+//!
+//! - [`client`]: the HTTP client ([`Http`]), its private-address policy for IP
+//!   literals, and the connect-time measurement behind `connect_ms`.
+//! - [`target`]: which addresses may be reached when `TARGET_DENY_PRIVATE` is on.
+//! - [`signing`]: the HMAC `X-Svc-Signature` headers.
+//! - [`webhook`]: the terminal-state webhook of a run, with its retries.
+
+pub mod client;
+pub mod signing;
+pub mod target;
+pub mod webhook;
+
+#[cfg(any(test, feature = "test-server"))]
+pub mod test_server;
+
+pub use client::{Http, TargetError};
