@@ -5,7 +5,7 @@
 use poem_openapi::payload::Json;
 use poem_openapi::{ApiResponse, Object};
 use serde_json::Value;
-use switchyard_shared::domain::job::FieldError;
+use switchyard_shared::domain::FieldError;
 
 /// An RFC 9457 problem document.
 #[derive(Object, Clone, Debug, serde::Serialize)]
@@ -125,6 +125,12 @@ fn bad_request(err: poem::Error) -> ApiError {
 
 pub type ApiResult<T> = Result<T, ApiError>;
 
+impl From<Vec<FieldError>> for ApiError {
+    fn from(errors: Vec<FieldError>) -> Self {
+        ApiError::invalid_fields(errors)
+    }
+}
+
 impl ApiError {
     pub fn bad_request(detail: impl Into<String>) -> ApiError {
         ApiError::BadRequest(Json(Problem::new(400, detail)))
@@ -156,6 +162,10 @@ impl ApiError {
     }
     pub fn invalid_field(location: &str, message: impl Into<String>, value: Option<Value>) -> ApiError {
         Self::invalid(vec![ErrorDetail { location: location.into(), message: message.into(), value }])
+    }
+    /// 422 for the failures a validator collected (`domain::FieldErrors`).
+    pub fn invalid_fields(errors: Vec<FieldError>) -> ApiError {
+        Self::invalid(errors.into_iter().map(ErrorDetail::from).collect())
     }
     /// The problem's detail (per-item errors of bulk operations).
     pub fn detail(&self) -> String {
