@@ -1,5 +1,6 @@
 //! Pure domain types and rules: no I/O here.
 
+pub mod error_class;
 pub mod field_errors;
 pub mod job;
 pub mod payload_schema;
