@@ -159,6 +159,55 @@ async fn framework_errors_are_problem_json() {
     assert_eq!(list["data"], json!([]));
 }
 
+/// The first `errors[]` entry of a validation-class problem, after checking
+/// that every entry has the one shape: a location and a message.
+fn first_error(p: &Value) -> &Value {
+    let errors = p["errors"].as_array().unwrap_or_else(|| panic!("no errors[]: {p}"));
+    assert!(!errors.is_empty(), "{p}");
+    for e in errors {
+        assert!(e["location"].is_string() && e["message"].is_string(), "{e}");
+    }
+    &errors[0]
+}
+
+#[tokio::test]
+async fn every_validation_error_lists_its_errors() {
+    let env = TestEnv::start().await;
+    let project = env.project().await;
+    let job = env.job_in(&project, "http://127.0.0.1:9/x", json!({})).await;
+    let trigger = format!("/v1/jobs/{}/trigger", job["id"].as_str().unwrap());
+
+    // An unknown property: located at it.
+    let p = assert_problem(400, env.post(&trigger, json!({"payload": 1, "priorty": 5})).await, 400);
+    assert_eq!(first_error(&p)["location"], "body.priorty", "{p}");
+    // A value of the wrong type, and a body that is not JSON: the body.
+    let p = assert_problem(400, env.post(&trigger, json!({"priority": "high"})).await, 400);
+    assert_eq!(first_error(&p)["location"], "body", "{p}");
+    let resp = env
+        .http
+        .post(format!("{}{trigger}", env.base))
+        .bearer_auth(SECRET)
+        .header("content-type", "application/json")
+        .body("{\"priority\":")
+        .send()
+        .await
+        .unwrap();
+    let got = (resp.status().as_u16(), resp.json::<Value>().await.unwrap());
+    let p = assert_problem(400, got, 400);
+    assert_eq!(first_error(&p)["location"], "body", "{p}");
+    // A query parameter that does not parse: located at it.
+    let p = assert_problem(400, env.get(&format!("/v1/runs?project_id={project}&limit=many")).await, 400);
+    assert_eq!(first_error(&p)["location"], "query.limit", "{p}");
+    // An unknown scope: each one, with its value.
+    let body = json!({"project_id": project, "name": "k", "scopes": ["runs:read", "runs:destroy"]});
+    let p = assert_problem(400, env.post("/v1/api-keys", body).await, 400);
+    let e = first_error(&p);
+    assert_eq!((e["location"].as_str(), e["value"].as_str()), (Some("body.scopes[1]"), Some("runs:destroy")), "{p}");
+    // And a 422, as before.
+    let p = assert_problem(422, env.post(&trigger, json!({"priority": 5000})).await, 422);
+    assert_eq!(first_error(&p)["location"], "body.priority", "{p}");
+}
+
 #[tokio::test]
 async fn credentials_are_required_and_checked() {
     let env = TestEnv::start().await;

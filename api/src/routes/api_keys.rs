@@ -165,10 +165,23 @@ fn check_name(name: &str, errors: &mut Vec<ErrorDetail>) {
 pub fn check_scopes(field: &str, list: &[String]) -> ApiResult<Vec<String>> {
     let unknown: Vec<&String> = list.iter().filter(|s| !scopes::is_scope(s)).collect();
     if !unknown.is_empty() {
-        return Err(ApiError::bad_request(format!(
-            "{field}: unknown scope(s) {unknown:?}; known scopes: {}",
-            scopes::SCOPES.join(", ")
-        )));
+        let known = scopes::SCOPES.join(", ");
+        let errors = list
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| !scopes::is_scope(s))
+            .map(|(i, s)| {
+                switchyard_shared::domain::FieldError::new(
+                    format!("{field}[{i}]"),
+                    format!("unknown scope; known: {known}"),
+                    Some(s.as_str().into()),
+                )
+            })
+            .collect();
+        return Err(ApiError::bad_request_at(
+            format!("{field}: unknown scope(s) {unknown:?}; known scopes: {known}"),
+            errors,
+        ));
     }
     let mut out: Vec<String> = Vec::new();
     for s in list {
