@@ -17,6 +17,7 @@ pub mod runs;
 pub mod sdk;
 pub mod sdk_runs;
 pub mod secrets;
+pub mod stats;
 
 use poem_openapi::Tags;
 
@@ -51,6 +52,8 @@ pub enum Tag {
     Bulk,
     /// Deployment environments of a project, named by jobs.
     Environments,
+    /// Operators' counts: queue depths per job.
+    Stats,
 }
 
 /// The project a project-scoped call acts in: the credential's own project,

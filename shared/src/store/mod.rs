@@ -8,6 +8,7 @@ pub mod jobs;
 pub mod records;
 pub mod runs;
 pub mod settle;
+pub mod stats;
 
 pub use jobs::JobRecord;
 pub use runs::{NewRun, Outcome, Run};
