@@ -5,7 +5,7 @@
 use poem_openapi::payload::Json;
 use poem_openapi::{ApiResponse, Object};
 use serde_json::Value;
-use switchyard_shared::domain::job::FieldError;
+use switchyard_shared::domain::FieldError;
 
 /// An RFC 9457 problem document.
 #[derive(Object, Clone, Debug, serde::Serialize)]
@@ -26,7 +26,8 @@ pub struct Problem {
     #[oai(skip_serializing_if_is_none)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub instance: Option<String>,
-    /// Per-field details of a validation failure.
+    /// Per-value details of a validation failure: present on every 400 and
+    /// 422, one entry per problem, each with its location and message.
     #[oai(skip_serializing_if_is_none)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub errors: Option<Vec<ErrorDetail>>,
@@ -119,15 +120,56 @@ fn bad_request(err: poem::Error) -> ApiError {
         404 => ApiError::NotFound(Json(p)),
         503 => ApiError::Unavailable(Json(p)),
         // 413, 415 and friends: the problem middleware keeps the status.
-        _ => ApiError::BadRequest(Json(Problem::new(400, err.to_string()))),
+        _ => ApiError::bad_request_at(err.to_string(), vec![located(&err)]),
     }
+}
+
+/// Where a request the framework could not parse went wrong: the parameter
+/// it names, the body property a closed object does not know
+/// (`body.<name>`), else the body as a whole.
+pub(crate) fn located(err: &poem::Error) -> FieldError {
+    use poem_openapi::error::{ParseParamError, ParsePathError, ParseRequestPayloadError};
+    if let Some(e) = err.downcast_ref::<ParsePathError>() {
+        return FieldError::new(format!("path.{}", e.name), e.reason.clone(), None);
+    }
+    if let Some(e) = err.downcast_ref::<ParseParamError>() {
+        return FieldError::new(format!("query.{}", e.name), e.reason.clone(), None);
+    }
+    let reason = match err.downcast_ref::<ParseRequestPayloadError>() {
+        Some(e) => e.reason.clone(),
+        None => err.to_string(),
+    };
+    match unknown_property(&reason) {
+        Some(name) => FieldError::new(format!("body.{name}"), "unknown property", None),
+        None => FieldError::new("body", reason, None),
+    }
+}
+
+/// The property of poem-openapi's "unknown field `name`." message.
+fn unknown_property(reason: &str) -> Option<&str> {
+    let rest = &reason[reason.find("unknown field `")? + "unknown field `".len()..];
+    rest.split_once('`').map(|(name, _)| name).filter(|n| !n.is_empty())
 }
 
 pub type ApiResult<T> = Result<T, ApiError>;
 
+impl From<Vec<FieldError>> for ApiError {
+    fn from(errors: Vec<FieldError>) -> Self {
+        ApiError::invalid_fields(errors)
+    }
+}
+
 impl ApiError {
     pub fn bad_request(detail: impl Into<String>) -> ApiError {
-        ApiError::BadRequest(Json(Problem::new(400, detail)))
+        let detail = detail.into();
+        Self::bad_request_at(detail.clone(), vec![FieldError::new("request", detail, None)])
+    }
+    /// 400 for a request that cannot be read as the operation's input, with
+    /// `errors[]` saying where, as a 422 does.
+    pub fn bad_request_at(detail: impl Into<String>, errors: Vec<FieldError>) -> ApiError {
+        let mut p = Problem::new(400, detail);
+        p.errors = Some(errors.into_iter().map(ErrorDetail::from).collect());
+        ApiError::BadRequest(Json(p))
     }
     pub fn unauthorized(detail: impl Into<String>) -> ApiError {
         ApiError::Unauthorized(Json(Problem::new(401, detail)))
@@ -156,6 +198,10 @@ impl ApiError {
     }
     pub fn invalid_field(location: &str, message: impl Into<String>, value: Option<Value>) -> ApiError {
         Self::invalid(vec![ErrorDetail { location: location.into(), message: message.into(), value }])
+    }
+    /// 422 for the failures a validator collected (`domain::FieldErrors`).
+    pub fn invalid_fields(errors: Vec<FieldError>) -> ApiError {
+        Self::invalid(errors.into_iter().map(ErrorDetail::from).collect())
     }
     /// The problem's detail (per-item errors of bulk operations).
     pub fn detail(&self) -> String {
@@ -217,5 +263,18 @@ fn constraint_message(constraint: &str) -> String {
         "projects_pkey" => "a project with this id already exists".into(),
         "roles_project_name_key" => "a role with this name already exists in the project".into(),
         other => format!("conflicts with an existing record ({other})"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unknown_property_is_located_in_the_body() {
+        let reason = r#"failed to parse "TriggerRequest": unknown field `priorty`."#;
+        assert_eq!(unknown_property(reason), Some("priorty"));
+        assert_eq!(unknown_property("expected value at line 1 column 1"), None);
+        assert_eq!(unknown_property("unknown field ``"), None);
     }
 }

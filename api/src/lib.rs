@@ -47,23 +47,44 @@ type Apis = (
     routes::runs::RunsApi,
     routes::AccessApis,
     routes::RecordApis,
+    routes::stats::StatsApi,
 );
 
-pub fn api_service() -> OpenApiService<Apis, ()> {
-    OpenApiService::new(
-        (
-            routes::platform::PlatformApi,
-            routes::projects::ProjectsApi,
-            routes::groups::GroupsApi,
-            routes::jobs::JobsApi,
-            routes::runs::RunsApi,
-            routes::access_apis(),
-            routes::record_apis(),
-        ),
-        "Switchyard",
-        "1.0.0",
+fn apis() -> Apis {
+    (
+        routes::platform::PlatformApi,
+        routes::projects::ProjectsApi,
+        routes::groups::GroupsApi,
+        routes::jobs::JobsApi,
+        routes::runs::RunsApi,
+        routes::access_apis(),
+        routes::record_apis(),
+        routes::stats::StatsApi,
     )
-    .description(API_DESCRIPTION)
+}
+
+pub fn api_service() -> OpenApiService<Apis, ()> {
+    OpenApiService::new(apis(), "Switchyard", "1.0.0").description(API_DESCRIPTION)
+}
+
+/// Every operation the API service routes, as (method, path), read from the
+/// route table the router is built from rather than from the document. The
+/// router numbers path parameters, so each is spelled `{}`
+/// (`GET /v1/jobs/{}`).
+pub fn routed_operations() -> Vec<(String, String)> {
+    use poem_openapi::OpenApi;
+    let mut table = std::collections::HashMap::new();
+    apis().add_routes(&mut table);
+    let mut out: Vec<(String, String)> = table
+        .into_iter()
+        .flat_map(|(path, methods)| {
+            let path: String =
+                path.split('/').map(|seg| if seg.starts_with(':') { "{}" } else { seg }).collect::<Vec<_>>().join("/");
+            methods.into_keys().map(move |m| (m.as_str().to_string(), path.clone()))
+        })
+        .collect();
+    out.sort();
+    out
 }
 
 /// The OpenAPI 3.1 document, as served at /openapi.json.

@@ -5,8 +5,9 @@
 
 use poem::http::header::{HeaderValue, CONTENT_TYPE};
 use poem::{Endpoint, IntoResponse, Middleware, Request, Response};
+use switchyard_shared::domain::FieldError;
 
-use crate::error::Problem;
+use crate::error::{ErrorDetail, Problem};
 
 pub struct ProblemMiddleware;
 
@@ -38,9 +39,17 @@ impl<E: Endpoint> Endpoint for ProblemEndpoint<E> {
         req.set_data(RequestId(request_id.clone()));
         // An error that carries a response (our ApiError) keeps it; the
         // framework's own errors come as text and are wrapped below.
+        // A framework refusal of the request's form (a body or parameter
+        // that does not parse) is located before it becomes plain text.
+        let mut located = None;
         let resp = match self.0.call(req).await {
             Ok(r) => r.into_response(),
-            Err(e) => e.into_response(),
+            Err(e) => {
+                if e.status().as_u16() == 400 {
+                    located = Some(crate::error::located(&e));
+                }
+                e.into_response()
+            }
         };
         let mut resp = if resp.status().as_u16() >= 400 && !is_json(&resp) {
             let status = resp.status().as_u16();
@@ -54,7 +63,7 @@ impl<E: Endpoint> Endpoint for ProblemEndpoint<E> {
             } else {
                 body
             };
-            let mut r = problem_response(status, detail);
+            let mut r = problem_response_at(status, detail, located);
             if let Some(v) = headers.get("retry-after") {
                 r.headers_mut().insert("retry-after", v.clone());
             }
@@ -79,8 +88,19 @@ fn is_json(resp: &Response) -> bool {
 }
 
 pub fn problem_response(status: u16, detail: String) -> Response {
+    problem_response_at(status, detail, None)
+}
+
+/// A problem+json response. A validation-class one (400, 422) always
+/// carries `errors[]`: `at` when the refusal was located, else one entry
+/// for the request as a whole.
+fn problem_response_at(status: u16, detail: String, at: Option<FieldError>) -> Response {
     let status = if (400..600).contains(&status) { status } else { 500 };
-    let p = Problem::new(status, detail);
+    let mut p = Problem::new(status, detail.clone());
+    if status == 400 || status == 422 {
+        let e = at.unwrap_or_else(|| FieldError::new("request", detail, None));
+        p.errors = Some(vec![ErrorDetail::from(e)]);
+    }
     Response::builder()
         .status(poem::http::StatusCode::from_u16(status).unwrap_or(poem::http::StatusCode::INTERNAL_SERVER_ERROR))
         .header(CONTENT_TYPE, PROBLEM_JSON)

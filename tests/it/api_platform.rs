@@ -111,6 +111,34 @@ async fn openapi_document_is_complete() {
     assert!(docs.text().await.unwrap().to_lowercase().contains("swagger"));
 }
 
+/// The served document lists exactly the operations the service routes:
+/// an operation routed but missing from the document (or documented but
+/// not routed) fails here.
+#[tokio::test]
+async fn the_document_lists_every_routed_operation() {
+    let env = TestEnv::start().await;
+    let doc: Value = env.http.get(format!("{}/openapi.json", env.base)).send().await.unwrap().json().await.unwrap();
+    let mut documented: Vec<(String, String)> = doc["paths"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .flat_map(|(path, item)| {
+            // Parameters as the router spells them: unnamed.
+            let path: String =
+                path.split('/').map(|s| if s.starts_with('{') { "{}" } else { s }).collect::<Vec<_>>().join("/");
+            item.as_object().unwrap().keys().map(move |m| (m.to_uppercase(), path.clone()))
+        })
+        .collect();
+    documented.sort();
+    let routed = switchyard_api::routed_operations();
+    let missing: Vec<_> = routed.iter().filter(|o| !documented.contains(o)).collect();
+    let unrouted: Vec<_> = documented.iter().filter(|o| !routed.contains(o)).collect();
+    assert!(missing.is_empty(), "routed but not in /openapi.json: {missing:?}");
+    assert!(unrouted.is_empty(), "in /openapi.json but not routed: {unrouted:?}");
+    assert!(documented.contains(&("GET".into(), "/v1/stats/queues".into())), "{documented:?}");
+    assert!(routed.len() > 40, "{routed:?}");
+}
+
 /// The committed document must match what the code serves, so interface
 /// changes show up in review. `UPDATE_OPENAPI=1` rewrites it.
 #[test]
@@ -157,6 +185,55 @@ async fn framework_errors_are_problem_json() {
     // Nothing was created by any of it.
     let (_, list) = env.get("/v1/projects").await;
     assert_eq!(list["data"], json!([]));
+}
+
+/// The first `errors[]` entry of a validation-class problem, after checking
+/// that every entry has the one shape: a location and a message.
+fn first_error(p: &Value) -> &Value {
+    let errors = p["errors"].as_array().unwrap_or_else(|| panic!("no errors[]: {p}"));
+    assert!(!errors.is_empty(), "{p}");
+    for e in errors {
+        assert!(e["location"].is_string() && e["message"].is_string(), "{e}");
+    }
+    &errors[0]
+}
+
+#[tokio::test]
+async fn every_validation_error_lists_its_errors() {
+    let env = TestEnv::start().await;
+    let project = env.project().await;
+    let job = env.job_in(&project, "http://127.0.0.1:9/x", json!({})).await;
+    let trigger = format!("/v1/jobs/{}/trigger", job["id"].as_str().unwrap());
+
+    // An unknown property: located at it.
+    let p = assert_problem(400, env.post(&trigger, json!({"payload": 1, "priorty": 5})).await, 400);
+    assert_eq!(first_error(&p)["location"], "body.priorty", "{p}");
+    // A value of the wrong type, and a body that is not JSON: the body.
+    let p = assert_problem(400, env.post(&trigger, json!({"priority": "high"})).await, 400);
+    assert_eq!(first_error(&p)["location"], "body", "{p}");
+    let resp = env
+        .http
+        .post(format!("{}{trigger}", env.base))
+        .bearer_auth(SECRET)
+        .header("content-type", "application/json")
+        .body("{\"priority\":")
+        .send()
+        .await
+        .unwrap();
+    let got = (resp.status().as_u16(), resp.json::<Value>().await.unwrap());
+    let p = assert_problem(400, got, 400);
+    assert_eq!(first_error(&p)["location"], "body", "{p}");
+    // A query parameter that does not parse: located at it.
+    let p = assert_problem(400, env.get(&format!("/v1/runs?project_id={project}&limit=many")).await, 400);
+    assert_eq!(first_error(&p)["location"], "query.limit", "{p}");
+    // An unknown scope: each one, with its value.
+    let body = json!({"project_id": project, "name": "k", "scopes": ["runs:read", "runs:destroy"]});
+    let p = assert_problem(400, env.post("/v1/api-keys", body).await, 400);
+    let e = first_error(&p);
+    assert_eq!((e["location"].as_str(), e["value"].as_str()), (Some("body.scopes[1]"), Some("runs:destroy")), "{p}");
+    // And a 422, as before.
+    let p = assert_problem(422, env.post(&trigger, json!({"priority": 5000})).await, 422);
+    assert_eq!(first_error(&p)["location"], "body.priority", "{p}");
 }
 
 #[tokio::test]

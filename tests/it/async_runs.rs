@@ -237,3 +237,23 @@ async fn a_long_sync_attempt_is_marked_running_while_in_flight() {
     env.wait_status(&rid, "completed", T).await;
     assert_eq!(env.transition_path(&rid).await, ["queued", "running", "completed"]);
 }
+
+/// error_class is the target's own classification: any printable string up
+/// to 200 characters, in whatever case and punctuation its authors use.
+#[tokio::test]
+async fn fail_takes_a_free_form_error_class() {
+    let env = TestEnv::start().await;
+    for class in ["ProviderDown", "provider.down"] {
+        let a = accepted_async_run(&env, json!({}), json!({})).await;
+        let (s, v) = sdk_post(&env, &a.run_id, "fail", &a.token, json!({"error": "down", "error_class": class})).await;
+        assert_eq!(s, 200, "{class}: {v}");
+        assert_eq!((v["status"].as_str(), v["error_class"].as_str()), (Some("failed"), Some(class)));
+    }
+    let a = accepted_async_run(&env, json!({}), json!({})).await;
+    for bad in ["line\nbreak".to_string(), "   ".to_string(), "x".repeat(201)] {
+        let got = sdk_post(&env, &a.run_id, "fail", &a.token, json!({"error": "down", "error_class": bad})).await;
+        let p = assert_problem(got.0, got, 422);
+        assert_eq!(p["errors"][0]["location"], "body.error_class", "{p}");
+    }
+    assert_eq!(env.run(&a.run_id).await["status"], "running", "a refused call changes nothing");
+}

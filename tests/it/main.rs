@@ -25,5 +25,6 @@ mod recovery;
 mod run_records;
 mod sdk_client;
 mod secrets_envs;
+mod stats_queues;
 mod store_tenancy;
 mod wakeups;

@@ -202,7 +202,7 @@ async fn sdk_refuses_wrong_credentials_and_bad_bodies() {
         ("usage", json!({"tokens_in": -1}), 422),
         ("usage", json!({"price": 1}), 400),
         ("tool-calls", json!({"name": "t", "duration_ms": -5}), 422),
-        ("fail", json!({"error": "x", "error_class": "Not Valid"}), 422),
+        ("fail", json!({"error": "x", "error_class": "Not\nValid"}), 422),
         ("fail", json!({"retryable": true}), 400),
         ("complete", json!({"result": 1, "extra": 2}), 400),
     ] {

@@ -162,6 +162,7 @@ pub const OPERATIONS: &[(&str, &str, Requirement)] = &[
     ("GET", "/v1/tag-policies/{policy_id}", Scope("rbac:manage")),
     ("PATCH", "/v1/tag-policies/{policy_id}", Scope("rbac:manage")),
     ("DELETE", "/v1/tag-policies/{policy_id}", Scope("rbac:manage")),
+    ("GET", "/v1/stats/queues", Scope("stats:read")),
     // The audit trail is an access-control record.
     ("GET", "/v1/audit-events", Scope("rbac:manage")),
     ("POST", "/sdk/v1/runs/{run_id}/heartbeat", RunToken),

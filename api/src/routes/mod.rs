@@ -31,6 +31,7 @@ pub mod runs;
 pub mod sdk;
 pub mod sdk_runs;
 pub mod secrets;
+pub mod stats;
 
 use std::borrow::Borrow;
 use std::future::Future;
@@ -74,6 +75,8 @@ pub enum Tag {
     Bulk,
     /// Deployment environments of a project, named by jobs.
     Environments,
+    /// Operators' counts: queue depths per job.
+    Stats,
 }
 
 /// The project a project-scoped call acts in: the credential's own project,
@@ -163,10 +166,23 @@ pub fn check_id(what: &str, id: &str) -> ApiResult<()> {
 pub fn check_scopes(field: &str, list: &[String]) -> ApiResult<Vec<String>> {
     let unknown: Vec<&String> = list.iter().filter(|s| !scopes::is_scope(s)).collect();
     if !unknown.is_empty() {
-        return Err(ApiError::bad_request(format!(
-            "{field}: unknown scope(s) {unknown:?}; known scopes: {}",
-            scopes::SCOPES.join(", ")
-        )));
+        let known = scopes::SCOPES.join(", ");
+        let errors = list
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| !scopes::is_scope(s))
+            .map(|(i, s)| {
+                switchyard_shared::domain::FieldError::new(
+                    format!("{field}[{i}]"),
+                    format!("unknown scope; known: {known}"),
+                    Some(s.as_str().into()),
+                )
+            })
+            .collect();
+        return Err(ApiError::bad_request_at(
+            format!("{field}: unknown scope(s) {unknown:?}; known scopes: {known}"),
+            errors,
+        ));
     }
     let mut out: Vec<String> = Vec::new();
     for s in list {

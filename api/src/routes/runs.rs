@@ -8,14 +8,14 @@ use poem_openapi::param::{Path, Query};
 use poem_openapi::payload::Json;
 use poem_openapi::{Object, OpenApi};
 use serde_json::{Map, Value};
-use switchyard_shared::domain::{payload_schema, schedule, ExecutionMode, RetryStrategy, RunStatus};
-use switchyard_shared::queue::{WakeLoop, MAX_PRIORITY, MIN_PRIORITY};
-use switchyard_shared::store::flow::{self, CreateOptions, MAX_DEPENDENCIES};
+use switchyard_shared::domain::{schedule, trigger, RunStatus};
+use switchyard_shared::queue::WakeLoop;
+use switchyard_shared::store::flow::{self, CreateOptions};
 use switchyard_shared::store::{self, JobRecord, NewRun, Run};
 
 use super::{check_id, project_of, visible, Tag};
 use crate::auth::{Auth, Principal};
-use crate::error::{ApiError, ApiResult, ErrorDetail};
+use crate::error::{ApiError, ApiResult};
 use crate::pagination::{self, Page};
 use crate::state::AppState;
 
@@ -233,61 +233,44 @@ pub struct TriggerRequest {
     pub parent_run_id: Option<String>,
 }
 
-fn detail(errors: &mut Vec<ErrorDetail>, field: &str, message: impl Into<String>, value: Value) {
-    errors.push(ErrorDetail { location: format!("body.{field}"), message: message.into(), value: Some(value) });
-}
-
-fn check_text(errors: &mut Vec<ErrorDetail>, field: &str, v: &Option<String>, max: usize) {
-    if let Some(v) = v {
-        if v.is_empty() || v.len() > max || v.chars().any(char::is_control) {
-            detail(errors, field, format!("must be 1 to {max} characters, no control characters"), v.clone().into());
+impl From<TriggerRequest> for trigger::Request {
+    fn from(b: TriggerRequest) -> Self {
+        trigger::Request {
+            payload: b.payload,
+            priority: b.priority,
+            idempotency_key: b.idempotency_key,
+            tags: b.tags,
+            metadata: b.metadata,
+            concurrency_key: b.concurrency_key,
+            scheduled_at: b.scheduled_at,
+            delay_secs: b.delay_secs,
+            depends_on: b.depends_on,
+            debug_mode: b.debug_mode,
+            max_attempts_override: b.max_attempts_override,
+            timeout_secs_override: b.timeout_secs_override,
+            retry_backoff: b.retry_backoff,
+            retry_initial_delay_secs: b.retry_initial_delay_secs,
+            retry_max_delay_secs: b.retry_max_delay_secs,
+            execution_mode: b.execution_mode,
+            parent_run_id: b.parent_run_id,
         }
     }
 }
 
-fn to_i32(errors: &mut Vec<ErrorDetail>, field: &str, v: Option<i64>, min: i64, max: i64) -> Option<i32> {
-    match v {
-        Some(n) if !(min..=max).contains(&n) => {
-            detail(errors, field, format!("must be between {min} and {max}"), n.into());
-            None
-        }
-        other => other.map(|n| n as i32),
-    }
-}
-
-/// Checks `depends_on`: at most [`MAX_DEPENDENCIES`] ids, each an existing
-/// run of the project (a new run cannot be named, so there are no cycles).
-/// Returns the ids without repeats and whether all have completed already.
-async fn check_dependencies(
-    state: &AppState,
-    errors: &mut Vec<ErrorDetail>,
-    project_id: &str,
-    depends_on: &Option<Vec<String>>,
-) -> ApiResult<(Vec<String>, bool)> {
-    let Some(raw) = depends_on.as_ref().filter(|d| !d.is_empty()) else {
-        return Ok((vec![], true));
+/// Looks up the runs a trigger names (`depends_on`, `parent_run_id`), for
+/// the checks of `domain::trigger::validate`.
+async fn references(state: &AppState, project_id: &str, b: &trigger::Request) -> ApiResult<trigger::References> {
+    let ids = trigger::ids_to_look_up(b);
+    let runs = if ids.is_empty() { Default::default() } else { flow::runs_brief(&state.pool, &ids).await? };
+    let parent = match &b.parent_run_id {
+        Some(id) => store::runs::get(&state.pool, id).await?.map(|p| (p.project_id, p.lineage_depth)),
+        None => None,
     };
-    if raw.len() > MAX_DEPENDENCIES {
-        detail(errors, "depends_on", format!("at most {MAX_DEPENDENCIES} runs"), raw.len().into());
-        return Ok((vec![], true));
-    }
-    let mut ids: Vec<String> = Vec::with_capacity(raw.len());
-    for id in raw {
-        if !ids.contains(id) {
-            ids.push(id.clone());
-        }
-    }
-    let valid: Vec<String> =
-        ids.iter().filter(|id| switchyard_shared::ids::is_valid_external_id(id)).cloned().collect();
-    let found = flow::runs_brief(&state.pool, &valid).await?;
-    let mut all_completed = true;
-    for (i, id) in raw.iter().enumerate() {
-        match found.get(id) {
-            Some((p, status)) if p == project_id => all_completed &= status == "completed",
-            _ => detail(errors, &format!("depends_on[{i}]"), "no such run in this project", id.clone().into()),
-        }
-    }
-    Ok((ids, all_completed))
+    Ok(trigger::References {
+        project_id: project_id.to_string(),
+        runs: runs.into_iter().map(|(id, (project, status))| (id, (project, status == "completed"))).collect(),
+        parent,
+    })
 }
 
 /// Validates a trigger, writes the run to Postgres, then enqueues it in
@@ -304,58 +287,9 @@ pub async fn trigger(
     if !job.enabled {
         return Err(ApiError::conflict("the job is disabled; enable it to trigger runs"));
     }
-    let mut errors = Vec::new();
-    let priority = to_i32(&mut errors, "priority", b.priority, MIN_PRIORITY.into(), MAX_PRIORITY.into()).unwrap_or(0);
-    check_text(&mut errors, "idempotency_key", &b.idempotency_key, 256);
-    check_text(&mut errors, "concurrency_key", &b.concurrency_key, 256);
-    let max_attempts_override = to_i32(&mut errors, "max_attempts_override", b.max_attempts_override, 1, 100);
-    let timeout_secs_override = to_i32(&mut errors, "timeout_secs_override", b.timeout_secs_override, 1, 86_400);
-    let retry_initial = to_i32(&mut errors, "retry_initial_delay_secs", b.retry_initial_delay_secs, 0, 86_400);
-    let retry_max = to_i32(&mut errors, "retry_max_delay_secs", b.retry_max_delay_secs, 0, 86_400 * 7);
-    let delay = to_i32(&mut errors, "delay_secs", b.delay_secs, 0, 86_400 * 366);
-    if let Some(r) = &b.retry_backoff {
-        if let Err(m) = r.parse::<RetryStrategy>() {
-            detail(&mut errors, "retry_backoff", m, r.clone().into());
-        }
-    }
-    let mode = match b.execution_mode.as_deref().map(str::parse::<ExecutionMode>) {
-        None => ExecutionMode::Sync,
-        Some(Ok(m)) => m,
-        Some(Err(m)) => {
-            detail(&mut errors, "execution_mode", m, b.execution_mode.clone().into());
-            ExecutionMode::Sync
-        }
-    };
-    if b.scheduled_at.is_some() && b.delay_secs.is_some() {
-        detail(&mut errors, "delay_secs", "give scheduled_at or delay_secs, not both", b.delay_secs.into());
-    }
-    let (depends_on, dependencies_met) = check_dependencies(state, &mut errors, &job.project_id, &b.depends_on).await?;
-    if let Some(schema) = &job.spec.0.payload_schema {
-        let payload = b.payload.clone().unwrap_or(Value::Null);
-        errors.extend(payload_schema::violations(schema, &payload).into_iter().map(ErrorDetail::from));
-    }
-    for (field, m) in [("tags", &b.tags), ("metadata", &b.metadata)] {
-        if let Some(m) = m {
-            if m.len() > 64 || m.iter().any(|(k, v)| k.is_empty() || k.len() > 128 || v.len() > 1024) {
-                detail(
-                    &mut errors,
-                    field,
-                    "at most 64 entries; keys 1 to 128 characters, values at most 1024",
-                    Value::Null,
-                );
-            }
-        }
-    }
-    let mut lineage_depth = 0;
-    if let Some(parent) = &b.parent_run_id {
-        match store::runs::get(&state.pool, parent).await? {
-            Some(p) if p.project_id == job.project_id => lineage_depth = p.lineage_depth + 1,
-            _ => detail(&mut errors, "parent_run_id", "no such run in this project", parent.clone().into()),
-        }
-    }
-    if !errors.is_empty() {
-        return Err(ApiError::invalid(errors));
-    }
+    let b = trigger::Request::from(b);
+    let refs = references(state, &job.project_id, &b).await?;
+    let valid = trigger::validate(&b, &job.spec.0, &refs)?;
     let spec = &job.spec.0;
     let mut metadata: Map<String, Value> =
         spec.default_run_metadata.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect();
@@ -363,8 +297,8 @@ pub async fn trigger(
         metadata.insert(k, Value::String(v));
     }
     let now = Utc::now();
-    let requested = b.scheduled_at.or(delay.map(|d| now + chrono::Duration::seconds(d.into())));
-    let awaiting = !depends_on.is_empty() && !dependencies_met;
+    let requested = b.scheduled_at.or(valid.delay_secs.map(|d| now + chrono::Duration::seconds(d.into())));
+    let awaiting = !valid.depends_on.is_empty() && !valid.dependencies_met;
     let admitted = schedule::admission(spec, now, requested, awaiting).map_err(ApiError::conflict)?;
     let new = NewRun {
         id: switchyard_shared::ids::run_id(),
@@ -373,7 +307,7 @@ pub async fn trigger(
         job_version: job.version,
         job_version_id: job.version_id.clone(),
         status: admitted.status.as_str(),
-        priority,
+        priority: valid.priority,
         triggered_by: triggered_by.into(),
         created_by: who.actor(),
         payload: b.payload,
@@ -381,14 +315,14 @@ pub async fn trigger(
         concurrency_key: b.concurrency_key,
         batch_id,
         parent_run_id: b.parent_run_id,
-        lineage_depth,
+        lineage_depth: valid.lineage_depth,
         debug_mode: b.debug_mode.unwrap_or(false),
-        execution_mode: mode.as_str().into(),
+        execution_mode: valid.execution_mode.as_str().into(),
         retry_backoff: b.retry_backoff,
-        max_attempts_override,
-        retry_initial_delay_secs: retry_initial,
-        retry_max_delay_secs: retry_max,
-        timeout_secs_override,
+        max_attempts_override: valid.max_attempts_override,
+        retry_initial_delay_secs: valid.retry_initial_delay_secs,
+        retry_max_delay_secs: valid.retry_max_delay_secs,
+        timeout_secs_override: valid.timeout_secs_override,
         metadata: Value::Object(metadata),
         tags: serde_json::to_value(b.tags.unwrap_or_default()).unwrap_or_default(),
         scheduled_at: admitted.scheduled_at,
@@ -403,11 +337,11 @@ pub async fn trigger(
         RunStatus::Pending => admitted.scheduled_at.map_or(0, |t| t.timestamp_millis()),
         _ => 0,
     };
-    let (run, created) = if depends_on.is_empty() && dedup_window_secs <= 0 {
+    let (run, created) = if valid.depends_on.is_empty() && dedup_window_secs <= 0 {
         // The common case: group-committed and enqueued with its batch.
         state.intake.submit(new, due_ms).await?
     } else {
-        let opts = CreateOptions { dedup_window_secs, depends_on };
+        let opts = CreateOptions { dedup_window_secs, depends_on: valid.depends_on };
         let (run, created) = flow::create(&state.pool, new, &opts).await?;
         if created && !run.awaiting_dependencies {
             if let Err(e) = state.queue.enqueue(&run.entry(), due_ms, now.timestamp_millis()).await {

@@ -222,8 +222,10 @@ pub struct CompleteRequest {
 pub struct FailRequest {
     /// What went wrong; at most 4096 characters.
     pub error: String,
-    /// Recorded as the run's error_class (default `target_failed`): 1 to 64
-    /// of `a-z 0-9 _`.
+    /// Recorded as the run's error_class (default `target_failed`): the
+    /// target's own classification, free-form, e.g. `ProviderDown` or
+    /// `provider.down`. 1 to 200 printable characters (no control
+    /// characters), not blank.
     pub error_class: Option<String>,
     /// Whether another attempt may help (default false). The job's retry
     /// policy still decides: `retrying` while attempts remain, else `failed`.
@@ -740,13 +742,10 @@ impl SdkRunsApi {
         let mut errors = Vec::new();
         text_ok(&mut errors, "body.error", &b.error, 4096, true);
         if let Some(c) = &b.error_class {
-            let ok = !c.is_empty()
-                && c.len() <= 64
-                && c.bytes().all(|x| x.is_ascii_lowercase() || x.is_ascii_digit() || x == b'_');
-            if !ok {
+            if let Err(message) = switchyard_shared::domain::error_class::check(c) {
                 errors.push(ErrorDetail {
                     location: "body.error_class".into(),
-                    message: "1 to 64 of a-z, 0-9 and _".into(),
+                    message,
                     value: Some(c.clone().into()),
                 });
             }

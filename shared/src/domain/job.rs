@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::field_errors::{FieldError, FieldErrors};
 use super::retry::{RetryPolicy, RetryStrategy};
 
 /// Limits that keep one job from hurting the service or its target.
@@ -137,20 +138,6 @@ pub fn is_valid_rate_limit_name(name: &str) -> bool {
         && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':'))
 }
 
-/// A validation failure of one field: where, what, and the offending value.
-#[derive(Clone, Debug, PartialEq)]
-pub struct FieldError {
-    pub location: String,
-    pub message: String,
-    pub value: Option<Value>,
-}
-
-impl FieldError {
-    pub fn new(location: impl Into<String>, message: impl Into<String>, value: Option<Value>) -> FieldError {
-        FieldError { location: location.into(), message: message.into(), value }
-    }
-}
-
 /// Checks a cron expression of 5 fields, or 6 with seconds first. The
 /// day-of-week field is standard cron's: 0 or 7 is Sunday, 1 Monday ... 6
 /// Saturday, or the names SUN..SAT (the `cron` crate numbers Sunday 1, so
@@ -233,10 +220,8 @@ pub fn check_url(raw: &str) -> Result<url::Url, String> {
 impl JobSpec {
     /// Every problem with the definition, each naming its body field.
     pub fn validate(&self) -> Vec<FieldError> {
-        let mut errs = Vec::new();
-        let mut bad = |field: &str, msg: String, value: Value| {
-            errs.push(FieldError::new(format!("body.{field}"), msg, Some(value)));
-        };
+        let mut errs = FieldErrors::new();
+        let mut bad = |field: &str, msg: String, value: Value| errs.push(format!("body.{field}"), msg, Some(value));
         if let Err(m) = check_url(&self.endpoint_url) {
             bad("endpoint_url", m, self.endpoint_url.clone().into());
         }
@@ -348,7 +333,7 @@ impl JobSpec {
                 bad(field, "keys must be 1 to 128 characters, values at most 1024".into(), k.clone().into());
             }
         }
-        errs
+        errs.into_vec()
     }
 }
 

@@ -1,12 +1,16 @@
 //! Pure domain types and rules: no I/O here.
 
+pub mod error_class;
+pub mod field_errors;
 pub mod job;
 pub mod payload_schema;
 pub mod result;
 pub mod retry;
 pub mod schedule;
 pub mod status;
+pub mod trigger;
 
+pub use field_errors::{FieldError, FieldErrors};
 pub use job::{JobSpec, RateLimitKey};
 pub use retry::{RetryPolicy, RetryStrategy};
 pub use status::{ExecutionMode, RunStatus};

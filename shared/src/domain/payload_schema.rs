@@ -5,7 +5,7 @@
 
 use serde_json::Value;
 
-use super::job::FieldError;
+use super::field_errors::FieldError;
 
 /// Most violations reported for one payload, so a huge invalid payload
 /// cannot produce a huge error document.

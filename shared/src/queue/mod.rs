@@ -343,6 +343,28 @@ impl Queue {
         Ok(Depths { ready, scheduled, leased, parked, throttled })
     }
 
+    /// [`Depths`] of each job of `job_ids`, in that order: how many of its
+    /// entries each set holds, read in one script call (one consistent
+    /// moment). The waiting sets are not indexed by job, so this walks them:
+    /// for operators' stats, not for a hot path.
+    pub async fn depths_by_job(&self, job_ids: &[String]) -> Result<Vec<Depths>, QueueError> {
+        if job_ids.is_empty() {
+            return Ok(vec![]);
+        }
+        let k = &self.keys;
+        let mut c = self.conn().await?;
+        let mut inv = scripts::COUNT_BY_JOB.key(&k.ready);
+        inv.key(&k.scheduled).key(&k.throttled).key(&k.leases).key(&k.parked);
+        for id in job_ids {
+            inv.arg(id);
+        }
+        let raw: Vec<u64> = inv.invoke_async(&mut c).await?;
+        Ok(raw
+            .chunks_exact(5)
+            .map(|n| Depths { ready: n[0], scheduled: n[1], throttled: n[2], leased: n[3], parked: n[4] })
+            .collect())
+    }
+
     pub async fn ping(&self) -> Result<(), QueueError> {
         let mut c = self.conn().await?;
         let _: String = redis::cmd("PING").query_async(&mut c).await?;

@@ -34,3 +34,4 @@ script!(EXTEND_LEASES, "extend_leases.lua");
 script!(SET_LIMITS, "set_limits.lua");
 script!(RESCHEDULE, "reschedule.lua");
 script!(RECORD_DISPATCH, "record_dispatch.lua");
+script!(COUNT_BY_JOB, "count_by_job.lua");

@@ -16,8 +16,6 @@ use crate::domain::JobSpec;
 pub const DEPENDENCY_FAILED_STATUSES: [&str; 4] = ["failed", "cancelled", "timed_out", "expired"];
 /// error_class of a run failed because a dependency did not complete.
 pub const DEPENDENCY_FAILED: &str = "dependency_failed";
-/// Most run ids one trigger may depend on.
-pub const MAX_DEPENDENCIES: usize = 100;
 
 /// What a trigger asks of `create` beyond the run itself.
 #[derive(Clone, Debug, Default)]

@@ -25,6 +25,7 @@ pub mod roles;
 pub mod runs;
 pub mod secrets;
 pub mod settle;
+pub mod stats;
 
 pub use jobs::JobRecord;
 pub use runs::{NewRun, Outcome, Run};
