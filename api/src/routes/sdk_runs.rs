@@ -418,7 +418,7 @@ impl SdkRunsApi {
         .fetch_optional(&state.pool)
         .await?;
         cp.map(Json)
-            .ok_or_else(|| ApiError::NotFound(Json(crate::error::Problem::new(404, "the run has no checkpoint"))))
+            .ok_or_else(|| ApiError::NotFound(Json(Box::new(crate::error::Problem::new(404, "the run has no checkpoint")))))
     }
 
     /// Report progress (0 to 1) with an optional message; shown on the run
