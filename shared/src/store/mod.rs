@@ -6,8 +6,11 @@ pub mod flow;
 pub mod group;
 pub mod jobs;
 pub mod records;
+pub mod run_updates;
 pub mod runs;
 pub mod settle;
+pub mod transitions;
 
 pub use jobs::JobRecord;
 pub use runs::{NewRun, Outcome, Run};
+pub use transitions::Changed;
