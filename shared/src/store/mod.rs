@@ -11,6 +11,9 @@ pub mod runs;
 pub mod settle;
 pub mod transitions;
 
+#[cfg(test)]
+mod writes_stay_here;
+
 pub use jobs::JobRecord;
 pub use runs::{NewRun, Outcome, Run};
 pub use transitions::Changed;
