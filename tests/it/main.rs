@@ -24,4 +24,5 @@ mod recovery;
 mod run_records;
 mod sdk_client;
 mod secrets_envs;
+mod transitions;
 mod wakeups;
