@@ -202,7 +202,7 @@ impl CronEnqueuer {
             job_id: job.id.clone(),
             job_version: job.version,
             job_version_id: job.version_id.clone(),
-            status: admitted.status.as_str(),
+            status: admitted.status,
             triggered_by: "cron".into(),
             created_by: Some("cron".into()),
             execution_mode: "sync".into(),

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
-use switchyard_shared::domain::schedule;
+use switchyard_shared::domain::{schedule, RunStatus};
 use switchyard_shared::queue::Queue;
 use switchyard_shared::shutdown::Shutdown;
 use switchyard_shared::store::flow::{self, Resolution, Resolvable};
@@ -127,12 +127,12 @@ impl DependencyResolver {
         let mut report = ResolveReport::default();
         let now_ms = now.timestamp_millis();
         for run in changed {
-            let due_ms = match run.status.as_str() {
-                "failed" => {
+            let due_ms = match run.status {
+                RunStatus::Failed => {
                     report.failed += 1;
                     continue;
                 }
-                "queued" => {
+                RunStatus::Queued => {
                     report.queued += 1;
                     0
                 }

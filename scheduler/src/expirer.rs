@@ -74,7 +74,7 @@ impl Expirer {
     /// One batch at `now`; returns how many runs expired.
     pub async fn expire_once(&self, now: DateTime<Utc>) -> Result<usize, Error> {
         let expired = flow::expire_due(&self.pool, now, self.opts.batch_size as i64).await?;
-        for (run, _) in &expired {
+        for run in expired.iter().map(|c| &c.run) {
             // A leftover entry is harmless (the claim skips a run that is
             // not queued), so a failed removal is only logged.
             if let Err(e) = self.queue.remove(&run.entry()).await {

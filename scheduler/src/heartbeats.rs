@@ -123,7 +123,7 @@ impl HeartbeatSweeper {
             };
             if fresh.dispatch_token != run.dispatch_token
                 || fresh.heartbeat_at != run.heartbeat_at
-                || fresh.status != "running"
+                || fresh.status != RunStatus::Running
             {
                 report.skipped += 1;
                 continue;

@@ -36,20 +36,18 @@ pub enum Placement {
 }
 
 pub fn placement(run: &Run) -> Placement {
-    match run.status.parse::<RunStatus>() {
-        Ok(RunStatus::Queued) => Placement::Ready,
-        Ok(RunStatus::Retrying) => {
-            Placement::Scheduled { due_ms: run.next_retry_at.map_or(0, |t| t.timestamp_millis()) }
-        }
-        Ok(RunStatus::Pending) if run.awaiting_dependencies => Placement::Blocked,
-        Ok(RunStatus::Pending) => match run.scheduled_at {
+    match run.status {
+        RunStatus::Queued => Placement::Ready,
+        RunStatus::Retrying => Placement::Scheduled { due_ms: run.next_retry_at.map_or(0, |t| t.timestamp_millis()) },
+        RunStatus::Pending if run.awaiting_dependencies => Placement::Blocked,
+        RunStatus::Pending => match run.scheduled_at {
             Some(t) => Placement::Scheduled { due_ms: t.timestamp_millis() },
             None => Placement::Blocked,
         },
-        Ok(RunStatus::Running) => Placement::Running,
-        Ok(_) => Placement::Finished,
-        // A status this build does not know: touch nothing.
-        Err(_) => Placement::Blocked,
+        RunStatus::Running => Placement::Running,
+        RunStatus::Completed | RunStatus::Failed | RunStatus::TimedOut | RunStatus::Cancelled | RunStatus::Expired => {
+            Placement::Finished
+        }
     }
 }
 
@@ -83,6 +81,7 @@ pub(crate) mod tests {
     use chrono::{TimeZone, Utc};
 
     pub(crate) fn run_with(status: &str) -> Run {
+        let status = status.parse().unwrap();
         let t = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
         let new = switchyard_shared::store::runs::NewRun {
             id: "run_1".into(),
@@ -96,7 +95,7 @@ pub(crate) mod tests {
             tags: serde_json::json!({}),
             ..Default::default()
         };
-        Run { status: status.into(), ..Run::from_new(new, t) }
+        Run { status, ..Run::from_new(new, t) }
     }
 
     #[test]
@@ -118,7 +117,6 @@ pub(crate) mod tests {
         for s in ["completed", "failed", "timed_out", "cancelled", "expired"] {
             assert_eq!(placement(&run_with(s)), Placement::Finished, "{s}");
         }
-        assert_eq!(placement(&run_with("hibernating")), Placement::Blocked);
     }
 
     #[test]

@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
+use switchyard_shared::domain::RunStatus;
 use switchyard_shared::queue::Queue;
 use switchyard_shared::shutdown::Shutdown;
 use switchyard_shared::store::{jobs, runs, Run};
@@ -198,7 +199,8 @@ impl Reconciler {
         };
         // An accepted async run has no lease by design: the heartbeat sweep
         // watches it, with the run's own timeout.
-        let stale = |r: &Run| r.status == "running" && r.async_accepted_at.is_none() && last_sign_of_life(r) < cutoff;
+        let stale =
+            |r: &Run| r.status == RunStatus::Running && r.async_accepted_at.is_none() && last_sign_of_life(r) < cutoff;
         if !stale(run) || self.queue.is_leased(&run.entry()).await? {
             return Ok(false);
         }

@@ -27,4 +27,5 @@ mod sdk_client;
 mod secrets_envs;
 mod stats_queues;
 mod store_tenancy;
+mod transitions;
 mod wakeups;

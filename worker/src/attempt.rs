@@ -389,6 +389,7 @@ async fn still_ours(w: &Inner, run: &Run) -> bool {
 pub(crate) mod tests {
     use super::*;
     use sqlx::types::Json;
+    use switchyard_shared::domain::RunStatus;
 
     pub(crate) fn sample_run() -> Run {
         let now = Utc::now();
@@ -398,7 +399,7 @@ pub(crate) mod tests {
             job_id: "job_1".into(),
             job_version: 1,
             job_version_id: "jobv_1".into(),
-            status: "running".into(),
+            status: RunStatus::Running,
             attempt: 2,
             priority: 0,
             triggered_by: "api".into(),

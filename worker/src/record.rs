@@ -129,7 +129,7 @@ pub async fn hand_back(pool: &PgPool, queue: &Queue, held: &Held) {
         ack(queue, entry, None).await;
         return;
     };
-    match run.status() {
+    match run.status {
         RunStatus::Running if held.token.is_none_or(|t| t == run.dispatch_token) => {
             match store::runs::requeue_lost(pool, &run.id).await {
                 Ok(Some(_)) => {

@@ -15,10 +15,11 @@ use poem_openapi::param::{Path, Query};
 use poem_openapi::payload::Json;
 use poem_openapi::{Object, OpenApi};
 use serde_json::Value;
-use switchyard_shared::store::{self, Run};
+use switchyard_shared::domain::RunStatus;
+use switchyard_shared::store::{self, transitions, Run};
 use switchyard_shared::telemetry::{BULK_ITEMS_PROCESSED, BULK_OPERATIONS};
 
-use super::run_ops::{self, ACTIVE_STATUSES};
+use super::run_ops;
 use super::runs::TriggerRequest;
 use super::{check_id, project_of, visible, Tag};
 use crate::auth::{Auth, Principal};
@@ -357,7 +358,7 @@ impl BulkApi {
                 Ok(None) => r.error = Some(format!("run {id:?} not found")),
                 Err(e) => r.error = Some(error_text(&e)),
                 Ok(Some(run)) => match run_ops::cancel_with_children(&state, &run.id, &reason).await {
-                    Ok(Some(c)) if c.changed => {
+                    Ok(Some(c)) if c.from.is_some() => {
                         r.status = "cancelled".into();
                         r.children_cancelled = c.children as i64;
                         let audited = crate::audit::record(
@@ -492,16 +493,18 @@ impl BulkApi {
     ) -> ApiResult<Json<CancelAllResponse>> {
         let b = body.0;
         let project_id = project_of(&auth.0, b.project_id.as_deref())?;
-        let statuses: Vec<String> = match &b.status {
-            None => ACTIVE_STATUSES.iter().map(|s| s.to_string()).collect(),
-            Some(s) if ACTIVE_STATUSES.contains(&s.as_str()) => vec![s.clone()],
-            Some(s) => {
-                return Err(ApiError::invalid_field(
-                    "body.status",
-                    "must be an unfinished status: pending, queued, running or retrying",
-                    Some(s.clone().into()),
-                ))
-            }
+        let statuses: Vec<RunStatus> = match &b.status {
+            None => RunStatus::ACTIVE.to_vec(),
+            Some(s) => match s.parse::<RunStatus>() {
+                Ok(st) if !st.is_terminal() => vec![st],
+                _ => {
+                    return Err(ApiError::invalid_field(
+                        "body.status",
+                        "must be an unfinished status: pending, queued, running or retrying",
+                        Some(s.clone().into()),
+                    ))
+                }
+            },
         };
         let reason = run_ops::cancel_reason(&auth.0);
         let ids: Vec<String> = sqlx::query_scalar(
@@ -516,42 +519,25 @@ impl BulkApi {
         .await?;
         let has_more = ids.len() as i64 > CANCEL_ALL_LIMIT;
         let ids: Vec<String> = ids.into_iter().take(CANCEL_ALL_LIMIT as usize).collect();
-        let cancelled: Vec<Run> = sqlx::query_as(&format!(
-            "WITH old AS (
-                SELECT id, status FROM job_runs WHERE id = ANY($1) AND status = ANY($3) FOR UPDATE
-             ), u AS (
-                UPDATE job_runs r SET status = 'cancelled', finished_at = now(), error = $2, next_retry_at = NULL
-                FROM old WHERE r.id = old.id RETURNING r.*, old.status AS from_status
-             ), ev AS (
-                INSERT INTO job_run_events (run_id, from_status, to_status, attempt, reason)
-                SELECT id, from_status, 'cancelled', attempt, $2 FROM u
-             )
-             SELECT {} FROM u",
-            store::runs::RUN_COLUMNS
-        ))
-        .bind(&ids)
-        .bind(&reason)
-        .bind(&statuses)
-        .fetch_all(&state.pool)
-        .await?;
-        for r in &cancelled {
-            switchyard_shared::telemetry::transition(None, "cancelled");
-            if let Err(e) = state.queue.remove(&r.entry()).await {
-                tracing::warn!(run_id = %r.id, error = %e, "could not remove a cancelled run from redis; a worker will skip it");
-            }
-        }
-        let parents: Vec<String> = cancelled.iter().map(|r| r.id.clone()).collect();
+        let cancelled = transitions::cancel_many(&state.pool, &ids, &statuses, &reason).await?;
+        transitions::drop_entries(&state.queue, &cancelled).await;
+        let parents: Vec<String> = cancelled.iter().map(|c| c.run.id.clone()).collect();
         let children = run_ops::cancel_descendants(&state, &parents, &reason).await?;
         if !cancelled.is_empty() {
-            crate::audit::record(&state.pool, &auth.0, crate::audit::Change {
-                project_id: &project_id,
-                action: "run.bulk_cancelled",
-                resource_type: "project",
-                resource_id: &project_id,
-                details: serde_json::json!({
-                    "job_id": b.job_id, "statuses": statuses, "cancelled": cancelled.len(), "children_cancelled": children,
-                }),
-            })
+            crate::audit::record(
+                &state.pool,
+                &auth.0,
+                crate::audit::Change {
+                    project_id: &project_id,
+                    action: "run.bulk_cancelled",
+                    resource_type: "project",
+                    resource_id: &project_id,
+                    details: serde_json::json!({
+                        "job_id": b.job_id, "statuses": statuses.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
+                        "cancelled": cancelled.len(), "children_cancelled": children,
+                    }),
+                },
+            )
             .await?;
         }
         counted(ids.len());

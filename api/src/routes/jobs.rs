@@ -13,7 +13,7 @@ use poem_openapi::{ApiResponse, Object, OpenApi};
 use serde_json::Value;
 use switchyard_shared::domain::{JobSpec, RateLimitKey};
 use switchyard_shared::queue::WakeLoop;
-use switchyard_shared::store::{self, JobRecord};
+use switchyard_shared::store::{self, transitions, JobRecord};
 
 use super::runs::{self as run_routes, JobRun};
 use super::{
@@ -506,23 +506,7 @@ impl JobsApi {
             .bind(auth.0.actor())
             .execute(&mut *tx)
             .await?;
-        let cancelled: Vec<store::Run> = sqlx::query_as(&format!(
-            "WITH old AS (
-                SELECT id, status FROM job_runs
-                WHERE job_id = $1 AND status IN ('pending', 'queued', 'running', 'retrying') FOR UPDATE
-             ), u AS (
-                UPDATE job_runs r SET status = 'cancelled', finished_at = now(), error = 'job deleted'
-                FROM old WHERE r.id = old.id RETURNING r.*, old.status AS from_status
-             ), ev AS (
-                INSERT INTO job_run_events (run_id, from_status, to_status, attempt, reason)
-                SELECT id, from_status, 'cancelled', attempt, 'job deleted' FROM u
-             )
-             SELECT {} FROM u",
-            store::runs::RUN_COLUMNS
-        ))
-        .bind(&cur.id)
-        .fetch_all(&mut *tx)
-        .await?;
+        let cancelled = transitions::cancel_job_runs(&mut tx, &cur.id, "job deleted").await?;
         audit::record(
             &mut *tx,
             &auth.0,
@@ -531,16 +515,14 @@ impl JobsApi {
                 action: "job.deleted",
                 resource_type: "job",
                 resource_id: &cur.id,
-                details: serde_json::json!({"name": cur.name, "cancelled_runs": cancelled.len()}),
+                details: serde_json::json!({"name": cur.name, "cancelled_runs": cancelled.changes().len()}),
             },
         )
         .await?;
         tx.commit().await?;
+        let cancelled = cancelled.committed();
         state.jobs.forget(&cur.id);
-        for r in &cancelled {
-            switchyard_shared::telemetry::transition(None, "cancelled");
-            let _ = state.queue.remove(&r.entry()).await;
-        }
+        transitions::drop_entries(&state.queue, &cancelled).await;
         let _ = state.queue.set_limits(&cur.id, None).await;
         Ok(Deleted::NoContent)
     }

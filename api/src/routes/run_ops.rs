@@ -10,8 +10,8 @@ use poem_openapi::payload::Json;
 use poem_openapi::{ApiResponse, Object, OpenApi};
 use serde_json::Value;
 use switchyard_shared::domain::RunStatus;
-use switchyard_shared::store::{self, Run};
-use switchyard_shared::telemetry::BULK_CHILD_CANCELLATIONS;
+use switchyard_shared::store::transitions::{self, Cancel};
+use switchyard_shared::store::{self, Changed, Run};
 
 use super::runs::{run_view, JobRun, TriggerRequest};
 use super::Tag;
@@ -21,11 +21,6 @@ use crate::error::{ApiError, ApiResult, ErrorDetail};
 use crate::state::AppState;
 
 pub struct RunOpsApi;
-
-/// Statuses a run can still leave (cancel, expiry); the rest are terminal.
-pub const ACTIVE_STATUSES: [&str; 4] = ["pending", "queued", "running", "retrying"];
-/// Children are looked for this many generations down, at most.
-const MAX_LINEAGE_DEPTH: i32 = 64;
 
 /// The run, if it exists and the caller may see it (its project, and the
 /// resource policies that apply to runs).
@@ -37,8 +32,9 @@ pub async fn load_run(state: &AppState, auth: &Auth, id: &str) -> ApiResult<Run>
 pub struct Cancelled {
     /// The run after the call.
     pub run: Run,
-    /// Whether this call cancelled it (false: it had already finished).
-    pub changed: bool,
+    /// The status it left, when this call cancelled it (`None`: it had
+    /// already finished).
+    pub from: Option<RunStatus>,
     /// Descendant runs cancelled with it.
     pub children: u64,
 }
@@ -51,62 +47,23 @@ pub async fn cancel_with_children(
     run_id: &str,
     reason: &str,
 ) -> Result<Option<Cancelled>, sqlx::Error> {
-    let Some((run, changed)) = store::runs::cancel(&state.pool, run_id, reason).await? else {
-        return Ok(None);
-    };
-    if changed {
-        remove_entry(state, &run).await;
+    match transitions::cancel(&state.pool, run_id, reason).await? {
+        None => Ok(None),
+        Some(Cancel::Finished(run)) => Ok(Some(Cancelled { run, from: None, children: 0 })),
+        Some(Cancel::Cancelled(c)) => {
+            transitions::drop_entries(&state.queue, std::slice::from_ref(&c)).await;
+            let children = cancel_descendants(state, std::slice::from_ref(&c.run.id), reason).await?;
+            Ok(Some(Cancelled { run: c.run, from: Some(c.from), children }))
+        }
     }
-    let children = if changed { cancel_descendants(state, std::slice::from_ref(&run.id), reason).await? } else { 0 };
-    Ok(Some(Cancelled { run, changed, children }))
 }
 
 /// Cancels the unfinished descendants of the runs `parents`; returns how
-/// many. Counted in `svc_bulk_child_cancellations_total`.
+/// many.
 pub async fn cancel_descendants(state: &AppState, parents: &[String], reason: &str) -> Result<u64, sqlx::Error> {
-    if parents.is_empty() {
-        return Ok(0);
-    }
-    let reason = format!("{reason} (with its parent run)");
-    let cancelled: Vec<Run> = sqlx::query_as(&format!(
-        "WITH RECURSIVE tree (id, depth) AS (
-            SELECT id, 1 FROM job_runs WHERE parent_run_id = ANY($1)
-            UNION ALL
-            SELECT r.id, t.depth + 1 FROM job_runs r JOIN tree t ON r.parent_run_id = t.id WHERE t.depth < $3
-         ), old AS (
-            SELECT r.id, r.status FROM job_runs r WHERE r.id IN (SELECT id FROM tree)
-              AND r.status IN ('pending', 'queued', 'running', 'retrying') FOR UPDATE OF r
-         ), u AS (
-            UPDATE job_runs r SET status = 'cancelled', finished_at = now(), error = $2, next_retry_at = NULL
-            FROM old WHERE r.id = old.id
-            RETURNING r.*, old.status AS from_status
-         ), ev AS (
-            INSERT INTO job_run_events (run_id, from_status, to_status, attempt, reason)
-            SELECT id, from_status, 'cancelled', attempt, $2 FROM u
-         )
-         SELECT {} FROM u",
-        store::runs::RUN_COLUMNS
-    ))
-    .bind(parents)
-    .bind(&reason)
-    .bind(MAX_LINEAGE_DEPTH)
-    .fetch_all(&state.pool)
-    .await?;
-    for r in &cancelled {
-        switchyard_shared::telemetry::transition(None, "cancelled");
-        remove_entry(state, r).await;
-    }
-    let n = cancelled.len() as u64;
-    if n > 0 {
-        metrics::counter!(BULK_CHILD_CANCELLATIONS).increment(n);
-    }
-    Ok(n)
-}
-
-async fn remove_entry(state: &AppState, run: &Run) {
-    if let Err(e) = state.queue.remove(&run.entry()).await {
-        tracing::warn!(run_id = %run.id, error = %e, "could not remove a cancelled run from redis; a worker will skip it");
-    }
+    let cancelled = transitions::cancel_descendants(&state.pool, parents, reason).await?;
+    transitions::drop_entries(&state.queue, &cancelled).await;
+    Ok(cancelled.len() as u64)
 }
 
 /// The reason recorded on a cancellation.
@@ -153,11 +110,7 @@ pub async fn replay_run(state: &AppState, who: &Principal, orig: &Run) -> ApiRes
             run.id
         )));
     }
-    sqlx::query("UPDATE job_runs SET continuation_of = $2 WHERE id = $1")
-        .bind(&run.id)
-        .bind(&orig.id)
-        .execute(&state.pool)
-        .await?;
+    store::run_updates::set_continuation_of(&state.pool, &run.id, &orig.id).await?;
     run.continuation_of = Some(orig.id.clone());
     Ok(run)
 }
@@ -171,6 +124,8 @@ pub struct RestartRequest {
 }
 
 pub const MACHINE_PRESETS: [&str; 3] = ["small", "medium", "large"];
+/// Metadata keys a run may hold.
+const MAX_METADATA_KEYS: i64 = 64;
 
 /// Changes to a run's metadata.
 #[derive(Object)]
@@ -251,42 +206,13 @@ impl RunOpsApi {
                 None => String::new(),
             }
         );
-        let from: Option<Option<String>> = sqlx::query_scalar(
-            "WITH old AS (
-                SELECT id, status FROM job_runs WHERE id = $1 FOR UPDATE
-             ), u AS (
-                UPDATE job_runs r SET status = 'queued', attempt = 0, result = NULL, error = NULL,
-                    error_class = NULL, started_at = NULL, finished_at = NULL, heartbeat_at = NULL,
-                    next_retry_at = NULL, execution_trace = NULL, progress = NULL, progress_message = NULL,
-                    async_accepted_at = NULL, scheduled_at = NULL, expires_at = NULL, resource_class = $2
-                FROM old WHERE r.id = old.id
-                    AND old.status IN ('completed', 'failed', 'timed_out', 'cancelled', 'expired')
-                RETURNING r.id, old.status AS from_status
-             ), ev AS (
-                INSERT INTO job_run_events (run_id, from_status, to_status, attempt, reason)
-                SELECT id, from_status, 'queued', 0, $3 FROM u
-             ), c AS (
-                DELETE FROM job_run_checkpoints WHERE run_id IN (SELECT id FROM u)
-             ), s AS (
-                DELETE FROM job_run_state WHERE run_id IN (SELECT id FROM u)
-             ), o AS (
-                DELETE FROM job_run_outputs WHERE run_id IN (SELECT id FROM u)
-             )
-             SELECT (SELECT from_status FROM u)",
-        )
-        .bind(&run.id)
-        .bind(&preset)
-        .bind(&reason)
-        .fetch_optional(&state.pool)
-        .await?;
-        let Some(from) = from.flatten() else {
-            let now = store::runs::get(&state.pool, &run.id).await?.map(|r| r.status).unwrap_or(run.status);
+        let Some(Changed { run: after, from }) = transitions::restart(&state.pool, &run.id, &preset, &reason).await?
+        else {
+            let now = store::runs::get(&state.pool, &run.id).await?.map_or(run.status, |r| r.status);
             return Err(ApiError::conflict(format!(
                 "the run is {now}: only a finished run can be restarted (cancel it first)"
             )));
         };
-        switchyard_shared::telemetry::transition(Some(&from), RunStatus::Queued.as_str());
-        let after = store::runs::get(&state.pool, &run.id).await?.ok_or_else(|| ApiError::not_found("run", &run.id))?;
         crate::audit::record(
             &state.pool,
             &auth.0,
@@ -295,7 +221,7 @@ impl RunOpsApi {
                 action: "run.restarted",
                 resource_type: "run",
                 resource_id: &after.id,
-                details: serde_json::json!({"from_status": from, "machine_preset": preset}),
+                details: serde_json::json!({"from_status": from.as_str(), "machine_preset": preset}),
             },
         )
         .await?;
@@ -354,17 +280,8 @@ impl RunOpsApi {
         }
         let set_keys: Vec<&String> = set.keys().collect();
         let set_keys = serde_json::json!(set_keys);
-        let updated: Option<Run> = sqlx::query_as(&format!(
-            "UPDATE job_runs SET metadata = (metadata || $2::jsonb) - $3::text[]
-             WHERE id = $1 AND (SELECT count(*) FROM jsonb_object_keys((metadata || $2::jsonb) - $3::text[])) <= 64
-             RETURNING {}",
-            store::runs::RUN_COLUMNS
-        ))
-        .bind(&run.id)
-        .bind(sqlx::types::Json(Value::Object(set.clone())))
-        .bind(&remove)
-        .fetch_optional(&state.pool)
-        .await?;
+        let updated =
+            store::run_updates::update_metadata(&state.pool, &run.id, &set, &remove, MAX_METADATA_KEYS).await?;
         let Some(r) = updated else {
             return Err(ApiError::invalid_field("body.metadata", "a run has at most 64 metadata keys", None));
         };
@@ -393,14 +310,7 @@ impl RunOpsApi {
         body: Json<DebugModeRequest>,
     ) -> ApiResult<Json<JobRun>> {
         let run = load_run(&state, &auth, &run_id).await?;
-        let updated: Option<Run> = sqlx::query_as(&format!(
-            "UPDATE job_runs SET debug_mode = $2 WHERE id = $1 RETURNING {}",
-            store::runs::RUN_COLUMNS
-        ))
-        .bind(&run.id)
-        .bind(body.0.enabled)
-        .fetch_optional(&state.pool)
-        .await?;
+        let updated = store::run_updates::set_debug_mode(&state.pool, &run.id, body.0.enabled).await?;
         let r = updated.ok_or_else(|| ApiError::not_found("run", &run.id))?;
         crate::audit::record(
             &state.pool,

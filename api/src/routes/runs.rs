@@ -133,7 +133,7 @@ pub fn run_view(r: Run) -> JobRun {
         job_id: r.job_id,
         job_version: r.job_version.into(),
         job_version_id: Some(r.job_version_id),
-        status: r.status,
+        status: r.status.as_str().to_string(),
         attempt: r.attempt.into(),
         priority: r.priority.into(),
         triggered_by: r.triggered_by,
@@ -306,7 +306,7 @@ pub async fn trigger(
         job_id: job.id.clone(),
         job_version: job.version,
         job_version_id: job.version_id.clone(),
-        status: admitted.status.as_str(),
+        status: admitted.status,
         priority: valid.priority,
         triggered_by: triggered_by.into(),
         created_by: who.actor(),
@@ -460,21 +460,14 @@ impl RunsApi {
     #[oai(path = "/v1/runs/:run_id/cancel", method = "post")]
     async fn cancel(&self, state: Data<&AppState>, auth: Auth, run_id: Path<String>) -> ApiResult<Json<JobRun>> {
         let run = load_visible(&state, &auth, &run_id).await?;
-        let reason = match auth.0.actor() {
-            Some(a) => format!("cancelled by {a}"),
-            None => "cancelled".to_string(),
-        };
-        let (after, changed) = store::runs::cancel(&state.pool, &run.id, &reason)
+        let reason = super::run_ops::cancel_reason(&auth.0);
+        let c = super::run_ops::cancel_with_children(&state, &run.id, &reason)
             .await?
             .ok_or_else(|| ApiError::not_found("run", &run_id))?;
-        if !changed {
+        let after = c.run;
+        let Some(from) = c.from else {
             return Err(ApiError::conflict(format!("the run is already {}", after.status)));
-        }
-        if let Err(e) = state.queue.remove(&after.entry()).await {
-            tracing::warn!(run_id = %after.id, error = %e, "could not remove the cancelled run from redis; a worker will skip it");
-        }
-        // Its unfinished child runs go with it (DECISIONS §6).
-        super::run_ops::cancel_descendants(&state, std::slice::from_ref(&after.id), &reason).await?;
+        };
         crate::audit::record(
             &state.pool,
             &auth.0,
@@ -483,7 +476,7 @@ impl RunsApi {
                 action: "run.cancelled",
                 resource_type: "run",
                 resource_id: &after.id,
-                details: serde_json::json!({"job_id": after.job_id, "from_status": run.status}),
+                details: serde_json::json!({"job_id": after.job_id, "from_status": from.as_str()}),
             },
         )
         .await?;

@@ -36,7 +36,7 @@ pub async fn sdk_run(state: &AppState, auth: &Auth, run_id: &str) -> ApiResult<R
     // means that attempt is in flight and not marked yet. The SDK call
     // marks it, exactly as the worker would, so the run is running on the
     // token's attempt from here on.
-    if let (Some(attempt), RunStatus::Queued) = (auth.0.run_attempt, run.status()) {
+    if let (Some(attempt), RunStatus::Queued) = (auth.0.run_attempt, run.status) {
         if attempt == run.attempt + 1 && store::runs::mark_running_for_attempt(&state.pool, run_id, attempt).await? {
             return store::runs::get(&state.pool, run_id).await?.ok_or_else(|| ApiError::not_found("run", run_id));
         }
@@ -84,21 +84,10 @@ impl SdkApi {
                 return Err(ApiError::invalid_field("body.message", "at most 1024 characters", None));
             }
         }
-        let status: Option<(String,)> = sqlx::query_as(
-            "WITH beat AS (
-                UPDATE job_runs SET heartbeat_at = now(),
-                    progress = COALESCE($2, progress), progress_message = COALESCE($3, progress_message)
-                WHERE id = $1 AND status IN ('pending', 'queued', 'running', 'retrying') RETURNING id
-             )
-             SELECT status FROM job_runs WHERE id = $1",
-        )
-        .bind(&run.id)
         // Progress reported with a beat shows on the run like the SDK's progress call.
-        .bind(b.progress)
-        .bind(b.message.map(|m| m.replace('\0', "\u{fffd}")))
-        .fetch_optional(&state.pool)
-        .await?;
-        let Some((status,)) = status else { return Err(ApiError::not_found("run", &run.id)) };
-        Ok(Json(HeartbeatResponse { cancel_requested: status == "cancelled" }))
+        let message = b.message.map(|m| m.replace('\0', "\u{fffd}"));
+        let status = store::run_updates::heartbeat(&state.pool, &run.id, b.progress, message.as_deref()).await?;
+        let Some(status) = status else { return Err(ApiError::not_found("run", &run.id)) };
+        Ok(Json(HeartbeatResponse { cancel_requested: status == RunStatus::Cancelled }))
     }
 }

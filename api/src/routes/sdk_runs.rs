@@ -65,7 +65,7 @@ fn caller_attempt(auth: &Auth, run: &Run) -> i32 {
 
 /// 409 unless the run is running on the caller's attempt.
 fn require_running(run: &Run, attempt: i32) -> ApiResult<()> {
-    if run.status() != RunStatus::Running {
+    if run.status != RunStatus::Running {
         return Err(ApiError::conflict(format!("the run is {}, not running", run.status)));
     }
     if attempt != run.attempt {
@@ -417,8 +417,9 @@ impl SdkRunsApi {
         .bind(&run.id)
         .fetch_optional(&state.pool)
         .await?;
-        cp.map(Json)
-            .ok_or_else(|| ApiError::NotFound(Json(Box::new(crate::error::Problem::new(404, "the run has no checkpoint")))))
+        cp.map(Json).ok_or_else(|| {
+            ApiError::NotFound(Json(Box::new(crate::error::Problem::new(404, "the run has no checkpoint"))))
+        })
     }
 
     /// Report progress (0 to 1) with an optional message; shown on the run
@@ -450,17 +451,7 @@ impl SdkRunsApi {
         let attempt = caller_attempt(&auth, &run);
         require_running(&run, attempt)?;
         let message = b.message.map(scrub_str);
-        let done = sqlx::query(
-            "UPDATE job_runs SET progress = $2, progress_message = $3, heartbeat_at = now()
-             WHERE id = $1 AND status = 'running' AND attempt = $4",
-        )
-        .bind(&run.id)
-        .bind(b.progress)
-        .bind(&message)
-        .bind(attempt)
-        .execute(&state.pool)
-        .await?;
-        if done.rows_affected() == 0 {
+        if !store::run_updates::record_progress(&state.pool, &run.id, attempt, b.progress, message.as_deref()).await? {
             return Err(ApiError::conflict("the run is no longer running on this attempt"));
         }
         Ok(Json(ProgressResponse { run_id: run.id, progress: b.progress, message }))

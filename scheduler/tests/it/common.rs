@@ -147,7 +147,7 @@ impl Env {
             job_id: self.job_id.clone(),
             job_version: 1,
             job_version_id: self.version_id.clone(),
-            status,
+            status: status.parse().expect("a run status"),
             triggered_by: "test".into(),
             execution_mode: "sync".into(),
             metadata: serde_json::json!({}),

@@ -10,7 +10,8 @@ use sqlx::types::Json;
 use sqlx::{PgConnection, PgPool};
 
 use super::runs::{self, NewRun, Run, RUN_COLUMNS};
-use crate::domain::JobSpec;
+use super::transitions::Changed;
+use crate::domain::{JobSpec, RunStatus};
 
 /// Statuses in which a dependency can never complete any more.
 pub const DEPENDENCY_FAILED_STATUSES: [&str; 4] = ["failed", "cancelled", "timed_out", "expired"];
@@ -229,8 +230,8 @@ pub async fn apply_resolutions(
     .fetch_all(conn)
     .await?;
     for r in &rows {
-        if r.status != "pending" {
-            crate::telemetry::transition(Some("pending"), &r.status);
+        if r.status != RunStatus::Pending {
+            crate::telemetry::transition(Some("pending"), r.status.as_str());
         }
     }
     Ok(rows)
@@ -238,12 +239,12 @@ pub async fn apply_resolutions(
 
 /// Marks `expired` up to `limit` runs that have not started and whose
 /// expires_at is at or before `now`. Returns them (to drop their entries).
-pub async fn expire_due(pool: &PgPool, now: DateTime<Utc>, limit: i64) -> Result<Vec<(Run, String)>, sqlx::Error> {
+pub async fn expire_due(pool: &PgPool, now: DateTime<Utc>, limit: i64) -> Result<Vec<Changed>, sqlx::Error> {
     #[derive(sqlx::FromRow)]
     struct Row {
         #[sqlx(flatten)]
         run: Run,
-        from_status: String,
+        from_status: RunStatus,
     }
     let rows: Vec<Row> = sqlx::query_as(&format!(
         "WITH old AS (
@@ -268,9 +269,9 @@ pub async fn expire_due(pool: &PgPool, now: DateTime<Utc>, limit: i64) -> Result
     .fetch_all(pool)
     .await?;
     for r in &rows {
-        crate::telemetry::transition(Some(&r.from_status), "expired");
+        crate::telemetry::transition(Some(r.from_status.as_str()), "expired");
     }
-    Ok(rows.into_iter().map(|r| (r.run, r.from_status)).collect())
+    Ok(rows.into_iter().map(|r| Changed { run: r.run, from: r.from_status }).collect())
 }
 
 /// The earliest expires_at of the runs [`expire_due`] watches (not started,

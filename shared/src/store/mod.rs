@@ -22,13 +22,19 @@ pub mod members;
 pub mod policies;
 pub mod projects;
 pub mod roles;
+pub mod run_updates;
 pub mod runs;
 pub mod secrets;
 pub mod settle;
 pub mod stats;
+pub mod transitions;
+
+#[cfg(test)]
+mod writes_stay_here;
 
 pub use jobs::JobRecord;
 pub use runs::{NewRun, Outcome, Run};
+pub use transitions::Changed;
 
 /// Whose rows a read may return.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -16,7 +16,8 @@ pub struct Run {
     pub job_id: String,
     pub job_version: i32,
     pub job_version_id: String,
-    pub status: String,
+    /// Read as [`RunStatus`]: a value this build does not know fails the read.
+    pub status: RunStatus,
     pub attempt: i32,
     pub priority: i32,
     pub triggered_by: String,
@@ -66,10 +67,6 @@ pub struct Run {
 }
 
 impl Run {
-    pub fn status(&self) -> RunStatus {
-        self.status.parse().unwrap_or(RunStatus::Failed)
-    }
-
     /// The run's queue entry (stable for the run's whole life).
     pub fn entry(&self) -> Entry {
         Entry::new(&self.id, &self.job_id, self.priority, self.created_at, self.concurrency_key.as_deref())
@@ -92,7 +89,7 @@ pub struct NewRun {
     pub job_id: String,
     pub job_version: i32,
     pub job_version_id: String,
-    pub status: &'static str,
+    pub status: RunStatus,
     pub priority: i32,
     pub triggered_by: String,
     pub created_by: Option<String>,
@@ -183,7 +180,7 @@ pub async fn insert_in(conn: &mut sqlx::PgConnection, r: &NewRun) -> Result<(Run
         .fetch_optional(&mut *conn)
         .await?;
     if let Some(run) = inserted {
-        crate::telemetry::transition(None, r.status);
+        crate::telemetry::transition(None, r.status.as_str());
         return Ok((run, true));
     }
     // Only the unique keys a caller chose can conflict (ids are fresh):
@@ -271,7 +268,7 @@ pub async fn insert_many(pool: &PgPool, runs: &[NewRun]) -> Result<Vec<(Run, boo
     let mut out = Vec::with_capacity(n);
     for r in runs {
         if inserted.contains(&r.id) {
-            crate::telemetry::transition(None, r.status);
+            crate::telemetry::transition(None, r.status.as_str());
             out.push((Run::from_new(r.clone(), created_at), true));
         } else {
             out.push(insert(pool, r).await?);
@@ -290,7 +287,7 @@ impl Run {
             job_id: r.job_id,
             job_version: r.job_version,
             job_version_id: r.job_version_id,
-            status: r.status.to_string(),
+            status: r.status,
             attempt: 0,
             priority: r.priority,
             triggered_by: r.triggered_by,
@@ -344,7 +341,7 @@ pub async fn get(pool: &PgPool, id: &str) -> Result<Option<Run>, sqlx::Error> {
 /// [`load_for_dispatch`]); `None` when the run is not queued. Workers do not
 /// call this; tests use it to put a run where a dispatch would.
 pub async fn claim(pool: &PgPool, run_id: &str) -> Result<Option<Run>, sqlx::Error> {
-    let Some(run) = get(pool, run_id).await?.filter(|r| r.status == "queued") else { return Ok(None) };
+    let Some(run) = get(pool, run_id).await?.filter(|r| r.status == RunStatus::Queued) else { return Ok(None) };
     if !mark_running_for_attempt(pool, run_id, run.attempt + 1).await? {
         return Ok(None);
     }
@@ -536,7 +533,7 @@ impl Run {
     /// The run as its next dispatch holds it: running, on the next attempt,
     /// under the next dispatch token. Only in memory; see [`load_for_dispatch`].
     pub fn taken_for_dispatch(mut self, now: DateTime<Utc>) -> Run {
-        self.status = RunStatus::Running.as_str().to_string();
+        self.status = RunStatus::Running;
         self.attempt += 1;
         self.dispatch_token += 1;
         self.started_at = Some(now);
@@ -677,28 +674,6 @@ pub async fn requeue_lost(pool: &PgPool, run_id: &str) -> Result<Option<Run>, sq
         crate::telemetry::transition(Some("running"), "queued");
     }
     Ok(run)
-}
-
-/// Cancels a run that has not finished. Returns the run after the change,
-/// or `None` when it does not exist; a finished run comes back unchanged.
-pub async fn cancel(pool: &PgPool, run_id: &str, reason: &str) -> Result<Option<(Run, bool)>, sqlx::Error> {
-    let sql = "WITH old AS (
-            SELECT id, status FROM job_runs WHERE id = $1 FOR UPDATE
-        ), u AS (
-            UPDATE job_runs r SET status = 'cancelled', finished_at = now(), error = $2, next_retry_at = NULL
-            FROM old WHERE r.id = old.id AND old.status IN ('pending', 'queued', 'running', 'retrying')
-            RETURNING r.id, old.status AS from_status, r.attempt
-        ), ev AS (
-            INSERT INTO job_run_events (run_id, from_status, to_status, attempt, reason)
-            SELECT id, from_status, 'cancelled', attempt, $2 FROM u
-        )
-        SELECT (SELECT from_status FROM u) AS from_status";
-    let from: Option<Option<String>> = sqlx::query_scalar(sql).bind(run_id).bind(reason).fetch_optional(pool).await?;
-    let changed_from = from.flatten();
-    if let Some(f) = &changed_from {
-        crate::telemetry::transition(Some(f), "cancelled");
-    }
-    Ok(get(pool, run_id).await?.map(|r| (r, changed_from.is_some())))
 }
 
 /// Runs that should have an entry somewhere in Redis, in id order from
