@@ -9,7 +9,7 @@
 //! - [`outbound`]: HTTP calls to users' endpoints: the client, request signing, the terminal webhook.
 //! - [`run_token`]: the run JWT the worker mints and the api's SDK endpoints accept.
 //! - [`secrets`]: encryption of job secrets at rest (`SECRETS_KEY`).
-//! - [`telemetry`]: tracing setup and the Prometheus metrics of SPEC §4.8.
+//! - [`telemetry`]: tracing setup and the Prometheus metrics (docs/contract.md, "Metrics").
 //! - [`shutdown`]: the shutdown signal passed down to every task.
 
 pub mod config;
