@@ -1,4 +1,4 @@
-//! All the SQL of the three processes, one module per aggregate:
+//! The SQL of the three processes, one module per aggregate:
 //!
 //! - a run's life: [`runs`] (insert, dispatch reads, outcomes, lease
 //!   recovery), [`transitions`] (cancel and restart, the moves people ask
@@ -14,16 +14,17 @@
 //!   statement.
 //!
 //! Each function is one round trip (or one transaction). A run's history
-//! never disagrees with the run, because it is written or derived in the
-//! same statement as the status: the view `job_run_transitions` (migration
-//! 0008) reads a `queued` run's creation from its row, and each attempt's
+//! never disagrees with the run: part of it is read from the rows
+//! themselves, the rest is written by the statement that moves the status.
+//! The view `job_run_transitions` (migration 0008) reads the creation of a
+//! run created `queued` from its row, and each attempt's
 //! `queued -> running` and `running -> outcome` from its attempt row, which
 //! the outcome's statement writes ([`runs::finish_many`]). Every other move
 //! (creation as `pending`, an early `running` mark, retry due, cancel,
 //! restart, expiry, a dependency's verdict, lease loss, an async
 //! acceptance) writes its `job_run_events` row in the statement that
-//! changes the status. No code outside this module writes these tables
-//! (the test in `writes_stay_here.rs` fails otherwise).
+//! changes the status. No code outside this module writes a run's row or
+//! its history (the test in `writes_stay_here.rs` fails otherwise).
 //!
 //! Reads of a project's resources by id take a [`Tenant`]: the filter on
 //! the project is part of the query, so a caller confined to one project
