@@ -2,7 +2,7 @@
 //! profile (id, email, name) of people named by internal-secret headers or OIDC
 //! claims, upserted off the request path: a spawned task writes it when the
 //! profile differs from the last one this process wrote, or that was more than
-//! [`REFRESH`] ago.
+//! `REFRESH` ago.
 
 use std::collections::HashMap;
 use std::sync::Mutex;

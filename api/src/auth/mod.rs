@@ -2,7 +2,7 @@
 //! project, and whether the operation is allowed.
 //!
 //! Four credential kinds (docs/contract.md, "Access control"); each resolves to a [`Principal`] in
-//! [`authenticate`], the checker of the one bearerAuth scheme:
+//! `authenticate`, the checker of the one bearerAuth scheme:
 //!
 //! | bearer | kind | confined to | allowed by |
 //! |---|---|---|---|
