@@ -1,8 +1,8 @@
 -- hit_client_rate: count one API request of a client address against its
--- per-minute buckets (SPEC §8: global, job trigger, bulk trigger), all or
--- nothing: when any bucket is full, nothing is counted and the request is
--- refused. Fixed windows: a bucket's window starts with its first request
--- and lasts ARGV[1] ms (the counter's TTL).
+-- per-minute buckets (global, job trigger, bulk trigger; see docs/contract.md,
+-- "Limits"), all or nothing: when any bucket is full, nothing is counted and
+-- the request is refused. Fixed windows: a bucket's window starts with its
+-- first request and lasts ARGV[1] ms (the counter's TTL).
 --
 -- KEYS[i] a bucket counter of one client (all share the client's hash tag)
 -- ARGV[1] window length in ms

@@ -1,7 +1,8 @@
-//! The request body limit (SPEC §8: 1 MB). A declared Content-Length over
-//! the limit is refused before reading; a chunked body is read up to the
-//! limit and refused past it. Requests without a body pass untouched (poem's
-//! own SizeLimit would demand a Content-Length even on a GET).
+//! The request body limit (`Config::max_body_bytes`, 1 MiB; docs/contract.md,
+//! "Limits"). A declared Content-Length over the limit is refused before
+//! reading; a chunked body is read up to the limit and refused past it.
+//! Requests without a body pass untouched (poem's own SizeLimit would demand a
+//! Content-Length even on a GET).
 
 use poem::http::StatusCode;
 use poem::{Body, Endpoint, Request};

@@ -1,15 +1,22 @@
 //! The Switchyard HTTP API.
 //!
 //! - [`routes`]: one OpenAPI struct per resource (platform, projects, job
-//!   groups, jobs, runs).
+//!   groups, jobs, runs, bulk operations, run records, access control, the
+//!   SDK, stats) and the helpers they share.
 //! - [`auth`]: credentials to a [`auth::Principal`], scopes, roles, policies.
+//! - [`intake`]: group-committed triggers; [`job_cache`]: jobs as triggers
+//!   read them, kept for a second.
 //! - [`audit`]: the audit trail of mutations.
-//! - [`rate_limit`]: per-client request limits, shared through Redis.
+//! - [`rate_limit`]: per-client request limits, shared through Redis;
+//!   [`body_limit`]: the request body limit.
 //! - [`error`]: the one error type, rendered as problem+json.
 //! - [`problem`]: turns every other error response into problem+json.
 //! - [`pagination`]: limit and cursor.
+//! - [`openapi31`]: the served document as OpenAPI 3.1.
 //! - [`state`]: what handlers share.
 //! - [`views`]: response objects several route files return.
+//!
+//! The rules the API promises its clients are in docs/contract.md.
 
 pub mod audit;
 pub mod auth;

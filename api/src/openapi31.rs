@@ -1,8 +1,9 @@
-//! poem-openapi writes OpenAPI 3.0; SPEC §9 requires 3.1.0. The two differ,
-//! for the schemas we emit, only in how a nullable value is said: 3.0's
-//! `nullable: true` becomes a `"null"` member of `type` (or an `anyOf` with
-//! `{"type": "null"}` around a reference). This rewrite is applied to the
-//! generated document before it is served or committed.
+//! poem-openapi writes OpenAPI 3.0; the document Switchyard serves and
+//! commits is OpenAPI 3.1.0. The two differ, for the schemas we emit, only
+//! in how a nullable value is said: 3.0's `nullable: true` becomes a
+//! `"null"` member of `type` (or an `anyOf` with `{"type": "null"}` around a
+//! reference). This rewrite is applied to the generated document before it
+//! is served or committed.
 
 use serde_json::{json, Map, Value};
 

@@ -1,6 +1,6 @@
-//! Keyset pagination (SPEC §8): `limit` (default 50, at most 100) and an
-//! opaque `cursor`, which is the id of the last item returned. Ids are
-//! time-ordered, so "older than the cursor" is `id < cursor`.
+//! Keyset pagination (docs/contract.md, "Limits"): `limit` (default 50, at most
+//! 100) and an opaque `cursor`, which is the id of the last item returned. Ids
+//! are time-ordered, so "older than the cursor" is `id < cursor`.
 
 use poem_openapi::types::{ParseFromJSON, ToJSON, Type};
 use poem_openapi::Object;

@@ -1,9 +1,9 @@
-//! Per-client-address rate limits (SPEC §8), shared by every api process
-//! through Redis (`lua/hit_client_rate.lua`): RATE_LIMIT_GLOBAL_PER_MIN for
-//! every request, plus RATE_LIMIT_TRIGGER_PER_MIN on job triggers and
-//! RATE_LIMIT_BULK_PER_MIN on bulk triggers; 0 disables a limit. A refused
-//! request is 429 problem+json with `Retry-After` (seconds until the
-//! client's window ends).
+//! Per-client-address rate limits (docs/contract.md, "Limits"), shared by every
+//! api process through Redis (`lua/hit_client_rate.lua`):
+//! RATE_LIMIT_GLOBAL_PER_MIN for every request, plus RATE_LIMIT_TRIGGER_PER_MIN
+//! on job triggers and RATE_LIMIT_BULK_PER_MIN on bulk triggers; 0 disables a
+//! limit. A refused request is 429 problem+json with `Retry-After` (seconds
+//! until the client's window ends).
 //!
 //! The client is the connection's peer address (no proxy header is
 //! trusted). /health, /health/ready and /metrics are not limited, so probes

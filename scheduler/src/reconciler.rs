@@ -1,9 +1,10 @@
 //! The reconciler: rebuilds Redis from Postgres.
 //!
-//! Redis holds no truth (DECISIONS §5). When it loses data (a flush, a
-//! restart without persistence, a failover) or a process dies between its
-//! Postgres write and its Redis write, the reconciler puts back what is
-//! missing. A sweep:
+//! Redis holds no truth: Postgres records every run, Redis only its queue
+//! entries, leases and limits, so Redis may be lost. When it loses data (a
+//! flush, a restart without persistence, a failover) or a process dies
+//! between its Postgres write and its Redis write, the reconciler puts back
+//! what is missing. A sweep:
 //!
 //! 1. pushes every live job's limits (`limits` hash) first, so no run of a
 //!    paused or capped job is dispatched before its limits are back;

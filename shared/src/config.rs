@@ -1,7 +1,7 @@
-//! Configuration, loaded once from the environment (DECISIONS §1) and
-//! validated at start: a bad value stops the process with a message naming
-//! the variable. Tests build [`Config`] directly instead of touching the
-//! process environment.
+//! Configuration, loaded once from the environment (every variable is in
+//! README.md, "Configuration") and validated at start: a bad value stops the
+//! process with a message naming the variable. Tests build [`Config`]
+//! directly instead of touching the process environment.
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -43,14 +43,16 @@ pub struct Config {
     pub redis_key_prefix: String,
     /// Where the API listens.
     pub api_addr: SocketAddr,
-    /// The internal shared secret (SPEC §5); `None` disables that credential.
+    /// The internal shared secret: full access to every operation (see
+    /// docs/contract.md, "Access control"); `None` disables that credential.
     pub internal_secret: Option<Secret>,
     /// HS256 key of run tokens.
     pub jwt_signing_key: Option<Secret>,
     pub oidc_issuer: Option<String>,
     pub oidc_audience: Option<String>,
     pub oidc_public_key: Option<String>,
-    /// Per client IP, per minute; 0 disables (SPEC §8).
+    /// Requests per client address and minute; 0 disables (see
+    /// docs/contract.md, "Limits").
     pub rate_limit_global_per_min: u32,
     pub rate_limit_trigger_per_min: u32,
     pub rate_limit_bulk_per_min: u32,
@@ -76,7 +78,8 @@ pub struct Config {
 }
 
 impl Config {
-    /// The defaults of DECISIONS §1, for tests and `switchyard dev`.
+    /// The defaults of README.md's "Configuration" table, for tests and
+    /// `switchyard dev`.
     pub fn defaults() -> Config {
         Config {
             database_url: "postgres://postgres@127.0.0.1:5432/switchyard".into(),

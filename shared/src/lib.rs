@@ -1,15 +1,17 @@
 //! Everything the Switchyard processes share.
 //!
 //! - [`config`]: the typed settings every binary loads once from the environment.
-//! - [`domain`]: run statuses, job definitions, retry policy, what a result may hold: pure types and rules.
+//! - [`domain`]: pure types and rules: run statuses, job definitions, trigger validation and its
+//!   field errors, retry policy, cron schedules, payload schemas, what a result and an error class may hold.
 //! - [`ids`]: prefixed, time-ordered identifiers.
 //! - [`db`]: the Postgres pool, database creation and the migrator.
-//! - [`store`]: the SQL that reads and writes runs and jobs, shared by api, worker and scheduler.
+//! - [`store`]: the SQL of api, worker and scheduler, one module per aggregate; the one home of
+//!   every change of a run's status.
 //! - [`queue`]: the Redis side of a run's life (keys, Lua scripts, wake-ups).
 //! - [`outbound`]: HTTP calls to users' endpoints: the client, request signing, the terminal webhook.
 //! - [`run_token`]: the run JWT the worker mints and the api's SDK endpoints accept.
 //! - [`secrets`]: encryption of job secrets at rest (`SECRETS_KEY`).
-//! - [`telemetry`]: tracing setup and the Prometheus metrics of SPEC §4.8.
+//! - [`telemetry`]: tracing setup and the Prometheus metrics (docs/contract.md, "Metrics").
 //! - [`shutdown`]: the shutdown signal passed down to every task.
 
 pub mod config;

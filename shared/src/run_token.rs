@@ -1,8 +1,9 @@
-//! The run token (SPEC §5): an HS256 JWT the worker hands to the target in
-//! `X-Svc-Run-Token`, with which it calls the api's SDK endpoints for this run.
+//! The run token (docs/contract.md, "Run tokens"): an HS256 JWT the worker
+//! hands to the target in `X-Svc-Run-Token`, with which it calls the api's
+//! SDK endpoints for this run.
 //!
-//! It lives as long as the attempt may run plus five minutes (DECISIONS §6),
-//! so a target that finishes at its deadline can still report over the SDK.
+//! It lives as long as the attempt may run plus five minutes, so a target
+//! that finishes at its deadline can still report over the SDK.
 
 use std::time::Duration;
 

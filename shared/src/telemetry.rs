@@ -1,4 +1,5 @@
-//! Tracing and the Prometheus metrics of SPEC §4.8.
+//! Tracing and the Prometheus metrics every process exposes (the list is
+//! [`METRICS`]; docs/contract.md, "Metrics").
 //!
 //! One recorder per process (installed on first use); every metric is
 //! described at start so `/metrics` lists it even before it is used.
@@ -19,7 +20,7 @@ pub const BULK_ITEMS_PROCESSED: &str = "svc_bulk_items_processed_total";
 pub const BULK_CHILD_CANCELLATIONS: &str = "svc_bulk_child_cancellations_total";
 pub const WEBHOOK_RETRY_ATTEMPTS: &str = "svc_webhook_retry_attempts_total";
 
-/// (name, type, labels, help) of every metric of SPEC §4.8.
+/// (name, type, labels, help) of every metric `/metrics` shows.
 pub const METRICS: [(&str, &str, &[&str], &str); 10] = [
     (RUN_TRANSITIONS, "counter", &["from_status", "to_status"], "Run status transitions."),
     (DISPATCH_DURATION, "histogram", &["job_id", "outcome"], "Time from sending a dispatch to its outcome."),
@@ -69,7 +70,7 @@ pub fn metrics_handle() -> &'static PrometheusHandle {
     })
 }
 
-/// The Prometheus text exposition, with every metric of SPEC §4.8 present:
+/// The Prometheus text exposition, with every metric of [`METRICS`] present:
 /// one not yet observed is listed with its HELP and TYPE (and zero samples
 /// where it has no labels).
 pub fn render_metrics() -> String {

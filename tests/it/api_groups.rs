@@ -1,4 +1,5 @@
-//! Job groups: every row of SPEC §4.4.
+//! Job groups: every operation under /v1/job-groups (create, list, get,
+//! update, delete, pause-all, resume-all, the group's jobs and stats).
 
 use serde_json::json;
 

@@ -1,5 +1,6 @@
 //! Bulk operations, replay, restart and cancellation with children
-//! (SPEC §4.3, §8; DECISIONS §6).
+//! (README.md, "Run records, bulk operations, environments and secrets";
+//! the sizes: docs/contract.md, "Limits").
 
 use std::time::Duration;
 

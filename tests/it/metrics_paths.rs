@@ -1,7 +1,7 @@
-//! The worker's metrics of SPEC §4.8 move on the real dispatch path, as a
-//! scrape of the api's /metrics shows in a `switchyard dev`-like process
-//! (api and worker in one process, one recorder). Other tests share that
-//! recorder, so the checks are on increases and on this test's own job.
+//! The worker's metrics (docs/contract.md, "Metrics") move on the real dispatch
+//! path, as a scrape of the api's /metrics shows in a `switchyard dev`-like
+//! process (api and worker in one process, one recorder). Other tests share
+//! that recorder, so the checks are on increases and on this test's own job.
 
 use std::time::Duration;
 

@@ -1,5 +1,6 @@
 //! Run records: written over the SDK with the run token, read under /v1
-//! (SPEC §4.3, DECISIONS §2, §6); metadata, debug mode, the debug bundle.
+//! (README.md, "Run records, bulk operations, environments and secrets");
+//! metadata, debug mode, the debug bundle.
 
 use std::time::Duration;
 

@@ -1,5 +1,5 @@
-//! Environments and job secrets (DECISIONS §2): secrets are write-only,
-//! encrypted at rest, and reach the target only in the dispatch body.
+//! Environments and job secrets: secrets are write-only, encrypted at rest, and
+//! reach the target only in the dispatch body.
 
 use std::time::Duration;
 

@@ -307,7 +307,8 @@ fn open_secrets(
     Ok(Some(out))
 }
 
-/// Starts the terminal webhook of SPEC §6.1 when the job has one.
+/// Starts the terminal webhook (docs/contract.md, "Terminal webhook") when
+/// the job has one.
 fn notify(w: &Inner, spec: &JobSpec, run: &Run, outcome: Outcome) {
     if let Some(d) = webhook::terminal_delivery(spec, run, &outcome, Utc::now()) {
         w.spawn_webhook(d);
@@ -335,9 +336,9 @@ fn no_retry() -> RetryPolicy {
     }
 }
 
-/// The dispatch body of DECISIONS §4: `checkpoint` is the data of the
-/// run's latest checkpoint (saved by any earlier attempt) or null. Extension:
-/// `secrets`, {name: value}, only when the job has secrets.
+/// The dispatch body (docs/contract.md, "Dispatch protocol"): `checkpoint`
+/// is the data of the run's latest checkpoint (saved by any earlier attempt)
+/// or null; `secrets`, {name: value}, only when the job has secrets.
 pub fn request_body(
     run: &Run,
     checkpoint: Option<&Value>,

@@ -1,6 +1,6 @@
-//! One dispatch attempt over HTTP (DECISIONS §4): the POST to the job's
-//! endpoint, the fallback endpoint when the first cannot be reached, the
-//! phase timings, and the [`Verdict`] the answer amounts to.
+//! One dispatch attempt over HTTP (docs/contract.md, "Dispatch protocol"): the
+//! POST to the job's endpoint, the fallback endpoint when the first cannot be
+//! reached, the phase timings, and the [`Verdict`] the answer amounts to.
 
 use std::sync::Arc;
 use std::time::Duration;

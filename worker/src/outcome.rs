@@ -1,6 +1,6 @@
-//! What one dispatch attempt means for the run (DECISIONS §4). Pure: the
-//! HTTP side ([`crate::dispatch`]) says what happened, this module says what
-//! the run becomes.
+//! What one dispatch attempt means for the run (docs/contract.md, "Dispatch
+//! protocol"). Pure: the HTTP side ([`crate::dispatch`]) says what happened,
+//! this module says what the run becomes.
 //!
 //! ```text
 //!  2xx ─────────────────────────────► completed (result = body)

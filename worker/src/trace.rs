@@ -1,5 +1,5 @@
-//! A run's `execution_trace` (SPEC §2.6): where the time of one attempt went,
-//! in whole milliseconds.
+//! A run's `execution_trace` (shown on the run): where the time of one attempt
+//! went, in whole milliseconds.
 //!
 //! ```text
 //! created_at (or due) ── queue_wait ──► claim ──► send ── ttfb ──► headers ── transfer ──► body

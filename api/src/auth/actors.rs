@@ -1,7 +1,8 @@
-//! Known actors (SPEC §2.7, §5.4): the profile (id, email, name) of people
-//! named by internal-secret headers or OIDC claims, upserted off the request
-//! path: a spawned task writes it when the profile differs from the last one
-//! this process wrote, or that was more than [`REFRESH`] ago.
+//! Known actors (docs/contract.md, "Access control", actor identity): the
+//! profile (id, email, name) of people named by internal-secret headers or OIDC
+//! claims, upserted off the request path: a spawned task writes it when the
+//! profile differs from the last one this process wrote, or that was more than
+//! `REFRESH` ago.
 
 use std::collections::HashMap;
 use std::sync::Mutex;

@@ -1,6 +1,6 @@
 //! Short-lived in-memory caches of what authorisation reads on every
-//! request: API keys by hash, a user's role in a project (SPEC §5.5: 30
-//! seconds), and a project's resource policies.
+//! request: API keys by hash (60 seconds), a user's role in a project (30
+//! seconds), and a project's resource policies (30 seconds).
 //!
 //! Invalidation across api processes: every change to a key, role, member
 //! or policy writes a fresh random value to one Redis key

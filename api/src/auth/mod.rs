@@ -1,8 +1,8 @@
 //! Authentication and authorisation: who is calling, on behalf of which
 //! project, and whether the operation is allowed.
 //!
-//! SPEC §5 names four credential kinds; each resolves to a [`Principal`] in
-//! [`authenticate`], the checker of the one bearerAuth scheme:
+//! Four credential kinds (docs/contract.md, "Access control"); each resolves to a [`Principal`] in
+//! `authenticate`, the checker of the one bearerAuth scheme:
 //!
 //! | bearer | kind | confined to | allowed by |
 //! |---|---|---|---|
@@ -12,7 +12,7 @@
 //! | any other JWT (OIDC on) | `Oidc` | the `project_id` claim, else X-Project-Id | the member's role in that project |
 //!
 //! The same checker then looks up the operation the router matched in
-//! [`scopes::OPERATIONS`] and applies its requirement (SPEC §5.5), so a
+//! [`scopes::OPERATIONS`] and applies its requirement (`authorize`), so a
 //! handler only ever sees an allowed principal. `scopes: None` means
 //! unrestricted (the internal secret); every other kind carries `Some` and
 //! is confined to its project by `routes::project_of` and `routes::visible`.
@@ -178,7 +178,7 @@ async fn resolve(state: &AppState, req: &Request, token: &str) -> poem::Result<P
         if bool::from(token.as_bytes().ct_eq(secret.expose().as_bytes())) {
             return Ok(internal_principal(state, req));
         }
-        // SPEC §5: an OIDC token may travel with the internal secret (a
+        // An OIDC token may travel with the internal secret (a
         // gateway in front): full access, the actor taken from the token.
         let header_ok = req
             .header("x-internal-secret")
@@ -217,7 +217,8 @@ async fn resolve(state: &AppState, req: &Request, token: &str) -> poem::Result<P
     Err(unauthorized("invalid credentials"))
 }
 
-/// SPEC §5.4: only the internal secret trusts the actor headers.
+/// Only the internal secret trusts the actor headers: an API key or a
+/// token names its own actor, and cannot act as someone else.
 fn internal_principal(state: &AppState, req: &Request) -> Principal {
     let actor_id = header(req, "x-actor-id");
     let mut p = Principal::new(
@@ -299,7 +300,9 @@ async fn oidc_principal(state: &AppState, req: &Request, claims: oidc::OidcClaim
     Ok(p)
 }
 
-/// Applies the operation's requirement (SPEC §5.5).
+/// Applies the operation's requirement: the internal secret passes, a key
+/// needs the scope among its scopes, a user among its role's permissions,
+/// a run token the operation to be on its own run; anything else is refused.
 fn authorize(p: &mut Principal, op: Option<Operation>, req: &Request) -> poem::Result<()> {
     let internal = p.kind == CredentialKind::InternalSecret;
     let Some(op) = op else {

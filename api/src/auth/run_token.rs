@@ -1,7 +1,7 @@
-//! Run tokens (SPEC §5): HS256 JWTs the worker mints per dispatch
-//! (`switchyard_shared::run_token`), subject = run id, signed with
-//! JWT_SIGNING_KEY. Accepted only by the SDK operations under /sdk/v1, and
-//! only for the run they name.
+//! Run tokens (docs/contract.md, "Run tokens"): HS256 JWTs the worker mints per
+//! dispatch (`switchyard_shared::run_token`), subject = run id, signed with
+//! JWT_SIGNING_KEY. Accepted only by the SDK operations under /sdk/v1, and only
+//! for the run they name.
 
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde::Deserialize;

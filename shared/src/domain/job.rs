@@ -1,4 +1,5 @@
-//! A job's definition (SPEC §2.4), stored as one JSON document per version.
+//! A job's definition (the fields of `POST /v1/jobs`), stored as one JSON
+//! document per version.
 
 use std::collections::BTreeMap;
 use std::str::FromStr;

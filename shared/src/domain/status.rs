@@ -1,4 +1,5 @@
-//! Run statuses and the moves between them (DECISIONS §3).
+//! Run statuses and the moves between them (what each status means:
+//! docs/contract.md, "Run statuses").
 //!
 //! ```text
 //!  pending ──► queued ──► running ──► completed

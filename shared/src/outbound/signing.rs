@@ -1,4 +1,5 @@
-//! HMAC signatures of outbound requests (SPEC §6.1, DECISIONS §4).
+//! HMAC signatures of outbound requests: dispatches and terminal webhooks
+//! of a job with a `webhook_secret` (docs/contract.md, "Signatures").
 //!
 //! The signed string is `<unix_timestamp>.<raw body>`, keyed with the job's
 //! `webhook_secret`, written as `sha256=<lowercase hex>`. The timestamp is part

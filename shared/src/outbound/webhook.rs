@@ -1,8 +1,9 @@
-//! The terminal-state webhook of a job run (SPEC §6.1).
+//! The terminal-state webhook of a job run (docs/contract.md, "Terminal
+//! webhook").
 //!
 //! Sent once the terminal outcome is committed, to the job's `webhook_url`:
 //! up to three attempts (now, +1 s, +5 s); a 4xx ends it at once. Retries
-//! live in memory only, as the spec says: a process that dies drops them, and
+//! live in memory only, by design: a process that dies drops them, and
 //! nothing records a delivery that ran out of attempts.
 
 use std::time::Duration;

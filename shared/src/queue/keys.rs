@@ -1,6 +1,10 @@
-//! Every Redis key Switchyard uses, in one place. Shape:
-//! `<prefix>:{main}:<name>`. All keys share the `{main}` hash tag so every
-//! script's keys live in one slot on Redis Cluster.
+//! Every Redis key Switchyard uses, in one place. The queue's keys are
+//! `<prefix>:{main}:<name>`: sharing the `{main}` hash tag puts every queue
+//! script's keys in one slot on Redis Cluster. The other keys stay out of
+//! that slot, since no script mixes them with the queue's: a client's rate
+//! counters (tag `{rl:<address>}`, so one script checks all buckets of a
+//! client), the auth cache version (`{auth}`) and the maintenance locks
+//! (`<prefix>:lock:<name>`).
 
 #[derive(Clone, Debug)]
 pub struct Keys {

@@ -1,7 +1,10 @@
 //! The SQL of flow control: creating a run with payload dedup and
 //! dependencies, resolving dependencies, expiring runs that did not start
 //! in time, holding runs for an execution window, and the cron loop's reads.
-//! Every status change writes its event row in the same statement.
+//! Every status change here (a dependency's verdict, expiry) writes its
+//! `job_run_events` row in the same statement; a run created `queued` has
+//! no creation row: its history reads that from the run itself (see
+//! [`store`](super)).
 
 use std::collections::HashMap;
 

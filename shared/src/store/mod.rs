@@ -1,10 +1,30 @@
-//! All the SQL of the three processes, one module per aggregate: a run's
-//! life ([`runs`], [`settle`], [`flow`]), job definitions ([`jobs`]), and
-//! the resources the api manages ([`projects`], [`job_groups`],
-//! [`environments`], [`secrets`], [`api_keys`], [`roles`], [`members`],
-//! [`policies`], [`audit`], [`actors`]). Each function is one round trip
-//! (or one transaction); every status change of a run writes its event row
-//! in the same statement, so the history never disagrees with the run.
+//! The SQL of the three processes, one module per aggregate:
+//!
+//! - a run's life: [`runs`] (insert, dispatch reads, outcomes, lease
+//!   recovery), [`transitions`] (cancel and restart, the moves people ask
+//!   for), [`settle`] (endings over the SDK and of silent async runs),
+//!   [`flow`] (dedup, dependencies, expiry, execution windows, cron reads),
+//!   [`run_updates`] (writes that leave status and attempt alone), [`stats`]
+//!   (queue counts for operators);
+//! - job definitions: [`jobs`], [`job_groups`];
+//! - the resources the api manages: [`projects`], [`environments`],
+//!   [`secrets`], [`api_keys`], [`roles`], [`members`], [`policies`],
+//!   [`audit`], [`actors`];
+//! - [`group`]: the group commit that batches many callers' writes into one
+//!   statement.
+//!
+//! Each function is one round trip (or one transaction). A run's history
+//! never disagrees with the run: part of it is read from the rows
+//! themselves, the rest is written by the statement that moves the status.
+//! The view `job_run_transitions` (migration 0008) reads the creation of a
+//! run created `queued` from its row, and each attempt's
+//! `queued -> running` and `running -> outcome` from its attempt row, which
+//! the outcome's statement writes ([`runs::finish_many`]). Every other move
+//! (creation as `pending`, an early `running` mark, retry due, cancel,
+//! restart, expiry, a dependency's verdict, lease loss, an async
+//! acceptance) writes its `job_run_events` row in the statement that
+//! changes the status. No code outside this module writes a run's row or
+//! its history (the test in `writes_stay_here.rs` fails otherwise).
 //!
 //! Reads of a project's resources by id take a [`Tenant`]: the filter on
 //! the project is part of the query, so a caller confined to one project

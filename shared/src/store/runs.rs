@@ -8,7 +8,8 @@ use sqlx::PgPool;
 use crate::domain::RunStatus;
 use crate::queue::Entry;
 
-/// A job run row (SPEC §2.6).
+/// A job run row (the fields `GET /v1/runs/{id}` shows, and the
+/// bookkeeping behind them).
 #[derive(Clone, Debug, sqlx::FromRow)]
 pub struct Run {
     pub id: String,
@@ -128,7 +129,7 @@ pub async fn insert(pool: &PgPool, r: &NewRun) -> Result<(Run, bool), sqlx::Erro
 }
 
 /// [`insert`] on a given connection, so that it can be part of a
-/// transaction (payload dedup and dependencies, see `store::triggers`).
+/// transaction (payload dedup and dependencies, see [`flow::create`](super::flow::create)).
 pub async fn insert_in(conn: &mut sqlx::PgConnection, r: &NewRun) -> Result<(Run, bool), sqlx::Error> {
     let sql = format!(
         "WITH ins AS (

@@ -2,11 +2,12 @@
 //! (by id, with their descendants, or all of a deleted job's) and
 //! restarting a finished run. The processes' own moves live beside the
 //! rows they read: outcomes in [`runs::finish_many`] and [`settle`],
-//! dispatch marks and lease recovery in [`runs`], expiry and dependency
-//! releases in [`flow`].
+//! dispatch marks, retries falling due, expiry at claim and lease recovery
+//! in [`runs`], expiry and dependency releases in [`flow`].
 //!
-//! Every function here writes the new status, its `job_run_events` row and
-//! nothing else in one statement, returns each run it moved with the
+//! Every function here writes the new status and its `job_run_events` row
+//! in one statement (a restart also deletes the checkpoints, state and
+//! outputs of the run's earlier life), returns each run it moved with the
 //! status it left ([`Changed`]), and counts the move in
 //! `svc_run_transitions_total` under that status. Queue entries are the
 //! caller's to move once the rows are committed ([`drop_entries`] for

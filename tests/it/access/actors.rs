@@ -1,6 +1,6 @@
-//! Actor identity (SPEC §5.4): created_by / updated_by from every
-//! credential kind, actor headers trusted only with the internal secret,
-//! and profiles synchronised off the request path.
+//! Actor identity (docs/contract.md, "Access control"): created_by / updated_by
+//! from every credential kind, actor headers trusted only with the internal
+//! secret, and profiles synchronised off the request path.
 
 use std::time::Duration;
 

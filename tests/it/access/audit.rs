@@ -1,4 +1,4 @@
-//! Audit events (DECISIONS §6) and GET /v1/audit-events.
+//! Audit events (docs/contract.md, "Audit events") and GET /v1/audit-events.
 
 use reqwest::Method;
 use serde_json::{json, Value};

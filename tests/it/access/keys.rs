@@ -1,4 +1,4 @@
-//! API keys (SPEC §4.7, §5.1).
+//! API keys: create, list, revoke, rotate, expiry, and what each state accepts.
 
 use std::time::Duration;
 

@@ -1,5 +1,6 @@
-//! Access control (SPEC §5): every credential kind, scopes, roles and
-//! members, OIDC, run tokens, policies, audit, isolation, rate limits.
+//! Access control (docs/contract.md, "Access control"): every credential kind,
+//! scopes, roles and members, OIDC, run tokens, policies, audit, isolation,
+//! rate limits.
 
 mod actors;
 mod audit;

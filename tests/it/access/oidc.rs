@@ -1,4 +1,4 @@
-//! OIDC bearer tokens (SPEC §5, DECISIONS §3).
+//! OIDC bearer tokens: verification, claims to actor and project, member roles.
 
 use std::time::Duration;
 

@@ -1,5 +1,5 @@
-//! Per-client rate limits (SPEC §8), shared by every api process. The
-//! other tests run with them off (0); these turn them on.
+//! Per-client rate limits (docs/contract.md, "Limits"), shared by every api
+//! process. The other tests run with them off (0); these turn them on.
 
 use reqwest::Method;
 use serde_json::json;

@@ -1,4 +1,5 @@
-//! Roles and members (SPEC §4.7, §5.3, §5.5).
+//! Roles and members: system and custom roles, inheritance, and the
+//! permission check of a user (docs/contract.md, "Access control").
 
 use reqwest::Method;
 use serde_json::{json, Value};

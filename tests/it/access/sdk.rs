@@ -1,4 +1,4 @@
-//! Run tokens and the SDK heartbeat (SPEC §5, DECISIONS §2, §6).
+//! Run tokens and the SDK heartbeat (docs/contract.md, "Run tokens").
 
 use std::time::Duration;
 
