@@ -1,6 +1,6 @@
 //! The API's one error type. Every failure, the framework's own included
 //! (see `problem::ProblemMiddleware`), reaches the client as
-//! application/problem+json (SPEC §7); internals are logged, never sent.
+//! application/problem+json (RFC 9457); internals are logged, never sent.
 
 use poem_openapi::payload::Json;
 use poem_openapi::{ApiResponse, Object};

@@ -1,4 +1,4 @@
-//! Known actors (SPEC §2.7, §5.4): the profile (id, email, name) of people
+//! Known actors: the profile (id, email, name) of people
 //! named by internal-secret headers or OIDC claims, upserted off the request
 //! path: a spawned task writes it when the profile differs from the last one
 //! this process wrote, or that was more than [`REFRESH`] ago.

@@ -1,4 +1,4 @@
-//! API keys (SPEC §5.1): `svc_` followed by 43 base64url characters (32
+//! API keys: `svc_` followed by 43 base64url characters (32
 //! random bytes from the OS, 256 bits). Only the SHA-256 of the whole key is
 //! stored; a request's key is hashed and looked up by that hash
 //! (`store::api_keys::by_hash`).

@@ -1,8 +1,9 @@
 //! Authentication and authorisation: who is calling, on behalf of which
 //! project, and whether the operation is allowed.
 //!
-//! SPEC §5 names four credential kinds; each resolves to a [`Principal`] in
-//! [`authenticate`], the checker of the one bearerAuth scheme:
+//! There are four kinds of credential (README.md, "Access control"); each
+//! resolves to a [`Principal`] in [`authenticate`], the checker of the one
+//! bearerAuth scheme:
 //!
 //! | bearer | kind | confined to | allowed by |
 //! |---|---|---|---|
@@ -12,8 +13,8 @@
 //! | any other JWT (OIDC on) | `Oidc` | the `project_id` claim, else X-Project-Id | the member's role in that project |
 //!
 //! The same checker then looks up the operation the router matched in
-//! [`scopes::OPERATIONS`] and applies its requirement (SPEC §5.5), so a
-//! handler only ever sees an allowed principal. `scopes: None` means
+//! [`scopes::OPERATIONS`] and applies its requirement, so a handler only
+//! ever sees an allowed principal. `scopes: None` means
 //! unrestricted (the internal secret); every other kind carries `Some` and
 //! is confined to its project by `routes::project_of` and `routes::visible`.
 //! Resource policies, which need the resource, are checked by the handlers
@@ -178,7 +179,7 @@ async fn resolve(state: &AppState, req: &Request, token: &str) -> poem::Result<P
         if bool::from(token.as_bytes().ct_eq(secret.expose().as_bytes())) {
             return Ok(internal_principal(state, req));
         }
-        // SPEC §5: an OIDC token may travel with the internal secret (a
+        // An OIDC token may travel with the internal secret (a
         // gateway in front): full access, the actor taken from the token.
         let header_ok = req
             .header("x-internal-secret")
@@ -217,7 +218,8 @@ async fn resolve(state: &AppState, req: &Request, token: &str) -> poem::Result<P
     Err(unauthorized("invalid credentials"))
 }
 
-/// SPEC §5.4: only the internal secret trusts the actor headers.
+/// Only the internal secret trusts the actor headers (X-Actor-Id and
+/// friends): any other credential names its own actor.
 fn internal_principal(state: &AppState, req: &Request) -> Principal {
     let actor_id = header(req, "x-actor-id");
     let mut p = Principal::new(
@@ -299,7 +301,10 @@ async fn oidc_principal(state: &AppState, req: &Request, claims: oidc::OidcClaim
     Ok(p)
 }
 
-/// Applies the operation's requirement (SPEC §5.5).
+/// Applies the operation's requirement: a public operation passes anyone;
+/// the internal secret passes everything; a run token passes only its own
+/// run's SDK operations; any other credential needs the operation's scope
+/// and is refused internal-only operations and those the table lacks.
 fn authorize(p: &mut Principal, op: Option<Operation>, req: &Request) -> poem::Result<()> {
     let internal = p.kind == CredentialKind::InternalSecret;
     let Some(op) = op else {

@@ -1,4 +1,4 @@
-//! OIDC bearer tokens (SPEC §5, DECISIONS §3): verified against one
+//! OIDC bearer tokens: verified against one
 //! configured public key (RS256 for an RSA key, ES256 for a P-256 key), the
 //! issuer and the audience. `sub` is the actor; `email` and `name` its
 //! profile; `project_id` (else the X-Project-Id header) its project.

@@ -1,4 +1,4 @@
-//! Roles and members (SPEC §5.3, §5.5): a user's permissions in a project
+//! Roles and members: a user's permissions in a project
 //! are the permissions of its member role and of every role that role
 //! inherits. Inheritance chains are short (cycles are refused when a role is
 //! written); resolution stops at [`MAX_DEPTH`] all the same.

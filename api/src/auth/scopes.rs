@@ -12,7 +12,7 @@ use std::sync::LazyLock;
 
 use serde_json::Value;
 
-/// The scopes of SPEC §5.2. `*` grants everything.
+/// Every scope a key, role or policy may name. `*` grants everything.
 pub const SCOPES: &[&str] = &[
     "*",
     "jobs:read",
@@ -46,10 +46,10 @@ pub enum Requirement {
     /// The internal secret only (projects).
     Internal,
     /// A credential whose scopes or role grant this scope; the internal
-    /// secret always passes (SPEC §5.5 step 1).
+    /// secret always passes, before any scope is looked at.
     Scope(&'static str),
     /// A run token whose subject is the path's `{run_id}`; the internal
-    /// secret passes too (SPEC §5: it reaches every endpoint).
+    /// secret passes too (it reaches every operation).
     RunToken,
 }
 
@@ -316,7 +316,7 @@ mod tests {
                 "{method} {path}: a public operation takes no credential, every other one does"
             );
             if let Requirement::Scope(s) = op.requirement {
-                assert!(is_scope(s), "{method} {path}: {s} is not a scope of SPEC §5.2");
+                assert!(is_scope(s), "{method} {path}: {s} is not in SCOPES");
             }
             if op.requirement == Requirement::RunToken {
                 assert!(op.param_index("run_id").is_some(), "{method} {path}: a run-token operation names {{run_id}}");
