@@ -299,18 +299,30 @@ pub async fn sync_limits(state: &AppState, job_id: &str, project_id: &str, spec:
     }
 }
 
-/// The access-control operations (keys, roles, members, policies, the
-/// audit trail) and the SDK, as one member of the service's tuple.
-pub type AccessApis =
-    (api_keys::ApiKeysApi, roles::RolesApi, members::MembersApi, policies::PoliciesApi, audit::AuditApi, sdk::SdkApi);
+/// `pub type $name = (apis...)` and `pub fn $make() -> $name`, which
+/// builds it: one member of the service's tuple of `#[OpenApi]` structs.
+macro_rules! api_group {
+    ($(#[$doc:meta])* $name:ident, $make:ident: $($api:path),+ $(,)?) => {
+        $(#[$doc])*
+        pub type $name = ($($api,)+);
 
-pub fn access_apis() -> AccessApis {
-    (api_keys::ApiKeysApi, roles::RolesApi, members::MembersApi, policies::PoliciesApi, audit::AuditApi, sdk::SdkApi)
+        pub fn $make() -> $name {
+            ($($api,)+)
+        }
+    };
 }
 
-/// Bulk operations, run records and actions, the SDK's run records,
-/// environments and job secrets, as one member of the service's tuple.
-pub type RecordApis = (
+api_group!(
+    /// The access-control operations (keys, roles, members, policies, the
+    /// audit trail) and the SDK.
+    AccessApis, access_apis:
+    api_keys::ApiKeysApi, roles::RolesApi, members::MembersApi, policies::PoliciesApi, audit::AuditApi, sdk::SdkApi,
+);
+
+api_group!(
+    /// Bulk operations, run records and actions, the SDK's run records,
+    /// environments and job secrets.
+    RecordApis, record_apis:
     bulk::BulkApi,
     run_ops::RunOpsApi,
     run_records::RunRecordsApi,
@@ -318,17 +330,6 @@ pub type RecordApis = (
     environments::EnvironmentsApi,
     secrets::SecretsApi,
 );
-
-pub fn record_apis() -> RecordApis {
-    (
-        bulk::BulkApi,
-        run_ops::RunOpsApi,
-        run_records::RunRecordsApi,
-        sdk_runs::SdkRunsApi,
-        environments::EnvironmentsApi,
-        secrets::SecretsApi,
-    )
-}
 
 #[cfg(test)]
 mod tests {
