@@ -25,12 +25,13 @@ use std::sync::Arc;
 
 use serde_json::Value;
 use sqlx::PgPool;
+use switchyard_shared::domain::{FieldError, FieldErrors};
 use switchyard_shared::store::policies::PolicyRule;
 use switchyard_shared::store::{self, policies::TagRule};
 
 use super::cache::{self, Version};
 use super::{CredentialKind, Principal};
-use crate::error::{ApiError, ApiResult, ErrorDetail};
+use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
 /// The resource an operation acts on.
@@ -117,34 +118,26 @@ pub async fn enforce_tags(
     tags: &BTreeMap<String, String>,
 ) -> ApiResult<()> {
     let rules: Vec<TagRule> = store::policies::tag_rules(pool, project_id, resource_type).await?;
-    let mut errors = Vec::new();
-    for rule in &rules {
+    Ok(tag_violations(&rules, tags)?)
+}
+
+/// Every way the tags break the rules: per rule, each required key that is
+/// missing, then each value outside its allowed list.
+pub fn tag_violations(rules: &[TagRule], tags: &BTreeMap<String, String>) -> Result<(), Vec<FieldError>> {
+    let mut e = FieldErrors::new();
+    for rule in rules {
         for k in &rule.required_keys {
-            if !tags.contains_key(k) {
-                errors.push(ErrorDetail {
-                    location: format!("body.tags.{k}"),
-                    message: format!("tag policy {} requires the tag {k:?}", rule.id),
-                    value: None,
-                });
-            }
+            let message = format!("tag policy {} requires the tag {k:?}", rule.id);
+            e.check(tags.contains_key(k), format!("body.tags.{k}"), message, None);
         }
         for (k, allowed) in &rule.allowed_values {
-            if let Some(v) = tags.get(k) {
-                if !allowed.contains(v) {
-                    errors.push(ErrorDetail {
-                        location: format!("body.tags.{k}"),
-                        message: format!("tag policy {} allows only {allowed:?}", rule.id),
-                        value: Some(v.clone().into()),
-                    });
-                }
+            if let Some(v) = tags.get(k).filter(|v| !allowed.contains(v)) {
+                let message = format!("tag policy {} allows only {allowed:?}", rule.id);
+                e.push(format!("body.tags.{k}"), message, Some(v.clone().into()));
             }
         }
     }
-    if errors.is_empty() {
-        Ok(())
-    } else {
-        Err(ApiError::invalid(errors))
-    }
+    e.finish()
 }
 
 #[cfg(test)]
@@ -201,5 +194,25 @@ mod tests {
         assert!(decide(&[allow_a, deny_prod], &p, "jobs:trigger", &job("job_a", &prod)).is_err(), "deny wins");
         let other_key = rule("deny", "api_key", "key_2", &[], &[]);
         assert!(decide(&[other_key], &p, "jobs:trigger", &job("job_a", &dev)).is_ok(), "another principal");
+    }
+
+    #[test]
+    fn tag_violations_list_missing_keys_then_values_outside_the_allowed() {
+        let rule = TagRule {
+            id: "tpol_1".into(),
+            required_keys: vec!["team".into(), "env".into()],
+            allowed_values: [("env".to_string(), vec!["prod".to_string(), "dev".to_string()])].into(),
+        };
+        let tags = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        };
+        assert!(tag_violations(std::slice::from_ref(&rule), &tags(&[("team", "a"), ("env", "dev")])).is_ok());
+        assert!(tag_violations(&[], &tags(&[])).is_ok());
+        let got = tag_violations(std::slice::from_ref(&rule), &tags(&[("env", "qa")])).unwrap_err();
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0], FieldError::new("body.tags.team", "tag policy tpol_1 requires the tag \"team\"", None));
+        assert_eq!(got[1].location, "body.tags.env");
+        assert_eq!(got[1].message, r#"tag policy tpol_1 allows only ["prod", "dev"]"#);
+        assert_eq!(got[1].value, Some("qa".into()));
     }
 }

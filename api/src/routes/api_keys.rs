@@ -1,4 +1,6 @@
-//! API keys (SPEC §4.7, §5.1): create, list, get, revoke, rotate.
+//! API keys: create, list, get, revoke, rotate, and the checks of their
+//! bodies. A key is a project credential limited by scopes (README.md,
+//! "Access control"); its format is `auth::keys`.
 
 use chrono::{DateTime, Utc};
 use poem::web::Data;
@@ -6,12 +8,13 @@ use poem_openapi::param::{Path, Query};
 use poem_openapi::payload::Json;
 use poem_openapi::{ApiResponse, Object, OpenApi};
 use serde_json::json;
+use switchyard_shared::domain::{FieldError, FieldErrors};
 use switchyard_shared::store::{self, api_keys::ApiKeyRow};
 
-use super::{check_scopes, found, project_of, tenant, view_from_row, Tag};
+use super::{check_scopes, found, label_rule, project_of, tenant, view_from_row, Tag};
 use crate::audit::{self, Change};
 use crate::auth::{cache, keys, rbac, Auth};
-use crate::error::{ApiError, ApiResult, ErrorDetail};
+use crate::error::{ApiError, ApiResult};
 use crate::pagination::{Page, Window};
 use crate::state::AppState;
 
@@ -54,7 +57,8 @@ pub struct CreateApiKey {
     /// Required for the internal secret unless X-Project-Id is sent.
     pub project_id: Option<String>,
     pub name: String,
-    /// Scopes of SPEC §5.2; an unknown one is 400. Empty: full access.
+    /// Scopes (the names operations give in `x-required-scope`); an unknown
+    /// one is 400. Empty: full access.
     /// Nobody creates a key with scopes they do not hold themselves (403).
     pub scopes: Vec<String>,
     /// Default and upper bound: now plus the project's max_key_lifetime_days.
@@ -117,14 +121,39 @@ fn view(r: ApiKeyRow, raw: Option<String>) -> ApiKey {
     ApiKey { key: raw, status, ..r.into() }
 }
 
-fn check_name(name: &str, errors: &mut Vec<ErrorDetail>) {
-    if name.trim().is_empty() || name.len() > 200 || name.chars().any(char::is_control) {
-        errors.push(ErrorDetail {
-            location: "body.name".into(),
-            message: "must be 1 to 200 characters, no control characters".into(),
-            value: Some(name.into()),
-        });
+/// A new key's body, but for its scopes (an unknown scope is 400, not 422).
+fn validate_create(b: &CreateApiKey) -> Result<(), Vec<FieldError>> {
+    let mut e = FieldErrors::new();
+    label_rule(&mut e, &b.name, 200);
+    e.finish()
+}
+
+/// When a new key expires: at the latest `days` from `now` (the default),
+/// and not in the past.
+fn validate_expiry(
+    requested: Option<DateTime<Utc>>,
+    now: DateTime<Utc>,
+    days: i64,
+) -> Result<DateTime<Utc>, Vec<FieldError>> {
+    let latest = now + chrono::Duration::days(days);
+    let Some(t) = requested else { return Ok(latest) };
+    let mut e = FieldErrors::new();
+    let value = Some(t.to_rfc3339().into());
+    if t <= now {
+        e.push("body.expires_at", "must be in the future", value);
+    } else if t > latest {
+        let message = format!("must be at most {days} days away (the project's max_key_lifetime_days)");
+        e.push("body.expires_at", message, value);
     }
+    e.finish().map(|()| t)
+}
+
+/// A rotation's name (the old key's unless given) and grace period.
+fn validate_rotation(name: &str, grace_period_seconds: i64) -> Result<(), Vec<FieldError>> {
+    let mut e = FieldErrors::new();
+    label_rule(&mut e, name, 200);
+    e.in_range("body.grace_period_seconds", Some(grace_period_seconds), 0, MAX_GRACE_SECS);
+    e.finish()
 }
 
 async fn max_lifetime_days(state: &AppState, project_id: &str) -> ApiResult<i64> {
@@ -145,35 +174,12 @@ impl ApiKeysApi {
         let b = body.0;
         let project_id = project_of(&auth.0, b.project_id.as_deref())?;
         let wanted = check_scopes("body.scopes", &b.scopes)?;
-        let mut errors = Vec::new();
-        check_name(&b.name, &mut errors);
-        if !errors.is_empty() {
-            return Err(ApiError::invalid(errors));
-        }
+        validate_create(&b)?;
         if !rbac::grantable(&auth.0, &wanted) {
             return Err(ApiError::forbidden("a key cannot be given scopes its creator does not hold"));
         }
         let days = max_lifetime_days(&state, &project_id).await?;
-        let now = Utc::now();
-        let latest = now + chrono::Duration::days(days);
-        let expires_at = match b.expires_at {
-            None => latest,
-            Some(t) if t <= now => {
-                return Err(ApiError::invalid_field(
-                    "body.expires_at",
-                    "must be in the future",
-                    Some(t.to_rfc3339().into()),
-                ))
-            }
-            Some(t) if t > latest => {
-                return Err(ApiError::invalid_field(
-                    "body.expires_at",
-                    format!("must be at most {days} days away (the project's max_key_lifetime_days)"),
-                    Some(t.to_rfc3339().into()),
-                ))
-            }
-            Some(t) => t,
-        };
+        let expires_at = validate_expiry(b.expires_at, Utc::now(), days)?;
         let (raw, hash) = keys::generate();
         let id = switchyard_shared::ids::new_id("key");
         let mut tx = state.pool.begin().await?;
@@ -244,20 +250,9 @@ impl ApiKeysApi {
     ) -> ApiResult<CreatedKey> {
         let old = load(&state, &auth, &key_id).await?;
         let b = body.0;
-        let mut errors = Vec::new();
         let name = b.name.clone().unwrap_or_else(|| old.name.clone());
-        check_name(&name, &mut errors);
         let grace = b.grace_period_seconds.unwrap_or(0);
-        if !(0..=MAX_GRACE_SECS).contains(&grace) {
-            errors.push(ErrorDetail {
-                location: "body.grace_period_seconds".into(),
-                message: format!("must be between 0 and {MAX_GRACE_SECS}"),
-                value: Some(grace.into()),
-            });
-        }
-        if !errors.is_empty() {
-            return Err(ApiError::invalid(errors));
-        }
+        validate_rotation(&name, grace)?;
         if !rbac::grantable(&auth.0, &old.scopes) {
             return Err(ApiError::forbidden("a key cannot be rotated by a credential with fewer scopes"));
         }
@@ -299,5 +294,45 @@ impl ApiKeysApi {
         tx.commit().await?;
         cache::bump_version(&state.queue).await;
         Ok(CreatedKey::Created(Json(view(new, Some(raw)))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_name_is_bounded() {
+        let key = |name: &str| CreateApiKey { project_id: None, name: name.into(), scopes: vec![], expires_at: None };
+        assert_eq!(validate_create(&key("ci")), Ok(()));
+        let got = validate_create(&key("a\u{7}")).unwrap_err();
+        assert_eq!(got[0].message, "must be 1 to 200 characters, no control characters");
+    }
+
+    #[test]
+    fn a_key_expires_in_the_future_within_the_project_lifetime() {
+        let now = Utc::now();
+        let days = chrono::Duration::days;
+        assert_eq!(validate_expiry(None, now, 90), Ok(now + days(90)));
+        assert_eq!(validate_expiry(Some(now + days(90)), now, 90), Ok(now + days(90)));
+        let past = validate_expiry(Some(now), now, 90).unwrap_err();
+        assert_eq!(past, [FieldError::new("body.expires_at", "must be in the future", Some(now.to_rfc3339().into()))]);
+        let far = validate_expiry(Some(now + days(91)), now, 90).unwrap_err();
+        assert_eq!(far[0].message, "must be at most 90 days away (the project's max_key_lifetime_days)");
+    }
+
+    #[test]
+    fn a_rotation_reports_its_name_and_grace_period() {
+        assert_eq!(validate_rotation("ci", 0), Ok(()));
+        assert_eq!(validate_rotation("ci", MAX_GRACE_SECS), Ok(()));
+        let got = validate_rotation("", MAX_GRACE_SECS + 1).unwrap_err();
+        assert_eq!(got[0].location, "body.name");
+        let grace = FieldError::new(
+            "body.grace_period_seconds",
+            format!("must be between 0 and {MAX_GRACE_SECS}"),
+            Some((MAX_GRACE_SECS + 1).into()),
+        );
+        assert_eq!(got[1], grace);
+        assert_eq!(validate_rotation("ci", -1).unwrap_err().len(), 1);
     }
 }

@@ -1,4 +1,5 @@
-//! GET /v1/audit-events (SPEC §4.7, DECISIONS §6).
+//! GET /v1/audit-events: the project's recorded changes, filtered by time
+//! and by what, who and which resource, newest first unless asked.
 
 use chrono::{DateTime, Utc};
 use poem::web::Data;
@@ -7,11 +8,12 @@ use poem_openapi::payload::Json;
 use poem_openapi::{Object, OpenApi};
 use serde_json::Value;
 
+use switchyard_shared::domain::FieldError;
 use switchyard_shared::store::{self, audit::AuditRow};
 
 use super::{project_of, view_from_row, Tag};
 use crate::auth::Auth;
-use crate::error::{ApiError, ApiResult};
+use crate::error::ApiResult;
 use crate::pagination::{Page, Window};
 use crate::state::AppState;
 
@@ -44,17 +46,34 @@ view_from_row!(AuditRow => AuditEvent {
     id, project_id, actor_id, actor_type, action, resource_type, resource_id, request_id, details, created_at
 });
 
-fn time(field: &str, raw: Option<String>) -> ApiResult<Option<DateTime<Utc>>> {
-    raw.map(|s| {
-        DateTime::parse_from_rfc3339(&s).map(|t| t.with_timezone(&Utc)).map_err(|_| {
-            ApiError::invalid_field(
-                &format!("query.{field}"),
-                "an RFC 3339 date-time, e.g. 2025-01-31T12:00:00Z",
-                Some(s.into()),
-            )
-        })
-    })
-    .transpose()
+/// An RFC 3339 time of the query, if given.
+fn time(field: &str, raw: Option<&str>) -> Result<Option<DateTime<Utc>>, Vec<FieldError>> {
+    let Some(s) = raw else { return Ok(None) };
+    let t = DateTime::parse_from_rfc3339(s).map_err(|_| {
+        let message = "an RFC 3339 date-time, e.g. 2025-01-31T12:00:00Z";
+        vec![FieldError::new(format!("query.{field}"), message, Some(s.into()))]
+    })?;
+    Ok(Some(t.with_timezone(&Utc)))
+}
+
+/// The time range and order of a listing.
+#[derive(Debug, PartialEq)]
+struct Range {
+    from: Option<DateTime<Utc>>,
+    to: Option<DateTime<Utc>>,
+    ascending: bool,
+}
+
+/// The query's time range and whether the oldest come first. Only the
+/// first invalid parameter (in the order from, to, order) is reported.
+fn validate_range(from: Option<&str>, to: Option<&str>, order: Option<&str>) -> Result<Range, Vec<FieldError>> {
+    let (from, to) = (time("from", from)?, time("to", to)?);
+    let ascending = match order {
+        None | Some("desc") => false,
+        Some("asc") => true,
+        Some(o) => return Err(vec![FieldError::new("query.order", "asc or desc", Some(o.into()))]),
+    };
+    Ok(Range { from, to, ascending })
 }
 
 #[OpenApi(tag = "Tag::Audit")]
@@ -84,12 +103,7 @@ impl AuditApi {
     ) -> ApiResult<Json<Page<AuditEvent>>> {
         let project_id = project_of(&auth.0, project_id.0.as_deref())?;
         let w = Window::parse(limit.0, cursor.0)?;
-        let (from, to) = (time("from", from.0)?, time("to", to.0)?);
-        let ascending = match order.0.as_deref() {
-            None | Some("desc") => false,
-            Some("asc") => true,
-            Some(o) => return Err(ApiError::invalid_field("query.order", "asc or desc", Some(o.into()))),
-        };
+        let Range { from, to, ascending } = validate_range(from.0.as_deref(), to.0.as_deref(), order.0.as_deref())?;
         let filter = store::audit::Filter {
             from,
             to,
@@ -102,5 +116,23 @@ impl AuditApi {
         };
         let rows = store::audit::list(&state.pool, &project_id, &filter, w.fetch()).await?;
         Ok(Json(w.page(rows, |e| e.id.clone(), AuditEvent::from)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_range_reports_the_first_bad_parameter_only() {
+        let Range { from, to, ascending: asc } =
+            validate_range(Some("2025-01-31T12:00:00Z"), None, Some("asc")).unwrap();
+        assert_eq!(from.map(|t| t.to_rfc3339()), Some("2025-01-31T12:00:00+00:00".to_string()));
+        assert_eq!((to, asc), (None, true));
+        assert!(!validate_range(None, None, None).unwrap().ascending, "newest first by default");
+        let got = validate_range(Some("yesterday"), Some("today"), Some("up")).unwrap_err();
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].location, "query.from");
+        assert_eq!(validate_range(None, None, Some("up")).unwrap_err()[0].location, "query.order");
     }
 }

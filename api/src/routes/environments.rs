@@ -1,4 +1,4 @@
-//! Environments (DECISIONS §2): named deployment targets of a project
+//! Environments: named deployment targets of a project
 //! (production, staging...) that jobs may name in `environment_id`.
 
 use chrono::{DateTime, Utc};
@@ -8,12 +8,13 @@ use poem_openapi::payload::Json;
 use poem_openapi::{ApiResponse, Object, OpenApi};
 
 use serde_json::json;
+use switchyard_shared::domain::{FieldError, FieldErrors};
 use switchyard_shared::store::{self, environments::EnvironmentRow};
 
-use super::{found, project_of, tenant, view_from_row, Tag};
+use super::{found, project_of, slug_rule, tenant, view_from_row, Tag};
 use crate::audit::{self, Change};
 use crate::auth::Auth;
-use crate::error::{ApiError, ApiResult, ErrorDetail};
+use crate::error::{ApiError, ApiResult};
 use crate::pagination::{Page, Window};
 use crate::state::AppState;
 
@@ -52,10 +53,14 @@ pub enum DeletedEnvironment {
     NoContent,
 }
 
-fn valid_name(n: &str) -> bool {
-    !n.is_empty()
-        && n.len() <= 64
-        && n.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+/// A new environment's name (a slug) and description (a NUL is refused here
+/// rather than by Postgres).
+fn validate_environment(b: &CreateEnvironment) -> Result<(), Vec<FieldError>> {
+    let mut e = FieldErrors::new();
+    slug_rule(&mut e, "body.name", &b.name);
+    let description_ok = !b.description.as_deref().is_some_and(|d| d.len() > 1024 || d.contains('\0'));
+    e.check(description_ok, "body.description", "at most 1024 characters", None);
+    e.finish()
 }
 
 view_from_row!(EnvironmentRow => Environment { id, project_id, name, description, created_at });
@@ -77,26 +82,7 @@ impl EnvironmentsApi {
     ) -> ApiResult<CreatedEnvironment> {
         let b = body.0;
         let project_id = project_of(&auth.0, b.project_id.as_deref())?;
-        let mut errors = Vec::new();
-        if !valid_name(&b.name) {
-            errors.push(ErrorDetail {
-                location: "body.name".into(),
-                message: "1 to 64 lowercase letters, digits, '-' or '_'".into(),
-                value: Some(b.name.clone().into()),
-            });
-        }
-        if let Some(d) = &b.description {
-            if d.len() > 1024 || d.contains('\0') {
-                errors.push(ErrorDetail {
-                    location: "body.description".into(),
-                    message: "at most 1024 characters".into(),
-                    value: None,
-                });
-            }
-        }
-        if !errors.is_empty() {
-            return Err(ApiError::invalid(errors));
-        }
+        validate_environment(&b)?;
         super::project_exists(&state, &project_id).await?;
         let env: Environment = store::environments::create(
             &state.pool,
@@ -171,5 +157,27 @@ impl EnvironmentsApi {
             }
             store::environments::Deleted::Missing => Err(ApiError::not_found("environment", &env.id)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_environment_name_is_a_slug_and_its_description_bounded_without_nul() {
+        let env = |name: &str, d: Option<&str>| CreateEnvironment {
+            project_id: None,
+            name: name.into(),
+            description: d.map(Into::into),
+        };
+        assert_eq!(validate_environment(&env("production", Some("live"))), Ok(()));
+        let got = validate_environment(&env("Prod", Some(&"d".repeat(1025)))).unwrap_err();
+        assert_eq!(
+            got[0],
+            FieldError::new("body.name", "1 to 64 lowercase letters, digits, '-' or '_'", Some("Prod".into()))
+        );
+        assert_eq!(got[1], FieldError::new("body.description", "at most 1024 characters", None));
+        assert_eq!(validate_environment(&env("qa", Some("a\0b"))).unwrap_err()[0].location, "body.description");
     }
 }

@@ -1,4 +1,5 @@
-//! Job groups (SPEC §2.5, §4.4).
+//! Job groups: folders of jobs in a project, paused and resumed together,
+//! with run counts over their jobs; and the checks of their bodies.
 
 use std::collections::HashMap;
 
@@ -8,14 +9,17 @@ use poem_openapi::param::{Path, Query};
 use poem_openapi::payload::Json;
 use poem_openapi::types::MaybeUndefined;
 use poem_openapi::{ApiResponse, Object, OpenApi};
-use switchyard_shared::domain::RunStatus;
+use switchyard_shared::domain::{FieldError, FieldErrors, RunStatus};
 use switchyard_shared::store::{self, job_groups::JobGroupRow};
 
-use super::{check_name, check_slug, found, patch, project_of, sync_limits, tenant, view_from_row, wake_cron, Tag};
+use super::{
+    description_rule, found, name_rule, patch, project_of, slug_rule, sync_limits, tenant, view_from_row, wake_cron,
+    Tag,
+};
 use crate::audit::{self, Change};
 use crate::auth::policy::{self, Resource};
 use crate::auth::Auth;
-use crate::error::{ApiError, ApiResult};
+use crate::error::ApiResult;
 use crate::pagination::{Page, Window};
 use crate::state::AppState;
 use crate::views::{job_view, Job};
@@ -76,8 +80,8 @@ pub enum Empty {
     NoContent,
 }
 
-/// A list answered as a plain array (SPEC §4.4); `X-Next-Cursor` carries the
-/// cursor of the next page when there is one.
+/// The group lists are answered as a plain array, not a `Page` object;
+/// `X-Next-Cursor` carries the cursor of the next page when there is one.
 #[derive(ApiResponse)]
 pub enum ArrayPage<T: poem_openapi::types::ToJSON + Send + Sync> {
     #[oai(status = 200)]
@@ -111,16 +115,13 @@ async fn audit_group(state: &AppState, auth: &Auth, g: &JobGroup, action: &str) 
     Ok(())
 }
 
-fn check_description(d: Option<&String>, errors: &mut Vec<crate::error::ErrorDetail>) {
-    if let Some(d) = d {
-        if d.len() > 2000 {
-            errors.push(crate::error::ErrorDetail {
-                location: "body.description".into(),
-                message: "at most 2000 characters".into(),
-                value: None,
-            });
-        }
-    }
+/// A group's name, slug and description, as they will be stored.
+fn validate_group(name: &str, slug: &str, description: Option<&str>) -> Result<(), Vec<FieldError>> {
+    let mut e = FieldErrors::new();
+    name_rule(&mut e, name);
+    slug_rule(&mut e, "body.slug", slug);
+    description_rule(&mut e, description, 2000);
+    e.finish()
 }
 
 /// Sets `paused` on every live job of the group and pushes it to Redis.
@@ -157,13 +158,7 @@ impl GroupsApi {
     async fn create(&self, state: Data<&AppState>, auth: Auth, body: Json<CreateGroup>) -> ApiResult<CreatedGroup> {
         let b = body.0;
         let project_id = project_of(&auth.0, b.project_id.as_deref())?;
-        let mut errors = Vec::new();
-        check_name(&b.name, &mut errors);
-        check_slug(&b.slug, &mut errors);
-        check_description(b.description.as_ref(), &mut errors);
-        if !errors.is_empty() {
-            return Err(ApiError::invalid(errors));
-        }
+        validate_group(&b.name, &b.slug, b.description.as_deref())?;
         super::project_exists(&state, &project_id).await?;
         let fields = store::job_groups::GroupFields {
             name: b.name.trim(),
@@ -195,13 +190,7 @@ impl GroupsApi {
         let name = b.name.unwrap_or(cur.name);
         let slug = b.slug.unwrap_or(cur.slug);
         let description = patch(b.description, cur.description);
-        let mut errors = Vec::new();
-        check_name(&name, &mut errors);
-        check_slug(&slug, &mut errors);
-        check_description(description.as_ref(), &mut errors);
-        if !errors.is_empty() {
-            return Err(ApiError::invalid(errors));
-        }
+        validate_group(&name, &slug, description.as_deref())?;
         let fields =
             store::job_groups::GroupFields { name: name.trim(), slug: &slug, description: description.as_deref() };
         let g: JobGroup = store::job_groups::update(&state.pool, &cur.id, &fields).await?.into();
@@ -264,5 +253,19 @@ impl GroupsApi {
             run_counts.insert(s, n);
         }
         Ok(Json(GroupStats { group_id: g.id, run_counts }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_group_reports_name_slug_and_description_in_order() {
+        assert_eq!(validate_group("Billing", "billing", Some("money")), Ok(()));
+        let got = validate_group(" ", "Bad Slug", Some(&"d".repeat(2001))).unwrap_err();
+        let at: Vec<_> = got.iter().map(|f| f.location.as_str()).collect();
+        assert_eq!(at, ["body.name", "body.slug", "body.description"]);
+        assert_eq!(got[0].message, "must be 1 to 200 characters");
     }
 }

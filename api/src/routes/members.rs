@@ -1,6 +1,6 @@
-//! Members (SPEC §4.7, §5.3): external users (OIDC subjects) holding one
-//! role in a project. Every change reaches every api process's permission
-//! cache at once (see `auth::cache`).
+//! Members: external users (OIDC subjects) holding one role in a project,
+//! and the checks of their bodies. Every change reaches every api
+//! process's permission cache at once (see `auth::cache`).
 
 use chrono::{DateTime, Utc};
 use poem::web::Data;
@@ -8,6 +8,7 @@ use poem_openapi::param::{Path, Query};
 use poem_openapi::payload::Json;
 use poem_openapi::{ApiResponse, Object, OpenApi};
 use serde_json::json;
+use switchyard_shared::domain::{FieldError, FieldErrors};
 use switchyard_shared::store::{self, members::MemberRow, Tenant};
 
 use super::{project_of, view_from_row, Tag};
@@ -106,16 +107,24 @@ view_from_row!(MemberRow => Member {
     project_id, user_id, role_id, created_by, updated_by, created_at, updated_at, id
 });
 
-fn check_user_id(user_id: &str, location: &str) -> ApiResult<()> {
+/// A user id (an OIDC `sub`): 1 to 256 printable characters, no `/` (it
+/// is a path segment) and no spaces.
+fn validate_user_id(user_id: &str, location: &str) -> Result<(), Vec<FieldError>> {
     let ok = !user_id.is_empty()
         && user_id.len() <= 256
         && !user_id.contains('/')
         && !user_id.chars().any(|c| c.is_control() || c.is_whitespace());
-    if ok {
-        Ok(())
-    } else {
-        Err(ApiError::invalid_field(location, "1 to 256 printable characters, no '/' or spaces", Some(user_id.into())))
-    }
+    let mut e = FieldErrors::new();
+    e.check(ok, location, "1 to 256 printable characters, no '/' or spaces", Some(user_id.into()));
+    e.finish()
+}
+
+/// A bulk request holds 1 to 100 assignments; each is checked on its own.
+fn validate_bulk(b: &BulkAssign) -> Result<(), Vec<FieldError>> {
+    let mut e = FieldErrors::new();
+    let n = b.members.len();
+    e.check((1..=100).contains(&n), "body.members", "1 to 100 assignments", Some(n.into()));
+    e.finish()
 }
 
 /// 403 unless the caller could grant everything `role_id` grants.
@@ -136,7 +145,7 @@ async fn assign(
     role_id: &str,
     location: &str,
 ) -> ApiResult<(Member, &'static str)> {
-    check_user_id(user_id, &format!("{location}user_id"))?;
+    validate_user_id(user_id, &format!("{location}user_id"))?;
     let role = if switchyard_shared::ids::is_valid_external_id(role_id) {
         store::roles::get(&state.pool, Tenant::Project(project_id), role_id).await?
     } else {
@@ -200,9 +209,7 @@ impl MembersApi {
     ) -> ApiResult<Json<BulkAssignResult>> {
         let b = body.0;
         let project_id = project_of(&auth.0, b.project_id.as_deref())?;
-        if b.members.is_empty() || b.members.len() > 100 {
-            return Err(ApiError::invalid_field("body.members", "1 to 100 assignments", Some(b.members.len().into())));
-        }
+        validate_bulk(&b)?;
         super::project_exists(&state, &project_id).await?;
         let mut results = Vec::with_capacity(b.members.len());
         let mut changed = false;
@@ -263,7 +270,7 @@ impl MembersApi {
         let project_id = project_of(&auth.0, project_id.0.as_deref())?;
         let user_id = user_id.0;
         let gone = || ApiError::not_found("member", &user_id);
-        if check_user_id(&user_id, "path.user_id").is_err() {
+        if validate_user_id(&user_id, "path.user_id").is_err() {
             return Err(gone());
         }
         let Some(role_id) = store::members::role_of(&state.pool, &project_id, &user_id).await? else {
@@ -279,5 +286,34 @@ impl MembersApi {
         tx.commit().await?;
         cache::bump_version(&state.queue).await;
         Ok(Removed::NoContent)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_user_id_is_printable_without_slash_or_space() {
+        assert_eq!(validate_user_id("auth0|abc", "body.user_id"), Ok(()));
+        for bad in ["", "a/b", "a b", "a\nb"] {
+            let got = validate_user_id(bad, "body.members[2].user_id").unwrap_err();
+            assert_eq!(got[0].location, "body.members[2].user_id", "{bad:?}");
+        }
+        assert!(validate_user_id(&"u".repeat(257), "body.user_id").is_err());
+    }
+
+    #[test]
+    fn a_bulk_assignment_holds_one_to_a_hundred() {
+        let bulk = |n: usize| BulkAssign {
+            project_id: None,
+            members: (0..n).map(|i| BulkMember { user_id: format!("u{i}"), role_id: "viewer".into() }).collect(),
+        };
+        assert_eq!(validate_bulk(&bulk(100)), Ok(()));
+        assert_eq!(
+            validate_bulk(&bulk(0)).unwrap_err(),
+            [FieldError::new("body.members", "1 to 100 assignments", Some(0.into()))]
+        );
+        assert!(validate_bulk(&bulk(101)).is_err());
     }
 }

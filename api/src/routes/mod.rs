@@ -7,10 +7,12 @@
 //! projects' rows a credential may read ([`tenant`], [`visible`]), loading a
 //! resource by id as 404 when missing or another project's ([`found`],
 //! [`load_job`]), request checks shared by several resources ([`check_id`],
-//! [`check_name`], [`check_slug`], [`check_scopes`], [`project_exists`],
-//! [`check_job_environment`]), PATCH semantics ([`patch`]), what follows a
-//! change of a job's state ([`sync_limits`], [`wake_cron`]) and the
-//! response-from-row mapping ([`view_from_row`]). Pagination is
+//! [`check_scopes`], [`project_exists`], [`check_job_environment`], and the
+//! field rules [`name_rule`], [`slug_rule`], [`label_rule`],
+//! [`description_rule`] that validators collect into a `FieldErrors`),
+//! PATCH semantics ([`patch`]), what follows a change of a job's state
+//! ([`sync_limits`], [`wake_cron`]) and the response-from-row mapping
+//! ([`view_from_row`]). Pagination is
 //! `crate::pagination`; response objects several files return are
 //! `crate::views`; SQL stays in `switchyard_shared::store`.
 
@@ -38,7 +40,7 @@ use std::future::Future;
 
 use poem_openapi::types::MaybeUndefined;
 use poem_openapi::Tags;
-use switchyard_shared::domain::JobSpec;
+use switchyard_shared::domain::{FieldError, FieldErrors, JobSpec};
 use switchyard_shared::queue::WakeLoop;
 use switchyard_shared::store::{self, JobRecord, Tenant};
 
@@ -161,29 +163,28 @@ pub fn check_id(what: &str, id: &str) -> ApiResult<()> {
     }
 }
 
-/// 400 for an unknown scope; duplicates are dropped. For the scopes of a
-/// key, the permissions of a role and the actions of a policy.
+/// 400 for an unknown scope, with every unknown one in `errors[]`;
+/// duplicates are dropped. For the scopes of a key, the permissions of a
+/// role and the actions of a policy.
 pub fn check_scopes(field: &str, list: &[String]) -> ApiResult<Vec<String>> {
-    let unknown: Vec<&String> = list.iter().filter(|s| !scopes::is_scope(s)).collect();
-    if !unknown.is_empty() {
+    validate_scopes(field, list).map_err(|errors| {
+        let unknown: Vec<&String> = list.iter().filter(|s| !scopes::is_scope(s)).collect();
         let known = scopes::SCOPES.join(", ");
-        let errors = list
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| !scopes::is_scope(s))
-            .map(|(i, s)| {
-                switchyard_shared::domain::FieldError::new(
-                    format!("{field}[{i}]"),
-                    format!("unknown scope; known: {known}"),
-                    Some(s.as_str().into()),
-                )
-            })
-            .collect();
-        return Err(ApiError::bad_request_at(
-            format!("{field}: unknown scope(s) {unknown:?}; known scopes: {known}"),
-            errors,
-        ));
+        ApiError::bad_request_at(format!("{field}: unknown scope(s) {unknown:?}; known scopes: {known}"), errors)
+    })
+}
+
+/// The list without duplicates, in first-seen order, or one failure per
+/// unknown scope at `field[i]`.
+pub fn validate_scopes(field: &str, list: &[String]) -> Result<Vec<String>, Vec<FieldError>> {
+    let mut e = FieldErrors::new();
+    for (i, s) in list.iter().enumerate() {
+        if !scopes::is_scope(s) {
+            let known = scopes::SCOPES.join(", ");
+            e.push(format!("{field}[{i}]"), format!("unknown scope; known: {known}"), Some(s.as_str().into()));
+        }
     }
+    e.finish()?;
     let mut out: Vec<String> = Vec::new();
     for s in list {
         if !out.contains(s) {
@@ -237,29 +238,48 @@ pub async fn admit_job<J: Borrow<JobRecord>>(state: &AppState, auth: &Auth, id: 
     }
 }
 
-/// A job's or a group's slug: unique in the project, used in URLs.
-pub fn check_slug(slug: &str, errors: &mut Vec<ErrorDetail>) {
+/// A job's or a group's slug (unique in the project, used in URLs), and
+/// an environment's name: 1 to 64 of `a-z 0-9 - _`.
+pub fn slug_rule(e: &mut FieldErrors, location: &str, slug: &str) {
     let ok = !slug.is_empty()
         && slug.len() <= 64
         && slug.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
-    if !ok {
-        errors.push(ErrorDetail {
-            location: "body.slug".into(),
-            message: "1 to 64 lowercase letters, digits, '-' or '_'".into(),
-            value: Some(slug.into()),
-        });
-    }
+    e.check(ok, location, "1 to 64 lowercase letters, digits, '-' or '_'", Some(slug.into()));
 }
 
-/// A job's or a group's name.
+/// A job's or a group's name: 1 to 200 characters, not only spaces.
+pub fn name_rule(e: &mut FieldErrors, name: &str) {
+    let ok = !name.trim().is_empty() && name.len() <= 200;
+    e.check(ok, "body.name", "must be 1 to 200 characters", Some(name.into()));
+}
+
+/// The name of an API key, a role or a policy: 1 to `max` characters, not
+/// only spaces, no control characters.
+pub fn label_rule(e: &mut FieldErrors, name: &str, max: usize) -> bool {
+    let ok = !name.trim().is_empty() && name.len() <= max && !name.chars().any(char::is_control);
+    e.check(ok, "body.name", format!("must be 1 to {max} characters, no control characters"), Some(name.into()));
+    ok
+}
+
+/// An optional description of at most `max` bytes (not echoed back).
+pub fn description_rule(e: &mut FieldErrors, description: Option<&str>, max: usize) {
+    let ok = description.is_none_or(|d| d.len() <= max);
+    e.check(ok, "body.description", format!("at most {max} characters"), None);
+}
+
+/// [`name_rule`] and [`slug_rule`] for the job routes, which still collect
+/// their errors in a `Vec<ErrorDetail>`.
 pub fn check_name(name: &str, errors: &mut Vec<ErrorDetail>) {
-    if name.trim().is_empty() || name.len() > 200 {
-        errors.push(ErrorDetail {
-            location: "body.name".into(),
-            message: "must be 1 to 200 characters".into(),
-            value: Some(name.into()),
-        });
-    }
+    let mut e = FieldErrors::new();
+    name_rule(&mut e, name);
+    errors.extend(e.into_vec().into_iter().map(ErrorDetail::from));
+}
+
+/// See [`check_name`].
+pub fn check_slug(slug: &str, errors: &mut Vec<ErrorDetail>) {
+    let mut e = FieldErrors::new();
+    slug_rule(&mut e, "body.slug", slug);
+    errors.extend(e.into_vec().into_iter().map(ErrorDetail::from));
 }
 
 /// Tells the scheduler's cron loop, which sleeps until the next tick it
@@ -279,19 +299,30 @@ pub async fn sync_limits(state: &AppState, job_id: &str, project_id: &str, spec:
     }
 }
 
-/// The access-control operations (SPEC §4.7) and the SDK, as one member of
-/// the service's tuple.
-pub type AccessApis =
-    (api_keys::ApiKeysApi, roles::RolesApi, members::MembersApi, policies::PoliciesApi, audit::AuditApi, sdk::SdkApi);
+/// `pub type $name = (apis...)` and `pub fn $make() -> $name`, which
+/// builds it: one member of the service's tuple of `#[OpenApi]` structs.
+macro_rules! api_group {
+    ($(#[$doc:meta])* $name:ident, $make:ident: $($api:path),+ $(,)?) => {
+        $(#[$doc])*
+        pub type $name = ($($api,)+);
 
-pub fn access_apis() -> AccessApis {
-    (api_keys::ApiKeysApi, roles::RolesApi, members::MembersApi, policies::PoliciesApi, audit::AuditApi, sdk::SdkApi)
+        pub fn $make() -> $name {
+            ($($api,)+)
+        }
+    };
 }
 
-/// Bulk operations, run records and actions, the SDK's run records,
-/// environments and job secrets (issue 4, second half), as one member of
-/// the service's tuple.
-pub type RecordApis = (
+api_group!(
+    /// The access-control operations (keys, roles, members, policies, the
+    /// audit trail) and the SDK.
+    AccessApis, access_apis:
+    api_keys::ApiKeysApi, roles::RolesApi, members::MembersApi, policies::PoliciesApi, audit::AuditApi, sdk::SdkApi,
+);
+
+api_group!(
+    /// Bulk operations, run records and actions, the SDK's run records,
+    /// environments and job secrets.
+    RecordApis, record_apis:
     bulk::BulkApi,
     run_ops::RunOpsApi,
     run_records::RunRecordsApi,
@@ -300,13 +331,66 @@ pub type RecordApis = (
     secrets::SecretsApi,
 );
 
-pub fn record_apis() -> RecordApis {
-    (
-        bulk::BulkApi,
-        run_ops::RunOpsApi,
-        run_records::RunRecordsApi,
-        sdk_runs::SdkRunsApi,
-        environments::EnvironmentsApi,
-        secrets::SecretsApi,
-    )
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failures(f: impl FnOnce(&mut FieldErrors)) -> Vec<FieldError> {
+        let mut e = FieldErrors::new();
+        f(&mut e);
+        e.into_vec()
+    }
+
+    #[test]
+    fn slug_rule_allows_lowercase_digits_dash_underscore() {
+        assert!(failures(|e| slug_rule(e, "body.slug", "billing-v2_a")).is_empty());
+        for bad in ["", "Billing", "a b", "é", &"a".repeat(65)] {
+            let got = failures(|e| slug_rule(e, "body.slug", bad));
+            assert_eq!(got.len(), 1, "{bad:?}");
+            assert_eq!(got[0].location, "body.slug");
+            assert_eq!(got[0].message, "1 to 64 lowercase letters, digits, '-' or '_'");
+            assert_eq!(got[0].value, Some(bad.into()));
+        }
+    }
+
+    #[test]
+    fn name_rule_refuses_blank_and_long_names() {
+        assert!(failures(|e| name_rule(e, "Send email")).is_empty());
+        assert!(failures(|e| name_rule(e, &"n".repeat(200))).is_empty());
+        for bad in ["", "   ", &"n".repeat(201)] {
+            let got = failures(|e| name_rule(e, bad));
+            assert_eq!(got, [FieldError::new("body.name", "must be 1 to 200 characters", Some(bad.into()))]);
+        }
+    }
+
+    #[test]
+    fn label_rule_also_refuses_control_characters() {
+        assert!(failures(|e| assert!(label_rule(e, "ci key", 100))).is_empty());
+        for bad in [" ", "a\tb", &"k".repeat(101)] {
+            let got = failures(|e| assert!(!label_rule(e, bad, 100)));
+            assert_eq!(got[0].message, "must be 1 to 100 characters, no control characters", "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn description_rule_bounds_length_and_never_echoes() {
+        assert!(failures(|e| description_rule(e, None, 5)).is_empty());
+        assert!(failures(|e| description_rule(e, Some("12345"), 5)).is_empty());
+        let got = failures(|e| description_rule(e, Some("123456"), 5));
+        assert_eq!(got, [FieldError::new("body.description", "at most 5 characters", None)]);
+    }
+
+    #[test]
+    fn scopes_are_deduplicated_and_every_unknown_one_is_reported() {
+        let list = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            validate_scopes("body.scopes", &list(&["jobs:read", "jobs:read", "*"])).unwrap(),
+            ["jobs:read", "*"]
+        );
+        let got = validate_scopes("body.scopes", &list(&["nope", "jobs:read", "jobs:reed"])).unwrap_err();
+        let at: Vec<_> = got.iter().map(|f| f.location.as_str()).collect();
+        assert_eq!(at, ["body.scopes[0]", "body.scopes[2]"]);
+        assert!(got[0].message.starts_with("unknown scope; known: "));
+        assert_eq!(got[1].value, Some("jobs:reed".into()));
+    }
 }

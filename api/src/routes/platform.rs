@@ -1,4 +1,4 @@
-//! /health, /health/ready and /metrics (SPEC §4.8). No credential needed.
+//! /health, /health/ready and /metrics. No credential needed.
 
 use std::collections::HashMap;
 use std::time::Duration;

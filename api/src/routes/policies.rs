@@ -1,5 +1,6 @@
-//! Resource policies and tag policies (SPEC §4.7, DECISIONS §2), per
-//! project. How they are evaluated: `auth::policy`.
+//! Resource policies and tag policies, per project: their operations and
+//! the checks of their bodies. How they are evaluated: `auth::policy`
+//! (and README.md, "Access control").
 
 use std::collections::HashMap;
 
@@ -9,14 +10,15 @@ use poem_openapi::param::{Path, Query};
 use poem_openapi::payload::Json;
 use poem_openapi::types::MaybeUndefined;
 use poem_openapi::{ApiResponse, Object, OpenApi};
-use serde_json::json;
+use serde_json::{json, Value};
+use switchyard_shared::domain::{FieldError, FieldErrors};
 use switchyard_shared::store::policies::{self as stored, ResourcePolicyRow, TagPolicyRow};
 use switchyard_shared::store::{self, Tenant};
 
-use super::{check_scopes, found, patch, project_of, tenant, view_from_row, Tag};
+use super::{check_scopes, found, label_rule, patch, project_of, tenant, view_from_row, Tag};
 use crate::audit::{self, Change};
 use crate::auth::{cache, Auth};
-use crate::error::{ApiError, ApiResult, ErrorDetail};
+use crate::error::{ApiError, ApiResult};
 use crate::pagination::{Page, Window};
 use crate::state::AppState;
 
@@ -37,7 +39,7 @@ pub struct ResourcePolicy {
     pub principal_type: String,
     /// A role id, a member's user id, or an API key id.
     pub principal_id: String,
-    /// Scopes (SPEC §5.2) the policy governs; `*` for all.
+    /// Scopes the policy governs (an operation names its own in `x-required-scope`); `*` for all.
     pub actions: Vec<String>,
     /// `job`, `job_group` or `run`.
     pub resource_type: String,
@@ -154,31 +156,22 @@ view_from_row!(TagPolicyRow => TagPolicy {
     updated_at
 });
 
-fn err(errors: &mut Vec<ErrorDetail>, field: &str, message: &str, value: serde_json::Value) {
-    errors.push(ErrorDetail { location: format!("body.{field}"), message: message.into(), value: Some(value) });
+fn one_of(e: &mut FieldErrors, field: &str, v: &str, allowed: &[&str]) {
+    e.check(allowed.contains(&v), format!("body.{field}"), format!("must be one of {allowed:?}"), Some(v.into()));
 }
 
-fn one_of(errors: &mut Vec<ErrorDetail>, field: &str, v: &str, allowed: &[&str]) {
-    if !allowed.contains(&v) {
-        err(errors, field, &format!("must be one of {allowed:?}"), v.into());
-    }
-}
-
-fn check_common(errors: &mut Vec<ErrorDetail>, name: Option<&str>, description: Option<&String>) {
-    if let Some(name) = name {
-        if name.trim().is_empty() || name.len() > 200 || name.chars().any(char::is_control) {
-            err(errors, "name", "must be 1 to 200 characters, no control characters", name.into());
-        }
-    }
-    if description.is_some_and(|d| d.len() > 2000) {
-        err(errors, "description", "at most 2000 characters", serde_json::Value::Null);
-    }
+/// A policy's description; unlike elsewhere its failure carries `"value": null`.
+fn description_rule(e: &mut FieldErrors, description: Option<&str>) {
+    let ok = description.is_none_or(|d| d.len() <= 2000);
+    e.check(ok, "body.description", "at most 2000 characters", Some(Value::Null));
 }
 
 fn tag_key_ok(k: &str) -> bool {
     !k.is_empty() && k.len() <= 128 && !k.chars().any(char::is_control)
 }
 
+/// A resource policy as it will be stored: the request's fields over the
+/// current policy's.
 struct RpFields {
     name: String,
     effect: String,
@@ -190,83 +183,86 @@ struct RpFields {
     tag_selector: HashMap<String, String>,
 }
 
+/// Every check of a resource policy that needs no database, in the order
+/// the failures are listed.
+fn validate_resource_policy(f: &RpFields, description: Option<&str>) -> Result<(), Vec<FieldError>> {
+    let mut e = FieldErrors::new();
+    label_rule(&mut e, &f.name, 200);
+    description_rule(&mut e, description);
+    one_of(&mut e, "effect", &f.effect, &["allow", "deny"]);
+    one_of(&mut e, "principal_type", &f.principal_type, &["role", "member", "api_key"]);
+    one_of(&mut e, "resource_type", &f.resource_type, &["job", "job_group", "run"]);
+    e.check(!f.actions.is_empty(), "body.actions", "at least one scope", Some(json!([])));
+    let ids_ok =
+        f.resource_ids.len() <= 100 && f.resource_ids.iter().all(|id| switchyard_shared::ids::is_valid_external_id(id));
+    e.check(ids_ok, "body.resource_ids", "at most 100 resource ids", Some(json!(f.resource_ids)));
+    let selector_ok =
+        f.tag_selector.len() <= 20 && f.tag_selector.iter().all(|(k, v)| tag_key_ok(k) && v.len() <= 1024);
+    e.check(
+        selector_ok,
+        "body.tag_selector",
+        "at most 20 pairs; keys 1 to 128 characters, values at most 1024",
+        Some(json!(f.tag_selector)),
+    );
+    let pid = f.principal_id.as_str();
+    let pid_ok = !pid.is_empty() && pid.len() <= 256 && !pid.chars().any(char::is_control);
+    e.check(pid_ok, "body.principal_id", "must be 1 to 256 characters", Some(pid.into()));
+    e.finish()
+}
+
 /// Validates a whole policy; the principal must exist in the project
-/// (a member's user id need not: the policy may precede the member).
+/// (a member's user id need not: the policy may precede the member). The
+/// principal is looked up only for an otherwise valid policy.
 async fn check_resource_policy(
     state: &AppState,
     project_id: &str,
     f: &RpFields,
-    description: Option<&String>,
+    description: Option<&str>,
 ) -> ApiResult<()> {
-    let mut errors = Vec::new();
-    check_common(&mut errors, Some(&f.name), description);
-    one_of(&mut errors, "effect", &f.effect, &["allow", "deny"]);
-    one_of(&mut errors, "principal_type", &f.principal_type, &["role", "member", "api_key"]);
-    one_of(&mut errors, "resource_type", &f.resource_type, &["job", "job_group", "run"]);
-    if f.actions.is_empty() {
-        err(&mut errors, "actions", "at least one scope", json!([]));
-    }
-    if f.resource_ids.len() > 100 || f.resource_ids.iter().any(|id| !switchyard_shared::ids::is_valid_external_id(id)) {
-        err(&mut errors, "resource_ids", "at most 100 resource ids", json!(f.resource_ids));
-    }
-    if f.tag_selector.len() > 20 || f.tag_selector.iter().any(|(k, v)| !tag_key_ok(k) || v.len() > 1024) {
-        err(
-            &mut errors,
-            "tag_selector",
-            "at most 20 pairs; keys 1 to 128 characters, values at most 1024",
-            json!(f.tag_selector),
-        );
-    }
+    validate_resource_policy(f, description)?;
     let pid = f.principal_id.as_str();
-    if pid.is_empty() || pid.len() > 256 || pid.chars().any(char::is_control) {
-        err(&mut errors, "principal_id", "must be 1 to 256 characters", pid.into());
-    } else if errors.is_empty() {
-        let found = match f.principal_type.as_str() {
-            "role" => store::roles::get(&state.pool, Tenant::Project(project_id), pid).await?.is_some(),
-            "api_key" => store::api_keys::exists_in_project(&state.pool, project_id, pid).await?,
-            _ => true,
-        };
-        if !found {
-            err(&mut errors, "principal_id", &format!("no such {} in this project", f.principal_type), pid.into());
-        }
+    let found = match f.principal_type.as_str() {
+        "role" => store::roles::get(&state.pool, Tenant::Project(project_id), pid).await?.is_some(),
+        "api_key" => store::api_keys::exists_in_project(&state.pool, project_id, pid).await?,
+        _ => true,
+    };
+    if !found {
+        let message = format!("no such {} in this project", f.principal_type);
+        return Err(ApiError::invalid_field("body.principal_id", message, Some(pid.into())));
     }
-    if errors.is_empty() {
-        Ok(())
-    } else {
-        Err(ApiError::invalid(errors))
-    }
+    Ok(())
 }
 
-fn check_tag_rules(
+/// A tag policy's resource type, checked before its rules.
+fn validate_tag_resource_type(resource_type: &str) -> Result<(), Vec<FieldError>> {
+    let mut e = FieldErrors::new();
+    one_of(&mut e, "resource_type", resource_type, &["job", "workflow"]);
+    e.finish()
+}
+
+/// A tag policy's rules: at least one, each key and value bounded.
+fn validate_tag_rules(
     required: &[String],
     allowed: &HashMap<String, Vec<String>>,
-    description: Option<&String>,
-) -> ApiResult<()> {
-    let mut errors = Vec::new();
-    check_common(&mut errors, None, description);
-    if required.is_empty() && allowed.is_empty() {
-        err(&mut errors, "required_keys", "give required_keys or allowed_values", json!([]));
-    }
-    if required.len() > 64 || required.iter().any(|k| !tag_key_ok(k)) {
-        err(&mut errors, "required_keys", "at most 64 keys of 1 to 128 characters", json!(required));
-    }
-    if allowed.len() > 64
-        || allowed
+    description: Option<&str>,
+) -> Result<(), Vec<FieldError>> {
+    let mut e = FieldErrors::new();
+    description_rule(&mut e, description);
+    let some = !required.is_empty() || !allowed.is_empty();
+    e.check(some, "body.required_keys", "give required_keys or allowed_values", Some(json!([])));
+    let required_ok = required.len() <= 64 && required.iter().all(|k| tag_key_ok(k));
+    e.check(required_ok, "body.required_keys", "at most 64 keys of 1 to 128 characters", Some(json!(required)));
+    let allowed_ok = allowed.len() <= 64
+        && allowed
             .iter()
-            .any(|(k, vs)| !tag_key_ok(k) || vs.is_empty() || vs.len() > 100 || vs.iter().any(|v| v.len() > 1024))
-    {
-        err(
-            &mut errors,
-            "allowed_values",
-            "at most 64 keys, each with 1 to 100 values of at most 1024 characters",
-            json!(allowed),
-        );
-    }
-    if errors.is_empty() {
-        Ok(())
-    } else {
-        Err(ApiError::invalid(errors))
-    }
+            .all(|(k, vs)| tag_key_ok(k) && !vs.is_empty() && vs.len() <= 100 && vs.iter().all(|v| v.len() <= 1024));
+    e.check(
+        allowed_ok,
+        "body.allowed_values",
+        "at most 64 keys, each with 1 to 100 values of at most 1024 characters",
+        Some(json!(allowed)),
+    );
+    e.finish()
 }
 
 async fn load_rp(state: &AppState, auth: &Auth, id: &str) -> ApiResult<ResourcePolicyRow> {
@@ -332,7 +328,7 @@ impl PoliciesApi {
             tag_selector: b.tag_selector.unwrap_or_default(),
         };
         super::project_exists(&state, &project_id).await?;
-        check_resource_policy(&state, &project_id, &f, b.description.as_ref()).await?;
+        check_resource_policy(&state, &project_id, &f, b.description.as_deref()).await?;
         let id = switchyard_shared::ids::new_id("rpol");
         let mut tx = state.pool.begin().await?;
         let row = stored::create_resource_policy(
@@ -401,7 +397,7 @@ impl PoliciesApi {
             tag_selector: b.tag_selector.unwrap_or(cur.tag_selector.clone()),
         };
         let description = patch(b.description, cur.description.clone());
-        check_resource_policy(&state, &cur.project_id, &f, description.as_ref()).await?;
+        check_resource_policy(&state, &cur.project_id, &f, description.as_deref()).await?;
         let mut tx = state.pool.begin().await?;
         let row = stored::update_resource_policy(
             &mut tx,
@@ -445,12 +441,8 @@ impl PoliciesApi {
         let resource_type = b.resource_type.unwrap_or_else(|| "job".into());
         let required = b.required_keys.unwrap_or_default();
         let allowed = b.allowed_values.unwrap_or_default();
-        let mut errors = Vec::new();
-        one_of(&mut errors, "resource_type", &resource_type, &["job", "workflow"]);
-        if !errors.is_empty() {
-            return Err(ApiError::invalid(errors));
-        }
-        check_tag_rules(&required, &allowed, b.description.as_ref())?;
+        validate_tag_resource_type(&resource_type)?;
+        validate_tag_rules(&required, &allowed, b.description.as_deref())?;
         super::project_exists(&state, &project_id).await?;
         let id = switchyard_shared::ids::new_id("tpol");
         let mut tx = state.pool.begin().await?;
@@ -510,7 +502,7 @@ impl PoliciesApi {
         let required = b.required_keys.unwrap_or(cur.required_keys.clone());
         let allowed = b.allowed_values.unwrap_or(cur.allowed_values.clone());
         let description = patch(b.description, cur.description.clone());
-        check_tag_rules(&required, &allowed, description.as_ref())?;
+        validate_tag_rules(&required, &allowed, description.as_deref())?;
         let mut tx = state.pool.begin().await?;
         let fields = stored::TagPolicyFields {
             description: description.as_deref(),
@@ -549,5 +541,76 @@ impl PoliciesApi {
         .await?;
         tx.commit().await?;
         Ok(Deleted::NoContent)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(errors: &[FieldError]) -> Vec<&str> {
+        errors.iter().map(|f| f.location.as_str()).collect()
+    }
+
+    fn policy() -> RpFields {
+        RpFields {
+            name: "no prod".into(),
+            effect: "deny".into(),
+            principal_type: "api_key".into(),
+            principal_id: "key_1".into(),
+            actions: vec!["jobs:trigger".into()],
+            resource_type: "job".into(),
+            resource_ids: vec![],
+            tag_selector: [("env".to_string(), "prod".to_string())].into(),
+        }
+    }
+
+    #[test]
+    fn a_resource_policy_reports_every_bad_field_in_order() {
+        assert_eq!(validate_resource_policy(&policy(), Some("why")), Ok(()));
+        let bad = RpFields {
+            name: " ".into(),
+            effect: "maybe".into(),
+            principal_type: "group".into(),
+            principal_id: String::new(),
+            actions: vec![],
+            resource_type: "workflow".into(),
+            resource_ids: vec!["not an id!".into()],
+            tag_selector: [(String::new(), "v".to_string())].into(),
+        };
+        let got = validate_resource_policy(&bad, Some(&"d".repeat(2001))).unwrap_err();
+        let expected = [
+            "body.name",
+            "body.description",
+            "body.effect",
+            "body.principal_type",
+            "body.resource_type",
+            "body.actions",
+            "body.resource_ids",
+            "body.tag_selector",
+            "body.principal_id",
+        ];
+        assert_eq!(at(&got), expected);
+        assert_eq!(got[1].value, Some(Value::Null), "a policy's description failure says value null");
+        assert_eq!(got[2].message, r#"must be one of ["allow", "deny"]"#);
+        let too_many = RpFields { resource_ids: vec!["job_a".into(); 101], ..policy() };
+        assert_eq!(at(&validate_resource_policy(&too_many, None).unwrap_err()), ["body.resource_ids"]);
+    }
+
+    #[test]
+    fn a_tag_policy_needs_a_known_type_and_some_bounded_rule() {
+        assert_eq!(validate_tag_resource_type("workflow"), Ok(()));
+        assert_eq!(at(&validate_tag_resource_type("run").unwrap_err()), ["body.resource_type"]);
+        let allowed: HashMap<String, Vec<String>> = [("env".to_string(), vec!["prod".to_string()])].into();
+        assert_eq!(validate_tag_rules(&["team".into()], &HashMap::new(), None), Ok(()));
+        assert_eq!(validate_tag_rules(&[], &allowed, None), Ok(()));
+        let none = validate_tag_rules(&[], &HashMap::new(), None).unwrap_err();
+        assert_eq!(
+            none,
+            [FieldError::new("body.required_keys", "give required_keys or allowed_values", Some(json!([])))]
+        );
+        let empty_values: HashMap<String, Vec<String>> = [("env".to_string(), vec![])].into();
+        let got = validate_tag_rules(&["".into()], &empty_values, Some(&"d".repeat(2001))).unwrap_err();
+        assert_eq!(at(&got), ["body.description", "body.required_keys", "body.allowed_values"]);
     }
 }

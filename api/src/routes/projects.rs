@@ -1,4 +1,6 @@
-//! Projects and their settings (DECISIONS §2, SPEC §2.7, §4.5).
+//! Projects and their settings, and the checks of their bodies. Every
+//! resource belongs to one project; only the internal secret creates
+//! projects, lists them or changes their settings.
 
 use chrono::{DateTime, Utc};
 use poem::web::Data;
@@ -7,6 +9,7 @@ use poem_openapi::payload::Json;
 use poem_openapi::{ApiResponse, Object, OpenApi};
 
 use serde_json::json;
+use switchyard_shared::domain::{FieldError, FieldErrors};
 use switchyard_shared::store::{self, projects::ProjectRow};
 
 use super::{found, tenant, view_from_row, Tag};
@@ -36,7 +39,7 @@ pub struct CreateProject {
     pub name: String,
 }
 
-/// Project settings (SPEC §2.7).
+/// Project settings.
 #[derive(Object)]
 pub struct ProjectSettings {
     pub project_id: String,
@@ -84,36 +87,43 @@ async fn load(state: &AppState, auth: &Auth, id: &str) -> ApiResult<ProjectRow> 
     found("project", id, store::projects::get(&state.pool, tenant(&auth.0), id)).await
 }
 
+/// A new project's id when given (trimmed) and its name (trimmed).
+fn validate_project(b: &CreateProject) -> Result<(Option<String>, String), Vec<FieldError>> {
+    let mut e = FieldErrors::new();
+    let id = b.id.as_deref().map(str::trim);
+    if let Some(id) = id {
+        let ok = switchyard_shared::ids::is_valid_external_id(id);
+        e.check(ok, "body.id", "1 to 64 letters, digits, '_', '-' or '.'", Some(id.into()));
+    }
+    let name = b.name.trim();
+    let name_ok = !name.is_empty() && name.len() <= 200;
+    e.check(name_ok, "body.name", "must be 1 to 200 characters", Some(b.name.as_str().into()));
+    e.finish()?;
+    Ok((id.map(str::to_string), name.to_string()))
+}
+
+/// A settings change: region and plan tier of 1 to 64 characters, a key
+/// lifetime of 1 to 3650 days.
+fn validate_settings(b: &UpdateProjectSettings) -> Result<(), Vec<FieldError>> {
+    let mut e = FieldErrors::new();
+    for (field, v) in [("default_region", &b.default_region), ("plan_tier", &b.plan_tier)] {
+        if let Some(v) = v {
+            let ok = !v.trim().is_empty() && v.len() <= 64;
+            e.check(ok, format!("body.{field}"), "must be 1 to 64 characters", Some(v.as_str().into()));
+        }
+    }
+    e.in_range("body.max_key_lifetime_days", b.max_key_lifetime_days, 1, 3650);
+    e.finish()
+}
+
 #[OpenApi(tag = "Tag::Projects")]
 impl ProjectsApi {
     /// Create a project (internal secret only).
     #[oai(path = "/v1/projects", method = "post")]
     async fn create(&self, state: Data<&AppState>, auth: Auth, body: Json<CreateProject>) -> ApiResult<CreatedProject> {
         internal_only(&auth)?;
-        let mut errors = Vec::new();
-        let id = match body.0.id.as_deref().map(str::trim) {
-            None => switchyard_shared::ids::project_id(),
-            Some(id) if switchyard_shared::ids::is_valid_external_id(id) => id.to_string(),
-            Some(id) => {
-                errors.push(crate::error::ErrorDetail {
-                    location: "body.id".into(),
-                    message: "1 to 64 letters, digits, '_', '-' or '.'".into(),
-                    value: Some(id.into()),
-                });
-                String::new()
-            }
-        };
-        let name = body.0.name.trim().to_string();
-        if name.is_empty() || name.len() > 200 {
-            errors.push(crate::error::ErrorDetail {
-                location: "body.name".into(),
-                message: "must be 1 to 200 characters".into(),
-                value: Some(body.0.name.clone().into()),
-            });
-        }
-        if !errors.is_empty() {
-            return Err(ApiError::invalid(errors));
-        }
+        let (id, name) = validate_project(&body.0)?;
+        let id = id.unwrap_or_else(switchyard_shared::ids::project_id);
         let row = store::projects::create(&state.pool, &id, &name, auth.0.actor_id.as_deref()).await?;
         let change = Change::new(&row.id, "project.created", ("project", &row.id), json!({"name": row.name}));
         audit::record(&state.pool, &auth.0, change).await?;
@@ -164,32 +174,7 @@ impl ProjectsApi {
         internal_only(&auth)?;
         load(&state, &auth, &project_id).await?;
         let b = body.0;
-        let mut errors = Vec::new();
-        let mut check_text = |field: &str, v: &Option<String>| {
-            if let Some(v) = v {
-                if v.trim().is_empty() || v.len() > 64 {
-                    errors.push(crate::error::ErrorDetail {
-                        location: format!("body.{field}"),
-                        message: "must be 1 to 64 characters".into(),
-                        value: Some(v.clone().into()),
-                    });
-                }
-            }
-        };
-        check_text("default_region", &b.default_region);
-        check_text("plan_tier", &b.plan_tier);
-        if let Some(d) = b.max_key_lifetime_days {
-            if !(1..=3650).contains(&d) {
-                errors.push(crate::error::ErrorDetail {
-                    location: "body.max_key_lifetime_days".into(),
-                    message: "must be between 1 and 3650".into(),
-                    value: Some(d.into()),
-                });
-            }
-        }
-        if !errors.is_empty() {
-            return Err(ApiError::invalid(errors));
-        }
+        validate_settings(&b)?;
         let change = store::projects::SettingsChange {
             default_region: b.default_region,
             plan_tier: b.plan_tier,
@@ -210,5 +195,38 @@ impl ProjectsApi {
         )
         .await?;
         Ok(Json(settings(row)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_project_id_and_name_are_trimmed_then_checked() {
+        let project = |id: Option<&str>, name: &str| CreateProject { id: id.map(Into::into), name: name.into() };
+        assert_eq!(validate_project(&project(None, " Acme ")), Ok((None, "Acme".to_string())));
+        assert_eq!(
+            validate_project(&project(Some(" acme "), "Acme")),
+            Ok((Some("acme".to_string()), "Acme".to_string()))
+        );
+        let got = validate_project(&project(Some("a b"), "  ")).unwrap_err();
+        assert_eq!(got[0], FieldError::new("body.id", "1 to 64 letters, digits, '_', '-' or '.'", Some("a b".into())));
+        assert_eq!(got[1], FieldError::new("body.name", "must be 1 to 200 characters", Some("  ".into())));
+    }
+
+    #[test]
+    fn settings_bound_region_tier_and_key_lifetime() {
+        let settings = |region: Option<&str>, tier: Option<&str>, days: Option<i64>| UpdateProjectSettings {
+            default_region: region.map(Into::into),
+            plan_tier: tier.map(Into::into),
+            max_key_lifetime_days: days,
+        };
+        assert_eq!(validate_settings(&settings(None, None, None)), Ok(()));
+        assert_eq!(validate_settings(&settings(Some("eu"), Some("pro"), Some(3650))), Ok(()));
+        let got = validate_settings(&settings(Some(" "), Some(&"t".repeat(65)), Some(0))).unwrap_err();
+        let at: Vec<_> = got.iter().map(|f| f.location.as_str()).collect();
+        assert_eq!(at, ["body.default_region", "body.plan_tier", "body.max_key_lifetime_days"]);
+        assert_eq!(got[2].message, "must be between 1 and 3650");
     }
 }

@@ -1,5 +1,7 @@
-//! Roles (SPEC §5.3, DECISIONS §2): the four system roles, and custom
-//! roles per project that may inherit one other role.
+//! Roles: the four system roles (`admin`, `operator`, `viewer`,
+//! `triggerer`), and custom roles per project that may inherit one other
+//! role; the checks of their bodies. README.md, "Access control", tells
+//! how a member's role becomes permissions.
 
 use chrono::{DateTime, Utc};
 use poem::web::Data;
@@ -8,13 +10,14 @@ use poem_openapi::payload::Json;
 use poem_openapi::types::MaybeUndefined;
 use poem_openapi::{ApiResponse, Object, OpenApi};
 use serde_json::json;
+use switchyard_shared::domain::{FieldError, FieldErrors};
 use switchyard_shared::store::roles::{ChainLink, RoleRow};
 use switchyard_shared::store::{self};
 
-use super::{check_scopes, found, patch, project_of, tenant, view_from_row, Tag};
+use super::{check_scopes, description_rule, found, label_rule, patch, project_of, tenant, view_from_row, Tag};
 use crate::audit::{self, Change};
 use crate::auth::{cache, rbac, Auth};
-use crate::error::{ApiError, ApiResult, ErrorDetail};
+use crate::error::{ApiError, ApiResult};
 use crate::pagination::{Page, Window};
 use crate::state::AppState;
 
@@ -31,7 +34,7 @@ pub struct Role {
     pub name: String,
     #[oai(skip_serializing_if_is_none)]
     pub description: Option<String>,
-    /// The role's own scopes (SPEC §5.2).
+    /// The role's own scopes (the names operations give in `x-required-scope`).
     pub permissions: Vec<String>,
     /// The role whose permissions this one adds to its own.
     #[oai(skip_serializing_if_is_none)]
@@ -106,49 +109,51 @@ async fn load(state: &AppState, auth: &Auth, id: &str) -> ApiResult<RoleRow> {
     found("role", id, store::roles::get(&state.pool, tenant(&auth.0), id)).await
 }
 
-fn check_text(name: &str, description: Option<&String>, errors: &mut Vec<ErrorDetail>) {
-    if name.trim().is_empty() || name.len() > 100 || name.chars().any(char::is_control) {
-        errors.push(ErrorDetail {
-            location: "body.name".into(),
-            message: "must be 1 to 100 characters, no control characters".into(),
-            value: Some(name.into()),
-        });
-    } else if rbac::SYSTEM_ROLES.iter().any(|s| s.eq_ignore_ascii_case(name.trim())) {
-        errors.push(ErrorDetail {
-            location: "body.name".into(),
-            message: "is the name of a system role".into(),
-            value: Some(name.into()),
-        });
+/// A custom role's name (not a system role's) and description.
+fn validate_role(name: &str, description: Option<&str>) -> Result<(), Vec<FieldError>> {
+    let mut e = FieldErrors::new();
+    if label_rule(&mut e, name, 100) {
+        let system = rbac::SYSTEM_ROLES.iter().any(|s| s.eq_ignore_ascii_case(name.trim()));
+        e.check(!system, "body.name", "is the name of a system role", Some(name.into()));
     }
-    if description.is_some_and(|d| d.len() > 2000) {
-        errors.push(ErrorDetail {
-            location: "body.description".into(),
-            message: "at most 2000 characters".into(),
-            value: None,
-        });
-    }
+    description_rule(&mut e, description, 2000);
+    e.finish()
 }
 
-/// The parent must be a system role or a role of the project, and the
-/// chain from it must not reach `self_id` (a cycle) nor run too deep.
+/// The parent must be a system role or a role of the project, and its
+/// chain (`chain`: the parent, then each role it inherits; empty when
+/// there is no such role) must not reach `self_id` (a cycle) nor run too
+/// deep.
+fn validate_parent(
+    project_id: &str,
+    parent: &str,
+    self_id: Option<&str>,
+    chain: &[ChainLink],
+) -> Result<(), Vec<FieldError>> {
+    let problem = match chain.first() {
+        None => Some("no such role".to_string()),
+        Some(l) if l.project_id.as_deref().is_some_and(|p| p != project_id) => Some("no such role".to_string()),
+        _ if self_id.is_some_and(|me| chain.iter().any(|l| l.id == me)) => {
+            Some("inheriting this role would make a cycle".to_string())
+        }
+        _ if chain.len() as i32 >= rbac::MAX_DEPTH => {
+            Some(format!("inheritance chains are at most {} roles long", rbac::MAX_DEPTH))
+        }
+        _ => None,
+    };
+    let mut e = FieldErrors::new();
+    if let Some(message) = problem {
+        e.push("body.inherits", message, Some(parent.into()));
+    }
+    e.finish()
+}
+
 async fn check_parent(state: &AppState, project_id: &str, parent: &str, self_id: Option<&str>) -> ApiResult<()> {
-    let bad = |m: &str| ApiError::invalid_field("body.inherits", m.to_string(), Some(parent.into()));
-    if !switchyard_shared::ids::is_valid_external_id(parent) {
-        return Err(bad("no such role"));
-    }
-    let chain = store::roles::chain(&state.pool, parent).await?;
-    match chain.first().map(|l| l.project_id.as_deref()) {
-        None => return Err(bad("no such role")),
-        Some(Some(p)) if p != project_id => return Err(bad("no such role")),
-        _ => {}
-    }
-    if self_id.is_some_and(|me| chain.iter().any(|l| l.id == me)) {
-        return Err(bad("inheriting this role would make a cycle"));
-    }
-    if chain.len() as i32 >= rbac::MAX_DEPTH {
-        return Err(bad(&format!("inheritance chains are at most {} roles long", rbac::MAX_DEPTH)));
-    }
-    Ok(())
+    let chain = match switchyard_shared::ids::is_valid_external_id(parent) {
+        true => store::roles::chain(&state.pool, parent).await?,
+        false => Vec::new(),
+    };
+    Ok(validate_parent(project_id, parent, self_id, &chain)?)
 }
 
 /// The role with its inheritance chain and what the chain grants.
@@ -191,11 +196,7 @@ impl RolesApi {
         let b = body.0;
         let project_id = project_of(&auth.0, b.project_id.as_deref())?;
         let permissions = check_scopes("body.permissions", &b.permissions)?;
-        let mut errors = Vec::new();
-        check_text(&b.name, b.description.as_ref(), &mut errors);
-        if !errors.is_empty() {
-            return Err(ApiError::invalid(errors));
-        }
+        validate_role(&b.name, b.description.as_deref())?;
         super::project_exists(&state, &project_id).await?;
         if let Some(parent) = &b.inherits {
             check_parent(&state, &project_id, parent, None).await?;
@@ -272,11 +273,7 @@ impl RolesApi {
         let name = b.name.unwrap_or(cur.name.clone());
         let description = patch(b.description, cur.description.clone());
         let inherits = patch(b.inherits, cur.inherits.clone());
-        let mut errors = Vec::new();
-        check_text(&name, description.as_ref(), &mut errors);
-        if !errors.is_empty() {
-            return Err(ApiError::invalid(errors));
-        }
+        validate_role(&name, description.as_deref())?;
         if let Some(parent) = &inherits {
             check_parent(&state, &project_id, parent, Some(&cur.id)).await?;
         }
@@ -325,5 +322,43 @@ impl RolesApi {
         tx.commit().await?;
         cache::bump_version(&state.queue).await;
         Ok(Deleted::NoContent)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn link(id: &str, project_id: Option<&str>) -> ChainLink {
+        ChainLink { id: id.into(), project_id: project_id.map(Into::into), name: id.into(), permissions: vec![] }
+    }
+
+    #[test]
+    fn a_role_name_is_bounded_and_not_a_system_role() {
+        assert_eq!(validate_role("deployers", Some("ship it")), Ok(()));
+        let got = validate_role(" Admin ", None).unwrap_err();
+        assert_eq!(got, [FieldError::new("body.name", "is the name of a system role", Some(" Admin ".into()))]);
+        let got = validate_role("", Some(&"d".repeat(2001))).unwrap_err();
+        assert_eq!(got[0].message, "must be 1 to 100 characters, no control characters");
+        assert_eq!(got[1], FieldError::new("body.description", "at most 2000 characters", None));
+        assert_eq!(validate_role(&"r".repeat(101), None).unwrap_err().len(), 1, "too long, not also a system role");
+    }
+
+    #[test]
+    fn a_parent_is_of_the_project_without_cycle_or_too_deep_a_chain() {
+        let message = |r: Result<(), Vec<FieldError>>| r.unwrap_err().remove(0).message;
+        assert_eq!(validate_parent("p", "viewer", None, &[link("viewer", None)]), Ok(()));
+        assert_eq!(validate_parent("p", "role_a", None, &[link("role_a", Some("p"))]), Ok(()));
+        assert_eq!(message(validate_parent("p", "role_x", None, &[])), "no such role");
+        assert_eq!(message(validate_parent("p", "role_a", None, &[link("role_a", Some("q"))])), "no such role");
+        let chain = [link("role_b", Some("p")), link("role_a", Some("p"))];
+        assert_eq!(
+            message(validate_parent("p", "role_b", Some("role_a"), &chain)),
+            "inheriting this role would make a cycle"
+        );
+        let deep: Vec<ChainLink> = (0..rbac::MAX_DEPTH).map(|i| link(&format!("role_{i}"), Some("p"))).collect();
+        let got = validate_parent("p", "role_0", None, &deep).unwrap_err();
+        assert_eq!(got[0].message, format!("inheritance chains are at most {} roles long", rbac::MAX_DEPTH));
+        assert_eq!((got[0].location.as_str(), got[0].value.clone()), ("body.inherits", Some("role_0".into())));
     }
 }

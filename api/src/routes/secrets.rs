@@ -1,4 +1,4 @@
-//! Job secrets (DECISIONS §2): write-only values, encrypted at rest with
+//! Job secrets: write-only values, encrypted at rest with
 //! `SECRETS_KEY` (`switchyard_shared::secrets`), delivered to the target in
 //! the dispatch body's `secrets` object. Never returned, never logged: a
 //! listing shows names and times only.
@@ -12,13 +12,14 @@ use poem_openapi::param::{Path, Query};
 use poem_openapi::payload::Json;
 use poem_openapi::{ApiResponse, Object, OpenApi};
 use serde_json::json;
+use switchyard_shared::domain::{FieldError, FieldErrors};
 use switchyard_shared::secrets::{is_valid_name, SecretsKey};
 use switchyard_shared::store::{self, secrets::SecretName};
 
 use super::{load_job, view_from_row, Tag};
 use crate::audit::{self, Change};
 use crate::auth::Auth;
-use crate::error::{ApiError, ApiResult, ErrorDetail};
+use crate::error::{ApiError, ApiResult};
 use crate::pagination::{Page, Window};
 use crate::state::AppState;
 
@@ -66,6 +67,16 @@ pub enum SecretDeleted {
     NoContent,
 }
 
+/// A secret's name and the size of its value.
+fn validate_secret(b: &PutSecret) -> Result<(), Vec<FieldError>> {
+    let mut e = FieldErrors::new();
+    let name_message = "like an environment variable: [A-Za-z_][A-Za-z0-9_]*, at most 128 characters";
+    e.check(is_valid_name(&b.name), "body.name", name_message, Some(b.name.as_str().into()));
+    // The value itself is never echoed back, not even in an error.
+    e.check(b.value.len() <= MAX_VALUE_BYTES, "body.value", format!("at most {MAX_VALUE_BYTES} bytes"), None);
+    e.finish()
+}
+
 #[OpenApi(tag = "Tag::Jobs")]
 impl SecretsApi {
     /// The names of a job's secrets, in name order (values are never returned).
@@ -98,25 +109,7 @@ impl SecretsApi {
     ) -> ApiResult<SecretSaved> {
         let job = load_job(&state, &auth, &job_id).await?;
         let b = body.0;
-        let mut errors = Vec::new();
-        if !is_valid_name(&b.name) {
-            errors.push(ErrorDetail {
-                location: "body.name".into(),
-                message: "like an environment variable: [A-Za-z_][A-Za-z0-9_]*, at most 128 characters".into(),
-                value: Some(b.name.clone().into()),
-            });
-        }
-        if b.value.len() > MAX_VALUE_BYTES {
-            // The value itself is never echoed back, not even in an error.
-            errors.push(ErrorDetail {
-                location: "body.value".into(),
-                message: format!("at most {MAX_VALUE_BYTES} bytes"),
-                value: None,
-            });
-        }
-        if !errors.is_empty() {
-            return Err(ApiError::invalid(errors));
-        }
+        validate_secret(&b)?;
         let Some(key) = state.config.secrets_key.as_ref().map(SecretsKey::from_secret) else {
             return Err(ApiError::unavailable(
                 "this server has no SECRETS_KEY configured, so it cannot store secrets; nothing was changed",
@@ -169,5 +162,19 @@ impl SecretsApi {
         )
         .await?;
         Ok(SecretDeleted::NoContent)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_secret_is_named_like_an_env_var_and_its_value_never_echoed() {
+        let secret = |name: &str, n: usize| PutSecret { name: name.into(), value: "x".repeat(n) };
+        assert_eq!(validate_secret(&secret("API_TOKEN", MAX_VALUE_BYTES)), Ok(()));
+        let got = validate_secret(&secret("1st", MAX_VALUE_BYTES + 1)).unwrap_err();
+        assert_eq!((got[0].location.as_str(), got[0].value.clone()), ("body.name", Some("1st".into())));
+        assert_eq!(got[1], FieldError::new("body.value", format!("at most {MAX_VALUE_BYTES} bytes"), None));
     }
 }
