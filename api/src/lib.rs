@@ -10,6 +10,7 @@
 //! - [`pagination`]: limit and cursor.
 //! - [`state`]: what handlers share.
 //! - [`views`]: response objects several route files return.
+//! - [`run_actions`]: triggering and cancelling runs, shared by several routes.
 
 pub mod audit;
 pub mod auth;
@@ -22,6 +23,7 @@ pub mod pagination;
 pub mod problem;
 pub mod rate_limit;
 pub mod routes;
+pub mod run_actions;
 pub mod state;
 pub mod views;
 

@@ -1,5 +1,5 @@
 //! Short-lived in-memory caches of what authorisation reads on every
-//! request: API keys by hash, a user's role in a project (SPEC §5.5: 30
+//! request: API keys by hash, a user's role in a project (kept at most 30
 //! seconds), and a project's resource policies.
 //!
 //! Invalidation across api processes: every change to a key, role, member

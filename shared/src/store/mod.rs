@@ -1,5 +1,7 @@
 //! All the SQL of the three processes, one module per aggregate: a run's
-//! life ([`runs`], [`settle`], [`flow`]), job definitions ([`jobs`]), and
+//! life ([`runs`], [`settle`], [`flow`], [`transitions`], [`run_updates`]),
+//! what a run reported ([`run_records`]), bulk trigger batches
+//! ([`batches`]), job definitions and their versions ([`jobs`]), and
 //! the resources the api manages ([`projects`], [`job_groups`],
 //! [`environments`], [`secrets`], [`api_keys`], [`roles`], [`members`],
 //! [`policies`], [`audit`], [`actors`]). Each function is one round trip
@@ -13,6 +15,7 @@
 pub mod actors;
 pub mod api_keys;
 pub mod audit;
+pub mod batches;
 pub mod environments;
 pub mod flow;
 pub mod group;
@@ -22,6 +25,7 @@ pub mod members;
 pub mod policies;
 pub mod projects;
 pub mod roles;
+pub mod run_records;
 pub mod run_updates;
 pub mod runs;
 pub mod secrets;
