@@ -176,6 +176,19 @@ fn offset_cursor(raw: Option<String>) -> ApiResult<i64> {
     }
 }
 
+/// The run a record listing reads, with the page size and id cursor the
+/// caller asked for.
+async fn listing(
+    state: &AppState,
+    auth: &Auth,
+    run_id: &str,
+    limit: Option<i64>,
+    cursor: Option<String>,
+) -> ApiResult<(Run, i64, Option<String>)> {
+    let run = load_run(state, auth, run_id).await?;
+    Ok((run, pagination::limit(limit)?, pagination::cursor(cursor)?))
+}
+
 #[OpenApi(tag = "Tag::Runs")]
 impl RunRecordsApi {
     /// The run's structured outputs, newest first.
@@ -188,9 +201,7 @@ impl RunRecordsApi {
         limit: Query<Option<i64>>,
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<Page<RunOutput>>> {
-        let run = load_run(&state, &auth, &run_id).await?;
-        let limit = pagination::limit(limit.0)?;
-        let cursor = pagination::cursor(cursor.0)?;
+        let (run, limit, cursor) = listing(&state, &auth, &run_id, limit.0, cursor.0).await?;
         let rows = rec::outputs(&state.pool, &run.id, cursor.as_deref(), limit + 1).await?;
         Ok(Json(pagination::page(rows, limit, |r| r.id.clone(), RunOutput::from)))
     }
@@ -213,9 +224,7 @@ impl RunRecordsApi {
         limit: Query<Option<i64>>,
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<Page<Checkpoint>>> {
-        let run = load_run(&state, &auth, &run_id).await?;
-        let limit = pagination::limit(limit.0)?;
-        let cursor = pagination::cursor(cursor.0)?;
+        let (run, limit, cursor) = listing(&state, &auth, &run_id, limit.0, cursor.0).await?;
         let rows = rec::checkpoints(&state.pool, &run.id, cursor.as_deref(), limit + 1).await?;
         Ok(Json(pagination::page(rows, limit, |r| r.id.clone(), Checkpoint::from)))
     }
@@ -230,9 +239,7 @@ impl RunRecordsApi {
         limit: Query<Option<i64>>,
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<RunUsage>> {
-        let run = load_run(&state, &auth, &run_id).await?;
-        let limit = pagination::limit(limit.0)?;
-        let cursor = pagination::cursor(cursor.0)?;
+        let (run, limit, cursor) = listing(&state, &auth, &run_id, limit.0, cursor.0).await?;
         let rows = rec::usage(&state.pool, &run.id, cursor.as_deref(), limit + 1).await?;
         let totals = rec::usage_totals(&state.pool, &run.id).await?;
         let page = pagination::page(rows, limit, |r| r.id.clone(), UsageRecord::from);
@@ -255,9 +262,7 @@ impl RunRecordsApi {
         limit: Query<Option<i64>>,
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<Page<ToolCall>>> {
-        let run = load_run(&state, &auth, &run_id).await?;
-        let limit = pagination::limit(limit.0)?;
-        let cursor = pagination::cursor(cursor.0)?;
+        let (run, limit, cursor) = listing(&state, &auth, &run_id, limit.0, cursor.0).await?;
         let rows = rec::tool_calls(&state.pool, &run.id, cursor.as_deref(), limit + 1).await?;
         Ok(Json(pagination::page(rows, limit, |r| r.id.clone(), ToolCall::from)))
     }
@@ -297,9 +302,7 @@ impl RunRecordsApi {
         limit: Query<Option<i64>>,
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<Page<LogLine>>> {
-        let run = load_run(&state, &auth, &run_id).await?;
-        let limit = pagination::limit(limit.0)?;
-        let cursor = pagination::cursor(cursor.0)?;
+        let (run, limit, cursor) = listing(&state, &auth, &run_id, limit.0, cursor.0).await?;
         if let Some(l) = &level.0 {
             if !LOG_LEVELS.contains(&l.as_str()) {
                 return Err(ApiError::invalid_field(
