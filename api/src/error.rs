@@ -210,9 +210,9 @@ impl ApiError {
     pub fn invalid_fields(errors: Vec<FieldError>) -> ApiError {
         Self::invalid(errors.into_iter().map(ErrorDetail::from).collect())
     }
-    /// The problem's detail (per-item errors of bulk operations).
-    pub fn detail(&self) -> String {
-        let p = match self {
+    /// The problem document the error answers with.
+    pub fn problem(&self) -> &Problem {
+        match self {
             ApiError::BadRequest(p)
             | ApiError::Unauthorized(p)
             | ApiError::Forbidden(p)
@@ -221,7 +221,11 @@ impl ApiError {
             | ApiError::Unprocessable(p)
             | ApiError::Unavailable(p)
             | ApiError::Internal(p) => &p.0,
-        };
+        }
+    }
+    /// The problem's detail (per-item errors of bulk operations).
+    pub fn detail(&self) -> String {
+        let p = self.problem();
         p.detail.clone().unwrap_or_else(|| p.title.clone())
     }
     pub fn internal(context: &str, err: &dyn std::fmt::Display) -> ApiError {

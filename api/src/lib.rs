@@ -15,6 +15,7 @@
 //! - [`openapi31`]: the served document as OpenAPI 3.1.
 //! - [`state`]: what handlers share.
 //! - [`views`]: response objects several route files return.
+//! - [`run_actions`]: triggering and cancelling runs, shared by several routes.
 //!
 //! The rules the API promises its clients are in docs/contract.md.
 
@@ -29,6 +30,7 @@ pub mod pagination;
 pub mod problem;
 pub mod rate_limit;
 pub mod routes;
+pub mod run_actions;
 pub mod state;
 pub mod views;
 

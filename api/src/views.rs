@@ -1,5 +1,13 @@
-//! Response objects that more than one route file returns: a job (the
-//! jobs' own routes and a group's job listing).
+//! Response and request objects that more than one route file uses: a job
+//! (the jobs' own routes and a group's job listing), a run and the trigger
+//! request ([`runs`]), and the records a run's target writes
+//! ([`run_records`]).
+
+mod run_records;
+mod runs;
+
+pub use run_records::{Checkpoint, RunOutput, ToolCall, UsageRecord};
+pub use runs::{run_view, ExecutionTrace, JobRun, TriggerRequest};
 
 use std::collections::HashMap;
 
@@ -22,7 +30,8 @@ pub struct RateLimitKeyBody {
     pub window_secs: i64,
 }
 
-/// A job (SPEC §2.4). `webhook_secret` is write-only and never returned.
+/// A job: an HTTP target with its retry, timeout and limits.
+/// `webhook_secret` is write-only and never returned.
 #[derive(Object)]
 pub struct Job {
     pub id: String,

@@ -230,9 +230,7 @@ async fn statuses(pool: &PgPool, ids: &[String]) -> Result<HashMap<String, Strin
     if ids.is_empty() {
         return Ok(HashMap::new());
     }
-    let rows: Vec<(String, String)> =
-        sqlx::query_as("SELECT id, status FROM job_runs WHERE id = ANY($1)").bind(ids).fetch_all(pool).await?;
-    Ok(rows.into_iter().collect())
+    switchyard_shared::store::runs::statuses(pool, ids).await
 }
 
 #[cfg(test)]

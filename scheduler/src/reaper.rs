@@ -101,7 +101,7 @@ impl Reaper {
         if !self.queue.any_lease_expired(now_ms).await? {
             return Ok(ReapReport::default());
         }
-        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        switchyard_shared::store::ping(&self.pool).await?;
         let expired = self.queue.reap(now_ms, self.opts.batch_size).await?;
         let mut report = ReapReport { expired: expired.len(), ..ReapReport::default() };
         for entry in expired {

@@ -1,9 +1,9 @@
-//! Bulk operations (SPEC §4.3, §8; DECISIONS §6): trigger many runs of a
-//! job, cancel or replay many runs, replay the dead-letter queue, cancel by
-//! filter, and the status of bulk trigger batches.
+//! Bulk operations: trigger many runs of a job, cancel or replay many runs,
+//! replay the dead-letter queue, cancel by filter, and the status of bulk
+//! trigger batches.
 //!
 //! Every item goes through the same code as its single counterpart (the
-//! trigger through `routes::runs::trigger`), and one bad item never fails
+//! trigger, replay and cancel of `crate::run_actions`), and one bad item never fails
 //! the others: each gets its own result. Only the request as a whole (too
 //! many items, none, a bad filter) is refused, with 422.
 
@@ -16,20 +16,21 @@ use poem_openapi::payload::Json;
 use poem_openapi::{Object, OpenApi};
 use serde_json::Value;
 use switchyard_shared::domain::RunStatus;
+use switchyard_shared::store::batches::{self, BatchRow};
 use switchyard_shared::store::{self, transitions, Run};
 use switchyard_shared::telemetry::{BULK_ITEMS_PROCESSED, BULK_OPERATIONS};
 
-use super::run_ops;
-use super::runs::TriggerRequest;
-use super::{check_id, project_of, visible, Tag};
+use super::{check_id, load_for_trigger, load_run, project_of, visible, Tag};
 use crate::auth::{Auth, Principal};
 use crate::error::{ApiError, ApiResult};
 use crate::pagination::{self, Page};
+use crate::run_actions::{self, cancel_reason};
 use crate::state::AppState;
+use crate::views::TriggerRequest;
 
 pub struct BulkApi;
 
-/// Items per bulk request (SPEC §8).
+/// Items per bulk request.
 pub const MAX_ITEMS: usize = 100;
 /// Runs cancelled by one bulk-cancel-all call at most; call again while
 /// `has_more`.
@@ -173,20 +174,6 @@ pub struct BatchOperation {
     pub counts: BTreeMap<String, i64>,
 }
 
-#[derive(sqlx::FromRow)]
-struct BatchRow {
-    id: String,
-    project_id: String,
-    job_id: String,
-    created_at: DateTime<Utc>,
-    created_by: Option<String>,
-    total: i32,
-    created: i32,
-    duplicates: i32,
-    errors: i32,
-    counts: sqlx::types::Json<BTreeMap<String, i64>>,
-}
-
 fn batch_view(r: BatchRow) -> BatchOperation {
     BatchOperation {
         batch_id: r.id,
@@ -202,30 +189,13 @@ fn batch_view(r: BatchRow) -> BatchOperation {
     }
 }
 
-const BATCH_SELECT: &str = "SELECT b.id, b.project_id, b.job_id, b.created_at, b.created_by, b.total, b.created,
-        b.duplicates, b.errors,
-        COALESCE((SELECT jsonb_object_agg(status, n) FROM
-            (SELECT status, count(*) AS n FROM job_runs WHERE batch_id = b.id GROUP BY status) c), '{}') AS counts
-     FROM run_batches b";
-
-/// The one-line message of an error, for a per-item result.
+/// The one-line message of an error, for a per-item result: its detail,
+/// or each invalid value when there are several.
 pub fn error_text(e: &ApiError) -> String {
-    let p = match e {
-        ApiError::BadRequest(p)
-        | ApiError::Unauthorized(p)
-        | ApiError::Forbidden(p)
-        | ApiError::NotFound(p)
-        | ApiError::Conflict(p)
-        | ApiError::Unprocessable(p)
-        | ApiError::Unavailable(p)
-        | ApiError::Internal(p) => &p.0,
-    };
-    let mut text = p.detail.clone().unwrap_or_else(|| p.title.clone());
-    if let Some(errors) = p.errors.as_ref().filter(|e| e.len() > 1) {
-        let parts: Vec<String> = errors.iter().map(|d| format!("{}: {}", d.location, d.message)).collect();
-        text = parts.join("; ");
+    match e.problem().errors.as_ref().filter(|e| e.len() > 1) {
+        Some(errors) => errors.iter().map(|d| format!("{}: {}", d.location, d.message)).collect::<Vec<_>>().join("; "),
+        None => e.detail(),
     }
-    text
 }
 
 fn check_size(n: usize, field: &str) -> ApiResult<()> {
@@ -247,7 +217,7 @@ fn counted(items: usize) {
 /// A run the caller may see (`None`: missing, or another project's), or
 /// why not (a resource policy, an outage), for a per-item result.
 async fn find_run(state: &AppState, auth: &Auth, id: &str) -> ApiResult<Option<Run>> {
-    match super::runs::load_visible(state, auth, id).await {
+    match load_run(state, auth, id).await {
         Ok(r) => Ok(Some(r)),
         Err(ApiError::NotFound(_)) => Ok(None),
         Err(e) => Err(e),
@@ -269,21 +239,22 @@ impl BulkApi {
         job_id: Path<String>,
         body: Json<BulkTriggerRequest>,
     ) -> ApiResult<Json<BulkTriggerResponse>> {
-        let job = super::jobs::load_for_trigger(&state, &auth, &job_id).await?;
+        let job = load_for_trigger(&state, &auth, &job_id).await?;
         let items = body.0.items;
         check_size(items.len(), "items")?;
         if !job.enabled {
             return Err(ApiError::conflict("the job is disabled; enable it to trigger runs"));
         }
         let batch_id = switchyard_shared::ids::batch_id();
-        sqlx::query("INSERT INTO run_batches (id, project_id, job_id, total, created_by) VALUES ($1, $2, $3, $4, $5)")
-            .bind(&batch_id)
-            .bind(&job.project_id)
-            .bind(&job.id)
-            .bind(items.len() as i32)
-            .bind(auth.0.actor())
-            .execute(&state.pool)
-            .await?;
+        batches::create(
+            &state.pool,
+            &batch_id,
+            &job.project_id,
+            &job.id,
+            items.len() as i32,
+            auth.0.actor().as_deref(),
+        )
+        .await?;
         // All items at once: the api's intake commits them together (one
         // insert for the whole call), and each still gets its own answer.
         let attempts = items.into_iter().map(|item| {
@@ -294,7 +265,7 @@ impl BulkApi {
                 tags: item.tags,
                 ..TriggerRequest::default()
             };
-            super::runs::trigger(&state, &auth.0, &job, req, "bulk", Some(batch_id.clone()))
+            run_actions::trigger(&state, &auth.0, &job, req, "bulk", Some(batch_id.clone()))
         });
         let outcomes = futures::future::join_all(attempts).await;
         let mut results = Vec::with_capacity(outcomes.len());
@@ -319,14 +290,7 @@ impl BulkApi {
             }
             results.push(r);
         }
-        if let Err(e) = sqlx::query("UPDATE run_batches SET created = $2, duplicates = $3, errors = $4 WHERE id = $1")
-            .bind(&batch_id)
-            .bind(created)
-            .bind(duplicates)
-            .bind(errors)
-            .execute(&state.pool)
-            .await
-        {
+        if let Err(e) = batches::set_tallies(&state.pool, &batch_id, created, duplicates, errors).await {
             // The runs are committed and the answer lists them; only the
             // batch's tallies are missing.
             tracing::warn!(batch_id, error = %e, "could not record the batch tallies");
@@ -349,7 +313,7 @@ impl BulkApi {
     ) -> ApiResult<Json<BulkCancelResponse>> {
         let ids = body.0.run_ids;
         check_size(ids.len(), "run_ids")?;
-        let reason = run_ops::cancel_reason(&auth.0);
+        let reason = cancel_reason(&auth.0);
         let mut results = Vec::with_capacity(ids.len());
         for id in ids {
             let mut r =
@@ -357,7 +321,7 @@ impl BulkApi {
             match find_run(&state, &auth, &id).await {
                 Ok(None) => r.error = Some(format!("run {id:?} not found")),
                 Err(e) => r.error = Some(error_text(&e)),
-                Ok(Some(run)) => match run_ops::cancel_with_children(&state, &run.id, &reason).await {
+                Ok(Some(run)) => match run_actions::cancel_with_children(&state, &run.id, &reason).await {
                     Ok(Some(c)) if c.from.is_some() => {
                         r.status = "cancelled".into();
                         r.children_cancelled = c.children as i64;
@@ -454,24 +418,7 @@ impl BulkApi {
         // The chosen runs stay locked until every replay is made, so a
         // concurrent call skips them instead of replaying them twice.
         let mut tx = state.pool.begin().await?;
-        let dead: Vec<Run> = sqlx::query_as(&format!(
-            "SELECT {} FROM job_runs r
-               JOIN job_versions v ON v.id = r.job_version_id
-               JOIN jobs j ON j.id = r.job_id AND j.deleted_at IS NULL
-             WHERE r.project_id = $1 AND ($2::text IS NULL OR r.job_id = $2)
-               AND r.status IN ('failed', 'timed_out')
-               AND (r.attempt >= COALESCE(NULLIF(r.max_attempts_override, 0), (v.spec->>'max_attempts')::int, 1)
-                    OR COALESCE(r.retry_backoff, v.spec->>'retry_strategy') = 'none')
-               AND NOT EXISTS (SELECT 1 FROM job_runs c WHERE c.continuation_of = r.id)
-             ORDER BY r.id LIMIT $3
-             FOR UPDATE OF r SKIP LOCKED",
-            qualified_run_columns()
-        ))
-        .bind(&project_id)
-        .bind(&b.job_id)
-        .bind(limit)
-        .fetch_all(&mut *tx)
-        .await?;
+        let dead = store::runs::lock_dead_letters(&mut tx, &project_id, b.job_id.as_deref(), limit).await?;
         let mut results = Vec::with_capacity(dead.len());
         for run in &dead {
             results.push(replay_result(&state, &auth.0, run).await);
@@ -506,23 +453,21 @@ impl BulkApi {
                 }
             },
         };
-        let reason = run_ops::cancel_reason(&auth.0);
-        let ids: Vec<String> = sqlx::query_scalar(
-            "SELECT id FROM job_runs WHERE project_id = $1 AND ($2::text IS NULL OR job_id = $2)
-               AND status = ANY($3) ORDER BY id LIMIT $4",
+        let reason = cancel_reason(&auth.0);
+        let ids = store::runs::ids_in_statuses(
+            &state.pool,
+            &project_id,
+            b.job_id.as_deref(),
+            &statuses,
+            CANCEL_ALL_LIMIT + 1,
         )
-        .bind(&project_id)
-        .bind(&b.job_id)
-        .bind(&statuses)
-        .bind(CANCEL_ALL_LIMIT + 1)
-        .fetch_all(&state.pool)
         .await?;
         let has_more = ids.len() as i64 > CANCEL_ALL_LIMIT;
         let ids: Vec<String> = ids.into_iter().take(CANCEL_ALL_LIMIT as usize).collect();
         let cancelled = transitions::cancel_many(&state.pool, &ids, &statuses, &reason).await?;
         transitions::drop_entries(&state.queue, &cancelled).await;
         let parents: Vec<String> = cancelled.iter().map(|c| c.run.id.clone()).collect();
-        let children = run_ops::cancel_descendants(&state, &parents, &reason).await?;
+        let children = run_actions::cancel_descendants(&state, &parents, &reason).await?;
         if !cancelled.is_empty() {
             crate::audit::record(
                 &state.pool,
@@ -564,17 +509,7 @@ impl BulkApi {
         let project_id = project_of(&auth.0, project_id.0.as_deref())?;
         let limit = pagination::limit(limit.0)?;
         let cursor = pagination::cursor(cursor.0)?;
-        let rows: Vec<BatchRow> = sqlx::query_as(&format!(
-            "{BATCH_SELECT} WHERE b.project_id = $1 AND ($2::text IS NULL OR b.job_id = $2)
-               AND ($3::text IS NULL OR b.id < $3)
-             ORDER BY b.id DESC LIMIT $4"
-        ))
-        .bind(&project_id)
-        .bind(&job_id.0)
-        .bind(cursor)
-        .bind(limit + 1)
-        .fetch_all(&state.pool)
-        .await?;
+        let rows = batches::list(&state.pool, &project_id, job_id.0.as_deref(), cursor.as_deref(), limit + 1).await?;
         Ok(Json(pagination::page(rows, limit, |r| r.id.clone(), batch_view)))
     }
 
@@ -587,10 +522,7 @@ impl BulkApi {
         batch_id: Path<String>,
     ) -> ApiResult<Json<BatchOperation>> {
         check_id("batch", &batch_id)?;
-        let row: Option<BatchRow> = sqlx::query_as(&format!("{BATCH_SELECT} WHERE b.id = $1"))
-            .bind(&batch_id.0)
-            .fetch_optional(&state.pool)
-            .await?;
+        let row = batches::get(&state.pool, &batch_id).await?;
         match row {
             Some(r) if visible(&auth.0, &r.project_id) => Ok(Json(batch_view(r))),
             _ => Err(ApiError::not_found("batch", &batch_id)),
@@ -599,7 +531,7 @@ impl BulkApi {
 }
 
 async fn replay_result(state: &AppState, who: &Principal, run: &Run) -> BulkReplayResult {
-    match run_ops::replay_run(state, who, run).await {
+    match run_actions::replay_run(state, who, run).await {
         Ok(new) => BulkReplayResult {
             run_id: run.id.clone(),
             status: "replayed".into(),
@@ -613,9 +545,4 @@ async fn replay_result(state: &AppState, who: &Principal, run: &Run) -> BulkRepl
             error: Some(error_text(&e)),
         },
     }
-}
-
-/// RUN_COLUMNS prefixed with `r.`, for queries that join.
-pub fn qualified_run_columns() -> String {
-    store::runs::RUN_COLUMNS.split(',').map(|c| format!("r.{}", c.trim())).collect::<Vec<_>>().join(", ")
 }

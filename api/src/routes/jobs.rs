@@ -1,8 +1,7 @@
 //! Jobs: create, read, list, update (a new version each time), delete,
-//! versions, and trigger (DECISIONS §2, SPEC §2.4).
+//! versions, and trigger.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use poem::web::Data;
@@ -13,11 +12,11 @@ use poem_openapi::{ApiResponse, Object, OpenApi};
 use serde_json::Value;
 use switchyard_shared::domain::{JobSpec, RateLimitKey};
 use switchyard_shared::queue::WakeLoop;
-use switchyard_shared::store::{self, transitions, JobRecord};
+use switchyard_shared::store::jobs::{JobVersionRow, JobWrite};
+use switchyard_shared::store::{self, transitions, Tenant};
 
-use super::runs::{self as run_routes, JobRun};
 use super::{
-    admit_job, check_id, check_job_environment, check_name, check_slug, load_job, patch, project_of, sync_limits,
+    check_job_environment, check_name, check_slug, load_for_trigger, load_job, patch, project_of, sync_limits,
     wake_cron, Tag,
 };
 use crate::audit::{self, Change};
@@ -25,8 +24,9 @@ use crate::auth::policy::{self, Resource};
 use crate::auth::Auth;
 use crate::error::{ApiError, ApiResult, ErrorDetail};
 use crate::pagination::{self, Page};
+use crate::run_actions;
 use crate::state::AppState;
-use crate::views::{job_view, Job, RateLimitKeyBody};
+use crate::views::{job_view, Job, JobRun, RateLimitKeyBody, TriggerRequest};
 
 pub struct JobsApi;
 
@@ -196,20 +196,8 @@ fn slugify(name: &str) -> String {
     s.trim_end_matches('-').chars().take(64).collect()
 }
 
-/// [`load_job`] through the trigger paths' job cache (`job_cache`: a
-/// change made elsewhere reaches it within a second).
-pub async fn load_for_trigger(state: &AppState, auth: &Auth, id: &str) -> ApiResult<Arc<JobRecord>> {
-    check_id("job", id)?;
-    let job = state.jobs.get(&state.pool, id).await?;
-    admit_job(state, auth, id, job).await
-}
-
 async fn check_group(state: &AppState, project_id: &str, group_id: &str) -> ApiResult<()> {
-    let found: Option<(String,)> = sqlx::query_as("SELECT id FROM job_groups WHERE id = $1 AND project_id = $2")
-        .bind(group_id)
-        .bind(project_id)
-        .fetch_optional(&state.pool)
-        .await?;
+    let found = store::job_groups::get(&state.pool, Tenant::Project(project_id), group_id).await?;
     if found.is_none() {
         return Err(ApiError::invalid_field(
             "body.group_id",
@@ -219,10 +207,6 @@ async fn check_group(state: &AppState, project_id: &str, group_id: &str) -> ApiR
     }
     Ok(())
 }
-
-const VERSION_INSERT: &str =
-    "INSERT INTO job_versions (id, job_id, version, name, slug, enabled, group_id, spec, created_by)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)";
 
 #[OpenApi(tag = "Tag::Jobs")]
 impl JobsApi {
@@ -282,35 +266,18 @@ impl JobsApi {
         let version_id = switchyard_shared::ids::job_version_id();
         let enabled = b.enabled.unwrap_or(true);
         let actor = auth.0.actor();
+        let write = JobWrite {
+            id: &id,
+            group_id: b.group_id.as_deref(),
+            name: b.name.trim(),
+            slug: &slug,
+            enabled,
+            spec: &spec,
+            version_id: &version_id,
+            actor: actor.as_deref(),
+        };
         let mut tx = state.pool.begin().await?;
-        let rec: JobRecord = sqlx::query_as(&format!(
-            "INSERT INTO jobs (id, project_id, group_id, name, slug, enabled, spec, version, version_id, created_by, updated_by)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, 1, $8, $9, $9) RETURNING {}",
-            store::jobs::JOB_COLUMNS
-        ))
-        .bind(&id)
-        .bind(&project_id)
-        .bind(&b.group_id)
-        .bind(b.name.trim())
-        .bind(&slug)
-        .bind(enabled)
-        .bind(sqlx::types::Json(&spec))
-        .bind(&version_id)
-        .bind(&actor)
-        .fetch_one(&mut *tx)
-        .await?;
-        sqlx::query(VERSION_INSERT)
-            .bind(&version_id)
-            .bind(&id)
-            .bind(1)
-            .bind(b.name.trim())
-            .bind(&slug)
-            .bind(enabled)
-            .bind(&b.group_id)
-            .bind(sqlx::types::Json(&spec))
-            .bind(&actor)
-            .execute(&mut *tx)
-            .await?;
+        let rec = store::jobs::create(&mut tx, &project_id, &write).await?;
         audit::record(
             &mut *tx,
             &auth.0,
@@ -343,18 +310,8 @@ impl JobsApi {
         let project_id = project_of(&auth.0, project_id.0.as_deref())?;
         let limit = pagination::limit(limit.0)?;
         let cursor = pagination::cursor(cursor.0)?;
-        let rows: Vec<JobRecord> = sqlx::query_as(&format!(
-            "SELECT {} FROM jobs WHERE project_id = $1 AND deleted_at IS NULL
-               AND ($2::text IS NULL OR group_id = $2) AND ($3::text IS NULL OR id < $3)
-             ORDER BY id DESC LIMIT $4",
-            store::jobs::JOB_COLUMNS
-        ))
-        .bind(&project_id)
-        .bind(&group_id.0)
-        .bind(cursor)
-        .bind(limit + 1)
-        .fetch_all(&state.pool)
-        .await?;
+        let rows =
+            store::jobs::list(&state.pool, &project_id, group_id.0.as_deref(), cursor.as_deref(), limit + 1).await?;
         Ok(Json(pagination::page(rows, limit, |r| r.id.clone(), job_view)))
     }
 
@@ -440,38 +397,19 @@ impl JobsApi {
         let enabled = b.enabled.unwrap_or(cur.enabled);
         let version_id = switchyard_shared::ids::job_version_id();
         let actor = auth.0.actor();
+        let write = JobWrite {
+            id: &cur.id,
+            group_id: group_id.as_deref(),
+            name: name.trim(),
+            slug: &slug,
+            enabled,
+            spec: &s,
+            version_id: &version_id,
+            actor: actor.as_deref(),
+        };
         let mut tx = state.pool.begin().await?;
-        // The version number moves under the row lock, so two concurrent
-        // updates make versions n+1 and n+2, never two n+1.
-        let rec: Option<JobRecord> = sqlx::query_as(&format!(
-            "UPDATE jobs SET name = $2, slug = $3, group_id = $4, enabled = $5, spec = $6, version = version + 1,
-                version_id = $7, updated_by = $8
-             WHERE id = $1 AND deleted_at IS NULL RETURNING {}",
-            store::jobs::JOB_COLUMNS
-        ))
-        .bind(&cur.id)
-        .bind(name.trim())
-        .bind(&slug)
-        .bind(&group_id)
-        .bind(enabled)
-        .bind(sqlx::types::Json(&s))
-        .bind(&version_id)
-        .bind(&actor)
-        .fetch_optional(&mut *tx)
-        .await?;
+        let rec = store::jobs::update(&mut tx, &write).await?;
         let rec = rec.ok_or_else(|| ApiError::not_found("job", &cur.id))?;
-        sqlx::query(VERSION_INSERT)
-            .bind(&version_id)
-            .bind(&cur.id)
-            .bind(rec.version)
-            .bind(name.trim())
-            .bind(&slug)
-            .bind(enabled)
-            .bind(&group_id)
-            .bind(sqlx::types::Json(&s))
-            .bind(&actor)
-            .execute(&mut *tx)
-            .await?;
         audit::record(
             &mut *tx,
             &auth.0,
@@ -501,11 +439,7 @@ impl JobsApi {
     async fn delete(&self, state: Data<&AppState>, auth: Auth, job_id: Path<String>) -> ApiResult<Deleted> {
         let cur = load_job(&state, &auth, &job_id).await?;
         let mut tx = state.pool.begin().await?;
-        sqlx::query("UPDATE jobs SET deleted_at = now(), updated_by = $2 WHERE id = $1")
-            .bind(&cur.id)
-            .bind(auth.0.actor())
-            .execute(&mut *tx)
-            .await?;
+        store::jobs::soft_delete(&mut tx, &cur.id, auth.0.actor().as_deref()).await?;
         let cancelled = transitions::cancel_job_runs(&mut tx, &cur.id, "job deleted").await?;
         audit::record(
             &mut *tx,
@@ -540,33 +474,12 @@ impl JobsApi {
         let job = load_job(&state, &auth, &job_id).await?;
         let limit = pagination::limit(limit.0)?;
         let cursor = pagination::cursor(cursor.0)?;
-        #[derive(sqlx::FromRow)]
-        struct Row {
-            id: String,
-            job_id: String,
-            version: i32,
-            name: String,
-            slug: String,
-            enabled: bool,
-            group_id: Option<String>,
-            spec: sqlx::types::Json<JobSpec>,
-            created_by: Option<String>,
-            created_at: DateTime<Utc>,
-        }
-        let rows: Vec<Row> = sqlx::query_as(
-            "SELECT id, job_id, version, name, slug, enabled, group_id, spec, created_by, created_at
-             FROM job_versions WHERE job_id = $1 AND ($2::text IS NULL OR id < $2) ORDER BY id DESC LIMIT $3",
-        )
-        .bind(&job.id)
-        .bind(cursor)
-        .bind(limit + 1)
-        .fetch_all(&state.pool)
-        .await?;
+        let rows = store::jobs::versions(&state.pool, &job.id, cursor.as_deref(), limit + 1).await?;
         Ok(Json(pagination::page(
             rows,
             limit,
             |r| r.id.clone(),
-            |r| {
+            |r: JobVersionRow| {
                 let mut spec = r.spec.0;
                 spec.webhook_secret = None;
                 JobVersion {
@@ -593,10 +506,10 @@ impl JobsApi {
         state: Data<&AppState>,
         auth: Auth,
         job_id: Path<String>,
-        body: Json<run_routes::TriggerRequest>,
+        body: Json<TriggerRequest>,
     ) -> ApiResult<Triggered> {
         let job = load_for_trigger(&state, &auth, &job_id).await?;
-        let (run, created) = run_routes::trigger(&state, &auth.0, &job, body.0, "api", None).await?;
+        let (run, created) = run_actions::trigger(&state, &auth.0, &job, body.0, "api", None).await?;
         Ok(if created { Triggered::Created(Json(run)) } else { Triggered::Existing(Json(run)) })
     }
 }

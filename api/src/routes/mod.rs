@@ -6,15 +6,17 @@
 //! The helpers: which project a call acts in ([`project_of`]), which
 //! projects' rows a credential may read ([`tenant`], [`visible`]), loading a
 //! resource by id as 404 when missing or another project's ([`found`],
-//! [`load_job`]), request checks shared by several resources ([`check_id`],
-//! [`check_scopes`], [`project_exists`], [`check_job_environment`], and the
-//! field rules [`name_rule`], [`slug_rule`], [`label_rule`],
-//! [`description_rule`] that validators collect into a `FieldErrors`),
-//! PATCH semantics ([`patch`]), what follows a change of a job's state
-//! ([`sync_limits`], [`wake_cron`]) and the response-from-row mapping
-//! ([`view_from_row`]). Pagination is
+//! [`load_job`], [`load_for_trigger`], [`load_run`], and [`sdk_run`] for the
+//! SDK's run-token calls), request checks shared by several resources
+//! ([`check_id`], [`check_scopes`], [`project_exists`],
+//! [`check_job_environment`], and the field rules [`name_rule`],
+//! [`slug_rule`], [`label_rule`], [`description_rule`] that validators
+//! collect into a `FieldErrors`), PATCH semantics ([`patch`]), what follows
+//! a change of a job's state ([`sync_limits`], [`wake_cron`]) and the
+//! response-from-row mapping ([`view_from_row`]). Pagination is
 //! `crate::pagination`; response objects several files return are
-//! `crate::views`; SQL stays in `switchyard_shared::store`.
+//! `crate::views`; triggering and cancelling runs, which several resources
+//! do, is `crate::run_actions`; SQL stays in `switchyard_shared::store`.
 
 pub mod api_keys;
 pub mod audit;
@@ -37,12 +39,13 @@ pub mod stats;
 
 use std::borrow::Borrow;
 use std::future::Future;
+use std::sync::Arc;
 
 use poem_openapi::types::MaybeUndefined;
 use poem_openapi::Tags;
-use switchyard_shared::domain::{FieldError, FieldErrors, JobSpec};
+use switchyard_shared::domain::{FieldError, FieldErrors, JobSpec, RunStatus};
 use switchyard_shared::queue::WakeLoop;
-use switchyard_shared::store::{self, JobRecord, Tenant};
+use switchyard_shared::store::{self, JobRecord, Run, Tenant};
 
 use crate::auth::policy::{self, Resource};
 use crate::auth::{scopes, Auth, Principal};
@@ -223,6 +226,51 @@ pub async fn load_job(state: &AppState, auth: &Auth, id: &str) -> ApiResult<JobR
     check_id("job", id)?;
     let job = store::jobs::get(&state.pool, id).await?;
     admit_job(state, auth, id, job).await
+}
+
+/// [`load_job`] through the trigger paths' job cache (`job_cache`: a
+/// change made elsewhere reaches it within a second).
+pub async fn load_for_trigger(state: &AppState, auth: &Auth, id: &str) -> ApiResult<Arc<JobRecord>> {
+    check_id("job", id)?;
+    let job = state.jobs.get(&state.pool, id).await?;
+    admit_job(state, auth, id, job).await
+}
+
+/// The run, if it exists and the caller may see it (404 otherwise), and
+/// the resource policies that apply to runs let the caller act on it (403
+/// otherwise).
+pub async fn load_run(state: &AppState, auth: &Auth, id: &str) -> ApiResult<Run> {
+    check_id("run", id)?;
+    match store::runs::get(&state.pool, id).await? {
+        Some(r) if visible(&auth.0, &r.project_id) => {
+            let tags = policy::tags_of(&r.tags.0);
+            let res = Resource { kind: "run", id: Some(&r.id), tags: &tags };
+            policy::check(state, &auth.0, &r.project_id, res).await?;
+            Ok(r)
+        }
+        _ => Err(ApiError::not_found("run", id)),
+    }
+}
+
+/// The run an SDK call acts on. Re-checks the run token's subject (the
+/// checker did already) and answers 404 when the run no longer exists.
+pub async fn sdk_run(state: &AppState, auth: &Auth, run_id: &str) -> ApiResult<Run> {
+    check_id("run", run_id)?;
+    if auth.0.run_id.as_deref().is_some_and(|own| own != run_id) {
+        return Err(ApiError::forbidden("the run token is for another run"));
+    }
+    let run = store::runs::get(&state.pool, run_id).await?.ok_or_else(|| ApiError::not_found("run", run_id))?;
+    // Workers record `running` lazily (store::runs::load_for_dispatch): a
+    // run token for attempt n on a run still `queued` after attempt n - 1
+    // means that attempt is in flight and not marked yet. The SDK call
+    // marks it, exactly as the worker would, so the run is running on the
+    // token's attempt from here on.
+    if let (Some(attempt), RunStatus::Queued) = (auth.0.run_attempt, run.status) {
+        if attempt == run.attempt + 1 && store::runs::mark_running_for_attempt(&state.pool, run_id, attempt).await? {
+            return store::runs::get(&state.pool, run_id).await?.ok_or_else(|| ApiError::not_found("run", run_id));
+        }
+    }
+    Ok(run)
 }
 
 /// The job if the caller may see it and its policies let the caller act.

@@ -1,6 +1,5 @@
-//! Acting on one run beyond trigger and get: replay, restart, metadata,
-//! debug mode; and cancellation with the run's children, which single and
-//! bulk cancel share (SPEC §3, §4.3; DECISIONS §2, §6).
+//! Acting on one run beyond trigger, get and cancel: replay, restart,
+//! metadata and debug mode.
 
 use std::collections::HashMap;
 
@@ -9,111 +8,18 @@ use poem_openapi::param::Path;
 use poem_openapi::payload::Json;
 use poem_openapi::{ApiResponse, Object, OpenApi};
 use serde_json::Value;
-use switchyard_shared::domain::RunStatus;
-use switchyard_shared::store::transitions::{self, Cancel};
-use switchyard_shared::store::{self, Changed, Run};
+use switchyard_shared::domain::run_metadata;
+use switchyard_shared::store::{self, transitions, Changed};
 
-use super::runs::{run_view, JobRun, TriggerRequest};
-use super::Tag;
+use super::{load_run, Tag};
 use crate::audit::Change;
-use crate::auth::{Auth, Principal};
-use crate::error::{ApiError, ApiResult, ErrorDetail};
+use crate::auth::Auth;
+use crate::error::{ApiError, ApiResult};
+use crate::run_actions::replay_run;
 use crate::state::AppState;
+use crate::views::{run_view, JobRun};
 
 pub struct RunOpsApi;
-
-/// The run, if it exists and the caller may see it (its project, and the
-/// resource policies that apply to runs).
-pub async fn load_run(state: &AppState, auth: &Auth, id: &str) -> ApiResult<Run> {
-    super::runs::load_visible(state, auth, id).await
-}
-
-/// What cancelling one run did.
-pub struct Cancelled {
-    /// The run after the call.
-    pub run: Run,
-    /// The status it left, when this call cancelled it (`None`: it had
-    /// already finished).
-    pub from: Option<RunStatus>,
-    /// Descendant runs cancelled with it.
-    pub children: u64,
-}
-
-/// Cancels a run and every unfinished run below it (parent_run_id,
-/// recursively). Children are cancelled only when the run itself was: a
-/// finished run's children are left alone. `None`: no such run.
-pub async fn cancel_with_children(
-    state: &AppState,
-    run_id: &str,
-    reason: &str,
-) -> Result<Option<Cancelled>, sqlx::Error> {
-    match transitions::cancel(&state.pool, run_id, reason).await? {
-        None => Ok(None),
-        Some(Cancel::Finished(run)) => Ok(Some(Cancelled { run, from: None, children: 0 })),
-        Some(Cancel::Cancelled(c)) => {
-            transitions::drop_entries(&state.queue, std::slice::from_ref(&c)).await;
-            let children = cancel_descendants(state, std::slice::from_ref(&c.run.id), reason).await?;
-            Ok(Some(Cancelled { run: c.run, from: Some(c.from), children }))
-        }
-    }
-}
-
-/// Cancels the unfinished descendants of the runs `parents`; returns how
-/// many.
-pub async fn cancel_descendants(state: &AppState, parents: &[String], reason: &str) -> Result<u64, sqlx::Error> {
-    let cancelled = transitions::cancel_descendants(&state.pool, parents, reason).await?;
-    transitions::drop_entries(&state.queue, &cancelled).await;
-    Ok(cancelled.len() as u64)
-}
-
-/// The reason recorded on a cancellation.
-pub fn cancel_reason(who: &Principal) -> String {
-    match who.actor() {
-        Some(a) => format!("cancelled by {a}"),
-        None => "cancelled".to_string(),
-    }
-}
-
-/// Triggers a new run of `orig`'s job with the same payload and options,
-/// through the same path as any trigger, marked `triggered_by: replay` and
-/// `continuation_of` the original. Not copied: the idempotency key (it would
-/// return the original), scheduling, dependencies and the batch.
-pub async fn replay_run(state: &AppState, who: &Principal, orig: &Run) -> ApiResult<JobRun> {
-    let Some(job) = store::jobs::get(&state.pool, &orig.job_id).await? else {
-        return Err(ApiError::conflict(format!("the run's job {} was deleted; it cannot be replayed", orig.job_id)));
-    };
-    let strings = |v: &Value| -> HashMap<String, String> {
-        v.as_object()
-            .map(|m| m.iter().filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string()))).collect())
-            .unwrap_or_default()
-    };
-    let req = TriggerRequest {
-        payload: orig.payload.as_ref().map(|p| p.0.clone()),
-        priority: Some(orig.priority.into()),
-        tags: Some(strings(&orig.tags.0)),
-        metadata: Some(strings(&orig.metadata.0)),
-        concurrency_key: orig.concurrency_key.clone(),
-        debug_mode: Some(orig.debug_mode),
-        max_attempts_override: orig.max_attempts_override.map(Into::into),
-        timeout_secs_override: orig.timeout_secs_override.map(Into::into),
-        retry_backoff: orig.retry_backoff.clone(),
-        retry_initial_delay_secs: orig.retry_initial_delay_secs.map(Into::into),
-        retry_max_delay_secs: orig.retry_max_delay_secs.map(Into::into),
-        execution_mode: Some(orig.execution_mode.clone()),
-        parent_run_id: orig.parent_run_id.clone(),
-        ..TriggerRequest::default()
-    };
-    let (mut run, created) = super::runs::trigger(state, who, &job, req, "replay", None).await?;
-    if !created {
-        return Err(ApiError::conflict(format!(
-            "an equal run ({}) was triggered within the job's dedup window; nothing was replayed",
-            run.id
-        )));
-    }
-    store::run_updates::set_continuation_of(&state.pool, &run.id, &orig.id).await?;
-    run.continuation_of = Some(orig.id.clone());
-    Ok(run)
-}
 
 /// Restart a finished run.
 #[derive(Object)]
@@ -124,8 +30,6 @@ pub struct RestartRequest {
 }
 
 pub const MACHINE_PRESETS: [&str; 3] = ["small", "medium", "large"];
-/// Metadata keys a run may hold.
-const MAX_METADATA_KEYS: i64 = 64;
 
 /// Changes to a run's metadata.
 #[derive(Object)]
@@ -244,44 +148,11 @@ impl RunOpsApi {
         body: Json<MetadataPatch>,
     ) -> ApiResult<Json<JobRun>> {
         let run = load_run(&state, &auth, &run_id).await?;
-        let mut set = serde_json::Map::new();
-        let mut remove: Vec<String> = Vec::new();
-        let mut errors = Vec::new();
-        for (k, v) in body.0.metadata {
-            let loc = format!("body.metadata.{k}");
-            // Postgres text and jsonb cannot hold U+0000.
-            if k.is_empty() || k.len() > 128 || k.contains('\0') {
-                errors.push(ErrorDetail {
-                    location: loc,
-                    message: "keys are 1 to 128 characters, without NUL".into(),
-                    value: Some(k.into()),
-                });
-                continue;
-            }
-            match v {
-                Value::Null => remove.push(k),
-                Value::String(s) if s.len() <= 1024 && !s.contains('\0') => {
-                    set.insert(k, Value::String(s));
-                }
-                Value::String(s) => errors.push(ErrorDetail {
-                    location: loc,
-                    message: "values are at most 1024 characters, without NUL".into(),
-                    value: Some(s.into()),
-                }),
-                other => errors.push(ErrorDetail {
-                    location: loc,
-                    message: "must be a string, or null to remove the key".into(),
-                    value: Some(other),
-                }),
-            }
-        }
-        if !errors.is_empty() {
-            return Err(ApiError::invalid(errors));
-        }
+        let run_metadata::MetadataChange { set, remove } = run_metadata::change(body.0.metadata)?;
         let set_keys: Vec<&String> = set.keys().collect();
         let set_keys = serde_json::json!(set_keys);
         let updated =
-            store::run_updates::update_metadata(&state.pool, &run.id, &set, &remove, MAX_METADATA_KEYS).await?;
+            store::run_updates::update_metadata(&state.pool, &run.id, &set, &remove, run_metadata::MAX_KEYS).await?;
         let Some(r) = updated else {
             return Err(ApiError::invalid_field("body.metadata", "a run has at most 64 metadata keys", None));
         };

@@ -1,7 +1,7 @@
-//! What a run reported and went through, read side (SPEC §4.3, DECISIONS
-//! §2): outputs, key-value state, checkpoints, usage, tool calls, events,
-//! logs, and the debug bundle that gathers them. The target writes them
-//! over the SDK (`routes::sdk`).
+//! What a run reported and went through, read side: outputs, key-value
+//! state, checkpoints, usage, tool calls, events, logs, and the debug
+//! bundle that gathers them. The target writes them over the SDK
+//! (`routes::sdk_runs`).
 //!
 //! Lists of records page by id like every list; outputs, checkpoints,
 //! usage and tool calls come newest first, logs and events oldest first
@@ -15,64 +15,20 @@ use poem_openapi::param::{Path, Query};
 use poem_openapi::payload::Json;
 use poem_openapi::{Object, OpenApi};
 use serde_json::Value;
-use switchyard_shared::domain::JobSpec;
-use switchyard_shared::store::Run;
+use switchyard_shared::domain::run_record::LOG_LEVELS;
+use switchyard_shared::store::{self, run_records as rec, Run};
 
-use super::run_ops::load_run;
-use super::runs::{run_view, JobRun};
-use super::Tag;
+use super::{load_run, view_from_row, Tag};
 use crate::auth::Auth;
 use crate::error::{ApiError, ApiResult};
 use crate::pagination::{self, Page};
 use crate::state::AppState;
+use crate::views::{run_view, Checkpoint, JobRun, RunOutput, ToolCall, UsageRecord};
 
 pub struct RunRecordsApi;
 
-/// A named structured output of a run.
-#[derive(Object, sqlx::FromRow)]
-pub struct RunOutput {
-    pub id: String,
-    pub run_id: String,
-    /// The attempt that wrote it.
-    pub attempt: i32,
-    pub name: String,
-    #[sqlx(json(nullable))]
-    pub data: Option<Value>,
-    pub created_at: DateTime<Utc>,
-}
-
-/// A snapshot a run saved to resume from; the latest is handed to the next
-/// attempt as the dispatch body's `checkpoint`.
-#[derive(Object, sqlx::FromRow)]
-pub struct Checkpoint {
-    pub id: String,
-    pub run_id: String,
-    pub attempt: i32,
-    #[oai(skip_serializing_if_is_none)]
-    pub label: Option<String>,
-    #[sqlx(json)]
-    pub data: Value,
-    pub created_at: DateTime<Utc>,
-}
-
-/// Resources one step of a run used.
-#[derive(Object, sqlx::FromRow)]
-pub struct UsageRecord {
-    pub id: String,
-    pub run_id: String,
-    pub attempt: i32,
-    /// Micro-dollars.
-    pub cost_microusd: i64,
-    pub tokens_in: i64,
-    pub tokens_out: i64,
-    #[oai(skip_serializing_if_is_none)]
-    pub model: Option<String>,
-    pub cpu_ms: i64,
-    pub created_at: DateTime<Utc>,
-}
-
 /// Sums over every usage record of the run.
-#[derive(Object, sqlx::FromRow, Default)]
+#[derive(Object, Default)]
 pub struct UsageTotals {
     pub records: i64,
     pub cost_microusd: i64,
@@ -92,26 +48,8 @@ pub struct RunUsage {
     pub next_cursor: Option<String>,
 }
 
-/// A tool a run called (an AI agent's function call, an API request...).
-#[derive(Object, sqlx::FromRow)]
-pub struct ToolCall {
-    pub id: String,
-    pub run_id: String,
-    pub attempt: i32,
-    pub name: String,
-    #[sqlx(json(nullable))]
-    pub input: Option<Value>,
-    #[sqlx(json(nullable))]
-    pub output: Option<Value>,
-    #[oai(skip_serializing_if_is_none)]
-    pub duration_ms: Option<i64>,
-    #[oai(skip_serializing_if_is_none)]
-    pub status: Option<String>,
-    pub created_at: DateTime<Utc>,
-}
-
 /// One log line a run sent.
-#[derive(Object, sqlx::FromRow)]
+#[derive(Object)]
 pub struct LogLine {
     pub id: String,
     pub run_id: String,
@@ -119,7 +57,6 @@ pub struct LogLine {
     /// debug, info, warn or error.
     pub level: String,
     pub message: String,
-    #[sqlx(json)]
     pub fields: Value,
     /// When the target wrote it.
     pub timestamp: DateTime<Utc>,
@@ -169,22 +106,10 @@ pub struct RunEvent {
     pub duration_ms: Option<i64>,
 }
 
-#[derive(sqlx::FromRow)]
-struct EventRow {
-    kind: String,
-    at: DateTime<Utc>,
-    attempt: i32,
-    from_status: Option<String>,
-    to_status: Option<String>,
-    reason: Option<String>,
-    outcome: Option<String>,
-    status_code: Option<i32>,
-    error: Option<String>,
-    endpoint_url: Option<String>,
-    started_at: Option<DateTime<Utc>>,
-}
+view_from_row!(rec::UsageTotals => UsageTotals { records, cost_microusd, tokens_in, tokens_out, cpu_ms });
+view_from_row!(rec::LogLine => LogLine { id, run_id, attempt, level, message, fields, timestamp, created_at });
 
-fn event_view(r: EventRow) -> RunEvent {
+fn event_view(r: rec::Event) -> RunEvent {
     let duration_ms = match (&r.kind[..], r.started_at) {
         ("attempt", Some(s)) => Some((r.at - s).num_milliseconds().max(0)),
         _ => None,
@@ -251,73 +176,17 @@ fn offset_cursor(raw: Option<String>) -> ApiResult<i64> {
     }
 }
 
-const EVENTS_SQL: &str = "SELECT * FROM (
-        SELECT 'transition' AS kind, at, attempt, from_status, to_status, reason,
-               NULL::text AS outcome, NULL::int AS status_code, NULL::text AS error, NULL::text AS endpoint_url,
-               NULL::timestamptz AS started_at, 0 AS ord, seq, sub
-          FROM job_run_transitions WHERE run_id = $1
-        UNION ALL
-        SELECT 'attempt', finished_at, attempt, NULL, NULL, NULL, outcome, status_code, error, endpoint_url,
-               started_at, 1, 0, 0
-          FROM job_run_attempts WHERE run_id = $1
-     ) h ORDER BY at, ord, seq, sub, started_at";
-
-async fn events_page(state: &AppState, run_id: &str, offset: i64, limit: i64) -> Result<Vec<EventRow>, sqlx::Error> {
-    sqlx::query_as(&format!("{EVENTS_SQL} OFFSET $2 LIMIT $3"))
-        .bind(run_id)
-        .bind(offset)
-        .bind(limit)
-        .fetch_all(&state.pool)
-        .await
-}
-
-async fn state_of(state: &AppState, run_id: &str) -> Result<BTreeMap<String, Value>, sqlx::Error> {
-    let rows: Vec<(String, sqlx::types::Json<Value>)> =
-        sqlx::query_as("SELECT key, value FROM job_run_state WHERE run_id = $1 ORDER BY key")
-            .bind(run_id)
-            .fetch_all(&state.pool)
-            .await?;
-    Ok(rows.into_iter().map(|(k, v)| (k, v.0)).collect())
-}
-
-async fn usage_totals(state: &AppState, run_id: &str) -> Result<UsageTotals, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT count(*) AS records, COALESCE(sum(cost_microusd), 0)::bigint AS cost_microusd,
-                COALESCE(sum(tokens_in), 0)::bigint AS tokens_in, COALESCE(sum(tokens_out), 0)::bigint AS tokens_out,
-                COALESCE(sum(cpu_ms), 0)::bigint AS cpu_ms
-         FROM job_run_usage WHERE run_id = $1",
-    )
-    .bind(run_id)
-    .fetch_one(&state.pool)
-    .await
-}
-
-const OUTPUT_COLS: &str = "id, run_id, attempt, name, data, created_at";
-const CHECKPOINT_COLS: &str = "id, run_id, attempt, label, data, created_at";
-const USAGE_COLS: &str = "id, run_id, attempt, cost_microusd, tokens_in, tokens_out, model, cpu_ms, created_at";
-const TOOL_COLS: &str = "id, run_id, attempt, name, input, output, duration_ms, status, created_at";
-const LOG_COLS: &str = "id, run_id, attempt, level, message, fields, logged_at AS timestamp, created_at";
-
-/// Newest first: `limit + 1` rows of `table` of the run, before `cursor`.
-async fn newest_first<T>(
+/// The run a record listing reads, with the page size and id cursor the
+/// caller asked for.
+async fn listing(
     state: &AppState,
-    cols: &str,
-    table: &str,
+    auth: &Auth,
     run_id: &str,
+    limit: Option<i64>,
     cursor: Option<String>,
-    limit: i64,
-) -> Result<Vec<T>, sqlx::Error>
-where
-    T: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin,
-{
-    sqlx::query_as(&format!(
-        "SELECT {cols} FROM {table} WHERE run_id = $1 AND ($2::text IS NULL OR id < $2) ORDER BY id DESC LIMIT $3"
-    ))
-    .bind(run_id)
-    .bind(cursor)
-    .bind(limit)
-    .fetch_all(&state.pool)
-    .await
+) -> ApiResult<(Run, i64, Option<String>)> {
+    let run = load_run(state, auth, run_id).await?;
+    Ok((run, pagination::limit(limit)?, pagination::cursor(cursor)?))
 }
 
 #[OpenApi(tag = "Tag::Runs")]
@@ -332,19 +201,16 @@ impl RunRecordsApi {
         limit: Query<Option<i64>>,
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<Page<RunOutput>>> {
-        let run = load_run(&state, &auth, &run_id).await?;
-        let limit = pagination::limit(limit.0)?;
-        let cursor = pagination::cursor(cursor.0)?;
-        let rows: Vec<RunOutput> =
-            newest_first(&state, OUTPUT_COLS, "job_run_outputs", &run.id, cursor, limit + 1).await?;
-        Ok(Json(pagination::page(rows, limit, |r| r.id.clone(), |r| r)))
+        let (run, limit, cursor) = listing(&state, &auth, &run_id, limit.0, cursor.0).await?;
+        let rows = rec::outputs(&state.pool, &run.id, cursor.as_deref(), limit + 1).await?;
+        Ok(Json(pagination::page(rows, limit, |r| r.id.clone(), RunOutput::from)))
     }
 
     /// Every key-value pair of the run's state store.
     #[oai(path = "/v1/runs/:run_id/state", method = "get")]
     async fn state(&self, state: Data<&AppState>, auth: Auth, run_id: Path<String>) -> ApiResult<Json<RunState>> {
         let run = load_run(&state, &auth, &run_id).await?;
-        let pairs = state_of(&state, &run.id).await?;
+        let pairs = rec::state(&state.pool, &run.id).await?;
         Ok(Json(RunState { run_id: run.id, state: pairs }))
     }
 
@@ -358,12 +224,9 @@ impl RunRecordsApi {
         limit: Query<Option<i64>>,
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<Page<Checkpoint>>> {
-        let run = load_run(&state, &auth, &run_id).await?;
-        let limit = pagination::limit(limit.0)?;
-        let cursor = pagination::cursor(cursor.0)?;
-        let rows: Vec<Checkpoint> =
-            newest_first(&state, CHECKPOINT_COLS, "job_run_checkpoints", &run.id, cursor, limit + 1).await?;
-        Ok(Json(pagination::page(rows, limit, |r| r.id.clone(), |r| r)))
+        let (run, limit, cursor) = listing(&state, &auth, &run_id, limit.0, cursor.0).await?;
+        let rows = rec::checkpoints(&state.pool, &run.id, cursor.as_deref(), limit + 1).await?;
+        Ok(Json(pagination::page(rows, limit, |r| r.id.clone(), Checkpoint::from)))
     }
 
     /// The run's usage records, newest first, with the totals of all of them.
@@ -376,16 +239,13 @@ impl RunRecordsApi {
         limit: Query<Option<i64>>,
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<RunUsage>> {
-        let run = load_run(&state, &auth, &run_id).await?;
-        let limit = pagination::limit(limit.0)?;
-        let cursor = pagination::cursor(cursor.0)?;
-        let rows: Vec<UsageRecord> =
-            newest_first(&state, USAGE_COLS, "job_run_usage", &run.id, cursor, limit + 1).await?;
-        let totals = usage_totals(&state, &run.id).await?;
-        let page = pagination::page(rows, limit, |r| r.id.clone(), |r| r);
+        let (run, limit, cursor) = listing(&state, &auth, &run_id, limit.0, cursor.0).await?;
+        let rows = rec::usage(&state.pool, &run.id, cursor.as_deref(), limit + 1).await?;
+        let totals = rec::usage_totals(&state.pool, &run.id).await?;
+        let page = pagination::page(rows, limit, |r| r.id.clone(), UsageRecord::from);
         Ok(Json(RunUsage {
             run_id: run.id,
-            totals,
+            totals: totals.into(),
             data: page.data,
             has_more: page.has_more,
             next_cursor: page.next_cursor,
@@ -402,12 +262,9 @@ impl RunRecordsApi {
         limit: Query<Option<i64>>,
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<Page<ToolCall>>> {
-        let run = load_run(&state, &auth, &run_id).await?;
-        let limit = pagination::limit(limit.0)?;
-        let cursor = pagination::cursor(cursor.0)?;
-        let rows: Vec<ToolCall> =
-            newest_first(&state, TOOL_COLS, "job_run_tool_calls", &run.id, cursor, limit + 1).await?;
-        Ok(Json(pagination::page(rows, limit, |r| r.id.clone(), |r| r)))
+        let (run, limit, cursor) = listing(&state, &auth, &run_id, limit.0, cursor.0).await?;
+        let rows = rec::tool_calls(&state.pool, &run.id, cursor.as_deref(), limit + 1).await?;
+        Ok(Json(pagination::page(rows, limit, |r| r.id.clone(), ToolCall::from)))
     }
 
     /// The run's history, oldest first: every status transition (`type:
@@ -426,7 +283,7 @@ impl RunRecordsApi {
         let run = load_run(&state, &auth, &run_id).await?;
         let limit = pagination::limit(limit.0)?;
         let offset = offset_cursor(cursor.0)?;
-        let mut rows = events_page(&state, &run.id, offset, limit + 1).await?;
+        let mut rows = rec::events(&state.pool, &run.id, offset, limit + 1).await?;
         let has_more = rows.len() as i64 > limit;
         rows.truncate(limit as usize);
         let next_cursor = has_more.then(|| (offset + limit).to_string());
@@ -445,11 +302,9 @@ impl RunRecordsApi {
         limit: Query<Option<i64>>,
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<Page<LogLine>>> {
-        let run = load_run(&state, &auth, &run_id).await?;
-        let limit = pagination::limit(limit.0)?;
-        let cursor = pagination::cursor(cursor.0)?;
+        let (run, limit, cursor) = listing(&state, &auth, &run_id, limit.0, cursor.0).await?;
         if let Some(l) = &level.0 {
-            if !super::sdk_runs::LOG_LEVELS.contains(&l.as_str()) {
+            if !LOG_LEVELS.contains(&l.as_str()) {
                 return Err(ApiError::invalid_field(
                     "query.level",
                     "must be debug, info, warn or error",
@@ -457,17 +312,8 @@ impl RunRecordsApi {
                 ));
             }
         }
-        let rows: Vec<LogLine> = sqlx::query_as(&format!(
-            "SELECT {LOG_COLS} FROM job_run_logs WHERE run_id = $1 AND ($2::text IS NULL OR level = $2)
-               AND ($3::text IS NULL OR id > $3) ORDER BY id LIMIT $4"
-        ))
-        .bind(&run.id)
-        .bind(&level.0)
-        .bind(cursor)
-        .bind(limit + 1)
-        .fetch_all(&state.pool)
-        .await?;
-        Ok(Json(pagination::page(rows, limit, |r| r.id.clone(), |r| r)))
+        let rows = rec::logs(&state.pool, &run.id, level.0.as_deref(), cursor.as_deref(), limit + 1).await?;
+        Ok(Json(pagination::page(rows, limit, |r| r.id.clone(), LogLine::from)))
     }
 
     /// One JSON document for debugging a run: the run, the job version it
@@ -481,60 +327,39 @@ impl RunRecordsApi {
         run_id: Path<String>,
     ) -> ApiResult<Json<DebugBundle>> {
         let run: Run = load_run(&state, &auth, &run_id).await?;
-        let version: Option<(String, String, i32, String, sqlx::types::Json<JobSpec>)> =
-            sqlx::query_as("SELECT id, job_id, version, name, spec FROM job_versions WHERE id = $1")
-                .bind(&run.job_version_id)
-                .fetch_optional(&state.pool)
-                .await?;
-        let job_version = version.map(|(id, job_id, version, name, spec)| {
-            let mut spec = spec.0;
+        let version = store::jobs::version(&state.pool, &run.job_version_id).await?;
+        let job_version = version.map(|v| {
+            let mut spec = v.spec.0;
             spec.webhook_secret = None;
             BundleJobVersion {
-                id,
-                job_id,
-                version,
-                name,
+                id: v.id,
+                job_id: v.job_id,
+                version: v.version,
+                name: v.name,
                 definition: serde_json::to_value(spec).unwrap_or(Value::Null),
             }
         });
-        let secret_names: Vec<String> =
-            sqlx::query_scalar("SELECT name FROM job_secrets WHERE job_id = $1 ORDER BY name")
-                .bind(&run.job_id)
-                .fetch_all(&state.pool)
-                .await?;
-        let total: i64 = sqlx::query_scalar(
-            "SELECT (SELECT count(*) FROM job_run_transitions WHERE run_id = $1) + (SELECT count(*) FROM job_run_attempts WHERE run_id = $1)",
-        )
-        .bind(&run.id)
-        .fetch_one(&state.pool)
-        .await?;
-        let events = events_page(&state, &run.id, (total - 1000).max(0), 1000).await?;
-        let mut logs: Vec<LogLine> = sqlx::query_as(&format!(
-            "SELECT {LOG_COLS} FROM job_run_logs WHERE run_id = $1 ORDER BY id DESC LIMIT 200"
-        ))
-        .bind(&run.id)
-        .fetch_all(&state.pool)
-        .await?;
-        logs.reverse();
-        let checkpoints: Vec<Checkpoint> =
-            newest_first(&state, CHECKPOINT_COLS, "job_run_checkpoints", &run.id, None, 20).await?;
-        let outputs: Vec<RunOutput> = newest_first(&state, OUTPUT_COLS, "job_run_outputs", &run.id, None, 100).await?;
-        let tool_calls: Vec<ToolCall> =
-            newest_first(&state, TOOL_COLS, "job_run_tool_calls", &run.id, None, 100).await?;
-        let pairs = state_of(&state, &run.id).await?;
-        let usage_totals = usage_totals(&state, &run.id).await?;
+        let secret_names = store::secrets::names(&state.pool, &run.job_id).await?;
+        let total = rec::event_count(&state.pool, &run.id).await?;
+        let events = rec::events(&state.pool, &run.id, (total - 1000).max(0), 1000).await?;
+        let logs = rec::last_logs(&state.pool, &run.id, 200).await?;
+        let checkpoints = rec::checkpoints(&state.pool, &run.id, None, 20).await?;
+        let outputs = rec::outputs(&state.pool, &run.id, None, 100).await?;
+        let tool_calls = rec::tool_calls(&state.pool, &run.id, None, 100).await?;
+        let pairs = rec::state(&state.pool, &run.id).await?;
+        let usage_totals = rec::usage_totals(&state.pool, &run.id).await?;
         Ok(Json(DebugBundle {
             generated_at: Utc::now(),
             run: run_view(run),
             job_version,
             secret_names,
             events: events.into_iter().map(event_view).collect(),
-            logs,
-            checkpoints,
+            logs: logs.into_iter().map(LogLine::from).collect(),
+            checkpoints: checkpoints.into_iter().map(Checkpoint::from).collect(),
             state: pairs,
-            outputs,
-            usage_totals,
-            tool_calls,
+            outputs: outputs.into_iter().map(RunOutput::from).collect(),
+            usage_totals: usage_totals.into(),
+            tool_calls: tool_calls.into_iter().map(ToolCall::from).collect(),
         }))
     }
 }

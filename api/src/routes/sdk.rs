@@ -1,4 +1,4 @@
-//! The SDK under /sdk/v1 (DECISIONS §2): called by a job's target with the
+//! The SDK under /sdk/v1: called by a job's target with the
 //! run token it received in `X-Svc-Run-Token`.
 //!
 //! Authorisation is done before a handler runs (`auth::authorize`): an
@@ -6,43 +6,22 @@
 //! whose subject equals the path's `{run_id}` (403 otherwise), or the
 //! internal secret; a run token is refused (401) by every other operation.
 //! A new SDK operation therefore needs: a `{run_id}` path parameter, a
-//! `RunToken` row in `auth::scopes::OPERATIONS`, and [`sdk_run`] to load
-//! its run.
+//! `RunToken` row in `auth::scopes::OPERATIONS`, and `routes::sdk_run` to
+//! load its run.
 
 use poem::web::Data;
 use poem_openapi::param::Path;
 use poem_openapi::payload::Json;
 use poem_openapi::{Object, OpenApi};
 use switchyard_shared::domain::RunStatus;
-use switchyard_shared::store::{self, Run};
+use switchyard_shared::store;
 
-use super::{check_id, Tag};
+use super::{sdk_run, Tag};
 use crate::auth::Auth;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
 pub struct SdkApi;
-
-/// The run an SDK call acts on. Re-checks the token's subject (the checker
-/// did already) and answers 404 when the run no longer exists.
-pub async fn sdk_run(state: &AppState, auth: &Auth, run_id: &str) -> ApiResult<Run> {
-    check_id("run", run_id)?;
-    if auth.0.run_id.as_deref().is_some_and(|own| own != run_id) {
-        return Err(ApiError::forbidden("the run token is for another run"));
-    }
-    let run = store::runs::get(&state.pool, run_id).await?.ok_or_else(|| ApiError::not_found("run", run_id))?;
-    // Workers record `running` lazily (store::runs::load_for_dispatch): a
-    // run token for attempt n on a run still `queued` after attempt n - 1
-    // means that attempt is in flight and not marked yet. The SDK call
-    // marks it, exactly as the worker would, so the run is running on the
-    // token's attempt from here on.
-    if let (Some(attempt), RunStatus::Queued) = (auth.0.run_attempt, run.status) {
-        if attempt == run.attempt + 1 && store::runs::mark_running_for_attempt(&state.pool, run_id, attempt).await? {
-            return store::runs::get(&state.pool, run_id).await?.ok_or_else(|| ApiError::not_found("run", run_id));
-        }
-    }
-    Ok(run)
-}
 
 /// A sign of life from the target while it works on the run.
 #[derive(Object, Default)]

@@ -1,4 +1,4 @@
-//! The SDK's run records and endings (DECISIONS §2, §6): logs, checkpoints,
+//! The SDK's run records and endings: logs, checkpoints,
 //! progress, outputs, usage, tool calls, key-value state, and `complete` /
 //! `fail` of an async run. Authorisation is the run token's (see
 //! `routes::sdk`: a `RunToken` row in the scope table for each operation).
@@ -26,22 +26,23 @@ use poem_openapi::payload::Json;
 use poem_openapi::{ApiResponse, Object, OpenApi};
 use serde_json::Value;
 use switchyard_shared::domain::result::{scrub, scrub_str, MAX_RESULT_BYTES};
-use switchyard_shared::domain::{JobSpec, RunStatus};
+use switchyard_shared::domain::run_record::{
+    check_not_negative, check_text, check_value_size, is_valid_state_key, json_len, LOG_LEVELS,
+};
+use switchyard_shared::domain::{FieldErrors, JobSpec, RunStatus};
 use switchyard_shared::outbound::webhook;
+use switchyard_shared::store::run_records::{self as rec, Kind, NewLogLine, NewToolCall, NewUsage};
 use switchyard_shared::store::settle::{self, Ending};
 use switchyard_shared::store::{self, Run};
 
-use super::run_records::{Checkpoint, RunOutput, ToolCall, UsageRecord};
-use super::runs::{run_view, JobRun};
-use super::sdk::sdk_run;
-use super::Tag;
+use super::{sdk_run, Tag};
 use crate::auth::{Auth, CredentialKind};
-use crate::error::{ApiError, ApiResult, ErrorDetail};
+use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
+use crate::views::{run_view, Checkpoint, JobRun, RunOutput, ToolCall, UsageRecord};
 
 pub struct SdkRunsApi;
 
-pub const LOG_LEVELS: [&str; 4] = ["debug", "info", "warn", "error"];
 const MAX_LINES_PER_CALL: usize = 100;
 const MAX_LOG_LINES: i64 = 10_000;
 const MAX_USAGE_RECORDS: i64 = 10_000;
@@ -49,8 +50,6 @@ const MAX_TOOL_CALLS: i64 = 10_000;
 const MAX_OUTPUTS: i64 = 1_000;
 const MAX_STATE_KEYS: i64 = 1_000;
 const KEEP_CHECKPOINTS: i64 = 100;
-/// Serialized size of one state value, output or tool call input/output.
-const MAX_VALUE_BYTES: usize = 256 * 1024;
 const MAX_MESSAGE_BYTES: usize = 16 * 1024;
 
 /// The attempt the caller's run token was minted for (the authenticator
@@ -77,38 +76,8 @@ fn require_running(run: &Run, attempt: i32) -> ApiResult<()> {
     Ok(())
 }
 
-async fn count(state: &AppState, table: &str, run_id: &str) -> Result<i64, sqlx::Error> {
-    sqlx::query_scalar(&format!("SELECT count(*) FROM {table} WHERE run_id = $1"))
-        .bind(run_id)
-        .fetch_one(&state.pool)
-        .await
-}
-
 fn at_cap(what: &str, cap: i64) -> ApiError {
     ApiError::invalid_field("body", format!("the run already has the most {what} it may keep ({cap})"), None)
-}
-
-fn too_big(location: &str, v: &Value) -> Option<ErrorDetail> {
-    let n = serde_json::to_vec(v).map(|b| b.len()).unwrap_or(usize::MAX);
-    (n > MAX_VALUE_BYTES).then(|| ErrorDetail {
-        location: location.into(),
-        message: format!("at most {MAX_VALUE_BYTES} bytes of JSON"),
-        value: None,
-    })
-}
-
-fn text_ok(errors: &mut Vec<ErrorDetail>, location: &str, v: &str, max: usize, required: bool) {
-    if (required && v.trim().is_empty()) || v.len() > max {
-        let message = if required { format!("1 to {max} characters") } else { format!("at most {max} characters") };
-        errors.push(ErrorDetail { location: location.into(), message, value: None });
-    }
-}
-
-/// A state key: 1 to 128 of `A-Z a-z 0-9 _ - . :`.
-pub fn is_valid_state_key(k: &str) -> bool {
-    !k.is_empty()
-        && k.len() <= 128
-        && k.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':'))
 }
 
 // ---- bodies ----
@@ -283,70 +252,43 @@ impl SdkRunsApi {
                 Some((lines.len() as i64).into()),
             ));
         }
-        let mut errors = Vec::new();
+        let mut errors = FieldErrors::new();
         for (i, l) in lines.iter().enumerate() {
             if let Some(level) = &l.level {
-                if !LOG_LEVELS.contains(&level.as_str()) {
-                    errors.push(ErrorDetail {
-                        location: format!("body.lines[{i}].level"),
-                        message: "must be debug, info, warn or error".into(),
-                        value: Some(level.clone().into()),
-                    });
-                }
+                errors.check(
+                    LOG_LEVELS.contains(&level.as_str()),
+                    format!("body.lines[{i}].level"),
+                    "must be debug, info, warn or error",
+                    Some(level.clone().into()),
+                );
             }
-            text_ok(&mut errors, &format!("body.lines[{i}].message"), &l.message, MAX_MESSAGE_BYTES, false);
+            check_text(&mut errors, &format!("body.lines[{i}].message"), &l.message, MAX_MESSAGE_BYTES, false);
             if let Some(f) = &l.fields {
+                let loc = format!("body.lines[{i}].fields");
                 if !f.is_object() {
-                    errors.push(ErrorDetail {
-                        location: format!("body.lines[{i}].fields"),
-                        message: "must be a JSON object".into(),
-                        value: None,
-                    });
-                } else if serde_json::to_vec(f).map(|b| b.len()).unwrap_or(usize::MAX) > MAX_MESSAGE_BYTES {
-                    errors.push(ErrorDetail {
-                        location: format!("body.lines[{i}].fields"),
-                        message: format!("at most {MAX_MESSAGE_BYTES} bytes of JSON"),
-                        value: None,
-                    });
+                    errors.push(loc, "must be a JSON object", None);
+                } else if json_len(f) > MAX_MESSAGE_BYTES {
+                    errors.push(loc, format!("at most {MAX_MESSAGE_BYTES} bytes of JSON"), None);
                 }
             }
         }
-        if !errors.is_empty() {
-            return Err(ApiError::invalid(errors));
-        }
-        if count(&state, "job_run_logs", &run.id).await? + lines.len() as i64 > MAX_LOG_LINES {
+        errors.finish()?;
+        if rec::count(&state.pool, Kind::Logs, &run.id).await? + lines.len() as i64 > MAX_LOG_LINES {
             return Err(at_cap("log lines", MAX_LOG_LINES));
         }
         let attempt = caller_attempt(&auth, &run);
         let now = Utc::now();
         let n = lines.len();
-        let mut ids = Vec::with_capacity(n);
-        let mut levels = Vec::with_capacity(n);
-        let mut messages = Vec::with_capacity(n);
-        let mut fields = Vec::with_capacity(n);
-        let mut stamps = Vec::with_capacity(n);
-        for l in lines {
-            ids.push(switchyard_shared::ids::new_id("log"));
-            levels.push(l.level.unwrap_or_else(|| "info".into()));
-            messages.push(scrub_str(l.message));
-            fields.push(scrub(l.fields.unwrap_or_else(|| Value::Object(Default::default()))));
-            stamps.push(l.timestamp.unwrap_or(now));
-        }
-        sqlx::query(
-            "INSERT INTO job_run_logs (id, run_id, attempt, level, message, fields, logged_at)
-             SELECT id, $1, $2, level, message, fields, logged_at
-             FROM unnest($3::text[], $4::text[], $5::text[], $6::jsonb[], $7::timestamptz[])
-                AS t(id, level, message, fields, logged_at)",
-        )
-        .bind(&run.id)
-        .bind(attempt)
-        .bind(&ids)
-        .bind(&levels)
-        .bind(&messages)
-        .bind(fields.into_iter().map(sqlx::types::Json).collect::<Vec<_>>())
-        .bind(&stamps)
-        .execute(&state.pool)
-        .await?;
+        let lines = lines
+            .into_iter()
+            .map(|l| NewLogLine {
+                level: l.level.unwrap_or_else(|| "info".into()),
+                message: scrub_str(l.message),
+                fields: scrub(l.fields.unwrap_or_else(|| Value::Object(Default::default()))),
+                logged_at: l.timestamp.unwrap_or(now),
+            })
+            .collect();
+        rec::append_logs(&state.pool, &run.id, attempt, lines).await?;
         Ok(Json(LogsAccepted { accepted: n as i64 }))
     }
 
@@ -362,43 +304,18 @@ impl SdkRunsApi {
     ) -> ApiResult<CreatedCheckpoint> {
         let run = sdk_run(&state, &auth, &run_id).await?;
         let b = body.0;
-        let mut errors = Vec::new();
+        let mut errors = FieldErrors::new();
         if let Some(l) = &b.label {
-            text_ok(&mut errors, "body.label", l, 256, false);
+            check_text(&mut errors, "body.label", l, 256, false);
         }
-        if b.data.is_null() {
-            errors.push(ErrorDetail {
-                location: "body.data".into(),
-                message: "required: any JSON value but null".into(),
-                value: None,
-            });
-        }
-        errors.extend(too_big("body.data", &b.data));
-        if !errors.is_empty() {
-            return Err(ApiError::invalid(errors));
-        }
+        errors.check(!b.data.is_null(), "body.data", "required: any JSON value but null", None);
+        check_value_size(&mut errors, "body.data", &b.data);
+        errors.finish()?;
         let attempt = caller_attempt(&auth, &run);
         require_running(&run, attempt)?;
-        let id = switchyard_shared::ids::new_id("ckpt");
-        let cp: Checkpoint = sqlx::query_as(
-            "WITH ins AS (
-                INSERT INTO job_run_checkpoints (id, run_id, attempt, label, data) VALUES ($1, $2, $3, $4, $5)
-                RETURNING id, run_id, attempt, label, data, created_at
-             ), prune AS (
-                DELETE FROM job_run_checkpoints WHERE run_id = $2 AND id IN (
-                    SELECT id FROM job_run_checkpoints WHERE run_id = $2 ORDER BY id DESC OFFSET $6)
-             )
-             SELECT * FROM ins",
-        )
-        .bind(&id)
-        .bind(&run.id)
-        .bind(attempt)
-        .bind(b.label.map(scrub_str))
-        .bind(sqlx::types::Json(scrub(b.data)))
-        .bind(KEEP_CHECKPOINTS - 1)
-        .fetch_one(&state.pool)
-        .await?;
-        Ok(CreatedCheckpoint::Created(Json(cp)))
+        let label = b.label.map(scrub_str);
+        let cp = rec::save_checkpoint(&state.pool, &run.id, attempt, label, scrub(b.data), KEEP_CHECKPOINTS).await?;
+        Ok(CreatedCheckpoint::Created(Json(cp.into())))
     }
 
     /// The run's newest checkpoint; 404 when it has none.
@@ -410,14 +327,8 @@ impl SdkRunsApi {
         run_id: Path<String>,
     ) -> ApiResult<Json<Checkpoint>> {
         let run = sdk_run(&state, &auth, &run_id).await?;
-        let cp: Option<Checkpoint> = sqlx::query_as(
-            "SELECT id, run_id, attempt, label, data, created_at FROM job_run_checkpoints
-             WHERE run_id = $1 ORDER BY id DESC LIMIT 1",
-        )
-        .bind(&run.id)
-        .fetch_optional(&state.pool)
-        .await?;
-        cp.map(Json).ok_or_else(|| {
+        let cp = rec::latest_checkpoint(&state.pool, &run.id).await?;
+        cp.map(|c| Json(c.into())).ok_or_else(|| {
             ApiError::NotFound(Json(Box::new(crate::error::Problem::new(404, "the run has no checkpoint"))))
         })
     }
@@ -434,20 +345,17 @@ impl SdkRunsApi {
     ) -> ApiResult<Json<ProgressResponse>> {
         let run = sdk_run(&state, &auth, &run_id).await?;
         let b = body.0;
-        let mut errors = Vec::new();
-        if !(0.0..=1.0).contains(&b.progress) {
-            errors.push(ErrorDetail {
-                location: "body.progress".into(),
-                message: "must be between 0 and 1".into(),
-                value: Some(b.progress.into()),
-            });
-        }
+        let mut errors = FieldErrors::new();
+        errors.check(
+            (0.0..=1.0).contains(&b.progress),
+            "body.progress",
+            "must be between 0 and 1",
+            Some(b.progress.into()),
+        );
         if let Some(m) = &b.message {
-            text_ok(&mut errors, "body.message", m, 1024, false);
+            check_text(&mut errors, "body.message", m, 1024, false);
         }
-        if !errors.is_empty() {
-            return Err(ApiError::invalid(errors));
-        }
+        errors.finish()?;
         let attempt = caller_attempt(&auth, &run);
         require_running(&run, attempt)?;
         let message = b.message.map(scrub_str);
@@ -468,29 +376,19 @@ impl SdkRunsApi {
     ) -> ApiResult<CreatedOutput> {
         let run = sdk_run(&state, &auth, &run_id).await?;
         let b = body.0;
-        let mut errors = Vec::new();
-        text_ok(&mut errors, "body.name", &b.name, 256, true);
-        errors.extend(b.data.as_ref().and_then(|d| too_big("body.data", d)));
-        if !errors.is_empty() {
-            return Err(ApiError::invalid(errors));
+        let mut errors = FieldErrors::new();
+        check_text(&mut errors, "body.name", &b.name, 256, true);
+        if let Some(d) = &b.data {
+            check_value_size(&mut errors, "body.data", d);
         }
+        errors.finish()?;
         let attempt = caller_attempt(&auth, &run);
         require_running(&run, attempt)?;
-        if count(&state, "job_run_outputs", &run.id).await? >= MAX_OUTPUTS {
+        if rec::count(&state.pool, Kind::Outputs, &run.id).await? >= MAX_OUTPUTS {
             return Err(at_cap("outputs", MAX_OUTPUTS));
         }
-        let out: RunOutput = sqlx::query_as(
-            "INSERT INTO job_run_outputs (id, run_id, attempt, name, data) VALUES ($1, $2, $3, $4, $5)
-             RETURNING id, run_id, attempt, name, data, created_at",
-        )
-        .bind(switchyard_shared::ids::new_id("out"))
-        .bind(&run.id)
-        .bind(attempt)
-        .bind(scrub_str(b.name))
-        .bind(b.data.map(|d| sqlx::types::Json(scrub(d))))
-        .fetch_one(&state.pool)
-        .await?;
-        Ok(CreatedOutput::Created(Json(out)))
+        let out = rec::add_output(&state.pool, &run.id, attempt, scrub_str(b.name), b.data.map(scrub)).await?;
+        Ok(CreatedOutput::Created(Json(out.into())))
     }
 
     /// Record resources a step of the run used (cost in micro-dollars,
@@ -506,47 +404,28 @@ impl SdkRunsApi {
     ) -> ApiResult<CreatedUsage> {
         let run = sdk_run(&state, &auth, &run_id).await?;
         let b = body.0;
-        let mut errors = Vec::new();
-        for (field, v) in [
-            ("cost_microusd", b.cost_microusd),
-            ("tokens_in", b.tokens_in),
-            ("tokens_out", b.tokens_out),
-            ("cpu_ms", b.cpu_ms),
-        ] {
-            if let Some(n) = v.filter(|n| *n < 0) {
-                errors.push(ErrorDetail {
-                    location: format!("body.{field}"),
-                    message: "must be at least 0".into(),
-                    value: Some(n.into()),
-                });
-            }
-        }
+        let mut errors = FieldErrors::new();
+        check_not_negative(&mut errors, "body.cost_microusd", b.cost_microusd);
+        check_not_negative(&mut errors, "body.tokens_in", b.tokens_in);
+        check_not_negative(&mut errors, "body.tokens_out", b.tokens_out);
+        check_not_negative(&mut errors, "body.cpu_ms", b.cpu_ms);
         if let Some(m) = &b.model {
-            text_ok(&mut errors, "body.model", m, 256, true);
+            check_text(&mut errors, "body.model", m, 256, true);
         }
-        if !errors.is_empty() {
-            return Err(ApiError::invalid(errors));
-        }
-        if count(&state, "job_run_usage", &run.id).await? >= MAX_USAGE_RECORDS {
+        errors.finish()?;
+        if rec::count(&state.pool, Kind::Usage, &run.id).await? >= MAX_USAGE_RECORDS {
             return Err(at_cap("usage records", MAX_USAGE_RECORDS));
         }
         let attempt = caller_attempt(&auth, &run);
-        let rec: UsageRecord = sqlx::query_as(
-            "INSERT INTO job_run_usage (id, run_id, attempt, cost_microusd, tokens_in, tokens_out, model, cpu_ms)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-             RETURNING id, run_id, attempt, cost_microusd, tokens_in, tokens_out, model, cpu_ms, created_at",
-        )
-        .bind(switchyard_shared::ids::new_id("use"))
-        .bind(&run.id)
-        .bind(attempt)
-        .bind(b.cost_microusd.unwrap_or(0))
-        .bind(b.tokens_in.unwrap_or(0))
-        .bind(b.tokens_out.unwrap_or(0))
-        .bind(b.model.map(scrub_str))
-        .bind(b.cpu_ms.unwrap_or(0))
-        .fetch_one(&state.pool)
-        .await?;
-        Ok(CreatedUsage::Created(Json(rec)))
+        let usage = NewUsage {
+            cost_microusd: b.cost_microusd.unwrap_or(0),
+            tokens_in: b.tokens_in.unwrap_or(0),
+            tokens_out: b.tokens_out.unwrap_or(0),
+            model: b.model.map(scrub_str),
+            cpu_ms: b.cpu_ms.unwrap_or(0),
+        };
+        let made = rec::add_usage(&state.pool, &run.id, attempt, usage).await?;
+        Ok(CreatedUsage::Created(Json(made.into())))
     }
 
     /// Record a tool the run called, with its input, output and duration.
@@ -561,43 +440,31 @@ impl SdkRunsApi {
     ) -> ApiResult<CreatedToolCall> {
         let run = sdk_run(&state, &auth, &run_id).await?;
         let b = body.0;
-        let mut errors = Vec::new();
-        text_ok(&mut errors, "body.name", &b.name, 256, true);
+        let mut errors = FieldErrors::new();
+        check_text(&mut errors, "body.name", &b.name, 256, true);
         if let Some(s) = &b.status {
-            text_ok(&mut errors, "body.status", s, 64, true);
+            check_text(&mut errors, "body.status", s, 64, true);
         }
-        if let Some(d) = b.duration_ms.filter(|d| *d < 0) {
-            errors.push(ErrorDetail {
-                location: "body.duration_ms".into(),
-                message: "must be at least 0".into(),
-                value: Some(d.into()),
-            });
+        check_not_negative(&mut errors, "body.duration_ms", b.duration_ms);
+        for (location, v) in [("body.input", &b.input), ("body.output", &b.output)] {
+            if let Some(v) = v {
+                check_value_size(&mut errors, location, v);
+            }
         }
-        errors.extend(b.input.as_ref().and_then(|v| too_big("body.input", v)));
-        errors.extend(b.output.as_ref().and_then(|v| too_big("body.output", v)));
-        if !errors.is_empty() {
-            return Err(ApiError::invalid(errors));
-        }
-        if count(&state, "job_run_tool_calls", &run.id).await? >= MAX_TOOL_CALLS {
+        errors.finish()?;
+        if rec::count(&state.pool, Kind::ToolCalls, &run.id).await? >= MAX_TOOL_CALLS {
             return Err(at_cap("tool calls", MAX_TOOL_CALLS));
         }
         let attempt = caller_attempt(&auth, &run);
-        let rec: ToolCall = sqlx::query_as(
-            "INSERT INTO job_run_tool_calls (id, run_id, attempt, name, input, output, duration_ms, status)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-             RETURNING id, run_id, attempt, name, input, output, duration_ms, status, created_at",
-        )
-        .bind(switchyard_shared::ids::new_id("tool"))
-        .bind(&run.id)
-        .bind(attempt)
-        .bind(scrub_str(b.name))
-        .bind(b.input.map(|v| sqlx::types::Json(scrub(v))))
-        .bind(b.output.map(|v| sqlx::types::Json(scrub(v))))
-        .bind(b.duration_ms)
-        .bind(b.status.map(scrub_str))
-        .fetch_one(&state.pool)
-        .await?;
-        Ok(CreatedToolCall::Created(Json(rec)))
+        let call = NewToolCall {
+            name: scrub_str(b.name),
+            input: b.input.map(scrub),
+            output: b.output.map(scrub),
+            duration_ms: b.duration_ms,
+            status: b.status.map(scrub_str),
+        };
+        let made = rec::add_tool_call(&state.pool, &run.id, attempt, call).await?;
+        Ok(CreatedToolCall::Created(Json(made.into())))
     }
 
     /// One key of the run's state store; 404 when unset.
@@ -610,17 +477,9 @@ impl SdkRunsApi {
         key: Path<String>,
     ) -> ApiResult<Json<StateEntry>> {
         let run = sdk_run(&state, &auth, &run_id).await?;
-        let row: Option<(sqlx::types::Json<Value>, DateTime<Utc>)> = if is_valid_state_key(&key) {
-            sqlx::query_as("SELECT value, updated_at FROM job_run_state WHERE run_id = $1 AND key = $2")
-                .bind(&run.id)
-                .bind(&key.0)
-                .fetch_optional(&state.pool)
-                .await?
-        } else {
-            None
-        };
+        let row = if is_valid_state_key(&key) { rec::state_get(&state.pool, &run.id, &key).await? } else { None };
         let (value, updated_at) = row.ok_or_else(|| ApiError::not_found("state key", &key))?;
-        Ok(Json(StateEntry { key: key.0, value: value.0, updated_at }))
+        Ok(Json(StateEntry { key: key.0, value, updated_at }))
     }
 
     /// Set one key of the run's state store (keys: 1 to 128 of
@@ -635,36 +494,20 @@ impl SdkRunsApi {
         body: Json<StatePut>,
     ) -> ApiResult<Json<StateEntry>> {
         let run = sdk_run(&state, &auth, &run_id).await?;
-        let mut errors = Vec::new();
-        if !is_valid_state_key(&key) {
-            errors.push(ErrorDetail {
-                location: "path.key".into(),
-                message: "1 to 128 characters of A-Z a-z 0-9 _ - . :".into(),
-                value: Some(key.0.clone().into()),
-            });
-        }
-        errors.extend(too_big("body.value", &body.0.value));
-        if !errors.is_empty() {
-            return Err(ApiError::invalid(errors));
-        }
+        let mut errors = FieldErrors::new();
+        errors.check(
+            is_valid_state_key(&key),
+            "path.key",
+            "1 to 128 characters of A-Z a-z 0-9 _ - . :",
+            Some(key.0.clone().into()),
+        );
+        check_value_size(&mut errors, "body.value", &body.0.value);
+        errors.finish()?;
         let attempt = caller_attempt(&auth, &run);
         require_running(&run, attempt)?;
-        let row: Option<(sqlx::types::Json<Value>, DateTime<Utc>)> = sqlx::query_as(
-            "INSERT INTO job_run_state (run_id, key, value)
-             SELECT $1, $2, $3
-             WHERE EXISTS (SELECT 1 FROM job_run_state WHERE run_id = $1 AND key = $2)
-                OR (SELECT count(*) FROM job_run_state WHERE run_id = $1) < $4
-             ON CONFLICT (run_id, key) DO UPDATE SET value = EXCLUDED.value, updated_at = now()
-             RETURNING value, updated_at",
-        )
-        .bind(&run.id)
-        .bind(&key.0)
-        .bind(sqlx::types::Json(scrub(body.0.value)))
-        .bind(MAX_STATE_KEYS)
-        .fetch_optional(&state.pool)
-        .await?;
+        let row = rec::state_put(&state.pool, &run.id, &key, scrub(body.0.value), MAX_STATE_KEYS).await?;
         let (value, updated_at) = row.ok_or_else(|| at_cap("state keys", MAX_STATE_KEYS))?;
-        Ok(Json(StateEntry { key: key.0, value: value.0, updated_at }))
+        Ok(Json(StateEntry { key: key.0, value, updated_at }))
     }
 
     /// Remove one key of the run's state store; 404 when unset.
@@ -679,17 +522,8 @@ impl SdkRunsApi {
         let run = sdk_run(&state, &auth, &run_id).await?;
         let attempt = caller_attempt(&auth, &run);
         require_running(&run, attempt)?;
-        let gone = if is_valid_state_key(&key) {
-            sqlx::query("DELETE FROM job_run_state WHERE run_id = $1 AND key = $2")
-                .bind(&run.id)
-                .bind(&key.0)
-                .execute(&state.pool)
-                .await?
-                .rows_affected()
-        } else {
-            0
-        };
-        if gone == 0 {
+        let gone = is_valid_state_key(&key) && rec::state_delete(&state.pool, &run.id, &key).await?;
+        if !gone {
             return Err(ApiError::not_found("state key", &key));
         }
         Ok(StateDeleted::NoContent)
@@ -708,7 +542,7 @@ impl SdkRunsApi {
     ) -> ApiResult<Json<JobRun>> {
         let run = sdk_run(&state, &auth, &run_id).await?;
         let result = scrub(body.0.result.unwrap_or(Value::Null));
-        if serde_json::to_vec(&result).map(|b| b.len()).unwrap_or(usize::MAX) > MAX_RESULT_BYTES {
+        if json_len(&result) > MAX_RESULT_BYTES {
             return Err(ApiError::invalid_field("body.result", "too large for a run result", None));
         }
         let attempt = caller_attempt(&auth, &run);
@@ -730,20 +564,14 @@ impl SdkRunsApi {
     ) -> ApiResult<Json<JobRun>> {
         let run = sdk_run(&state, &auth, &run_id).await?;
         let b = body.0;
-        let mut errors = Vec::new();
-        text_ok(&mut errors, "body.error", &b.error, 4096, true);
+        let mut errors = FieldErrors::new();
+        check_text(&mut errors, "body.error", &b.error, 4096, true);
         if let Some(c) = &b.error_class {
             if let Err(message) = switchyard_shared::domain::error_class::check(c) {
-                errors.push(ErrorDetail {
-                    location: "body.error_class".into(),
-                    message,
-                    value: Some(c.clone().into()),
-                });
+                errors.push("body.error_class", message, Some(c.clone().into()));
             }
         }
-        if !errors.is_empty() {
-            return Err(ApiError::invalid(errors));
-        }
+        errors.finish()?;
         let attempt = caller_attempt(&auth, &run);
         require_running(&run, attempt)?;
         let ending = Ending::Failed {

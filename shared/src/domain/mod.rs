@@ -6,6 +6,8 @@ pub mod job;
 pub mod payload_schema;
 pub mod result;
 pub mod retry;
+pub mod run_metadata;
+pub mod run_record;
 pub mod schedule;
 pub mod status;
 pub mod trigger;

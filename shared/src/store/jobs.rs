@@ -1,7 +1,7 @@
-//! Reading job definitions.
+//! Job definitions: reading them, and writing a job with its versions.
 
 use chrono::{DateTime, Utc};
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 
 use crate::domain::JobSpec;
 
@@ -81,4 +81,159 @@ pub async fn limits_page(pool: &PgPool, after: &str, limit: i64) -> Result<Vec<J
     .bind(limit)
     .fetch_all(pool)
     .await
+}
+
+/// One version of a job: the definition as it was.
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct JobVersionRow {
+    pub id: String,
+    pub job_id: String,
+    pub version: i32,
+    pub name: String,
+    pub slug: String,
+    pub enabled: bool,
+    pub group_id: Option<String>,
+    pub spec: sqlx::types::Json<JobSpec>,
+    pub created_by: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+const VERSION_COLUMNS: &str = "id, job_id, version, name, slug, enabled, group_id, spec, created_by, created_at";
+
+/// What a create or an update writes: the job's row and a new version of it.
+#[derive(Clone, Debug)]
+pub struct JobWrite<'a> {
+    pub id: &'a str,
+    pub group_id: Option<&'a str>,
+    pub name: &'a str,
+    pub slug: &'a str,
+    pub enabled: bool,
+    pub spec: &'a JobSpec,
+    /// The id of the version this write makes.
+    pub version_id: &'a str,
+    pub actor: Option<&'a str>,
+}
+
+async fn insert_version(conn: &mut PgConnection, w: &JobWrite<'_>, version: i32) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO job_versions (id, job_id, version, name, slug, enabled, group_id, spec, created_by)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+    )
+    .bind(w.version_id)
+    .bind(w.id)
+    .bind(version)
+    .bind(w.name)
+    .bind(w.slug)
+    .bind(w.enabled)
+    .bind(w.group_id)
+    .bind(sqlx::types::Json(w.spec))
+    .bind(w.actor)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Creates a job of `project_id` at version 1, with that version.
+pub async fn create(conn: &mut PgConnection, project_id: &str, w: &JobWrite<'_>) -> Result<JobRecord, sqlx::Error> {
+    let rec: JobRecord = sqlx::query_as(&format!(
+        "INSERT INTO jobs (id, project_id, group_id, name, slug, enabled, spec, version, version_id, created_by, updated_by)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, 1, $8, $9, $9) RETURNING {JOB_COLUMNS}"
+    ))
+    .bind(w.id)
+    .bind(project_id)
+    .bind(w.group_id)
+    .bind(w.name)
+    .bind(w.slug)
+    .bind(w.enabled)
+    .bind(sqlx::types::Json(w.spec))
+    .bind(w.version_id)
+    .bind(w.actor)
+    .fetch_one(&mut *conn)
+    .await?;
+    insert_version(conn, w, 1).await?;
+    Ok(rec)
+}
+
+/// Replaces a live job's definition and records it as its next version.
+/// The version number moves under the row lock, so two concurrent updates
+/// make versions n+1 and n+2, never two n+1. `None`: no live job.
+pub async fn update(conn: &mut PgConnection, w: &JobWrite<'_>) -> Result<Option<JobRecord>, sqlx::Error> {
+    let rec: Option<JobRecord> = sqlx::query_as(&format!(
+        "UPDATE jobs SET name = $2, slug = $3, group_id = $4, enabled = $5, spec = $6, version = version + 1,
+            version_id = $7, updated_by = $8
+         WHERE id = $1 AND deleted_at IS NULL RETURNING {JOB_COLUMNS}"
+    ))
+    .bind(w.id)
+    .bind(w.name)
+    .bind(w.slug)
+    .bind(w.group_id)
+    .bind(w.enabled)
+    .bind(sqlx::types::Json(w.spec))
+    .bind(w.version_id)
+    .bind(w.actor)
+    .fetch_optional(&mut *conn)
+    .await?;
+    if let Some(rec) = &rec {
+        insert_version(conn, w, rec.version).await?;
+    }
+    Ok(rec)
+}
+
+/// Marks a job deleted (its runs are cancelled by the caller, in the same
+/// transaction).
+pub async fn soft_delete(conn: &mut PgConnection, id: &str, actor: Option<&str>) -> Result<(), sqlx::Error> {
+    sqlx::query("UPDATE jobs SET deleted_at = now(), updated_by = $2 WHERE id = $1")
+        .bind(id)
+        .bind(actor)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// The project's live jobs (of one group if given), newest first, older
+/// than `before`.
+pub async fn list(
+    pool: &PgPool,
+    project_id: &str,
+    group_id: Option<&str>,
+    before: Option<&str>,
+    limit: i64,
+) -> Result<Vec<JobRecord>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "SELECT {JOB_COLUMNS} FROM jobs WHERE project_id = $1 AND deleted_at IS NULL
+           AND ($2::text IS NULL OR group_id = $2) AND ($3::text IS NULL OR id < $3)
+         ORDER BY id DESC LIMIT $4"
+    ))
+    .bind(project_id)
+    .bind(group_id)
+    .bind(before)
+    .bind(limit)
+    .fetch_all(pool)
+    .await
+}
+
+/// The job's versions, newest first, older than `before`.
+pub async fn versions(
+    pool: &PgPool,
+    job_id: &str,
+    before: Option<&str>,
+    limit: i64,
+) -> Result<Vec<JobVersionRow>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "SELECT {VERSION_COLUMNS} FROM job_versions WHERE job_id = $1 AND ($2::text IS NULL OR id < $2)
+         ORDER BY id DESC LIMIT $3"
+    ))
+    .bind(job_id)
+    .bind(before)
+    .bind(limit)
+    .fetch_all(pool)
+    .await
+}
+
+/// One job version by its id.
+pub async fn version(pool: &PgPool, version_id: &str) -> Result<Option<JobVersionRow>, sqlx::Error> {
+    sqlx::query_as(&format!("SELECT {VERSION_COLUMNS} FROM job_versions WHERE id = $1"))
+        .bind(version_id)
+        .fetch_optional(pool)
+        .await
 }

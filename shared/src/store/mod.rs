@@ -6,7 +6,9 @@
 //!   [`flow`] (dedup, dependencies, expiry, execution windows, cron reads),
 //!   [`run_updates`] (writes that leave status and attempt alone), [`stats`]
 //!   (queue counts for operators);
-//! - job definitions: [`jobs`], [`job_groups`];
+//! - what a run reported: [`run_records`] (logs, checkpoints, outputs,
+//!   usage, tool calls, state); bulk trigger batches: [`batches`];
+//! - job definitions and their versions: [`jobs`], [`job_groups`];
 //! - the resources the api manages: [`projects`], [`environments`],
 //!   [`secrets`], [`api_keys`], [`roles`], [`members`], [`policies`],
 //!   [`audit`], [`actors`];
@@ -33,6 +35,7 @@
 pub mod actors;
 pub mod api_keys;
 pub mod audit;
+pub mod batches;
 pub mod environments;
 pub mod flow;
 pub mod group;
@@ -42,6 +45,7 @@ pub mod members;
 pub mod policies;
 pub mod projects;
 pub mod roles;
+pub mod run_records;
 pub mod run_updates;
 pub mod runs;
 pub mod secrets;

@@ -696,3 +696,98 @@ pub async fn active_page(pool: &PgPool, after: &str, limit: i64) -> Result<Vec<R
 pub async fn dispatch_token(pool: &PgPool, run_id: &str) -> Result<Option<i64>, sqlx::Error> {
     sqlx::query_scalar("SELECT dispatch_token FROM job_runs WHERE id = $1").bind(run_id).fetch_optional(pool).await
 }
+
+/// Which of a project's runs a listing returns; `None` matches any.
+#[derive(Clone, Debug, Default)]
+pub struct RunFilter<'a> {
+    pub project_id: &'a str,
+    pub job_id: Option<&'a str>,
+    pub status: Option<&'a str>,
+    /// A JSON document the payload must contain (jsonb `@>`).
+    pub payload_contains: Option<Value>,
+    pub batch_id: Option<&'a str>,
+}
+
+/// The project's runs matching `f`, newest first, older than `before`.
+pub async fn list(pool: &PgPool, f: &RunFilter<'_>, before: Option<&str>, limit: i64) -> Result<Vec<Run>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "SELECT {RUN_COLUMNS} FROM job_runs WHERE project_id = $1
+           AND ($2::text IS NULL OR job_id = $2) AND ($3::text IS NULL OR status = $3)
+           AND ($4::jsonb IS NULL OR payload @> $4) AND ($5::text IS NULL OR batch_id = $5)
+           AND ($6::text IS NULL OR id < $6)
+         ORDER BY id DESC LIMIT $7"
+    ))
+    .bind(f.project_id)
+    .bind(f.job_id)
+    .bind(f.status)
+    .bind(f.payload_contains.as_ref().map(Json))
+    .bind(f.batch_id)
+    .bind(before)
+    .bind(limit)
+    .fetch_all(pool)
+    .await
+}
+
+/// Ids of the project's runs (of one job if given) in one of `statuses`,
+/// oldest first, at most `limit`.
+pub async fn ids_in_statuses(
+    pool: &PgPool,
+    project_id: &str,
+    job_id: Option<&str>,
+    statuses: &[RunStatus],
+    limit: i64,
+) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT id FROM job_runs WHERE project_id = $1 AND ($2::text IS NULL OR job_id = $2)
+           AND status = ANY($3) ORDER BY id LIMIT $4",
+    )
+    .bind(project_id)
+    .bind(job_id)
+    .bind(statuses)
+    .bind(limit)
+    .fetch_all(pool)
+    .await
+}
+
+/// RUN_COLUMNS prefixed with `r.`, for queries that join.
+fn qualified_run_columns() -> String {
+    RUN_COLUMNS.split(',').map(|c| format!("r.{}", c.trim())).collect::<Vec<_>>().join(", ")
+}
+
+/// The project's dead-lettered runs (of one job if given), oldest first, at
+/// most `limit`, locked until `conn`'s transaction ends (rows another
+/// transaction holds are skipped). Dead-lettered: `failed` or `timed_out`
+/// with no attempt left (attempt reached the run's max_attempts, or its
+/// retry strategy is `none`), never replayed, of a job not deleted.
+pub async fn lock_dead_letters(
+    conn: &mut sqlx::PgConnection,
+    project_id: &str,
+    job_id: Option<&str>,
+    limit: i64,
+) -> Result<Vec<Run>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "SELECT {} FROM job_runs r
+           JOIN job_versions v ON v.id = r.job_version_id
+           JOIN jobs j ON j.id = r.job_id AND j.deleted_at IS NULL
+         WHERE r.project_id = $1 AND ($2::text IS NULL OR r.job_id = $2)
+           AND r.status IN ('failed', 'timed_out')
+           AND (r.attempt >= COALESCE(NULLIF(r.max_attempts_override, 0), (v.spec->>'max_attempts')::int, 1)
+                OR COALESCE(r.retry_backoff, v.spec->>'retry_strategy') = 'none')
+           AND NOT EXISTS (SELECT 1 FROM job_runs c WHERE c.continuation_of = r.id)
+         ORDER BY r.id LIMIT $3
+         FOR UPDATE OF r SKIP LOCKED",
+        qualified_run_columns()
+    ))
+    .bind(project_id)
+    .bind(job_id)
+    .bind(limit)
+    .fetch_all(conn)
+    .await
+}
+
+/// The current status of each of `ids` that exists.
+pub async fn statuses(pool: &PgPool, ids: &[String]) -> Result<std::collections::HashMap<String, String>, sqlx::Error> {
+    let rows: Vec<(String, String)> =
+        sqlx::query_as("SELECT id, status FROM job_runs WHERE id = ANY($1)").bind(ids).fetch_all(pool).await?;
+    Ok(rows.into_iter().collect())
+}

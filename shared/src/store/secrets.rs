@@ -102,3 +102,11 @@ pub async fn delete(pool: &PgPool, job_id: &str, name: &str) -> Result<bool, sql
         .rows_affected();
     Ok(n > 0)
 }
+
+/// The names of the job's secrets, in name order.
+pub async fn names(pool: &PgPool, job_id: &str) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar("SELECT name FROM job_secrets WHERE job_id = $1 ORDER BY name")
+        .bind(job_id)
+        .fetch_all(pool)
+        .await
+}

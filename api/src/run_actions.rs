@@ -1,0 +1,211 @@
+//! What the api does to runs on behalf of several routes: trigger a run
+//! (a single trigger, each item of a bulk trigger, a replay), and cancel a
+//! run with its children (single and bulk cancel). Routes load and check
+//! what the caller names and answer; the steps every caller must take the
+//! same way live here.
+
+use std::collections::HashMap;
+
+use chrono::Utc;
+use serde_json::{Map, Value};
+use switchyard_shared::domain::{schedule, trigger, RunStatus};
+use switchyard_shared::queue::WakeLoop;
+use switchyard_shared::store::flow::{self, CreateOptions};
+use switchyard_shared::store::transitions::{self, Cancel};
+use switchyard_shared::store::{self, JobRecord, NewRun, Run};
+
+use crate::auth::Principal;
+use crate::error::{ApiError, ApiResult};
+use crate::state::AppState;
+use crate::views::{run_view, JobRun, TriggerRequest};
+
+/// Looks up the runs a trigger names (`depends_on`, `parent_run_id`), for
+/// the checks of `domain::trigger::validate`.
+async fn references(state: &AppState, project_id: &str, b: &trigger::Request) -> ApiResult<trigger::References> {
+    let ids = trigger::ids_to_look_up(b);
+    let runs = if ids.is_empty() { Default::default() } else { flow::runs_brief(&state.pool, &ids).await? };
+    let parent = match &b.parent_run_id {
+        Some(id) => store::runs::get(&state.pool, id).await?.map(|p| (p.project_id, p.lineage_depth)),
+        None => None,
+    };
+    Ok(trigger::References {
+        project_id: project_id.to_string(),
+        runs: runs.into_iter().map(|(id, (project, status))| (id, (project, status == "completed"))).collect(),
+        parent,
+    })
+}
+
+/// Validates a trigger, writes the run to Postgres, then enqueues it in
+/// Redis. The run is durable once the insert commits; if Redis is down the
+/// reconciler enqueues it later, so an accepted run is never lost.
+pub async fn trigger(
+    state: &AppState,
+    who: &Principal,
+    job: &JobRecord,
+    b: TriggerRequest,
+    triggered_by: &str,
+    batch_id: Option<String>,
+) -> ApiResult<(JobRun, bool)> {
+    if !job.enabled {
+        return Err(ApiError::conflict("the job is disabled; enable it to trigger runs"));
+    }
+    let b = trigger::Request::from(b);
+    let refs = references(state, &job.project_id, &b).await?;
+    let valid = trigger::validate(&b, &job.spec.0, &refs)?;
+    let spec = &job.spec.0;
+    let mut metadata: Map<String, Value> =
+        spec.default_run_metadata.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect();
+    for (k, v) in b.metadata.unwrap_or_default() {
+        metadata.insert(k, Value::String(v));
+    }
+    let now = Utc::now();
+    let requested = b.scheduled_at.or(valid.delay_secs.map(|d| now + chrono::Duration::seconds(d.into())));
+    let awaiting = !valid.depends_on.is_empty() && !valid.dependencies_met;
+    let admitted = schedule::admission(spec, now, requested, awaiting).map_err(ApiError::conflict)?;
+    let new = NewRun {
+        id: switchyard_shared::ids::run_id(),
+        project_id: job.project_id.clone(),
+        job_id: job.id.clone(),
+        job_version: job.version,
+        job_version_id: job.version_id.clone(),
+        status: admitted.status,
+        priority: valid.priority,
+        triggered_by: triggered_by.into(),
+        created_by: who.actor(),
+        payload: b.payload,
+        idempotency_key: b.idempotency_key,
+        concurrency_key: b.concurrency_key,
+        batch_id,
+        parent_run_id: b.parent_run_id,
+        lineage_depth: valid.lineage_depth,
+        debug_mode: b.debug_mode.unwrap_or(false),
+        execution_mode: valid.execution_mode.as_str().into(),
+        retry_backoff: b.retry_backoff,
+        max_attempts_override: valid.max_attempts_override,
+        retry_initial_delay_secs: valid.retry_initial_delay_secs,
+        retry_max_delay_secs: valid.retry_max_delay_secs,
+        timeout_secs_override: valid.timeout_secs_override,
+        metadata: Value::Object(metadata),
+        tags: serde_json::to_value(b.tags.unwrap_or_default()).unwrap_or_default(),
+        scheduled_at: admitted.scheduled_at,
+        expires_at: admitted.expires_at,
+        awaiting_dependencies: awaiting,
+        ..NewRun::default()
+    };
+    // A replay asks for a new run of an earlier payload on purpose: the
+    // dedup window does not fold it into the run it repeats.
+    let dedup_window_secs = if triggered_by == "replay" { 0 } else { spec.dedup_window_secs };
+    let due_ms = match admitted.status {
+        RunStatus::Pending => admitted.scheduled_at.map_or(0, |t| t.timestamp_millis()),
+        _ => 0,
+    };
+    let (run, created) = if valid.depends_on.is_empty() && dedup_window_secs <= 0 {
+        // The common case: group-committed and enqueued with its batch.
+        state.intake.submit(new, due_ms).await?
+    } else {
+        let opts = CreateOptions { dedup_window_secs, depends_on: valid.depends_on };
+        let (run, created) = flow::create(&state.pool, new, &opts).await?;
+        if created && !run.awaiting_dependencies {
+            if let Err(e) = state.queue.enqueue(&run.entry(), due_ms, now.timestamp_millis()).await {
+                tracing::warn!(run_id = %run.id, error = %e, "enqueue failed; the run is durable and the reconciler will enqueue it");
+            }
+        }
+        (run, created)
+    };
+    // The scheduler loops that watch such runs sleep until their next
+    // deadline; these runs may be due sooner (throttled per process).
+    if created && run.awaiting_dependencies {
+        state.queue.wake(WakeLoop::Dependencies, None);
+    }
+    if created && run.expires_at.is_some() {
+        state.queue.wake(WakeLoop::Expirer, run.expires_at);
+    }
+    Ok((run_view(run), created))
+}
+
+/// What cancelling one run did.
+pub struct Cancelled {
+    /// The run after the call.
+    pub run: Run,
+    /// The status it left, when this call cancelled it (`None`: it had
+    /// already finished).
+    pub from: Option<RunStatus>,
+    /// Descendant runs cancelled with it.
+    pub children: u64,
+}
+
+/// Cancels a run and every unfinished run below it (parent_run_id,
+/// recursively). Children are cancelled only when the run itself was: a
+/// finished run's children are left alone. `None`: no such run.
+pub async fn cancel_with_children(
+    state: &AppState,
+    run_id: &str,
+    reason: &str,
+) -> Result<Option<Cancelled>, sqlx::Error> {
+    match transitions::cancel(&state.pool, run_id, reason).await? {
+        None => Ok(None),
+        Some(Cancel::Finished(run)) => Ok(Some(Cancelled { run, from: None, children: 0 })),
+        Some(Cancel::Cancelled(c)) => {
+            transitions::drop_entries(&state.queue, std::slice::from_ref(&c)).await;
+            let children = cancel_descendants(state, std::slice::from_ref(&c.run.id), reason).await?;
+            Ok(Some(Cancelled { run: c.run, from: Some(c.from), children }))
+        }
+    }
+}
+
+/// Cancels the unfinished descendants of the runs `parents`; returns how
+/// many.
+pub async fn cancel_descendants(state: &AppState, parents: &[String], reason: &str) -> Result<u64, sqlx::Error> {
+    let cancelled = transitions::cancel_descendants(&state.pool, parents, reason).await?;
+    transitions::drop_entries(&state.queue, &cancelled).await;
+    Ok(cancelled.len() as u64)
+}
+
+/// The reason recorded on a cancellation.
+pub fn cancel_reason(who: &Principal) -> String {
+    match who.actor() {
+        Some(a) => format!("cancelled by {a}"),
+        None => "cancelled".to_string(),
+    }
+}
+
+/// Triggers a new run of `orig`'s job with the same payload and options,
+/// through the same path as any trigger, marked `triggered_by: replay` and
+/// `continuation_of` the original. Not copied: the idempotency key (it would
+/// return the original), scheduling, dependencies and the batch.
+pub async fn replay_run(state: &AppState, who: &Principal, orig: &Run) -> ApiResult<JobRun> {
+    let Some(job) = store::jobs::get(&state.pool, &orig.job_id).await? else {
+        return Err(ApiError::conflict(format!("the run's job {} was deleted; it cannot be replayed", orig.job_id)));
+    };
+    let strings = |v: &Value| -> HashMap<String, String> {
+        v.as_object()
+            .map(|m| m.iter().filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string()))).collect())
+            .unwrap_or_default()
+    };
+    let req = TriggerRequest {
+        payload: orig.payload.as_ref().map(|p| p.0.clone()),
+        priority: Some(orig.priority.into()),
+        tags: Some(strings(&orig.tags.0)),
+        metadata: Some(strings(&orig.metadata.0)),
+        concurrency_key: orig.concurrency_key.clone(),
+        debug_mode: Some(orig.debug_mode),
+        max_attempts_override: orig.max_attempts_override.map(Into::into),
+        timeout_secs_override: orig.timeout_secs_override.map(Into::into),
+        retry_backoff: orig.retry_backoff.clone(),
+        retry_initial_delay_secs: orig.retry_initial_delay_secs.map(Into::into),
+        retry_max_delay_secs: orig.retry_max_delay_secs.map(Into::into),
+        execution_mode: Some(orig.execution_mode.clone()),
+        parent_run_id: orig.parent_run_id.clone(),
+        ..TriggerRequest::default()
+    };
+    let (mut run, created) = trigger(state, who, &job, req, "replay", None).await?;
+    if !created {
+        return Err(ApiError::conflict(format!(
+            "an equal run ({}) was triggered within the job's dedup window; nothing was replayed",
+            run.id
+        )));
+    }
+    store::run_updates::set_continuation_of(&state.pool, &run.id, &orig.id).await?;
+    run.continuation_of = Some(orig.id.clone());
+    Ok(run)
+}
