@@ -10,19 +10,19 @@ use poem_openapi::payload::Json;
 use poem_openapi::types::MaybeUndefined;
 use poem_openapi::{ApiResponse, Object, OpenApi};
 use serde_json::Value;
-use switchyard_shared::domain::{JobSpec, RateLimitKey};
+use switchyard_shared::domain::{FieldErrors, JobSpec, RateLimitKey};
 use switchyard_shared::queue::WakeLoop;
 use switchyard_shared::store::jobs::{JobVersionRow, JobWrite};
 use switchyard_shared::store::{self, transitions, Tenant};
 
 use super::{
-    check_job_environment, check_name, check_slug, load_for_trigger, load_job, patch, project_of, sync_limits,
-    wake_cron, Tag,
+    check_job_environment, load_for_trigger, load_job, name_rule, patch, project_of, slug_rule, sync_limits, wake_cron,
+    Tag,
 };
 use crate::audit::{self, Change};
 use crate::auth::policy::{self, Resource};
 use crate::auth::Auth;
-use crate::error::{ApiError, ApiResult, ErrorDetail};
+use crate::error::{ApiError, ApiResult};
 use crate::pagination::{self, Page};
 use crate::run_actions;
 use crate::state::AppState;
@@ -215,10 +215,10 @@ impl JobsApi {
     async fn create(&self, state: Data<&AppState>, auth: Auth, body: Json<CreateJob>) -> ApiResult<CreatedJob> {
         let b = body.0;
         let project_id = project_of(&auth.0, b.project_id.as_deref())?;
-        let mut errors = Vec::new();
-        check_name(&b.name, &mut errors);
+        let mut errors = FieldErrors::new();
+        name_rule(&mut errors, &b.name);
         let slug = b.slug.clone().unwrap_or_else(|| slugify(&b.name));
-        check_slug(&slug, &mut errors);
+        slug_rule(&mut errors, "body.slug", &slug);
         let d = JobSpec::with_endpoint(b.endpoint_url);
         let spec = JobSpec {
             description: b.description,
@@ -249,10 +249,8 @@ impl JobsApi {
             backwards_compatible: b.backwards_compatible.unwrap_or(true),
             endpoint_url: d.endpoint_url,
         };
-        errors.extend(spec.validate().into_iter().map(ErrorDetail::from));
-        if !errors.is_empty() {
-            return Err(ApiError::invalid(errors));
-        }
+        errors.extend(spec.validate());
+        errors.finish()?;
         super::project_exists(&state, &project_id).await?;
         if let Some(g) = &b.group_id {
             check_group(&state, &project_id, g).await?;
@@ -333,11 +331,11 @@ impl JobsApi {
         let cur = load_job(&state, &auth, &job_id).await?;
         let b = body.0;
         let mut s = cur.spec.0.clone();
-        let mut errors = Vec::new();
+        let mut errors = FieldErrors::new();
         let name = b.name.unwrap_or(cur.name.clone());
-        check_name(&name, &mut errors);
+        name_rule(&mut errors, &name);
         let slug = b.slug.unwrap_or(cur.slug.clone());
-        check_slug(&slug, &mut errors);
+        slug_rule(&mut errors, "body.slug", &slug);
         let group_id = patch(b.group_id, cur.group_id.clone());
         s.description = patch(b.description, s.description);
         if let Some(v) = b.endpoint_url {
@@ -379,10 +377,8 @@ impl JobsApi {
         if let Some(k) = b.rate_limit_keys {
             s.rate_limit_keys = rate_keys(k);
         }
-        errors.extend(s.validate().into_iter().map(ErrorDetail::from));
-        if !errors.is_empty() {
-            return Err(ApiError::invalid(errors));
-        }
+        errors.extend(s.validate());
+        errors.finish()?;
         if let Some(g) = &group_id {
             if cur.group_id.as_ref() != Some(g) {
                 check_group(&state, &cur.project_id, g).await?;

@@ -49,7 +49,7 @@ use switchyard_shared::store::{self, JobRecord, Run, Tenant};
 
 use crate::auth::policy::{self, Resource};
 use crate::auth::{scopes, Auth, Principal};
-use crate::error::{ApiError, ApiResult, ErrorDetail};
+use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
 #[derive(Tags)]
@@ -313,21 +313,6 @@ pub fn label_rule(e: &mut FieldErrors, name: &str, max: usize) -> bool {
 pub fn description_rule(e: &mut FieldErrors, description: Option<&str>, max: usize) {
     let ok = description.is_none_or(|d| d.len() <= max);
     e.check(ok, "body.description", format!("at most {max} characters"), None);
-}
-
-/// [`name_rule`] and [`slug_rule`] for the job routes, which still collect
-/// their errors in a `Vec<ErrorDetail>`.
-pub fn check_name(name: &str, errors: &mut Vec<ErrorDetail>) {
-    let mut e = FieldErrors::new();
-    name_rule(&mut e, name);
-    errors.extend(e.into_vec().into_iter().map(ErrorDetail::from));
-}
-
-/// See [`check_name`].
-pub fn check_slug(slug: &str, errors: &mut Vec<ErrorDetail>) {
-    let mut e = FieldErrors::new();
-    slug_rule(&mut e, "body.slug", slug);
-    errors.extend(e.into_vec().into_iter().map(ErrorDetail::from));
 }
 
 /// Tells the scheduler's cron loop, which sleeps until the next tick it
