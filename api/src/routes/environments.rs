@@ -11,7 +11,7 @@ use serde_json::json;
 use switchyard_shared::domain::{FieldError, FieldErrors};
 use switchyard_shared::store::{self, environments::EnvironmentRow};
 
-use super::{found, project_of, slug_rule, tenant, view_from_row, Tag};
+use super::{found, project_of, slug_rule, tenant, view_from_row, Created, Tag};
 use crate::audit::{self, Change};
 use crate::auth::Auth;
 use crate::error::{ApiError, ApiResult};
@@ -39,12 +39,6 @@ pub struct CreateEnvironment {
     pub name: String,
     /// At most 1024 characters.
     pub description: Option<String>,
-}
-
-#[derive(ApiResponse)]
-pub enum CreatedEnvironment {
-    #[oai(status = 201)]
-    Created(Json<Environment>),
 }
 
 #[derive(ApiResponse)]
@@ -79,7 +73,7 @@ impl EnvironmentsApi {
         state: Data<&AppState>,
         auth: Auth,
         body: Json<CreateEnvironment>,
-    ) -> ApiResult<CreatedEnvironment> {
+    ) -> ApiResult<Created<Environment>> {
         let b = body.0;
         let project_id = project_of(&auth.0, b.project_id.as_deref())?;
         validate_environment(&b)?;
@@ -102,7 +96,7 @@ impl EnvironmentsApi {
         let change =
             Change::new(&env.project_id, "environment.created", ("environment", &env.id), json!({"name": env.name}));
         audit::record(&state.pool, &auth.0, change).await?;
-        Ok(CreatedEnvironment::Created(Json(env)))
+        Ok(Created::Created(Json(env)))
     }
 
     /// Environments of a project, newest first.

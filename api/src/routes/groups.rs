@@ -14,7 +14,7 @@ use switchyard_shared::store::{self, job_groups::JobGroupRow};
 
 use super::{
     description_rule, found, name_rule, patch, project_of, slug_rule, sync_limits, tenant, view_from_row, wake_cron,
-    Tag,
+    Created, Tag,
 };
 use crate::audit::{self, Change};
 use crate::auth::policy::{self, Resource};
@@ -65,12 +65,6 @@ pub struct GroupStats {
     pub group_id: String,
     /// Every run status, with its count (0 included).
     pub run_counts: HashMap<String, i64>,
-}
-
-#[derive(ApiResponse)]
-pub enum CreatedGroup {
-    #[oai(status = 201)]
-    Created(Json<JobGroup>),
 }
 
 #[derive(ApiResponse)]
@@ -155,7 +149,12 @@ impl GroupsApi {
 
     /// Create a job group.
     #[oai(path = "/v1/job-groups", method = "post")]
-    async fn create(&self, state: Data<&AppState>, auth: Auth, body: Json<CreateGroup>) -> ApiResult<CreatedGroup> {
+    async fn create(
+        &self,
+        state: Data<&AppState>,
+        auth: Auth,
+        body: Json<CreateGroup>,
+    ) -> ApiResult<Created<JobGroup>> {
         let b = body.0;
         let project_id = project_of(&auth.0, b.project_id.as_deref())?;
         validate_group(&b.name, &b.slug, b.description.as_deref())?;
@@ -167,7 +166,7 @@ impl GroupsApi {
         };
         let g: JobGroup = store::job_groups::create(&state.pool, &project_id, &fields).await?.into();
         audit_group(&state, &auth, &g, "job_group.created").await?;
-        Ok(CreatedGroup::Created(Json(g)))
+        Ok(Created::Created(Json(g)))
     }
 
     /// Get a job group.

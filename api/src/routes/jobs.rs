@@ -17,7 +17,7 @@ use switchyard_shared::store::{self, transitions, Tenant};
 
 use super::{
     check_job_environment, load_for_trigger, load_job, name_rule, patch, project_of, slug_rule, sync_limits, wake_cron,
-    Tag,
+    Created, Tag,
 };
 use crate::audit::{self, Change};
 use crate::auth::policy::{self, Resource};
@@ -153,12 +153,6 @@ pub struct JobVersion {
 }
 
 #[derive(ApiResponse)]
-pub enum CreatedJob {
-    #[oai(status = 201)]
-    Created(Json<Job>),
-}
-
-#[derive(ApiResponse)]
 pub enum Deleted {
     /// Deleted; its unfinished runs were cancelled.
     #[oai(status = 204)]
@@ -212,7 +206,7 @@ async fn check_group(state: &AppState, project_id: &str, group_id: &str) -> ApiR
 impl JobsApi {
     /// Create a job.
     #[oai(path = "/v1/jobs", method = "post")]
-    async fn create(&self, state: Data<&AppState>, auth: Auth, body: Json<CreateJob>) -> ApiResult<CreatedJob> {
+    async fn create(&self, state: Data<&AppState>, auth: Auth, body: Json<CreateJob>) -> ApiResult<Created<Job>> {
         let b = body.0;
         let project_id = project_of(&auth.0, b.project_id.as_deref())?;
         let mut errors = FieldErrors::new();
@@ -291,7 +285,7 @@ impl JobsApi {
         tx.commit().await?;
         sync_limits(&state, &id, &project_id, &spec, false).await;
         wake_cron(&state, &spec, enabled);
-        Ok(CreatedJob::Created(Json(job_view(rec))))
+        Ok(Created::Created(Json(job_view(rec))))
     }
 
     /// List jobs of a project, newest first; `group_id` narrows to one group.

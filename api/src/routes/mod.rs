@@ -41,8 +41,9 @@ use std::borrow::Borrow;
 use std::future::Future;
 use std::sync::Arc;
 
-use poem_openapi::types::MaybeUndefined;
-use poem_openapi::Tags;
+use poem_openapi::payload::Json;
+use poem_openapi::types::{MaybeUndefined, ToJSON};
+use poem_openapi::{ApiResponse, Tags};
 use switchyard_shared::domain::{FieldError, FieldErrors, JobSpec, RunStatus};
 use switchyard_shared::queue::WakeLoop;
 use switchyard_shared::store::{self, JobRecord, Run, Tenant};
@@ -195,6 +196,13 @@ pub fn validate_scopes(field: &str, list: &[String]) -> Result<Vec<String>, Vec<
         }
     }
     Ok(out)
+}
+
+/// The answer of an operation that creates one resource: 201 with it.
+#[derive(ApiResponse)]
+pub enum Created<T: ToJSON> {
+    #[oai(status = 201)]
+    Created(Json<T>),
 }
 
 /// PATCH semantics: absent keeps, `null` clears, a value replaces.

@@ -15,7 +15,7 @@ use switchyard_shared::domain::{FieldError, FieldErrors};
 use switchyard_shared::store::policies::{self as stored, ResourcePolicyRow, TagPolicyRow};
 use switchyard_shared::store::{self, Tenant};
 
-use super::{check_scopes, found, label_rule, patch, project_of, tenant, view_from_row, Tag};
+use super::{check_scopes, found, label_rule, patch, project_of, tenant, view_from_row, Created, Tag};
 use crate::audit::{self, Change};
 use crate::auth::{cache, Auth};
 use crate::error::{ApiError, ApiResult};
@@ -125,18 +125,6 @@ pub struct UpdateTagPolicy {
     pub description: MaybeUndefined<String>,
     pub required_keys: Option<Vec<String>>,
     pub allowed_values: Option<HashMap<String, Vec<String>>>,
-}
-
-#[derive(ApiResponse)]
-pub enum CreatedResourcePolicy {
-    #[oai(status = 201)]
-    Created(Json<ResourcePolicy>),
-}
-
-#[derive(ApiResponse)]
-pub enum CreatedTagPolicy {
-    #[oai(status = 201)]
-    Created(Json<TagPolicy>),
 }
 
 #[derive(ApiResponse)]
@@ -314,7 +302,7 @@ impl PoliciesApi {
         state: Data<&AppState>,
         auth: Auth,
         body: Json<CreateResourcePolicy>,
-    ) -> ApiResult<CreatedResourcePolicy> {
+    ) -> ApiResult<Created<ResourcePolicy>> {
         let b = body.0;
         let project_id = project_of(&auth.0, b.project_id.as_deref())?;
         let f = RpFields {
@@ -341,7 +329,7 @@ impl PoliciesApi {
         let details = json!({"name": f.name, "effect": f.effect});
         let change = Change::new(&project_id, "resource_policy.created", ("resource_policy", &id), details);
         commit_change(&state, &auth, tx, change).await?;
-        Ok(CreatedResourcePolicy::Created(Json(row.into())))
+        Ok(Created::Created(Json(row.into())))
     }
 
     /// List a project's resource policies, newest first.
@@ -435,7 +423,7 @@ impl PoliciesApi {
         state: Data<&AppState>,
         auth: Auth,
         body: Json<CreateTagPolicy>,
-    ) -> ApiResult<CreatedTagPolicy> {
+    ) -> ApiResult<Created<TagPolicy>> {
         let b = body.0;
         let project_id = project_of(&auth.0, b.project_id.as_deref())?;
         let resource_type = b.resource_type.unwrap_or_else(|| "job".into());
@@ -457,7 +445,7 @@ impl PoliciesApi {
         audit::record(&mut *tx, &auth.0, Change::new(&project_id, "tag_policy.created", ("tag_policy", &id), details))
             .await?;
         tx.commit().await?;
-        Ok(CreatedTagPolicy::Created(Json(row.into())))
+        Ok(Created::Created(Json(row.into())))
     }
 
     /// List a project's tag policies, newest first.

@@ -6,13 +6,13 @@ use chrono::{DateTime, Utc};
 use poem::web::Data;
 use poem_openapi::param::{Path, Query};
 use poem_openapi::payload::Json;
-use poem_openapi::{ApiResponse, Object, OpenApi};
+use poem_openapi::{Object, OpenApi};
 
 use serde_json::json;
 use switchyard_shared::domain::{FieldError, FieldErrors};
 use switchyard_shared::store::{self, projects::ProjectRow};
 
-use super::{found, tenant, view_from_row, Tag};
+use super::{found, tenant, view_from_row, Created, Tag};
 use crate::audit::{self, Change};
 use crate::auth::Auth;
 use crate::error::{ApiError, ApiResult};
@@ -56,12 +56,6 @@ pub struct UpdateProjectSettings {
     pub default_region: Option<String>,
     pub plan_tier: Option<String>,
     pub max_key_lifetime_days: Option<i64>,
-}
-
-#[derive(ApiResponse)]
-pub enum CreatedProject {
-    #[oai(status = 201)]
-    Created(Json<Project>),
 }
 
 view_from_row!(ProjectRow => Project { id, name, created_at, updated_at });
@@ -120,14 +114,19 @@ fn validate_settings(b: &UpdateProjectSettings) -> Result<(), Vec<FieldError>> {
 impl ProjectsApi {
     /// Create a project (internal secret only).
     #[oai(path = "/v1/projects", method = "post")]
-    async fn create(&self, state: Data<&AppState>, auth: Auth, body: Json<CreateProject>) -> ApiResult<CreatedProject> {
+    async fn create(
+        &self,
+        state: Data<&AppState>,
+        auth: Auth,
+        body: Json<CreateProject>,
+    ) -> ApiResult<Created<Project>> {
         internal_only(&auth)?;
         let (id, name) = validate_project(&body.0)?;
         let id = id.unwrap_or_else(switchyard_shared::ids::project_id);
         let row = store::projects::create(&state.pool, &id, &name, auth.0.actor_id.as_deref()).await?;
         let change = Change::new(&row.id, "project.created", ("project", &row.id), json!({"name": row.name}));
         audit::record(&state.pool, &auth.0, change).await?;
-        Ok(CreatedProject::Created(Json(Project::from(row))))
+        Ok(Created::Created(Json(Project::from(row))))
     }
 
     /// List projects (internal secret only), oldest first.

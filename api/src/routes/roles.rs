@@ -14,7 +14,9 @@ use switchyard_shared::domain::{FieldError, FieldErrors};
 use switchyard_shared::store::roles::{ChainLink, RoleRow};
 use switchyard_shared::store::{self};
 
-use super::{check_scopes, description_rule, found, label_rule, patch, project_of, tenant, view_from_row, Tag};
+use super::{
+    check_scopes, description_rule, found, label_rule, patch, project_of, tenant, view_from_row, Created, Tag,
+};
 use crate::audit::{self, Change};
 use crate::auth::{cache, rbac, Auth};
 use crate::error::{ApiError, ApiResult};
@@ -85,12 +87,6 @@ pub struct UpdateRole {
     pub permissions: Option<Vec<String>>,
     /// A chain that would come back to this role is 422.
     pub inherits: MaybeUndefined<String>,
-}
-
-#[derive(ApiResponse)]
-pub enum CreatedRole {
-    #[oai(status = 201)]
-    Created(Json<Role>),
 }
 
 #[derive(ApiResponse)]
@@ -192,7 +188,7 @@ fn check_grantable(auth: &Auth, all: &[String]) -> ApiResult<()> {
 impl RolesApi {
     /// Create a custom role in a project.
     #[oai(path = "/v1/roles", method = "post")]
-    async fn create(&self, state: Data<&AppState>, auth: Auth, body: Json<CreateRole>) -> ApiResult<CreatedRole> {
+    async fn create(&self, state: Data<&AppState>, auth: Auth, body: Json<CreateRole>) -> ApiResult<Created<Role>> {
         let b = body.0;
         let project_id = project_of(&auth.0, b.project_id.as_deref())?;
         let permissions = check_scopes("body.permissions", &b.permissions)?;
@@ -215,7 +211,7 @@ impl RolesApi {
         let details = json!({"name": row.name, "permissions": row.permissions, "inherits": row.inherits});
         audit::record(&mut *tx, &auth.0, Change::new(&project_id, "role.created", ("role", &id), details)).await?;
         tx.commit().await?;
-        Ok(CreatedRole::Created(Json(Role::from(row))))
+        Ok(Created::Created(Json(Role::from(row))))
     }
 
     /// The system roles and the project's custom roles, by id.

@@ -35,7 +35,7 @@ use switchyard_shared::store::run_records::{self as rec, Kind, NewLogLine, NewTo
 use switchyard_shared::store::settle::{self, Ending};
 use switchyard_shared::store::{self, Run};
 
-use super::{sdk_run, Tag};
+use super::{sdk_run, Created, Tag};
 use crate::auth::{Auth, CredentialKind};
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
@@ -202,30 +202,6 @@ pub struct FailRequest {
 }
 
 #[derive(ApiResponse)]
-pub enum CreatedCheckpoint {
-    #[oai(status = 201)]
-    Created(Json<Checkpoint>),
-}
-
-#[derive(ApiResponse)]
-pub enum CreatedOutput {
-    #[oai(status = 201)]
-    Created(Json<RunOutput>),
-}
-
-#[derive(ApiResponse)]
-pub enum CreatedUsage {
-    #[oai(status = 201)]
-    Created(Json<UsageRecord>),
-}
-
-#[derive(ApiResponse)]
-pub enum CreatedToolCall {
-    #[oai(status = 201)]
-    Created(Json<ToolCall>),
-}
-
-#[derive(ApiResponse)]
 pub enum StateDeleted {
     #[oai(status = 204)]
     NoContent,
@@ -301,7 +277,7 @@ impl SdkRunsApi {
         auth: Auth,
         run_id: Path<String>,
         body: Json<CheckpointRequest>,
-    ) -> ApiResult<CreatedCheckpoint> {
+    ) -> ApiResult<Created<Checkpoint>> {
         let run = sdk_run(&state, &auth, &run_id).await?;
         let b = body.0;
         let mut errors = FieldErrors::new();
@@ -315,7 +291,7 @@ impl SdkRunsApi {
         require_running(&run, attempt)?;
         let label = b.label.map(scrub_str);
         let cp = rec::save_checkpoint(&state.pool, &run.id, attempt, label, scrub(b.data), KEEP_CHECKPOINTS).await?;
-        Ok(CreatedCheckpoint::Created(Json(cp.into())))
+        Ok(Created::Created(Json(cp.into())))
     }
 
     /// The run's newest checkpoint; 404 when it has none.
@@ -373,7 +349,7 @@ impl SdkRunsApi {
         auth: Auth,
         run_id: Path<String>,
         body: Json<OutputRequest>,
-    ) -> ApiResult<CreatedOutput> {
+    ) -> ApiResult<Created<RunOutput>> {
         let run = sdk_run(&state, &auth, &run_id).await?;
         let b = body.0;
         let mut errors = FieldErrors::new();
@@ -388,7 +364,7 @@ impl SdkRunsApi {
             return Err(at_cap("outputs", MAX_OUTPUTS));
         }
         let out = rec::add_output(&state.pool, &run.id, attempt, scrub_str(b.name), b.data.map(scrub)).await?;
-        Ok(CreatedOutput::Created(Json(out.into())))
+        Ok(Created::Created(Json(out.into())))
     }
 
     /// Record resources a step of the run used (cost in micro-dollars,
@@ -401,7 +377,7 @@ impl SdkRunsApi {
         auth: Auth,
         run_id: Path<String>,
         body: Json<UsageRequest>,
-    ) -> ApiResult<CreatedUsage> {
+    ) -> ApiResult<Created<UsageRecord>> {
         let run = sdk_run(&state, &auth, &run_id).await?;
         let b = body.0;
         let mut errors = FieldErrors::new();
@@ -425,7 +401,7 @@ impl SdkRunsApi {
             cpu_ms: b.cpu_ms.unwrap_or(0),
         };
         let made = rec::add_usage(&state.pool, &run.id, attempt, usage).await?;
-        Ok(CreatedUsage::Created(Json(made.into())))
+        Ok(Created::Created(Json(made.into())))
     }
 
     /// Record a tool the run called, with its input, output and duration.
@@ -437,7 +413,7 @@ impl SdkRunsApi {
         auth: Auth,
         run_id: Path<String>,
         body: Json<ToolCallRequest>,
-    ) -> ApiResult<CreatedToolCall> {
+    ) -> ApiResult<Created<ToolCall>> {
         let run = sdk_run(&state, &auth, &run_id).await?;
         let b = body.0;
         let mut errors = FieldErrors::new();
@@ -464,7 +440,7 @@ impl SdkRunsApi {
             status: b.status.map(scrub_str),
         };
         let made = rec::add_tool_call(&state.pool, &run.id, attempt, call).await?;
-        Ok(CreatedToolCall::Created(Json(made.into())))
+        Ok(Created::Created(Json(made.into())))
     }
 
     /// One key of the run's state store; 404 when unset.
