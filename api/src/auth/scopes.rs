@@ -167,7 +167,7 @@ pub const OPERATIONS: &[(&str, &str, Requirement)] = &[
     // The audit trail is an access-control record.
     ("GET", "/v1/audit-events", Scope("rbac:manage")),
     ("POST", "/sdk/v1/runs/{run_id}/heartbeat", RunToken),
-    // Bulk operations, run records and actions (issue 4, second half).
+    // Bulk operations, run records and actions.
     ("POST", "/v1/jobs/{job_id}/trigger/bulk", Scope("jobs:trigger")),
     ("POST", "/v1/runs/bulk-cancel", Scope("runs:write")),
     ("POST", "/v1/runs/bulk-replay", Scope("runs:write")),

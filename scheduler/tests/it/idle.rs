@@ -32,7 +32,7 @@ async fn wait_status(env: &Env, run_id: &str, status: &str, within: Duration) ->
     }
 }
 
-/// Benchmark target (f) of issue 5: with nothing to do, a scheduler issues
+/// The idle budget (benchmark phase f): with nothing to do, a scheduler issues
 /// at most one Postgres statement a second and does not busy-poll Redis.
 /// Counted at the wire (every `Query` and `Execute` message, every Redis
 /// command), so a transaction of three statements counts three.
