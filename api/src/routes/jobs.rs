@@ -270,18 +270,8 @@ impl JobsApi {
         };
         let mut tx = state.pool.begin().await?;
         let rec = store::jobs::create(&mut tx, &project_id, &write).await?;
-        audit::record(
-            &mut *tx,
-            &auth.0,
-            Change {
-                project_id: &project_id,
-                action: "job.created",
-                resource_type: "job",
-                resource_id: &id,
-                details: serde_json::json!({"name": rec.name, "slug": rec.slug, "version": rec.version}),
-            },
-        )
-        .await?;
+        let details = serde_json::json!({"name": rec.name, "slug": rec.slug, "version": rec.version});
+        audit::record(&mut *tx, &auth.0, Change::new(&project_id, "job.created", ("job", &id), details)).await?;
         tx.commit().await?;
         sync_limits(&state, &id, &project_id, &spec, false).await;
         wake_cron(&state, &spec, enabled);
@@ -400,18 +390,9 @@ impl JobsApi {
         let mut tx = state.pool.begin().await?;
         let rec = store::jobs::update(&mut tx, &write).await?;
         let rec = rec.ok_or_else(|| ApiError::not_found("job", &cur.id))?;
-        audit::record(
-            &mut *tx,
-            &auth.0,
-            Change {
-                project_id: &rec.project_id,
-                action: "job.updated",
-                resource_type: "job",
-                resource_id: &rec.id,
-                details: serde_json::json!({"version": rec.version, "version_id": rec.version_id}),
-            },
-        )
-        .await?;
+        let details = serde_json::json!({"version": rec.version, "version_id": rec.version_id});
+        audit::record(&mut *tx, &auth.0, Change::new(&rec.project_id, "job.updated", ("job", &rec.id), details))
+            .await?;
         tx.commit().await?;
         state.jobs.forget(&cur.id);
         sync_limits(&state, &rec.id, &rec.project_id, &s, rec.paused).await;
@@ -431,18 +412,9 @@ impl JobsApi {
         let mut tx = state.pool.begin().await?;
         store::jobs::soft_delete(&mut tx, &cur.id, auth.0.actor().as_deref()).await?;
         let cancelled = transitions::cancel_job_runs(&mut tx, &cur.id, "job deleted").await?;
-        audit::record(
-            &mut *tx,
-            &auth.0,
-            Change {
-                project_id: &cur.project_id,
-                action: "job.deleted",
-                resource_type: "job",
-                resource_id: &cur.id,
-                details: serde_json::json!({"name": cur.name, "cancelled_runs": cancelled.changes().len()}),
-            },
-        )
-        .await?;
+        let details = serde_json::json!({"name": cur.name, "cancelled_runs": cancelled.changes().len()});
+        audit::record(&mut *tx, &auth.0, Change::new(&cur.project_id, "job.deleted", ("job", &cur.id), details))
+            .await?;
         tx.commit().await?;
         let cancelled = cancelled.committed();
         state.jobs.forget(&cur.id);

@@ -11,6 +11,7 @@ use switchyard_shared::domain::RunStatus;
 use switchyard_shared::store::{self, flow, runs::RunFilter};
 
 use super::{load_run, project_of, Tag};
+use crate::audit::{self, Change};
 use crate::auth::Auth;
 use crate::error::{ApiError, ApiResult};
 use crate::pagination::{self, Page};
@@ -125,18 +126,8 @@ impl RunsApi {
         let Some(from) = c.from else {
             return Err(ApiError::conflict(format!("the run is already {}", after.status)));
         };
-        crate::audit::record(
-            &state.pool,
-            &auth.0,
-            crate::audit::Change {
-                project_id: &after.project_id,
-                action: "run.cancelled",
-                resource_type: "run",
-                resource_id: &after.id,
-                details: serde_json::json!({"job_id": after.job_id, "from_status": from.as_str()}),
-            },
-        )
-        .await?;
+        let details = serde_json::json!({"job_id": after.job_id, "from_status": from.as_str()});
+        audit::record(&state.pool, &auth.0, Change::run(&after, "run.cancelled", details)).await?;
         Ok(Json(run_view(after)))
     }
 }
