@@ -24,7 +24,7 @@ use super::{check_id, load_for_trigger, load_run, project_of, visible, Tag};
 use crate::audit::{self, Change};
 use crate::auth::{Auth, Principal};
 use crate::error::{ApiError, ApiResult};
-use crate::pagination::{self, Page};
+use crate::pagination::{Page, Window};
 use crate::run_actions::{self, cancel_reason};
 use crate::state::AppState;
 use crate::views::TriggerRequest;
@@ -490,10 +490,9 @@ impl BulkApi {
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<Page<BatchOperation>>> {
         let project_id = project_of(&auth.0, project_id.0.as_deref())?;
-        let limit = pagination::limit(limit.0)?;
-        let cursor = pagination::cursor(cursor.0)?;
-        let rows = batches::list(&state.pool, &project_id, job_id.0.as_deref(), cursor.as_deref(), limit + 1).await?;
-        Ok(Json(pagination::page(rows, limit, |r| r.id.clone(), batch_view)))
+        let w = Window::parse(limit.0, cursor.0)?;
+        let rows = batches::list(&state.pool, &project_id, job_id.0.as_deref(), w.after(), w.fetch()).await?;
+        Ok(Json(w.page(rows, |r| r.id.clone(), batch_view)))
     }
 
     /// One bulk trigger batch.

@@ -23,7 +23,7 @@ use crate::audit::{self, Change};
 use crate::auth::policy::{self, Resource};
 use crate::auth::Auth;
 use crate::error::{ApiError, ApiResult};
-use crate::pagination::{self, Page};
+use crate::pagination::{Page, Window};
 use crate::run_actions;
 use crate::state::AppState;
 use crate::views::{job_view, Job, JobRun, RateLimitKeyBody, TriggerRequest};
@@ -290,11 +290,9 @@ impl JobsApi {
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<Page<Job>>> {
         let project_id = project_of(&auth.0, project_id.0.as_deref())?;
-        let limit = pagination::limit(limit.0)?;
-        let cursor = pagination::cursor(cursor.0)?;
-        let rows =
-            store::jobs::list(&state.pool, &project_id, group_id.0.as_deref(), cursor.as_deref(), limit + 1).await?;
-        Ok(Json(pagination::page(rows, limit, |r| r.id.clone(), job_view)))
+        let w = Window::parse(limit.0, cursor.0)?;
+        let rows = store::jobs::list(&state.pool, &project_id, group_id.0.as_deref(), w.after(), w.fetch()).await?;
+        Ok(Json(w.page(rows, |r| r.id.clone(), job_view)))
     }
 
     /// Get a job.
@@ -434,12 +432,10 @@ impl JobsApi {
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<Page<JobVersion>>> {
         let job = load_job(&state, &auth, &job_id).await?;
-        let limit = pagination::limit(limit.0)?;
-        let cursor = pagination::cursor(cursor.0)?;
-        let rows = store::jobs::versions(&state.pool, &job.id, cursor.as_deref(), limit + 1).await?;
-        Ok(Json(pagination::page(
+        let w = Window::parse(limit.0, cursor.0)?;
+        let rows = store::jobs::versions(&state.pool, &job.id, w.after(), w.fetch()).await?;
+        Ok(Json(w.page(
             rows,
-            limit,
             |r| r.id.clone(),
             |r: JobVersionRow| {
                 let mut spec = r.spec.0;

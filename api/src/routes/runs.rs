@@ -14,7 +14,7 @@ use super::{load_run, project_of, Tag};
 use crate::audit::{self, Change};
 use crate::auth::Auth;
 use crate::error::{ApiError, ApiResult};
-use crate::pagination::{self, Page};
+use crate::pagination::{Page, Window};
 use crate::run_actions;
 use crate::state::AppState;
 use crate::views::{run_view, JobRun};
@@ -61,8 +61,7 @@ impl RunsApi {
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<Page<JobRun>>> {
         let project_id = project_of(&auth.0, project_id.0.as_deref())?;
-        let limit = pagination::limit(limit.0)?;
-        let cursor = pagination::cursor(cursor.0)?;
+        let w = Window::parse(limit.0, cursor.0)?;
         if let Some(s) = &status.0 {
             if let Err(m) = s.parse::<RunStatus>() {
                 return Err(ApiError::invalid_field("query.status", m, Some(s.clone().into())));
@@ -81,8 +80,8 @@ impl RunsApi {
             payload_contains: contains,
             batch_id: batch_id.0.as_deref(),
         };
-        let rows = store::runs::list(&state.pool, &filter, cursor.as_deref(), limit + 1).await?;
-        Ok(Json(pagination::page(rows, limit, |r| r.id.clone(), run_view)))
+        let rows = store::runs::list(&state.pool, &filter, w.after(), w.fetch()).await?;
+        Ok(Json(w.page(rows, |r| r.id.clone(), run_view)))
     }
 
     /// Get a run.
