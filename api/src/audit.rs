@@ -14,7 +14,7 @@
 //! row and its first run event.
 
 use serde_json::Value;
-use switchyard_shared::store;
+use switchyard_shared::store::{self, Run};
 
 use crate::auth::Principal;
 
@@ -31,6 +31,11 @@ impl<'a> Change<'a> {
     /// `action` (`<resource>.<verb>`) on the resource `(type, id)` of the project.
     pub fn new(project_id: &'a str, action: &'a str, resource: (&'a str, &'a str), details: Value) -> Self {
         Change { project_id, action, resource_type: resource.0, resource_id: resource.1, details }
+    }
+
+    /// `action` on a run, in the run's project.
+    pub fn run(run: &'a Run, action: &'a str, details: Value) -> Self {
+        Change::new(&run.project_id, action, ("run", &run.id), details)
     }
 }
 

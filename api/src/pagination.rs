@@ -1,6 +1,8 @@
 //! Keyset pagination (docs/contract.md, "Limits"): `limit` (default 50, at most
 //! 100) and an opaque `cursor`, which is the id of the last item returned. Ids
-//! are time-ordered, so "older than the cursor" is `id < cursor`.
+//! are time-ordered, so "older than the cursor" is `id < cursor`. A list
+//! reads both through [`Window`]; a run's events, whose cursor is a position
+//! in its history, check only their [`limit`] here.
 
 use poem_openapi::types::{ParseFromJSON, ToJSON, Type};
 use poem_openapi::Object;
@@ -20,7 +22,7 @@ pub fn limit(raw: Option<i64>) -> ApiResult<i64> {
     }
 }
 
-pub fn cursor(raw: Option<String>) -> ApiResult<Option<String>> {
+fn cursor(raw: Option<String>) -> ApiResult<Option<String>> {
     match raw {
         None => Ok(None),
         Some(c) if switchyard_shared::ids::is_valid_external_id(&c) => Ok(Some(c)),
@@ -37,19 +39,6 @@ pub struct Page<T: ParseFromJSON + ToJSON + Type + Send + Sync> {
     /// Pass as `cursor` to get the next page; present when has_more.
     #[oai(skip_serializing_if_is_none)]
     pub next_cursor: Option<String>,
-}
-
-/// Cuts a fetch of `limit + 1` rows into a page.
-pub fn page<R, T: ParseFromJSON + ToJSON + Type + Send + Sync>(
-    mut rows: Vec<R>,
-    limit: i64,
-    id: impl Fn(&R) -> String,
-    view: impl Fn(R) -> T,
-) -> Page<T> {
-    let has_more = rows.len() as i64 > limit;
-    rows.truncate(limit as usize);
-    let next_cursor = if has_more { rows.last().map(&id) } else { None };
-    Page { data: rows.into_iter().map(view).collect(), has_more, next_cursor }
 }
 
 /// A request's `limit` and `cursor`, checked.
@@ -74,13 +63,16 @@ impl Window {
         self.limit + 1
     }
 
-    /// Cuts the fetched rows into a page.
+    /// Cuts the fetched rows (at most `limit + 1`) into a page.
     pub fn page<R, T: ParseFromJSON + ToJSON + Type + Send + Sync>(
         &self,
-        rows: Vec<R>,
+        mut rows: Vec<R>,
         id: impl Fn(&R) -> String,
         view: impl Fn(R) -> T,
     ) -> Page<T> {
-        page(rows, self.limit, id, view)
+        let has_more = rows.len() as i64 > self.limit;
+        rows.truncate(self.limit as usize);
+        let next_cursor = if has_more { rows.last().map(&id) } else { None };
+        Page { data: rows.into_iter().map(view).collect(), has_more, next_cursor }
     }
 }

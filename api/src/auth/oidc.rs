@@ -16,11 +16,8 @@ pub struct OidcVerifier {
 #[derive(Clone, Debug, Deserialize)]
 pub struct OidcClaims {
     pub sub: String,
-    #[serde(default)]
     pub email: Option<String>,
-    #[serde(default)]
     pub name: Option<String>,
-    #[serde(default)]
     pub project_id: Option<String>,
 }
 

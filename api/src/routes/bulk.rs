@@ -21,9 +21,10 @@ use switchyard_shared::store::{self, transitions, Run};
 use switchyard_shared::telemetry::{BULK_ITEMS_PROCESSED, BULK_OPERATIONS};
 
 use super::{check_id, load_for_trigger, load_run, project_of, visible, Tag};
+use crate::audit::{self, Change};
 use crate::auth::{Auth, Principal};
 use crate::error::{ApiError, ApiResult};
-use crate::pagination::{self, Page};
+use crate::pagination::{Page, Window};
 use crate::run_actions::{self, cancel_reason};
 use crate::state::AppState;
 use crate::views::TriggerRequest;
@@ -325,18 +326,9 @@ impl BulkApi {
                     Ok(Some(c)) if c.from.is_some() => {
                         r.status = "cancelled".into();
                         r.children_cancelled = c.children as i64;
-                        let audited = crate::audit::record(
-                            &state.pool,
-                            &auth.0,
-                            crate::audit::Change {
-                                project_id: &c.run.project_id,
-                                action: "run.cancelled",
-                                resource_type: "run",
-                                resource_id: &c.run.id,
-                                details: serde_json::json!({"bulk": true, "children_cancelled": c.children}),
-                            },
-                        )
-                        .await;
+                        let details = serde_json::json!({"bulk": true, "children_cancelled": c.children});
+                        let change = Change::run(&c.run, "run.cancelled", details);
+                        let audited = audit::record(&state.pool, &auth.0, change).await;
                         if let Err(e) = audited {
                             tracing::warn!(run_id = %c.run.id, error = %e, "could not record the audit event of a bulk cancel");
                         }
@@ -469,21 +461,12 @@ impl BulkApi {
         let parents: Vec<String> = cancelled.iter().map(|c| c.run.id.clone()).collect();
         let children = run_actions::cancel_descendants(&state, &parents, &reason).await?;
         if !cancelled.is_empty() {
-            crate::audit::record(
-                &state.pool,
-                &auth.0,
-                crate::audit::Change {
-                    project_id: &project_id,
-                    action: "run.bulk_cancelled",
-                    resource_type: "project",
-                    resource_id: &project_id,
-                    details: serde_json::json!({
-                        "job_id": b.job_id, "statuses": statuses.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
-                        "cancelled": cancelled.len(), "children_cancelled": children,
-                    }),
-                },
-            )
-            .await?;
+            let details = serde_json::json!({
+                "job_id": b.job_id, "statuses": statuses.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
+                "cancelled": cancelled.len(), "children_cancelled": children,
+            });
+            let change = Change::new(&project_id, "run.bulk_cancelled", ("project", &project_id), details);
+            audit::record(&state.pool, &auth.0, change).await?;
         }
         counted(ids.len());
         Ok(Json(CancelAllResponse {
@@ -507,10 +490,9 @@ impl BulkApi {
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<Page<BatchOperation>>> {
         let project_id = project_of(&auth.0, project_id.0.as_deref())?;
-        let limit = pagination::limit(limit.0)?;
-        let cursor = pagination::cursor(cursor.0)?;
-        let rows = batches::list(&state.pool, &project_id, job_id.0.as_deref(), cursor.as_deref(), limit + 1).await?;
-        Ok(Json(pagination::page(rows, limit, |r| r.id.clone(), batch_view)))
+        let w = Window::parse(limit.0, cursor.0)?;
+        let rows = batches::list(&state.pool, &project_id, job_id.0.as_deref(), w.after(), w.fetch()).await?;
+        Ok(Json(w.page(rows, |r| r.id.clone(), batch_view)))
     }
 
     /// One bulk trigger batch.

@@ -5,13 +5,13 @@ use chrono::{DateTime, Utc};
 use poem::web::Data;
 use poem_openapi::param::{Path, Query};
 use poem_openapi::payload::Json;
-use poem_openapi::{ApiResponse, Object, OpenApi};
+use poem_openapi::{Object, OpenApi};
 
 use serde_json::json;
 use switchyard_shared::domain::{FieldError, FieldErrors};
 use switchyard_shared::store::{self, environments::EnvironmentRow};
 
-use super::{found, project_of, slug_rule, tenant, view_from_row, Created, Tag};
+use super::{found, project_of, slug_rule, tenant, view_from_row, Created, Done, Tag};
 use crate::audit::{self, Change};
 use crate::auth::Auth;
 use crate::error::{ApiError, ApiResult};
@@ -39,12 +39,6 @@ pub struct CreateEnvironment {
     pub name: String,
     /// At most 1024 characters.
     pub description: Option<String>,
-}
-
-#[derive(ApiResponse)]
-pub enum DeletedEnvironment {
-    #[oai(status = 204)]
-    NoContent,
 }
 
 /// A new environment's name (a slug) and description (a NUL is refused here
@@ -128,12 +122,7 @@ impl EnvironmentsApi {
 
     /// Delete an environment. 409 while a job names it.
     #[oai(path = "/v1/environments/:environment_id", method = "delete")]
-    async fn delete(
-        &self,
-        state: Data<&AppState>,
-        auth: Auth,
-        environment_id: Path<String>,
-    ) -> ApiResult<DeletedEnvironment> {
+    async fn delete(&self, state: Data<&AppState>, auth: Auth, environment_id: Path<String>) -> ApiResult<Done> {
         let env = load(&state, &auth, &environment_id).await?;
         match store::environments::delete_unused(&state.pool, &env.project_id, &env.id).await? {
             store::environments::Deleted::Deleted => {
@@ -144,7 +133,7 @@ impl EnvironmentsApi {
                     json!({"name": env.name}),
                 );
                 audit::record(&state.pool, &auth.0, change).await?;
-                Ok(DeletedEnvironment::NoContent)
+                Ok(Done::NoContent)
             }
             store::environments::Deleted::InUse(n) => {
                 Err(ApiError::conflict(format!("{n} job(s) name this environment; change them first")))

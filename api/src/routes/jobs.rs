@@ -23,7 +23,7 @@ use crate::audit::{self, Change};
 use crate::auth::policy::{self, Resource};
 use crate::auth::Auth;
 use crate::error::{ApiError, ApiResult};
-use crate::pagination::{self, Page};
+use crate::pagination::{Page, Window};
 use crate::run_actions;
 use crate::state::AppState;
 use crate::views::{job_view, Job, JobRun, RateLimitKeyBody, TriggerRequest};
@@ -270,18 +270,8 @@ impl JobsApi {
         };
         let mut tx = state.pool.begin().await?;
         let rec = store::jobs::create(&mut tx, &project_id, &write).await?;
-        audit::record(
-            &mut *tx,
-            &auth.0,
-            Change {
-                project_id: &project_id,
-                action: "job.created",
-                resource_type: "job",
-                resource_id: &id,
-                details: serde_json::json!({"name": rec.name, "slug": rec.slug, "version": rec.version}),
-            },
-        )
-        .await?;
+        let details = serde_json::json!({"name": rec.name, "slug": rec.slug, "version": rec.version});
+        audit::record(&mut *tx, &auth.0, Change::new(&project_id, "job.created", ("job", &id), details)).await?;
         tx.commit().await?;
         sync_limits(&state, &id, &project_id, &spec, false).await;
         wake_cron(&state, &spec, enabled);
@@ -300,11 +290,9 @@ impl JobsApi {
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<Page<Job>>> {
         let project_id = project_of(&auth.0, project_id.0.as_deref())?;
-        let limit = pagination::limit(limit.0)?;
-        let cursor = pagination::cursor(cursor.0)?;
-        let rows =
-            store::jobs::list(&state.pool, &project_id, group_id.0.as_deref(), cursor.as_deref(), limit + 1).await?;
-        Ok(Json(pagination::page(rows, limit, |r| r.id.clone(), job_view)))
+        let w = Window::parse(limit.0, cursor.0)?;
+        let rows = store::jobs::list(&state.pool, &project_id, group_id.0.as_deref(), w.after(), w.fetch()).await?;
+        Ok(Json(w.page(rows, |r| r.id.clone(), job_view)))
     }
 
     /// Get a job.
@@ -400,18 +388,9 @@ impl JobsApi {
         let mut tx = state.pool.begin().await?;
         let rec = store::jobs::update(&mut tx, &write).await?;
         let rec = rec.ok_or_else(|| ApiError::not_found("job", &cur.id))?;
-        audit::record(
-            &mut *tx,
-            &auth.0,
-            Change {
-                project_id: &rec.project_id,
-                action: "job.updated",
-                resource_type: "job",
-                resource_id: &rec.id,
-                details: serde_json::json!({"version": rec.version, "version_id": rec.version_id}),
-            },
-        )
-        .await?;
+        let details = serde_json::json!({"version": rec.version, "version_id": rec.version_id});
+        audit::record(&mut *tx, &auth.0, Change::new(&rec.project_id, "job.updated", ("job", &rec.id), details))
+            .await?;
         tx.commit().await?;
         state.jobs.forget(&cur.id);
         sync_limits(&state, &rec.id, &rec.project_id, &s, rec.paused).await;
@@ -431,18 +410,9 @@ impl JobsApi {
         let mut tx = state.pool.begin().await?;
         store::jobs::soft_delete(&mut tx, &cur.id, auth.0.actor().as_deref()).await?;
         let cancelled = transitions::cancel_job_runs(&mut tx, &cur.id, "job deleted").await?;
-        audit::record(
-            &mut *tx,
-            &auth.0,
-            Change {
-                project_id: &cur.project_id,
-                action: "job.deleted",
-                resource_type: "job",
-                resource_id: &cur.id,
-                details: serde_json::json!({"name": cur.name, "cancelled_runs": cancelled.changes().len()}),
-            },
-        )
-        .await?;
+        let details = serde_json::json!({"name": cur.name, "cancelled_runs": cancelled.changes().len()});
+        audit::record(&mut *tx, &auth.0, Change::new(&cur.project_id, "job.deleted", ("job", &cur.id), details))
+            .await?;
         tx.commit().await?;
         let cancelled = cancelled.committed();
         state.jobs.forget(&cur.id);
@@ -462,12 +432,10 @@ impl JobsApi {
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<Page<JobVersion>>> {
         let job = load_job(&state, &auth, &job_id).await?;
-        let limit = pagination::limit(limit.0)?;
-        let cursor = pagination::cursor(cursor.0)?;
-        let rows = store::jobs::versions(&state.pool, &job.id, cursor.as_deref(), limit + 1).await?;
-        Ok(Json(pagination::page(
+        let w = Window::parse(limit.0, cursor.0)?;
+        let rows = store::jobs::versions(&state.pool, &job.id, w.after(), w.fetch()).await?;
+        Ok(Json(w.page(
             rows,
-            limit,
             |r| r.id.clone(),
             |r: JobVersionRow| {
                 let mut spec = r.spec.0;

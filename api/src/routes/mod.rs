@@ -11,7 +11,8 @@
 //! ([`check_id`], [`check_scopes`], [`project_exists`],
 //! [`check_job_environment`], and the field rules [`name_rule`],
 //! [`slug_rule`], [`label_rule`], [`description_rule`] that validators
-//! collect into a `FieldErrors`), PATCH semantics ([`patch`]), what follows
+//! collect into a `FieldErrors`), PATCH semantics ([`patch`]), the answers
+//! several operations share ([`Created`], [`Done`]), what follows
 //! a change of a job's state ([`sync_limits`], [`wake_cron`]) and the
 //! response-from-row mapping ([`view_from_row`]). Pagination is
 //! `crate::pagination`; response objects several files return are
@@ -203,6 +204,13 @@ pub fn validate_scopes(field: &str, list: &[String]) -> Result<Vec<String>, Vec<
 pub enum Created<T: ToJSON> {
     #[oai(status = 201)]
     Created(Json<T>),
+}
+
+/// The answer of an operation that has nothing to return: 204.
+#[derive(ApiResponse)]
+pub enum Done {
+    #[oai(status = 204)]
+    NoContent,
 }
 
 /// PATCH semantics: absent keeps, `null` clears, a value replaces.

@@ -12,7 +12,7 @@ use switchyard_shared::domain::run_metadata;
 use switchyard_shared::store::{self, transitions, Changed};
 
 use super::{load_run, Tag};
-use crate::audit::Change;
+use crate::audit::{self, Change};
 use crate::auth::Auth;
 use crate::error::{ApiError, ApiResult};
 use crate::run_actions::replay_run;
@@ -117,18 +117,8 @@ impl RunOpsApi {
                 "the run is {now}: only a finished run can be restarted (cancel it first)"
             )));
         };
-        crate::audit::record(
-            &state.pool,
-            &auth.0,
-            Change {
-                project_id: &after.project_id,
-                action: "run.restarted",
-                resource_type: "run",
-                resource_id: &after.id,
-                details: serde_json::json!({"from_status": from.as_str(), "machine_preset": preset}),
-            },
-        )
-        .await?;
+        let details = serde_json::json!({"from_status": from.as_str(), "machine_preset": preset});
+        audit::record(&state.pool, &auth.0, Change::run(&after, "run.restarted", details)).await?;
         let now_ms = chrono::Utc::now().timestamp_millis();
         if let Err(e) = state.queue.enqueue(&after.entry(), 0, now_ms).await {
             tracing::warn!(run_id = %after.id, error = %e, "enqueue after restart failed; the reconciler will enqueue it");
@@ -156,18 +146,8 @@ impl RunOpsApi {
         let Some(r) = updated else {
             return Err(ApiError::invalid_field("body.metadata", "a run has at most 64 metadata keys", None));
         };
-        crate::audit::record(
-            &state.pool,
-            &auth.0,
-            Change {
-                project_id: &r.project_id,
-                action: "run.metadata_updated",
-                resource_type: "run",
-                resource_id: &r.id,
-                details: serde_json::json!({"removed": remove, "set": set_keys}),
-            },
-        )
-        .await?;
+        let details = serde_json::json!({"removed": remove, "set": set_keys});
+        audit::record(&state.pool, &auth.0, Change::run(&r, "run.metadata_updated", details)).await?;
         Ok(Json(run_view(r)))
     }
 
@@ -183,18 +163,8 @@ impl RunOpsApi {
         let run = load_run(&state, &auth, &run_id).await?;
         let updated = store::run_updates::set_debug_mode(&state.pool, &run.id, body.0.enabled).await?;
         let r = updated.ok_or_else(|| ApiError::not_found("run", &run.id))?;
-        crate::audit::record(
-            &state.pool,
-            &auth.0,
-            Change {
-                project_id: &r.project_id,
-                action: "run.debug_mode_set",
-                resource_type: "run",
-                resource_id: &r.id,
-                details: serde_json::json!({"enabled": r.debug_mode}),
-            },
-        )
-        .await?;
+        let details = serde_json::json!({"enabled": r.debug_mode});
+        audit::record(&state.pool, &auth.0, Change::run(&r, "run.debug_mode_set", details)).await?;
         Ok(Json(run_view(r)))
     }
 }

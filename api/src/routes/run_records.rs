@@ -21,7 +21,7 @@ use switchyard_shared::store::{self, run_records as rec, Run};
 use super::{load_run, view_from_row, Tag};
 use crate::auth::Auth;
 use crate::error::{ApiError, ApiResult};
-use crate::pagination::{self, Page};
+use crate::pagination::{self, Page, Window};
 use crate::state::AppState;
 use crate::views::{run_view, Checkpoint, JobRun, RunOutput, ToolCall, UsageRecord};
 
@@ -176,17 +176,16 @@ fn offset_cursor(raw: Option<String>) -> ApiResult<i64> {
     }
 }
 
-/// The run a record listing reads, with the page size and id cursor the
-/// caller asked for.
+/// The run a record listing reads, with the page the caller asked for.
 async fn listing(
     state: &AppState,
     auth: &Auth,
     run_id: &str,
     limit: Option<i64>,
     cursor: Option<String>,
-) -> ApiResult<(Run, i64, Option<String>)> {
+) -> ApiResult<(Run, Window)> {
     let run = load_run(state, auth, run_id).await?;
-    Ok((run, pagination::limit(limit)?, pagination::cursor(cursor)?))
+    Ok((run, Window::parse(limit, cursor)?))
 }
 
 #[OpenApi(tag = "Tag::Runs")]
@@ -201,9 +200,9 @@ impl RunRecordsApi {
         limit: Query<Option<i64>>,
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<Page<RunOutput>>> {
-        let (run, limit, cursor) = listing(&state, &auth, &run_id, limit.0, cursor.0).await?;
-        let rows = rec::outputs(&state.pool, &run.id, cursor.as_deref(), limit + 1).await?;
-        Ok(Json(pagination::page(rows, limit, |r| r.id.clone(), RunOutput::from)))
+        let (run, w) = listing(&state, &auth, &run_id, limit.0, cursor.0).await?;
+        let rows = rec::outputs(&state.pool, &run.id, w.after(), w.fetch()).await?;
+        Ok(Json(w.page(rows, |r| r.id.clone(), RunOutput::from)))
     }
 
     /// Every key-value pair of the run's state store.
@@ -224,9 +223,9 @@ impl RunRecordsApi {
         limit: Query<Option<i64>>,
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<Page<Checkpoint>>> {
-        let (run, limit, cursor) = listing(&state, &auth, &run_id, limit.0, cursor.0).await?;
-        let rows = rec::checkpoints(&state.pool, &run.id, cursor.as_deref(), limit + 1).await?;
-        Ok(Json(pagination::page(rows, limit, |r| r.id.clone(), Checkpoint::from)))
+        let (run, w) = listing(&state, &auth, &run_id, limit.0, cursor.0).await?;
+        let rows = rec::checkpoints(&state.pool, &run.id, w.after(), w.fetch()).await?;
+        Ok(Json(w.page(rows, |r| r.id.clone(), Checkpoint::from)))
     }
 
     /// The run's usage records, newest first, with the totals of all of them.
@@ -239,10 +238,10 @@ impl RunRecordsApi {
         limit: Query<Option<i64>>,
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<RunUsage>> {
-        let (run, limit, cursor) = listing(&state, &auth, &run_id, limit.0, cursor.0).await?;
-        let rows = rec::usage(&state.pool, &run.id, cursor.as_deref(), limit + 1).await?;
+        let (run, w) = listing(&state, &auth, &run_id, limit.0, cursor.0).await?;
+        let rows = rec::usage(&state.pool, &run.id, w.after(), w.fetch()).await?;
         let totals = rec::usage_totals(&state.pool, &run.id).await?;
-        let page = pagination::page(rows, limit, |r| r.id.clone(), UsageRecord::from);
+        let page = w.page(rows, |r| r.id.clone(), UsageRecord::from);
         Ok(Json(RunUsage {
             run_id: run.id,
             totals: totals.into(),
@@ -262,9 +261,9 @@ impl RunRecordsApi {
         limit: Query<Option<i64>>,
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<Page<ToolCall>>> {
-        let (run, limit, cursor) = listing(&state, &auth, &run_id, limit.0, cursor.0).await?;
-        let rows = rec::tool_calls(&state.pool, &run.id, cursor.as_deref(), limit + 1).await?;
-        Ok(Json(pagination::page(rows, limit, |r| r.id.clone(), ToolCall::from)))
+        let (run, w) = listing(&state, &auth, &run_id, limit.0, cursor.0).await?;
+        let rows = rec::tool_calls(&state.pool, &run.id, w.after(), w.fetch()).await?;
+        Ok(Json(w.page(rows, |r| r.id.clone(), ToolCall::from)))
     }
 
     /// The run's history, oldest first: every status transition (`type:
@@ -302,7 +301,7 @@ impl RunRecordsApi {
         limit: Query<Option<i64>>,
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<Page<LogLine>>> {
-        let (run, limit, cursor) = listing(&state, &auth, &run_id, limit.0, cursor.0).await?;
+        let (run, w) = listing(&state, &auth, &run_id, limit.0, cursor.0).await?;
         if let Some(l) = &level.0 {
             if !LOG_LEVELS.contains(&l.as_str()) {
                 return Err(ApiError::invalid_field(
@@ -312,8 +311,8 @@ impl RunRecordsApi {
                 ));
             }
         }
-        let rows = rec::logs(&state.pool, &run.id, level.0.as_deref(), cursor.as_deref(), limit + 1).await?;
-        Ok(Json(pagination::page(rows, limit, |r| r.id.clone(), LogLine::from)))
+        let rows = rec::logs(&state.pool, &run.id, level.0.as_deref(), w.after(), w.fetch()).await?;
+        Ok(Json(w.page(rows, |r| r.id.clone(), LogLine::from)))
     }
 
     /// One JSON document for debugging a run: the run, the job version it

@@ -11,9 +11,10 @@ use switchyard_shared::domain::RunStatus;
 use switchyard_shared::store::{self, flow, runs::RunFilter};
 
 use super::{load_run, project_of, Tag};
+use crate::audit::{self, Change};
 use crate::auth::Auth;
 use crate::error::{ApiError, ApiResult};
-use crate::pagination::{self, Page};
+use crate::pagination::{Page, Window};
 use crate::run_actions;
 use crate::state::AppState;
 use crate::views::{run_view, JobRun};
@@ -60,8 +61,7 @@ impl RunsApi {
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<Page<JobRun>>> {
         let project_id = project_of(&auth.0, project_id.0.as_deref())?;
-        let limit = pagination::limit(limit.0)?;
-        let cursor = pagination::cursor(cursor.0)?;
+        let w = Window::parse(limit.0, cursor.0)?;
         if let Some(s) = &status.0 {
             if let Err(m) = s.parse::<RunStatus>() {
                 return Err(ApiError::invalid_field("query.status", m, Some(s.clone().into())));
@@ -80,8 +80,8 @@ impl RunsApi {
             payload_contains: contains,
             batch_id: batch_id.0.as_deref(),
         };
-        let rows = store::runs::list(&state.pool, &filter, cursor.as_deref(), limit + 1).await?;
-        Ok(Json(pagination::page(rows, limit, |r| r.id.clone(), run_view)))
+        let rows = store::runs::list(&state.pool, &filter, w.after(), w.fetch()).await?;
+        Ok(Json(w.page(rows, |r| r.id.clone(), run_view)))
     }
 
     /// Get a run.
@@ -125,18 +125,8 @@ impl RunsApi {
         let Some(from) = c.from else {
             return Err(ApiError::conflict(format!("the run is already {}", after.status)));
         };
-        crate::audit::record(
-            &state.pool,
-            &auth.0,
-            crate::audit::Change {
-                project_id: &after.project_id,
-                action: "run.cancelled",
-                resource_type: "run",
-                resource_id: &after.id,
-                details: serde_json::json!({"job_id": after.job_id, "from_status": from.as_str()}),
-            },
-        )
-        .await?;
+        let details = serde_json::json!({"job_id": after.job_id, "from_status": from.as_str()});
+        audit::record(&state.pool, &auth.0, Change::run(&after, "run.cancelled", details)).await?;
         Ok(Json(run_view(after)))
     }
 }

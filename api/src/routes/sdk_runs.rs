@@ -23,7 +23,7 @@ use chrono::{DateTime, Utc};
 use poem::web::Data;
 use poem_openapi::param::Path;
 use poem_openapi::payload::Json;
-use poem_openapi::{ApiResponse, Object, OpenApi};
+use poem_openapi::{Object, OpenApi};
 use serde_json::Value;
 use switchyard_shared::domain::result::{scrub, scrub_str, MAX_RESULT_BYTES};
 use switchyard_shared::domain::run_record::{
@@ -35,7 +35,7 @@ use switchyard_shared::store::run_records::{self as rec, Kind, NewLogLine, NewTo
 use switchyard_shared::store::settle::{self, Ending};
 use switchyard_shared::store::{self, Run};
 
-use super::{sdk_run, Created, Tag};
+use super::{sdk_run, Created, Done, Tag};
 use crate::auth::{Auth, CredentialKind};
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
@@ -199,12 +199,6 @@ pub struct FailRequest {
     /// Whether another attempt may help (default false). The job's retry
     /// policy still decides: `retrying` while attempts remain, else `failed`.
     pub retryable: Option<bool>,
-}
-
-#[derive(ApiResponse)]
-pub enum StateDeleted {
-    #[oai(status = 204)]
-    NoContent,
 }
 
 #[OpenApi(tag = "Tag::Sdk")]
@@ -494,7 +488,7 @@ impl SdkRunsApi {
         auth: Auth,
         run_id: Path<String>,
         key: Path<String>,
-    ) -> ApiResult<StateDeleted> {
+    ) -> ApiResult<Done> {
         let run = sdk_run(&state, &auth, &run_id).await?;
         let attempt = caller_attempt(&auth, &run);
         require_running(&run, attempt)?;
@@ -502,7 +496,7 @@ impl SdkRunsApi {
         if !gone {
             return Err(ApiError::not_found("state key", &key));
         }
-        Ok(StateDeleted::NoContent)
+        Ok(Done::NoContent)
     }
 
     /// Finish the attempt successfully with `result` (an async run after

@@ -16,7 +16,7 @@ use switchyard_shared::domain::{FieldError, FieldErrors};
 use switchyard_shared::secrets::{is_valid_name, SecretsKey};
 use switchyard_shared::store::{self, secrets::SecretName};
 
-use super::{load_job, view_from_row, Tag};
+use super::{load_job, view_from_row, Done, Tag};
 use crate::audit::{self, Change};
 use crate::auth::Auth;
 use crate::error::{ApiError, ApiResult};
@@ -59,12 +59,6 @@ pub enum SecretSaved {
     /// An existing secret's value was replaced.
     #[oai(status = 200)]
     Replaced(Json<JobSecret>),
-}
-
-#[derive(ApiResponse)]
-pub enum SecretDeleted {
-    #[oai(status = 204)]
-    NoContent,
 }
 
 /// A secret's name and the size of its value.
@@ -148,7 +142,7 @@ impl SecretsApi {
         auth: Auth,
         job_id: Path<String>,
         name: Path<String>,
-    ) -> ApiResult<SecretDeleted> {
+    ) -> ApiResult<Done> {
         let job = load_job(&state, &auth, &job_id).await?;
         let gone = is_valid_name(&name) && store::secrets::delete(&state.pool, &job.id, &name).await?;
         if !gone {
@@ -161,7 +155,7 @@ impl SecretsApi {
             Change::new(&job.project_id, "job_secret.deleted", ("job", &job.id), details),
         )
         .await?;
-        Ok(SecretDeleted::NoContent)
+        Ok(Done::NoContent)
     }
 }
 
