@@ -7,7 +7,8 @@
 //! `member.removed`, `resource_policy.*`, `tag_policy.*`, `run.restarted`,
 //! `run.metadata_updated`, `run.debug_mode_set`, `run.bulk_cancelled`,
 //! `environment.created`, `environment.deleted`, `job_secret.set`,
-//! `job_secret.deleted` (secret names only, never values).
+//! `job_secret.deleted` (secret names only, never values), `workflow.created`,
+//! `workflow.updated`, `workflow.deleted`, `workflow_policy.updated`.
 //!
 //! Run triggers are deliberately not audited: they are the hottest write of
 //! the service and each is already recorded (with created_by) as the run

@@ -271,6 +271,7 @@ fn constraint_message(constraint: &str) -> String {
     match constraint {
         "job_groups_project_slug_key" => "a job group with this slug already exists in the project".into(),
         "jobs_project_slug_key" => "a job with this slug already exists in the project".into(),
+        "workflows_project_slug_key" => "a workflow with this slug already exists in the project".into(),
         "projects_pkey" => "a project with this id already exists".into(),
         "roles_project_name_key" => "a role with this name already exists in the project".into(),
         other => format!("conflicts with an existing record ({other})"),

@@ -57,6 +57,7 @@ type Apis = (
     routes::AccessApis,
     routes::RecordApis,
     routes::stats::StatsApi,
+    routes::workflows::WorkflowsApi,
 );
 
 fn apis() -> Apis {
@@ -69,6 +70,7 @@ fn apis() -> Apis {
         routes::access_apis(),
         routes::record_apis(),
         routes::stats::StatsApi,
+        routes::workflows::WorkflowsApi,
     )
 }
 

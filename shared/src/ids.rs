@@ -17,6 +17,15 @@ pub fn job_id() -> String {
 pub fn job_version_id() -> String {
     new_id("jobv")
 }
+pub fn workflow_id() -> String {
+    new_id("wf")
+}
+pub fn workflow_version_id() -> String {
+    new_id("wfv")
+}
+pub fn workflow_step_id() -> String {
+    new_id("wfs")
+}
 pub fn group_id() -> String {
     new_id("grp")
 }

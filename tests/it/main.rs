@@ -29,3 +29,4 @@ mod stats_queues;
 mod store_tenancy;
 mod transitions;
 mod wakeups;
+mod workflows;

@@ -164,6 +164,16 @@ pub const OPERATIONS: &[(&str, &str, Requirement)] = &[
     ("PATCH", "/v1/tag-policies/{policy_id}", Scope("rbac:manage")),
     ("DELETE", "/v1/tag-policies/{policy_id}", Scope("rbac:manage")),
     ("GET", "/v1/stats/queues", Scope("stats:read")),
+    ("POST", "/v1/workflows", Scope("workflows:write")),
+    ("GET", "/v1/workflows", Scope("workflows:read")),
+    ("GET", "/v1/workflows/{workflow_id}", Scope("workflows:read")),
+    ("PATCH", "/v1/workflows/{workflow_id}", Scope("workflows:write")),
+    ("DELETE", "/v1/workflows/{workflow_id}", Scope("workflows:write")),
+    ("GET", "/v1/workflows/{workflow_id}/versions", Scope("workflows:read")),
+    // The project's DAG governance is read with the workflows it governs
+    // and changed by those who may change them.
+    ("GET", "/v1/workflow-policies/{project_id}", Scope("workflows:read")),
+    ("PUT", "/v1/workflow-policies/{project_id}", Scope("workflows:write")),
     // The audit trail is an access-control record.
     ("GET", "/v1/audit-events", Scope("rbac:manage")),
     ("POST", "/sdk/v1/runs/{run_id}/heartbeat", RunToken),

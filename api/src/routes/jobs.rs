@@ -16,8 +16,8 @@ use switchyard_shared::store::jobs::{JobVersionRow, JobWrite};
 use switchyard_shared::store::{self, transitions, Tenant};
 
 use super::{
-    check_job_environment, load_for_trigger, load_job, name_rule, patch, project_of, slug_rule, sync_limits, wake_cron,
-    Created, Tag,
+    check_job_environment, load_for_trigger, load_job, name_rule, patch, project_of, slug_rule, slugify, sync_limits,
+    wake_cron, Created, Tag,
 };
 use crate::audit::{self, Change};
 use crate::auth::policy::{self, Resource};
@@ -176,18 +176,6 @@ fn to_btree(m: Option<HashMap<String, String>>) -> BTreeMap<String, String> {
 
 fn rate_keys(v: Vec<RateLimitKeyBody>) -> Vec<RateLimitKey> {
     v.into_iter().map(|k| RateLimitKey { name: k.name, max: k.max, window_secs: k.window_secs }).collect()
-}
-
-fn slugify(name: &str) -> String {
-    let mut s = String::new();
-    for c in name.trim().chars() {
-        if c.is_ascii_alphanumeric() {
-            s.push(c.to_ascii_lowercase());
-        } else if !s.ends_with('-') && !s.is_empty() {
-            s.push('-');
-        }
-    }
-    s.trim_end_matches('-').chars().take(64).collect()
 }
 
 async fn check_group(state: &AppState, project_id: &str, group_id: &str) -> ApiResult<()> {

@@ -10,9 +10,10 @@
 //! SDK's run-token calls), request checks shared by several resources
 //! ([`check_id`], [`check_scopes`], [`project_exists`],
 //! [`check_job_environment`], and the field rules [`name_rule`],
-//! [`slug_rule`], [`label_rule`], [`description_rule`] that validators
-//! collect into a `FieldErrors`), PATCH semantics ([`patch`]), the answers
-//! several operations share ([`Created`], [`Done`]), what follows
+//! [`slug_rule`] with [`slugify`], [`label_rule`], [`description_rule`]
+//! that validators collect into a `FieldErrors`), PATCH semantics
+//! ([`patch`]), the answers several operations share ([`Created`],
+//! [`Done`]), what follows
 //! a change of a job's state ([`sync_limits`], [`wake_cron`]) and the
 //! response-from-row mapping ([`view_from_row`]). Pagination is
 //! `crate::pagination`; response objects several files return are
@@ -37,6 +38,7 @@ pub mod sdk;
 pub mod sdk_runs;
 pub mod secrets;
 pub mod stats;
+pub mod workflows;
 
 use std::borrow::Borrow;
 use std::future::Future;
@@ -84,6 +86,8 @@ pub enum Tag {
     Environments,
     /// Operators' counts: queue depths per job.
     Stats,
+    /// Workflows: versioned DAGs of steps, and the project's workflow policy.
+    Workflows,
 }
 
 /// The project a project-scoped call acts in: the credential's own project,
@@ -309,6 +313,20 @@ pub fn slug_rule(e: &mut FieldErrors, location: &str, slug: &str) {
         && slug.len() <= 64
         && slug.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
     e.check(ok, location, "1 to 64 lowercase letters, digits, '-' or '_'", Some(slug.into()));
+}
+
+/// The slug a name gives when none is sent: lowercase letters and digits,
+/// every other run of characters one '-', at most 64.
+pub fn slugify(name: &str) -> String {
+    let mut s = String::new();
+    for c in name.trim().chars() {
+        if c.is_ascii_alphanumeric() {
+            s.push(c.to_ascii_lowercase());
+        } else if !s.ends_with('-') && !s.is_empty() {
+            s.push('-');
+        }
+    }
+    s.trim_end_matches('-').chars().take(64).collect()
 }
 
 /// A job's or a group's name: 1 to 200 characters, not only spaces.

@@ -11,6 +11,7 @@ pub mod run_record;
 pub mod schedule;
 pub mod status;
 pub mod trigger;
+pub mod workflow;
 
 pub use field_errors::{FieldError, FieldErrors};
 pub use job::{JobSpec, RateLimitKey};

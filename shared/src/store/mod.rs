@@ -9,6 +9,7 @@
 //! - what a run reported: [`run_records`] (logs, checkpoints, outputs,
 //!   usage, tool calls, state); bulk trigger batches: [`batches`];
 //! - job definitions and their versions: [`jobs`], [`job_groups`];
+//!   workflow definitions, their versions and policies: [`workflows`];
 //! - the resources the api manages: [`projects`], [`environments`],
 //!   [`secrets`], [`api_keys`], [`roles`], [`members`], [`policies`],
 //!   [`audit`], [`actors`];
@@ -52,6 +53,7 @@ pub mod secrets;
 pub mod settle;
 pub mod stats;
 pub mod transitions;
+pub mod workflows;
 
 #[cfg(test)]
 mod writes_stay_here;

@@ -1,0 +1,321 @@
+//! Workflow definitions: a workflow's settings, its versions (each an
+//! immutable array of steps) and the project's workflow policy.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use sqlx::types::Json;
+use sqlx::{PgConnection, PgPool};
+
+use super::Tenant;
+use crate::domain::workflow::{Policy, Step};
+
+/// A workflow as stored, with the steps of its current version.
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct WorkflowRecord {
+    pub id: String,
+    pub project_id: String,
+    pub name: String,
+    pub slug: String,
+    pub description: Option<String>,
+    pub enabled: bool,
+    pub tags: Json<BTreeMap<String, String>>,
+    pub cron: Option<String>,
+    pub cron_timezone: Option<String>,
+    pub max_concurrent_runs: Option<i32>,
+    pub max_parallel_steps: Option<i32>,
+    pub skip_if_running: bool,
+    pub timeout_secs: Option<i32>,
+    pub version_policy: String,
+    pub backwards_compatible: bool,
+    pub version: i32,
+    pub version_id: String,
+    pub created_by: Option<String>,
+    pub updated_by: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub steps: Json<Vec<Step>>,
+    /// When the current version (and so each of its steps) was made.
+    pub steps_created_at: DateTime<Utc>,
+}
+
+const SELECT: &str = "SELECT w.id, w.project_id, w.name, w.slug, w.description, w.enabled, w.tags, w.cron,
+        w.cron_timezone, w.max_concurrent_runs, w.max_parallel_steps, w.skip_if_running, w.timeout_secs,
+        w.version_policy, w.backwards_compatible, w.version, w.version_id, w.created_by, w.updated_by,
+        w.created_at, w.updated_at, v.steps, v.created_at AS steps_created_at
+   FROM workflows w JOIN workflow_versions v ON v.id = w.version_id";
+
+/// What a create or an update writes to the workflow's row.
+#[derive(Clone, Debug)]
+pub struct WorkflowWrite<'a> {
+    pub id: &'a str,
+    pub name: &'a str,
+    pub slug: &'a str,
+    pub description: Option<&'a str>,
+    pub enabled: bool,
+    pub tags: &'a BTreeMap<String, String>,
+    pub cron: Option<&'a str>,
+    pub cron_timezone: Option<&'a str>,
+    pub max_concurrent_runs: Option<i32>,
+    pub max_parallel_steps: Option<i32>,
+    pub skip_if_running: bool,
+    pub timeout_secs: Option<i32>,
+    pub version_policy: &'a str,
+    pub backwards_compatible: bool,
+    pub actor: Option<&'a str>,
+}
+
+/// A new version: its id and its steps.
+#[derive(Clone, Copy, Debug)]
+pub struct NewVersion<'a> {
+    pub id: &'a str,
+    pub steps: &'a [Step],
+}
+
+async fn insert_version(
+    conn: &mut PgConnection,
+    workflow_id: &str,
+    version: i32,
+    v: NewVersion<'_>,
+    actor: Option<&str>,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO workflow_versions (id, workflow_id, version, steps, created_by) VALUES ($1, $2, $3, $4, $5)",
+    )
+    .bind(v.id)
+    .bind(workflow_id)
+    .bind(version)
+    .bind(Json(v.steps))
+    .bind(actor)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+async fn reread(conn: &mut PgConnection, id: &str) -> Result<WorkflowRecord, sqlx::Error> {
+    sqlx::query_as(&format!("{SELECT} WHERE w.id = $1")).bind(id).fetch_one(conn).await
+}
+
+/// Creates a workflow of `project_id` at version 1, with that version, in
+/// the caller's transaction.
+pub async fn create(
+    conn: &mut PgConnection,
+    project_id: &str,
+    w: &WorkflowWrite<'_>,
+    first: NewVersion<'_>,
+) -> Result<WorkflowRecord, sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO workflows (id, project_id, name, slug, description, enabled, tags, cron, cron_timezone,
+            max_concurrent_runs, max_parallel_steps, skip_if_running, timeout_secs, version_policy,
+            backwards_compatible, version, version_id, created_by, updated_by)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, 1, $16, $17, $17)",
+    )
+    .bind(w.id)
+    .bind(project_id)
+    .bind(w.name)
+    .bind(w.slug)
+    .bind(w.description)
+    .bind(w.enabled)
+    .bind(Json(w.tags))
+    .bind(w.cron)
+    .bind(w.cron_timezone)
+    .bind(w.max_concurrent_runs)
+    .bind(w.max_parallel_steps)
+    .bind(w.skip_if_running)
+    .bind(w.timeout_secs)
+    .bind(w.version_policy)
+    .bind(w.backwards_compatible)
+    .bind(first.id)
+    .bind(w.actor)
+    .execute(&mut *conn)
+    .await?;
+    insert_version(conn, w.id, 1, first, w.actor).await?;
+    reread(conn, w.id).await
+}
+
+/// Replaces a live workflow's settings and, with `next`, makes that its
+/// next version. The version number moves under the row lock, so two
+/// concurrent updates make versions n+1 and n+2, never two n+1. `None`: no
+/// live workflow.
+pub async fn update(
+    conn: &mut PgConnection,
+    w: &WorkflowWrite<'_>,
+    next: Option<NewVersion<'_>>,
+) -> Result<Option<WorkflowRecord>, sqlx::Error> {
+    let version: Option<i32> = sqlx::query_scalar(
+        "UPDATE workflows SET name = $2, slug = $3, description = $4, enabled = $5, tags = $6, cron = $7,
+            cron_timezone = $8, max_concurrent_runs = $9, max_parallel_steps = $10, skip_if_running = $11,
+            timeout_secs = $12, version_policy = $13, backwards_compatible = $14, updated_by = $15,
+            version = version + CASE WHEN $16::text IS NULL THEN 0 ELSE 1 END,
+            version_id = COALESCE($16, version_id)
+         WHERE id = $1 AND deleted_at IS NULL RETURNING version",
+    )
+    .bind(w.id)
+    .bind(w.name)
+    .bind(w.slug)
+    .bind(w.description)
+    .bind(w.enabled)
+    .bind(Json(w.tags))
+    .bind(w.cron)
+    .bind(w.cron_timezone)
+    .bind(w.max_concurrent_runs)
+    .bind(w.max_parallel_steps)
+    .bind(w.skip_if_running)
+    .bind(w.timeout_secs)
+    .bind(w.version_policy)
+    .bind(w.backwards_compatible)
+    .bind(w.actor)
+    .bind(next.map(|v| v.id))
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some(version) = version else { return Ok(None) };
+    if let Some(v) = next {
+        insert_version(conn, w.id, version, v, w.actor).await?;
+    }
+    reread(conn, w.id).await.map(Some)
+}
+
+/// The live workflow with this id, if the tenant may read it.
+pub async fn get(pool: &PgPool, tenant: Tenant<'_>, id: &str) -> Result<Option<WorkflowRecord>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "{SELECT} WHERE w.id = $1 AND w.deleted_at IS NULL AND ($2::text IS NULL OR w.project_id = $2)"
+    ))
+    .bind(id)
+    .bind(tenant.filter())
+    .fetch_optional(pool)
+    .await
+}
+
+/// The project's live workflows, newest first, older than `before`.
+pub async fn list(
+    pool: &PgPool,
+    project_id: &str,
+    before: Option<&str>,
+    limit: i64,
+) -> Result<Vec<WorkflowRecord>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "{SELECT} WHERE w.project_id = $1 AND w.deleted_at IS NULL AND ($2::text IS NULL OR w.id < $2)
+         ORDER BY w.id DESC LIMIT $3"
+    ))
+    .bind(project_id)
+    .bind(before)
+    .bind(limit)
+    .fetch_all(pool)
+    .await
+}
+
+/// Marks a workflow deleted; its slug is free again.
+pub async fn soft_delete(conn: &mut PgConnection, id: &str, actor: Option<&str>) -> Result<bool, sqlx::Error> {
+    let done =
+        sqlx::query("UPDATE workflows SET deleted_at = now(), updated_by = $2 WHERE id = $1 AND deleted_at IS NULL")
+            .bind(id)
+            .bind(actor)
+            .execute(conn)
+            .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// One version of a workflow: its steps as they were.
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct WorkflowVersionRow {
+    pub id: String,
+    pub workflow_id: String,
+    pub version: i32,
+    pub steps: Json<Vec<Step>>,
+    pub created_by: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+/// The workflow's versions, newest first, older than `before`.
+pub async fn versions(
+    pool: &PgPool,
+    workflow_id: &str,
+    before: Option<&str>,
+    limit: i64,
+) -> Result<Vec<WorkflowVersionRow>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT id, workflow_id, version, steps, created_by, created_at FROM workflow_versions
+          WHERE workflow_id = $1 AND ($2::text IS NULL OR id < $2) ORDER BY id DESC LIMIT $3",
+    )
+    .bind(workflow_id)
+    .bind(before)
+    .bind(limit)
+    .fetch_all(pool)
+    .await
+}
+
+/// Of `ids`, those that are live jobs of the project (what a step's
+/// job_id and compensation_job_id may name).
+pub async fn live_jobs(pool: &PgPool, project_id: &str, ids: &[String]) -> Result<Vec<String>, sqlx::Error> {
+    if ids.is_empty() {
+        return Ok(vec![]);
+    }
+    sqlx::query_scalar("SELECT id FROM jobs WHERE project_id = $1 AND id = ANY($2) AND deleted_at IS NULL")
+        .bind(project_id)
+        .bind(ids)
+        .fetch_all(pool)
+        .await
+}
+
+/// Of `ids`, the live workflows of the project, each with the
+/// sub_workflow_ids its current version's steps name.
+pub async fn sub_workflows(
+    pool: &PgPool,
+    project_id: &str,
+    ids: &[String],
+) -> Result<Vec<(String, Vec<String>)>, sqlx::Error> {
+    if ids.is_empty() {
+        return Ok(vec![]);
+    }
+    sqlx::query_as(
+        "SELECT w.id,
+                COALESCE(array_agg(s.step->>'sub_workflow_id') FILTER (WHERE s.step ? 'sub_workflow_id'),
+                         '{}'::text[])
+           FROM workflows w
+           JOIN workflow_versions v ON v.id = w.version_id
+           LEFT JOIN LATERAL jsonb_array_elements(v.steps) AS s(step) ON true
+          WHERE w.project_id = $1 AND w.id = ANY($2) AND w.deleted_at IS NULL
+          GROUP BY w.id",
+    )
+    .bind(project_id)
+    .bind(ids)
+    .fetch_all(pool)
+    .await
+}
+
+/// A project's workflow policy as stored.
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct PolicyRow {
+    pub project_id: String,
+    pub policy: Json<Policy>,
+    pub updated_by: Option<String>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// The project's workflow policy, if one was ever set.
+pub async fn policy(pool: &PgPool, project_id: &str) -> Result<Option<PolicyRow>, sqlx::Error> {
+    sqlx::query_as("SELECT project_id, policy, updated_by, updated_at FROM workflow_policies WHERE project_id = $1")
+        .bind(project_id)
+        .fetch_optional(pool)
+        .await
+}
+
+/// Sets the project's workflow policy, replacing any earlier one.
+pub async fn put_policy(
+    conn: &mut PgConnection,
+    project_id: &str,
+    policy: &Policy,
+    actor: Option<&str>,
+) -> Result<PolicyRow, sqlx::Error> {
+    sqlx::query_as(
+        "INSERT INTO workflow_policies (project_id, policy, updated_by) VALUES ($1, $2, $3)
+         ON CONFLICT (project_id) DO UPDATE SET policy = EXCLUDED.policy, updated_by = EXCLUDED.updated_by,
+            updated_at = now()
+         RETURNING project_id, policy, updated_by, updated_at",
+    )
+    .bind(project_id)
+    .bind(Json(policy))
+    .bind(actor)
+    .fetch_one(conn)
+    .await
+}

@@ -1,0 +1,317 @@
+//! Workflow definitions: create, get, list, update (versions only when the
+//! steps change), delete, every 422 of a save, the workflow policy, scopes
+//! and isolation.
+
+use reqwest::Method;
+use serde_json::{json, Value};
+
+use crate::access::{key, with};
+use crate::harness::{assert_problem, TestEnv};
+
+const TARGET: &str = "http://127.0.0.1:9/hook";
+
+/// A project with two jobs: (project, job a, job b).
+async fn setup(env: &TestEnv) -> (String, String, String) {
+    let project = env.project().await;
+    let a = env.job_in(&project, TARGET, json!({"name": "extract"})).await;
+    let b = env.job_in(&project, TARGET, json!({"name": "load"})).await;
+    (project, a["id"].as_str().unwrap().into(), b["id"].as_str().unwrap().into())
+}
+
+fn chain(a: &str, b: &str) -> Value {
+    json!([
+        {"step_ref": "extract", "job_id": a},
+        {"step_ref": "pause", "sleep_duration_secs": 30, "depends_on": ["extract"]},
+        {"step_ref": "load", "job_id": b, "depends_on": ["pause"], "on_failure": "continue",
+         "condition": {"==": [{"var": "steps.extract.status"}, "completed"]}, "output_transform": "rows[].id"}
+    ])
+}
+
+async fn create(env: &TestEnv, project: &str, name: &str, steps: Value) -> Value {
+    let (s, v) = env.post("/v1/workflows", json!({"project_id": project, "name": name, "steps": steps})).await;
+    assert_eq!(s, 201, "{v}");
+    v
+}
+
+/// The one error of a 422 save: (location, message).
+async fn refused(env: &TestEnv, project: &str, steps: Value) -> Vec<(String, String)> {
+    let got = env.post("/v1/workflows", json!({"project_id": project, "name": "bad", "steps": steps})).await;
+    let p = assert_problem(422, got, 422);
+    p["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["location"].as_str().unwrap().to_string(), e["message"].as_str().unwrap().to_string()))
+        .collect()
+}
+
+#[tokio::test]
+async fn create_get_list_and_delete() {
+    let env = TestEnv::start().await;
+    let (project, a, b) = setup(&env).await;
+    let body = json!({
+        "project_id": project, "name": "Nightly ETL", "description": "copy rows", "steps": chain(&a, &b),
+        "cron": "0 3 * * *", "cron_timezone": "Europe/Paris", "max_concurrent_runs": 2, "max_parallel_steps": 4,
+        "skip_if_running": true, "timeout_secs": 600, "tags": {"team": "data"}, "version_policy": "latest",
+        "backwards_compatible": false
+    });
+    let (s, w) = env.post("/v1/workflows", body.clone()).await;
+    assert_eq!(s, 201, "{w}");
+    for k in ["name", "description", "cron", "cron_timezone", "max_concurrent_runs", "max_parallel_steps"] {
+        assert_eq!(w[k], body[k], "{k}");
+    }
+    for k in ["skip_if_running", "timeout_secs", "tags", "version_policy", "backwards_compatible"] {
+        assert_eq!(w[k], body[k], "{k}");
+    }
+    assert_eq!(
+        (w["slug"].as_str(), w["version"].as_i64(), w["enabled"].as_bool()),
+        (Some("nightly-etl"), Some(1), Some(true))
+    );
+    assert!(w["id"].as_str().unwrap().starts_with("wf_"));
+    assert!(w["version_id"].as_str().unwrap().starts_with("wfv_"));
+    let steps = w["steps"].as_array().unwrap();
+    let types: Vec<_> = steps.iter().map(|s| s["step_type"].as_str().unwrap()).collect();
+    assert_eq!(types, ["job", "sleep", "job"], "types are inferred");
+    for s in steps {
+        assert!(s["id"].as_str().unwrap().starts_with("wfs_"));
+        assert_eq!(s["workflow_id"], w["id"]);
+        assert!(s["created_at"].is_string() && s["depends_on"].is_array());
+    }
+    assert_eq!(steps[0]["on_failure"], "fail_workflow");
+    assert_eq!(steps[2]["on_failure"], "continue");
+    assert_eq!(steps[2]["output_transform"], "rows[].id");
+    assert_eq!(w["created_by"], w["updated_by"]);
+
+    let id = w["id"].as_str().unwrap();
+    let (s, got) = env.get(&format!("/v1/workflows/{id}")).await;
+    assert_eq!(s, 200);
+    assert_eq!(got, w, "get answers what create answered");
+
+    let second = create(&env, &project, "second", json!([{"step_ref": "only", "job_id": a}])).await;
+    let (_, page) = env.get(&format!("/v1/workflows?project_id={project}&limit=1")).await;
+    assert_eq!(page["data"][0]["id"], second["id"], "newest first");
+    assert_eq!(page["has_more"], true);
+    let cursor = page["next_cursor"].as_str().unwrap();
+    let (_, page2) = env.get(&format!("/v1/workflows?project_id={project}&limit=1&cursor={cursor}")).await;
+    assert_eq!(page2["data"][0]["id"], w["id"]);
+    assert_eq!(page2["has_more"], false);
+
+    let dup = env.post("/v1/workflows", json!({"project_id": project, "name": "Nightly ETL", "steps": []})).await;
+    assert_problem(409, dup, 409);
+
+    let (s, _) = env.delete(&format!("/v1/workflows/{id}")).await;
+    assert_eq!(s, 204);
+    assert_problem(404, env.get(&format!("/v1/workflows/{id}")).await, 404);
+    assert_problem(404, env.delete(&format!("/v1/workflows/{id}")).await, 404);
+    let (_, page) = env.get(&format!("/v1/workflows?project_id={project}")).await;
+    assert_eq!(page["data"].as_array().unwrap().len(), 1);
+    create(&env, &project, "Nightly ETL", json!([])).await;
+
+    let (_, events) = env.get(&format!("/v1/audit-events?project_id={project}")).await;
+    let actions: Vec<_> = events["data"].as_array().unwrap().iter().map(|e| e["action"].as_str().unwrap()).collect();
+    assert!(actions.contains(&"workflow.created") && actions.contains(&"workflow.deleted"), "{actions:?}");
+}
+
+#[tokio::test]
+async fn only_a_change_of_steps_makes_a_new_version() {
+    let env = TestEnv::start().await;
+    let (project, a, b) = setup(&env).await;
+    let w = create(&env, &project, "etl", chain(&a, &b)).await;
+    let id = w["id"].as_str().unwrap();
+
+    let (s, same) = env.patch(&format!("/v1/workflows/{id}"), json!({"description": "x", "cron": "0 * * * *"})).await;
+    assert_eq!(s, 200, "{same}");
+    assert_eq!((same["version"].as_i64(), &same["version_id"]), (Some(1), &w["version_id"]));
+    assert_eq!(same["description"], "x");
+    let (_, same) = env.patch(&format!("/v1/workflows/{id}"), json!({"steps": chain(&a, &b), "cron": null})).await;
+    assert_eq!(same["version"], 1, "the same steps again make no version");
+    assert!(same.get("cron").is_none(), "null clears cron");
+
+    let mut steps = chain(&a, &b);
+    steps[1]["sleep_duration_secs"] = json!(60);
+    let (s, v2) = env.patch(&format!("/v1/workflows/{id}"), json!({"steps": steps, "breaking_change": true})).await;
+    assert_eq!(s, 200, "{v2}");
+    assert_eq!(v2["version"], 2);
+    assert_ne!(v2["version_id"], w["version_id"]);
+    assert_eq!(v2["steps"][1]["sleep_duration_secs"], 60);
+    assert!(v2.get("previous_version_id").is_none(), "no runs exist yet");
+
+    let bad = env.patch(&format!("/v1/workflows/{id}"), json!({"steps": [{"step_ref": "x"}]})).await;
+    assert_problem(422, bad, 422);
+    let (_, after) = env.get(&format!("/v1/workflows/{id}")).await;
+    assert_eq!(after["version"], 2, "a refused update makes no version");
+
+    let (_, versions) = env.get(&format!("/v1/workflows/{id}/versions")).await;
+    let data = versions["data"].as_array().unwrap();
+    let nums: Vec<_> = data.iter().map(|v| v["version"].as_i64().unwrap()).collect();
+    assert_eq!(nums, [2, 1]);
+    assert_eq!(data[0]["id"], v2["version_id"]);
+    assert_eq!(data[1]["steps"][1]["sleep_duration_secs"], 30, "version 1 keeps its steps");
+
+    let (_, events) = env.get(&format!("/v1/audit-events?project_id={project}&action=workflow.updated")).await;
+    let details: Vec<_> = events["data"].as_array().unwrap().iter().map(|e| e["details"].clone()).collect();
+    assert_eq!(details.len(), 3);
+    assert!(details.iter().any(|d| d["new_version"] == true && d["breaking_change"] == true), "{details:?}");
+}
+
+#[tokio::test]
+async fn every_invalid_save_is_located_at_its_step() {
+    let env = TestEnv::start().await;
+    let (project, a, _) = setup(&env).await;
+    let other = env.project().await;
+    let foreign = env.job_in(&other, TARGET, json!({})).await;
+    let foreign = foreign["id"].as_str().unwrap();
+    let job = |r: &str, deps: Value| json!({"step_ref": r, "job_id": a, "depends_on": deps});
+
+    let got = refused(&env, &project, json!([job("a", json!([])), job("a", json!([]))])).await;
+    assert_eq!(got, [("body.steps/1/step_ref".into(), "duplicate step_ref: step 0 has it too".into())]);
+
+    let got = refused(&env, &project, json!([job("a", json!([])), job("b", json!(["ghost"]))])).await;
+    assert_eq!(got, [("body.steps/1/depends_on".into(), "names no step: \"ghost\"".into())]);
+
+    let got =
+        refused(&env, &project, json!([job("a", json!(["c"])), job("b", json!(["a"])), job("c", json!(["b"]))])).await;
+    assert_eq!(got, [("body.steps/0/depends_on".into(), "depends_on forms a cycle: a -> b -> c -> a".into())]);
+
+    let got =
+        refused(&env, &project, json!([{"step_ref": "a", "job_id": foreign}, {"step_ref": "b", "job_id": "job_nope"}]))
+            .await;
+    let want = "no such job in this project".to_string();
+    assert_eq!(got, [("body.steps/0/job_id".into(), want.clone()), ("body.steps/1/job_id".into(), want)]);
+
+    let got = refused(&env, &project, json!([{"step_ref": "a", "step_type": "sleep", "job_id": a}])).await;
+    assert_eq!(
+        got[0],
+        ("body.steps/0/job_id".into(), "a sleep step does not take job_id (a field of job steps)".into())
+    );
+
+    let got = refused(&env, &project, json!([{"step_ref": "a", "job_id": a, "condition": {"nope": [1]}}])).await;
+    assert_eq!(got[0].0, "body.steps/0/condition");
+    assert!(got[0].1.starts_with("not a valid JSONLogic expression"), "{got:?}");
+
+    let got = refused(&env, &project, json!([{"step_ref": "a", "job_id": a, "output_transform": "a[?"}])).await;
+    assert_eq!(got[0].0, "body.steps/0/output_transform");
+    assert!(got[0].1.starts_with("not a valid JMESPath expression"), "{got:?}");
+
+    let got = refused(&env, &project, json!([{"step_ref": "a"}])).await;
+    assert_eq!(got[0].0, "body.steps/0/step_type");
+
+    let got = refused(&env, &project, json!([{"step_ref": "a", "sub_workflow_id": "wf_nope"}])).await;
+    assert_eq!(got, [("body.steps/0/sub_workflow_id".into(), "no such workflow in this project".into())]);
+
+    // A workflow may not (through its sub-workflows) include itself.
+    let child = create(&env, &project, "child", json!([job("a", json!([]))])).await;
+    let child_id = child["id"].as_str().unwrap();
+    let parent = create(&env, &project, "parent", json!([{"step_ref": "sub", "sub_workflow_id": child_id}])).await;
+    let parent_id = parent["id"].as_str().unwrap();
+    let bad = env
+        .patch(
+            &format!("/v1/workflows/{child_id}"),
+            json!({"steps": [{"step_ref": "back", "sub_workflow_id": parent_id}]}),
+        )
+        .await;
+    let p = assert_problem(422, bad, 422);
+    assert_eq!(p["errors"][0]["location"], "body.steps/0/sub_workflow_id");
+    let msg = p["errors"][0]["message"].as_str().unwrap();
+    assert!(msg.starts_with("the sub-workflow chain includes this workflow itself"), "{msg}");
+    let deep = json!([{"step_ref": "sub", "sub_workflow_id": parent_id, "max_nesting_depth": 1}]);
+    let got = refused(&env, &project, deep).await;
+    assert_eq!(got[0].1, "sub-workflows nest 2 levels deep here, more than max_nesting_depth 1");
+}
+
+#[tokio::test]
+async fn the_project_policy_governs_saves() {
+    let env = TestEnv::start().await;
+    let (project, a, b) = setup(&env).await;
+    let (s, empty) = env.get(&format!("/v1/workflow-policies/{project}")).await;
+    assert_eq!(s, 200, "{empty}");
+    assert_eq!(empty, json!({"project_id": project}));
+
+    let bad = env.call(Method::PUT, &format!("/v1/workflow-policies/{project}"), Some(json!({"max_fan_out": 0}))).await;
+    assert_eq!(assert_problem(422, bad, 422)["errors"][0]["location"], "body.max_fan_out");
+
+    let policy = json!({"max_steps": 10, "max_depth": 2, "allowed_step_types": ["job", "sleep", "approval"],
+                        "approval_required_before": ["sleep"]});
+    let (s, saved) = env.call(Method::PUT, &format!("/v1/workflow-policies/{project}"), Some(policy.clone())).await;
+    assert_eq!(s, 200, "{saved}");
+    assert_eq!(saved["max_depth"], 2);
+    assert!(saved["updated_at"].is_string());
+    let (_, got) = env.get(&format!("/v1/workflow-policies/{project}")).await;
+    assert_eq!(got, saved);
+
+    let got = refused(&env, &project, chain(&a, &b)).await;
+    let locations: Vec<_> = got.iter().map(|(l, _)| l.as_str()).collect();
+    assert_eq!(locations, ["body.steps/2/depends_on", "body.steps/1/step_type"], "{got:?}");
+    assert!(got[0].1.starts_with("workflow policy max_depth:"), "{got:?}");
+    assert!(got[1].1.starts_with("workflow policy approval_required_before:"), "{got:?}");
+    let got = refused(&env, &project, json!([{"step_ref": "e", "event_key": "paid"}])).await;
+    assert!(got[0].1.starts_with("workflow policy allowed_step_types:"), "{got:?}");
+    create(
+        &env,
+        &project,
+        "ok",
+        json!([{"step_ref": "a", "job_id": a}, {"step_ref": "b", "job_id": b, "depends_on": ["a"]}]),
+    )
+    .await;
+
+    let (_, events) = env.get(&format!("/v1/audit-events?project_id={project}&action=workflow_policy.updated")).await;
+    assert_eq!(events["data"].as_array().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn scopes_and_projects_bound_who_sees_and_changes_workflows() {
+    let env = TestEnv::start().await;
+    let (project, a, _) = setup(&env).await;
+    let w = create(&env, &project, "etl", json!([{"step_ref": "a", "job_id": a}])).await;
+    let id = w["id"].as_str().unwrap();
+    let (reader, _) = key(&env, &project, &["workflows:read"]).await;
+    let (s, _) = with(&env, &reader, Method::GET, &format!("/v1/workflows/{id}"), None).await;
+    assert_eq!(s, 200);
+    let (s, _) = with(&env, &reader, Method::GET, &format!("/v1/workflow-policies/{project}"), None).await;
+    assert_eq!(s, 200);
+    let create_body = json!({"name": "x", "steps": []});
+    for (m, path, body) in [
+        (Method::POST, "/v1/workflows".to_string(), Some(create_body.clone())),
+        (Method::PATCH, format!("/v1/workflows/{id}"), Some(json!({"description": "x"}))),
+        (Method::DELETE, format!("/v1/workflows/{id}"), None),
+        (Method::PUT, format!("/v1/workflow-policies/{project}"), Some(json!({}))),
+    ] {
+        let got = with(&env, &reader, m.clone(), &path, body).await;
+        assert_problem(403, got, 403);
+    }
+    let (jobs_only, _) = key(&env, &project, &["jobs:read"]).await;
+    assert_problem(403, with(&env, &jobs_only, Method::GET, "/v1/workflows", None).await, 403);
+
+    let (writer, _) = key(&env, &project, &["workflows:write", "workflows:read"]).await;
+    let (s, mine) = with(&env, &writer, Method::POST, "/v1/workflows", Some(create_body)).await;
+    assert_eq!(s, 201, "{mine}");
+    assert!(mine["created_by"].as_str().unwrap().starts_with("apikey:"), "{mine}");
+
+    let other = env.project().await;
+    let (stranger, _) = key(&env, &other, &["*"]).await;
+    for (m, path) in [
+        (Method::GET, format!("/v1/workflows/{id}")),
+        (Method::PATCH, format!("/v1/workflows/{id}")),
+        (Method::DELETE, format!("/v1/workflows/{id}")),
+        (Method::GET, format!("/v1/workflows/{id}/versions")),
+        (Method::GET, format!("/v1/workflow-policies/{project}")),
+        (Method::PUT, format!("/v1/workflow-policies/{project}")),
+    ] {
+        let body = matches!(m, Method::PATCH | Method::PUT).then(|| json!({}));
+        let got = with(&env, &stranger, m.clone(), &path, body).await;
+        assert_problem(404, got, 404);
+    }
+    let (_, theirs) = with(&env, &stranger, Method::GET, "/v1/workflows", None).await;
+    assert_eq!(theirs["data"].as_array().unwrap().len(), 0);
+    // A step of another project's workflow may not name this project's job.
+    let (s, v) = with(
+        &env,
+        &stranger,
+        Method::POST,
+        "/v1/workflows",
+        Some(json!({"name": "x", "steps": [{"step_ref": "a", "job_id": a}]})),
+    )
+    .await;
+    assert_eq!(s, 422, "{v}");
+    assert_eq!(v["errors"][0]["location"], "body.steps/0/job_id");
+}
