@@ -93,11 +93,7 @@ pub async fn touch_last_used(pool: &PgPool, id: &str) -> Result<(), sqlx::Error>
 
 /// The key, if `tenant` may see it.
 pub async fn get(pool: &PgPool, tenant: Tenant<'_>, id: &str) -> Result<Option<ApiKeyRow>, sqlx::Error> {
-    sqlx::query_as(&format!("SELECT {COLS} FROM api_keys WHERE id = $1 AND ($2::text IS NULL OR project_id = $2)"))
-        .bind(id)
-        .bind(tenant.filter())
-        .fetch_optional(pool)
-        .await
+    super::get_scoped(pool, "api_keys", COLS, tenant, id).await
 }
 
 /// The key under a row lock, for a change that must not race another.
@@ -117,14 +113,7 @@ pub async fn list(
     before: Option<&str>,
     limit: i64,
 ) -> Result<Vec<ApiKeyRow>, sqlx::Error> {
-    sqlx::query_as(&format!(
-        "SELECT {COLS} FROM api_keys WHERE project_id = $1 AND ($2::text IS NULL OR id < $2) ORDER BY id DESC LIMIT $3"
-    ))
-    .bind(project_id)
-    .bind(before)
-    .bind(limit)
-    .fetch_all(pool)
-    .await
+    super::page_of_project(pool, "api_keys", COLS, project_id, before, limit).await
 }
 
 /// A key to store.

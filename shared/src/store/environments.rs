@@ -19,11 +19,7 @@ const COLS: &str = "id, project_id, name, description, created_at";
 
 /// The environment, if `tenant` may see it.
 pub async fn get(pool: &PgPool, tenant: Tenant<'_>, id: &str) -> Result<Option<EnvironmentRow>, sqlx::Error> {
-    sqlx::query_as(&format!("SELECT {COLS} FROM environments WHERE id = $1 AND ($2::text IS NULL OR project_id = $2)"))
-        .bind(id)
-        .bind(tenant.filter())
-        .fetch_optional(pool)
-        .await
+    super::get_scoped(pool, "environments", COLS, tenant, id).await
 }
 
 /// The project's environments, newest first, older than `before`.
@@ -33,15 +29,7 @@ pub async fn list(
     before: Option<&str>,
     limit: i64,
 ) -> Result<Vec<EnvironmentRow>, sqlx::Error> {
-    sqlx::query_as(&format!(
-        "SELECT {COLS} FROM environments WHERE project_id = $1 AND ($2::text IS NULL OR id < $2)
-         ORDER BY id DESC LIMIT $3"
-    ))
-    .bind(project_id)
-    .bind(before)
-    .bind(limit)
-    .fetch_all(pool)
-    .await
+    super::page_of_project(pool, "environments", COLS, project_id, before, limit).await
 }
 
 /// Why an environment was not created.

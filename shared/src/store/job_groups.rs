@@ -22,11 +22,7 @@ const COLS: &str = "id, project_id, name, slug, description, created_at, updated
 
 /// The group, if `tenant` may see it.
 pub async fn get(pool: &PgPool, tenant: Tenant<'_>, id: &str) -> Result<Option<JobGroupRow>, sqlx::Error> {
-    sqlx::query_as(&format!("SELECT {COLS} FROM job_groups WHERE id = $1 AND ($2::text IS NULL OR project_id = $2)"))
-        .bind(id)
-        .bind(tenant.filter())
-        .fetch_optional(pool)
-        .await
+    super::get_scoped(pool, "job_groups", COLS, tenant, id).await
 }
 
 /// The project's groups, newest first, older than `before`.
@@ -36,15 +32,7 @@ pub async fn list(
     before: Option<&str>,
     limit: i64,
 ) -> Result<Vec<JobGroupRow>, sqlx::Error> {
-    sqlx::query_as(&format!(
-        "SELECT {COLS} FROM job_groups WHERE project_id = $1 AND ($2::text IS NULL OR id < $2)
-         ORDER BY id DESC LIMIT $3"
-    ))
-    .bind(project_id)
-    .bind(before)
-    .bind(limit)
-    .fetch_all(pool)
-    .await
+    super::page_of_project(pool, "job_groups", COLS, project_id, before, limit).await
 }
 
 /// What a group is called and says of itself.

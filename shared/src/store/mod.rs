@@ -58,6 +58,9 @@ pub mod workflows;
 #[cfg(test)]
 mod writes_stay_here;
 
+use sqlx::postgres::PgRow;
+use sqlx::PgPool;
+
 pub use jobs::JobRecord;
 pub use runs::{NewRun, Outcome, Run};
 pub use transitions::Changed;
@@ -81,7 +84,49 @@ impl<'a> Tenant<'a> {
     }
 }
 
+/// A row of a project-owned table by id, if `tenant` may see it. `table`
+/// and `cols` are the caller's constants, never request input.
+async fn get_scoped<R>(
+    pool: &PgPool,
+    table: &str,
+    cols: &str,
+    tenant: Tenant<'_>,
+    id: &str,
+) -> Result<Option<R>, sqlx::Error>
+where
+    R: for<'r> sqlx::FromRow<'r, PgRow> + Send + Unpin,
+{
+    sqlx::query_as(&format!("SELECT {cols} FROM {table} WHERE id = $1 AND ($2::text IS NULL OR project_id = $2)"))
+        .bind(id)
+        .bind(tenant.filter())
+        .fetch_optional(pool)
+        .await
+}
+
+/// A page of a project-owned table, newest first (ids are time-ordered),
+/// older than the cursor `before`.
+async fn page_of_project<R>(
+    pool: &PgPool,
+    table: &str,
+    cols: &str,
+    project_id: &str,
+    before: Option<&str>,
+    limit: i64,
+) -> Result<Vec<R>, sqlx::Error>
+where
+    R: for<'r> sqlx::FromRow<'r, PgRow> + Send + Unpin,
+{
+    sqlx::query_as(&format!(
+        "SELECT {cols} FROM {table} WHERE project_id = $1 AND ($2::text IS NULL OR id < $2) ORDER BY id DESC LIMIT $3"
+    ))
+    .bind(project_id)
+    .bind(before)
+    .bind(limit)
+    .fetch_all(pool)
+    .await
+}
+
 /// Whether the database answers.
-pub async fn ping(pool: &sqlx::PgPool) -> Result<(), sqlx::Error> {
+pub async fn ping(pool: &PgPool) -> Result<(), sqlx::Error> {
     sqlx::query("SELECT 1").execute(pool).await.map(|_| ())
 }

@@ -101,13 +101,7 @@ pub async fn get_resource_policy(
     tenant: Tenant<'_>,
     id: &str,
 ) -> Result<Option<ResourcePolicyRow>, sqlx::Error> {
-    sqlx::query_as(&format!(
-        "SELECT {RP_COLS} FROM resource_policies WHERE id = $1 AND ($2::text IS NULL OR project_id = $2)"
-    ))
-    .bind(id)
-    .bind(tenant.filter())
-    .fetch_optional(pool)
-    .await
+    super::get_scoped(pool, "resource_policies", RP_COLS, tenant, id).await
 }
 
 /// The project's resource policies, newest first, older than `before`.
@@ -117,15 +111,7 @@ pub async fn list_resource_policies(
     before: Option<&str>,
     limit: i64,
 ) -> Result<Vec<ResourcePolicyRow>, sqlx::Error> {
-    sqlx::query_as(&format!(
-        "SELECT {RP_COLS} FROM resource_policies WHERE project_id = $1 AND ($2::text IS NULL OR id < $2)
-         ORDER BY id DESC LIMIT $3"
-    ))
-    .bind(project_id)
-    .bind(before)
-    .bind(limit)
-    .fetch_all(pool)
-    .await
+    super::page_of_project(pool, "resource_policies", RP_COLS, project_id, before, limit).await
 }
 
 /// A resource policy's content.
@@ -205,13 +191,7 @@ pub async fn delete_resource_policy(conn: &mut PgConnection, id: &str) -> Result
 
 /// The tag policy, if `tenant` may see it.
 pub async fn get_tag_policy(pool: &PgPool, tenant: Tenant<'_>, id: &str) -> Result<Option<TagPolicyRow>, sqlx::Error> {
-    sqlx::query_as(&format!(
-        "SELECT {TP_COLS} FROM tag_policies WHERE id = $1 AND ($2::text IS NULL OR project_id = $2)"
-    ))
-    .bind(id)
-    .bind(tenant.filter())
-    .fetch_optional(pool)
-    .await
+    super::get_scoped(pool, "tag_policies", TP_COLS, tenant, id).await
 }
 
 /// The project's tag policies, newest first, older than `before`.
@@ -221,15 +201,7 @@ pub async fn list_tag_policies(
     before: Option<&str>,
     limit: i64,
 ) -> Result<Vec<TagPolicyRow>, sqlx::Error> {
-    sqlx::query_as(&format!(
-        "SELECT {TP_COLS} FROM tag_policies WHERE project_id = $1 AND ($2::text IS NULL OR id < $2)
-         ORDER BY id DESC LIMIT $3"
-    ))
-    .bind(project_id)
-    .bind(before)
-    .bind(limit)
-    .fetch_all(pool)
-    .await
+    super::page_of_project(pool, "tag_policies", TP_COLS, project_id, before, limit).await
 }
 
 /// A tag policy's rules.
