@@ -167,10 +167,6 @@ fn doc(p: Problem) -> Json<Box<Problem>> {
 }
 
 impl ApiError {
-    pub fn bad_request(detail: impl Into<String>) -> ApiError {
-        let detail = detail.into();
-        Self::bad_request_at(detail.clone(), vec![FieldError::new("request", detail, None)])
-    }
     /// 400 for a request that cannot be read as the operation's input, with
     /// `errors[]` saying where, as a 422 does.
     pub fn bad_request_at(detail: impl Into<String>, errors: Vec<FieldError>) -> ApiError {
