@@ -57,7 +57,7 @@ type Apis = (
     routes::AccessApis,
     routes::RecordApis,
     routes::stats::StatsApi,
-    routes::workflows::WorkflowsApi,
+    routes::WorkflowApis,
 );
 
 fn apis() -> Apis {
@@ -70,7 +70,7 @@ fn apis() -> Apis {
         routes::access_apis(),
         routes::record_apis(),
         routes::stats::StatsApi,
-        routes::workflows::WorkflowsApi,
+        routes::workflow_apis(),
     )
 }
 

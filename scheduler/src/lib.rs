@@ -16,6 +16,9 @@
 //!   fails them (`dependency_failed`) when one did not.
 //! - [`expirer`]: runs not started within their job's run_ttl_secs become
 //!   `expired`.
+//! - [`workflows`]: the workflow engine's loop: advances a workflow run as
+//!   soon as Postgres notifies an event of it, and at its sleeps' ends and
+//!   deadline.
 //! - [`placement`]: the rule, shared by reaper and reconciler, for where a
 //!   run's entry belongs given its Postgres row.
 //! - [`pace`]: the clock, shutdown-aware sleeps, error back-off and the
@@ -57,6 +60,7 @@ pub mod promoter;
 pub mod reaper;
 pub mod reconciler;
 pub mod wake;
+pub mod workflows;
 
 use std::time::Duration;
 
@@ -74,6 +78,7 @@ pub use heartbeats::{HeartbeatOptions, HeartbeatReport, HeartbeatSweeper};
 pub use promoter::{PromoteReport, Promoter, PromoterOptions};
 pub use reaper::{ReapReport, Reaper, ReaperOptions};
 pub use reconciler::{ReconcileReport, Reconciler, ReconcilerOptions};
+pub use workflows::{SweepReport, WorkflowEngine, WorkflowOptions};
 
 /// Options of every loop.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -85,6 +90,7 @@ pub struct SchedulerOptions {
     pub cron: CronOptions,
     pub dependencies: DependencyOptions,
     pub expirer: ExpirerOptions,
+    pub workflows: WorkflowOptions,
 }
 
 impl SchedulerOptions {
@@ -112,6 +118,7 @@ pub struct Scheduler {
     cron: CronEnqueuer,
     dependencies: DependencyResolver,
     expirer: Expirer,
+    workflows: WorkflowEngine,
     /// The Redis server of `queue`, for the wake-up subscription (a pub/sub
     /// connection cannot come from the queue's pool).
     redis: redis::Client,
@@ -133,6 +140,7 @@ impl Scheduler {
             cron: CronEnqueuer::new(pool.clone(), queue.clone(), options.cron)?,
             dependencies: DependencyResolver::new(pool.clone(), queue.clone(), options.dependencies)?,
             expirer: Expirer::new(pool.clone(), queue.clone(), options.expirer)?,
+            workflows: WorkflowEngine::new(pool.clone(), queue.clone(), options.workflows)?,
             redis,
             wake_channel: queue.keys().wake.clone(),
             reconciler: Reconciler::new(pool, queue, options.reconciler)?,
@@ -168,6 +176,10 @@ impl Scheduler {
     /// One heartbeat sweep at `now`.
     pub async fn sweep_heartbeats_once(&self, now: chrono::DateTime<chrono::Utc>) -> Result<HeartbeatReport, Error> {
         self.heartbeats.sweep_once(now).await
+    }
+
+    pub fn workflows(&self) -> &WorkflowEngine {
+        &self.workflows
     }
 
     pub fn cron(&self) -> &CronEnqueuer {
@@ -219,6 +231,7 @@ impl Scheduler {
                 self.cron.run(shutdown.clone()),
                 self.dependencies.run(shutdown.clone()),
                 self.expirer.run(shutdown.clone()),
+                self.workflows.run(shutdown.clone()),
             )
         };
         tokio::pin!(loops);
@@ -235,7 +248,9 @@ impl Scheduler {
 /// runs the scheduler until `shutdown` fires. The database must exist and be
 /// migrated (`db::prepare`).
 pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
-    let pool = db::lazy_pool(&config.database_url, 4).context("postgres pool")?;
+    // One connection is the workflow engine's listener's; up to
+    // `workflows.parallel` advance runs at once.
+    let pool = db::lazy_pool(&config.database_url, 8).context("postgres pool")?;
     let queue = Queue::new(queue::Redis::open(&config.redis_url).context("redis url")?, &config.redis_key_prefix);
     let wake_ups = redis::Client::open(config.redis_url.as_str()).context("redis url")?;
     let scheduler = Scheduler::new(pool.clone(), queue, wake_ups, SchedulerOptions::from_config(&config))

@@ -26,6 +26,12 @@ pub fn workflow_version_id() -> String {
 pub fn workflow_step_id() -> String {
     new_id("wfs")
 }
+pub fn workflow_run_id() -> String {
+    new_id("wfr")
+}
+pub fn step_run_id() -> String {
+    new_id("wsr")
+}
 pub fn group_id() -> String {
     new_id("grp")
 }

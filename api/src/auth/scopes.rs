@@ -170,6 +170,19 @@ pub const OPERATIONS: &[(&str, &str, Requirement)] = &[
     ("PATCH", "/v1/workflows/{workflow_id}", Scope("workflows:write")),
     ("DELETE", "/v1/workflows/{workflow_id}", Scope("workflows:write")),
     ("GET", "/v1/workflows/{workflow_id}/versions", Scope("workflows:read")),
+    ("GET", "/v1/workflows/{workflow_id}/active-versions", Scope("workflows:read")),
+    ("GET", "/v1/workflows/{workflow_id}/versions/{version_id}/impact", Scope("workflows:read")),
+    // Runs: triggering and retrying steps is `trigger`; stopping, pausing
+    // and resuming a run is `write`, like the other changes of a workflow.
+    ("POST", "/v1/workflows/{workflow_id}/trigger", Scope("workflows:trigger")),
+    ("GET", "/v1/workflow-runs", Scope("workflows:read")),
+    ("GET", "/v1/workflow-runs/{workflow_run_id}", Scope("workflows:read")),
+    ("GET", "/v1/workflow-runs/{workflow_run_id}/explain", Scope("workflows:read")),
+    ("POST", "/v1/workflow-runs/{workflow_run_id}/cancel", Scope("workflows:write")),
+    ("POST", "/v1/workflow-runs/{workflow_run_id}/pause", Scope("workflows:write")),
+    ("POST", "/v1/workflow-runs/{workflow_run_id}/resume", Scope("workflows:write")),
+    ("POST", "/v1/workflow-runs/{workflow_run_id}/steps/{step_ref}/retry", Scope("workflows:trigger")),
+    ("POST", "/v1/workflow-runs/{workflow_run_id}/steps/{step_ref}/replay-subtree", Scope("workflows:trigger")),
     // The project's DAG governance is read with the workflows it governs
     // and changed by those who may change them.
     ("GET", "/v1/workflow-policies/{project_id}", Scope("workflows:read")),

@@ -38,6 +38,7 @@ pub mod sdk;
 pub mod sdk_runs;
 pub mod secrets;
 pub mod stats;
+pub mod workflow_runs;
 pub mod workflows;
 
 use std::borrow::Borrow;
@@ -88,6 +89,9 @@ pub enum Tag {
     Stats,
     /// Workflows: versioned DAGs of steps, and the project's workflow policy.
     Workflows,
+    /// Workflow runs: trigger, follow, pause, cancel, retry steps, and why
+    /// the engine did what it did.
+    WorkflowRuns,
 }
 
 /// The project a project-scoped call acts in: the credential's own project,
@@ -384,6 +388,12 @@ api_group!(
     /// audit trail) and the SDK.
     AccessApis, access_apis:
     api_keys::ApiKeysApi, roles::RolesApi, members::MembersApi, policies::PoliciesApi, audit::AuditApi, sdk::SdkApi,
+);
+
+api_group!(
+    /// Workflows and their runs.
+    WorkflowApis, workflow_apis:
+    workflows::WorkflowsApi, workflow_runs::WorkflowRunsApi,
 );
 
 api_group!(

@@ -204,6 +204,14 @@ pub struct Workflow {
     /// The actor that last changed it.
     #[oai(skip_serializing_if_is_none)]
     pub updated_by: Option<String>,
+    /// In a PATCH answer that made a new version while runs were active on
+    /// the one it replaced: that version.
+    #[oai(skip_serializing_if_is_none)]
+    pub previous_version_id: Option<String>,
+    /// ...and how many runs are active on it (they keep it under
+    /// version_policy `pin`, and move at their next step under `latest`).
+    #[oai(skip_serializing_if_is_none)]
+    pub active_runs_on_previous_version: Option<i64>,
 }
 
 /// Create a workflow. `name` and `steps` are required.
@@ -424,6 +432,8 @@ fn workflow_view(r: WorkflowRecord) -> Workflow {
         backwards_compatible: r.backwards_compatible,
         created_by: r.created_by,
         updated_by: r.updated_by,
+        previous_version_id: None,
+        active_runs_on_previous_version: None,
     }
 }
 
@@ -518,8 +528,7 @@ impl WorkflowsApi {
     /// contradicts its fields, a condition that is not JSONLogic, an
     /// output_transform that is not JMESPath, and each rule of the
     /// project's workflow policy is a 422 located at the step
-    /// (`body.steps/3/depends_on`). Runs of workflows come in a later
-    /// release.
+    /// (`body.steps/3/depends_on`).
     #[oai(path = "/v1/workflows", method = "post")]
     async fn create(
         &self,
@@ -612,10 +621,12 @@ impl WorkflowsApi {
     /// Change a workflow. Steps that differ from the current version's are
     /// checked as on create and become a new version (new version and
     /// version_id); a change of other fields alone keeps the version.
-    /// `breaking_change` is accepted and recorded in the audit event.
-    /// previous_version_id and active_runs_on_previous_version are not
-    /// answered yet: they describe runs in flight on the replaced version,
-    /// and workflow runs come in a later release.
+    /// When a new version replaces one that active runs follow, the answer
+    /// carries previous_version_id and active_runs_on_previous_version, and
+    /// with `breaking_change: true` the audit event
+    /// `workflow.updated_breaking` is recorded as well (runs under
+    /// version_policy `pin` keep the old version; under `latest` they move
+    /// to the new one at their next step).
     #[oai(path = "/v1/workflows/:workflow_id", method = "patch")]
     async fn update(
         &self,
@@ -690,8 +701,34 @@ impl WorkflowsApi {
             ),
         )
         .await?;
+        let active = match next {
+            Some(_) => store::workflow_runs::on_version(&state.pool, &cur.version_id, 0).await?.0,
+            None => 0,
+        };
+        let breaking = b.breaking_change.unwrap_or(false);
+        if breaking && active > 0 {
+            audit::record(
+                &mut *tx,
+                &auth.0,
+                Change::new(
+                    &rec.project_id,
+                    "workflow.updated_breaking",
+                    ("workflow", &rec.id),
+                    serde_json::json!({
+                        "previous_version_id": cur.version_id, "version_id": rec.version_id,
+                        "active_runs_on_previous_version": active,
+                    }),
+                ),
+            )
+            .await?;
+        }
         tx.commit().await?;
-        Ok(Json(workflow_view(rec)))
+        let mut view = workflow_view(rec);
+        if active > 0 {
+            view.previous_version_id = Some(cur.version_id);
+            view.active_runs_on_previous_version = Some(active);
+        }
+        Ok(Json(view))
     }
 
     /// Delete a workflow; its slug is free again.

@@ -9,13 +9,7 @@
 //!     └──────────┴───────────── any non-terminal ──► cancelled / expired
 //! ```
 
-use std::fmt;
 use std::str::FromStr;
-
-use sqlx::encode::IsNull;
-use sqlx::error::BoxDynError;
-use sqlx::postgres::{PgArgumentBuffer, PgHasArrayType, PgTypeInfo, PgValueRef};
-use sqlx::Postgres;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
 pub enum RunStatus {
@@ -71,55 +65,70 @@ impl RunStatus {
     }
 }
 
-impl fmt::Display for RunStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
+/// Display, FromStr, a comparison with `&str` and the sqlx mapping of a
+/// status enum with `ALL` and `as_str`. Stored as text (the column's CHECK
+/// lists the values): a value this build does not know is a decode error,
+/// never taken for another status.
+#[macro_export]
+macro_rules! stored_as_text {
+    ($t:ty, $what:literal) => {
+        impl std::fmt::Display for $t {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl std::str::FromStr for $t {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                <$t>::ALL
+                    .into_iter()
+                    .find(|v| v.as_str() == s)
+                    .ok_or_else(|| format!(concat!("unknown ", $what, " {:?}"), s))
+            }
+        }
+
+        /// Compares with a status's text, as the api and the database spell it.
+        impl PartialEq<&str> for $t {
+            fn eq(&self, other: &&str) -> bool {
+                self.as_str() == *other
+            }
+        }
+
+        impl sqlx::Type<sqlx::Postgres> for $t {
+            fn type_info() -> sqlx::postgres::PgTypeInfo {
+                <&str as sqlx::Type<sqlx::Postgres>>::type_info()
+            }
+
+            fn compatible(ty: &sqlx::postgres::PgTypeInfo) -> bool {
+                <&str as sqlx::Type<sqlx::Postgres>>::compatible(ty)
+            }
+        }
+
+        impl sqlx::postgres::PgHasArrayType for $t {
+            fn array_type_info() -> sqlx::postgres::PgTypeInfo {
+                <&str as sqlx::postgres::PgHasArrayType>::array_type_info()
+            }
+        }
+
+        impl<'r> sqlx::Decode<'r, sqlx::Postgres> for $t {
+            fn decode(value: sqlx::postgres::PgValueRef<'r>) -> Result<Self, sqlx::error::BoxDynError> {
+                Ok(<&str as sqlx::Decode<sqlx::Postgres>>::decode(value)?.parse()?)
+            }
+        }
+
+        impl sqlx::Encode<'_, sqlx::Postgres> for $t {
+            fn encode_by_ref(
+                &self,
+                buf: &mut sqlx::postgres::PgArgumentBuffer,
+            ) -> Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
+                <&str as sqlx::Encode<sqlx::Postgres>>::encode(self.as_str(), buf)
+            }
+        }
+    };
 }
 
-impl FromStr for RunStatus {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        RunStatus::ALL.into_iter().find(|v| v.as_str() == s).ok_or_else(|| format!("unknown run status {s:?}"))
-    }
-}
-
-/// Compares with a status's text, as the api and the database spell it.
-impl PartialEq<&str> for RunStatus {
-    fn eq(&self, other: &&str) -> bool {
-        self.as_str() == *other
-    }
-}
-
-// Stored as text (the column's CHECK lists the values): a value this
-// build does not know is a decode error, never taken for another status.
-impl sqlx::Type<Postgres> for RunStatus {
-    fn type_info() -> PgTypeInfo {
-        <&str as sqlx::Type<Postgres>>::type_info()
-    }
-
-    fn compatible(ty: &PgTypeInfo) -> bool {
-        <&str as sqlx::Type<Postgres>>::compatible(ty)
-    }
-}
-
-impl PgHasArrayType for RunStatus {
-    fn array_type_info() -> PgTypeInfo {
-        <&str as PgHasArrayType>::array_type_info()
-    }
-}
-
-impl<'r> sqlx::Decode<'r, Postgres> for RunStatus {
-    fn decode(value: PgValueRef<'r>) -> Result<Self, BoxDynError> {
-        Ok(<&str as sqlx::Decode<Postgres>>::decode(value)?.parse()?)
-    }
-}
-
-impl sqlx::Encode<'_, Postgres> for RunStatus {
-    fn encode_by_ref(&self, buf: &mut PgArgumentBuffer) -> Result<IsNull, BoxDynError> {
-        <&str as sqlx::Encode<Postgres>>::encode(self.as_str(), buf)
-    }
-}
+stored_as_text!(RunStatus, "run status");
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum ExecutionMode {

@@ -27,6 +27,14 @@ pub struct JobRecord {
 pub const JOB_COLUMNS: &str = "id, project_id, group_id, name, slug, enabled, paused, spec, version, version_id, \
      created_by, updated_by, created_at, updated_at";
 
+/// The live jobs among `ids`, read in the caller's transaction.
+pub async fn get_many_in(conn: &mut PgConnection, ids: &[String]) -> Result<Vec<JobRecord>, sqlx::Error> {
+    sqlx::query_as(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = ANY($1) AND deleted_at IS NULL"))
+        .bind(ids)
+        .fetch_all(conn)
+        .await
+}
+
 /// The live (not deleted) job with this id.
 pub async fn get(pool: &PgPool, id: &str) -> Result<Option<JobRecord>, sqlx::Error> {
     sqlx::query_as(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1 AND deleted_at IS NULL"))

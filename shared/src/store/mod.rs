@@ -10,6 +10,8 @@
 //!   usage, tool calls, state); bulk trigger batches: [`batches`];
 //! - job definitions and their versions: [`jobs`], [`job_groups`];
 //!   workflow definitions, their versions and policies: [`workflows`];
+//! - workflow runs: [`workflow_runs`] (the rows, the reads, the moves people
+//!   ask for), [`workflow_engine`] (the engine's advance of a run);
 //! - the resources the api manages: [`projects`], [`environments`],
 //!   [`secrets`], [`api_keys`], [`roles`], [`members`], [`policies`],
 //!   [`audit`], [`actors`];
@@ -53,6 +55,8 @@ pub mod secrets;
 pub mod settle;
 pub mod stats;
 pub mod transitions;
+pub mod workflow_engine;
+pub mod workflow_runs;
 pub mod workflows;
 
 #[cfg(test)]

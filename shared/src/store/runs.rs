@@ -117,6 +117,10 @@ pub struct NewRun {
     pub cron_tick: Option<DateTime<Utc>>,
     /// Waits (status pending, no queue entry) for its dependencies.
     pub awaiting_dependencies: bool,
+    /// The workflow step this run executes.
+    pub workflow_step_run_id: Option<String>,
+    /// small, medium or large (a workflow step may ask for one).
+    pub resource_class: Option<String>,
 }
 
 /// Inserts a run (with its creation event when it starts `pending`; a
@@ -137,9 +141,10 @@ pub async fn insert_in(conn: &mut sqlx::PgConnection, r: &NewRun) -> Result<(Run
                 triggered_by, created_by, payload, idempotency_key, concurrency_key, batch_id, parent_run_id,
                 lineage_depth, debug_mode, execution_mode, retry_backoff, max_attempts_override,
                 retry_initial_delay_secs, retry_max_delay_secs, timeout_secs_override, metadata, tags,
-                scheduled_at, expires_at, payload_hash, cron_tick, awaiting_dependencies)
+                scheduled_at, expires_at, payload_hash, cron_tick, awaiting_dependencies, workflow_step_run_id,
+                resource_class)
             VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26,
-                $27,$28,$29)
+                $27,$28,$29,$30,$31)
             ON CONFLICT DO NOTHING
             RETURNING {RUN_COLUMNS}
         ), ev AS (
@@ -178,6 +183,8 @@ pub async fn insert_in(conn: &mut sqlx::PgConnection, r: &NewRun) -> Result<(Run
         .bind(&r.payload_hash)
         .bind(r.cron_tick)
         .bind(r.awaiting_dependencies)
+        .bind(&r.workflow_step_run_id)
+        .bind(&r.resource_class)
         .fetch_optional(&mut *conn)
         .await?;
     if let Some(run) = inserted {
@@ -205,6 +212,13 @@ pub async fn insert_in(conn: &mut sqlx::PgConnection, r: &NewRun) -> Result<(Run
 /// idempotency key or cron tick is taken goes through [`insert`] on its own,
 /// which returns the run that holds it.
 pub async fn insert_many(pool: &PgPool, runs: &[NewRun]) -> Result<Vec<(Run, bool)>, sqlx::Error> {
+    let mut conn = pool.acquire().await?;
+    insert_many_in(&mut conn, runs).await
+}
+
+/// [`insert_many`] on a given connection, so that it can be part of a
+/// transaction (the steps a workflow run starts together).
+pub async fn insert_many_in(conn: &mut sqlx::PgConnection, runs: &[NewRun]) -> Result<Vec<(Run, bool)>, sqlx::Error> {
     // Postgres keeps microseconds: the run returned must read as it is stored.
     let created_at = chrono::SubsecRound::trunc_subsecs(Utc::now(), 6);
     let n = runs.len();
@@ -219,12 +233,13 @@ pub async fn insert_many(pool: &PgPool, runs: &[NewRun]) -> Result<Vec<(Run, boo
                 triggered_by, created_by, payload, idempotency_key, concurrency_key, batch_id, parent_run_id,
                 lineage_depth, debug_mode, execution_mode, retry_backoff, max_attempts_override,
                 retry_initial_delay_secs, retry_max_delay_secs, timeout_secs_override, metadata, tags,
-                scheduled_at, expires_at, payload_hash, cron_tick, awaiting_dependencies, created_at, updated_at)
+                scheduled_at, expires_at, payload_hash, cron_tick, awaiting_dependencies, workflow_step_run_id,
+                resource_class, created_at, updated_at)
             SELECT t.*, $30, $30 FROM UNNEST($1::text[], $2::text[], $3::text[], $4::int4[], $5::text[], $6::text[],
                 $7::int4[], $8::text[], $9::text[], $10::jsonb[], $11::text[], $12::text[], $13::text[], $14::text[],
                 $15::int4[], $16::bool[], $17::text[], $18::text[], $19::int4[], $20::int4[], $21::int4[], $22::int4[],
                 $23::jsonb[], $24::jsonb[], $25::timestamptz[], $26::timestamptz[], $27::bytea[], $28::timestamptz[],
-                $29::bool[]) AS t
+                $29::bool[], $31::text[], $32::text[]) AS t
             ON CONFLICT DO NOTHING
             RETURNING id, status
         ), ev AS (
@@ -263,7 +278,9 @@ pub async fn insert_many(pool: &PgPool, runs: &[NewRun]) -> Result<Vec<(Run, boo
     .bind(col!(|r| r.cron_tick))
     .bind(col!(|r| r.awaiting_dependencies))
     .bind(created_at)
-    .fetch_all(pool)
+    .bind(col!(|r| r.workflow_step_run_id.as_deref()))
+    .bind(col!(|r| r.resource_class.as_deref()))
+    .fetch_all(&mut *conn)
     .await?;
     let inserted: std::collections::HashSet<String> = inserted.into_iter().collect();
     let mut out = Vec::with_capacity(n);
@@ -272,7 +289,7 @@ pub async fn insert_many(pool: &PgPool, runs: &[NewRun]) -> Result<Vec<(Run, boo
             crate::telemetry::transition(None, r.status.as_str());
             out.push((Run::from_new(r.clone(), created_at), true));
         } else {
-            out.push(insert(pool, r).await?);
+            out.push(insert_in(conn, r).await?);
         }
     }
     Ok(out)
@@ -302,7 +319,7 @@ impl Run {
             batch_id: r.batch_id,
             parent_run_id: r.parent_run_id,
             continuation_of: None,
-            workflow_step_run_id: None,
+            workflow_step_run_id: r.workflow_step_run_id,
             lineage_depth: r.lineage_depth,
             machine_id: None,
             debug_mode: r.debug_mode,
@@ -322,7 +339,7 @@ impl Run {
             next_retry_at: None,
             execution_trace: None,
             dispatch_token: 0,
-            resource_class: None,
+            resource_class: r.resource_class,
             progress: None,
             progress_message: None,
             async_accepted_at: None,

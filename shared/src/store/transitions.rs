@@ -130,6 +130,23 @@ pub async fn cancel_many(
     Ok(counted(rows))
 }
 
+/// [`cancel_many`] of unfinished runs in the caller's transaction (a
+/// workflow run ending takes its steps' job runs with it).
+pub async fn cancel_in(conn: &mut PgConnection, ids: &[String], reason: &str) -> Result<Staged, sqlx::Error> {
+    if ids.is_empty() {
+        return Ok(Staged(Vec::new()));
+    }
+    let rows: Vec<ChangedRow> = sqlx::query_as(&cancel_sql(
+        "old AS (SELECT id, status FROM job_runs WHERE id = ANY($1)
+                   AND status IN ('pending', 'queued', 'running', 'retrying') FOR UPDATE)",
+    ))
+    .bind(ids)
+    .bind(reason)
+    .fetch_all(conn)
+    .await?;
+    Ok(Staged(rows.into_iter().map(|r| Changed { run: r.run, from: r.from_status }).collect()))
+}
+
 /// Cancels the unfinished descendants of the runs `parents` (parent_run_id,
 /// recursively, at most [`MAX_LINEAGE_DEPTH`] generations down), recording
 /// `reason` with "(with its parent run)". Returns the runs cancelled, also

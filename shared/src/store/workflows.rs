@@ -177,13 +177,32 @@ pub async fn update(
 
 /// The live workflow with this id, if the tenant may read it.
 pub async fn get(pool: &PgPool, tenant: Tenant<'_>, id: &str) -> Result<Option<WorkflowRecord>, sqlx::Error> {
+    let mut conn = pool.acquire().await?;
+    get_in(&mut conn, tenant, id).await
+}
+
+/// [`get`] in the caller's transaction.
+pub async fn get_in(
+    conn: &mut PgConnection,
+    tenant: Tenant<'_>,
+    id: &str,
+) -> Result<Option<WorkflowRecord>, sqlx::Error> {
     sqlx::query_as(&format!(
         "{SELECT} WHERE w.id = $1 AND w.deleted_at IS NULL AND ($2::text IS NULL OR w.project_id = $2)"
     ))
     .bind(id)
     .bind(tenant.filter())
-    .fetch_optional(pool)
+    .fetch_optional(conn)
     .await
+}
+
+/// Whether `version_id` is a version of the workflow.
+pub async fn has_version(pool: &PgPool, workflow_id: &str, version_id: &str) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM workflow_versions WHERE id = $1 AND workflow_id = $2)")
+        .bind(version_id)
+        .bind(workflow_id)
+        .fetch_one(pool)
+        .await
 }
 
 /// The project's live workflows, newest first, older than `before`.

@@ -1,0 +1,571 @@
+//! Workflow runs: trigger, read, list, cancel, pause, resume, step retry
+//! and replay, the decisions behind a run (`explain`), and the runs per
+//! version of a workflow. The engine that moves runs is the scheduler's;
+//! every move here is one store call that leaves it an event.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use poem::web::Data;
+use poem_openapi::param::{Path, Query};
+use poem_openapi::payload::Json;
+use poem_openapi::{ApiResponse, Object, OpenApi};
+use serde_json::Value;
+use switchyard_shared::domain::workflow_run::WorkflowRunStatus;
+use switchyard_shared::domain::FieldErrors;
+use switchyard_shared::store::workflow_runs::{
+    self, Moved, NewWorkflowRun, Refused, RunFilter, StepRun, Triggered, WorkflowRun as RunRow,
+};
+use switchyard_shared::store::{self, Tenant};
+
+use super::{check_id, project_of, tenant, Tag};
+use crate::audit::{self, Change};
+use crate::auth::{Auth, Principal};
+use crate::error::{ApiError, ApiResult};
+use crate::pagination::{Page, Window};
+use crate::state::AppState;
+
+pub struct WorkflowRunsApi;
+
+/// Most tags on a run, and the longest idempotency key.
+const MAX_TAGS: usize = 50;
+const MAX_IDEMPOTENCY_KEY: usize = 255;
+
+#[derive(Object, Debug, Default)]
+#[oai(deny_unknown_fields)]
+pub struct TriggerWorkflowRequest {
+    /// The run's input: every step's payload unless the step sets its own,
+    /// and `payload` in conditions.
+    pub payload: Option<Value>,
+    /// A second trigger with the same key returns the first run (200).
+    pub idempotency_key: Option<String>,
+    pub tags: Option<HashMap<String, String>>,
+}
+
+/// One step of a run.
+#[derive(Object, Debug, Clone)]
+pub struct WorkflowStepRun {
+    pub id: String,
+    pub step_ref: String,
+    pub step_type: String,
+    /// pending, running, waiting, completed, failed, skipped, cancelled,
+    /// timed_out or compensated.
+    pub status: String,
+    /// How many times the step was started (a step retry starts it again;
+    /// a job step's own retries are its job run's attempts).
+    pub attempt: i32,
+    #[oai(skip_serializing_if_is_none)]
+    pub job_run_id: Option<String>,
+    #[oai(skip_serializing_if_is_none)]
+    pub child_workflow_run_id: Option<String>,
+    /// The step's output after its output_transform.
+    #[oai(skip_serializing_if_is_none)]
+    pub output: Option<Value>,
+    #[oai(skip_serializing_if_is_none)]
+    pub error: Option<String>,
+    /// When a sleeping step wakes.
+    #[oai(skip_serializing_if_is_none)]
+    pub wake_at: Option<DateTime<Utc>>,
+    #[oai(skip_serializing_if_is_none)]
+    pub started_at: Option<DateTime<Utc>>,
+    #[oai(skip_serializing_if_is_none)]
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+/// A run of a workflow.
+#[derive(Object, Debug, Clone)]
+pub struct WorkflowRun {
+    pub id: String,
+    pub project_id: String,
+    pub workflow_id: String,
+    /// The version the run follows now (under version_policy `latest`, the
+    /// newest it has seen at a step boundary).
+    pub version_id: String,
+    pub version: i32,
+    /// The version it started on.
+    pub started_version_id: String,
+    pub version_policy: String,
+    /// pending, running, paused, completed, failed, cancelled or timed_out.
+    pub status: String,
+    #[oai(skip_serializing_if_is_none)]
+    pub payload: Option<Value>,
+    /// A completed run's output: each completed step's output by step_ref.
+    #[oai(skip_serializing_if_is_none)]
+    pub output: Option<Value>,
+    #[oai(skip_serializing_if_is_none)]
+    pub error: Option<String>,
+    #[oai(skip_serializing_if_is_none)]
+    pub idempotency_key: Option<String>,
+    pub tags: HashMap<String, String>,
+    /// api, cron or workflow (a sub-workflow step's child run).
+    pub triggered_by: String,
+    #[oai(skip_serializing_if_is_none)]
+    pub created_by: Option<String>,
+    /// A child run's parent step run.
+    #[oai(skip_serializing_if_is_none)]
+    pub parent_step_run_id: Option<String>,
+    /// When the run times out (started_at + the workflow's timeout_secs).
+    #[oai(skip_serializing_if_is_none)]
+    pub deadline_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+    #[oai(skip_serializing_if_is_none)]
+    pub started_at: Option<DateTime<Utc>>,
+    #[oai(skip_serializing_if_is_none)]
+    pub finished_at: Option<DateTime<Utc>>,
+    pub updated_at: DateTime<Utc>,
+    /// The run's steps (absent in listings).
+    #[oai(skip_serializing_if_is_none)]
+    pub steps: Option<Vec<WorkflowStepRun>>,
+}
+
+fn step_view(s: StepRun) -> WorkflowStepRun {
+    WorkflowStepRun {
+        id: s.id,
+        step_ref: s.step_ref,
+        step_type: s.step_type,
+        status: s.status.as_str().into(),
+        attempt: s.attempt,
+        job_run_id: s.job_run_id,
+        child_workflow_run_id: s.child_workflow_run_id,
+        output: s.output.map(|o| o.0),
+        error: s.error,
+        wake_at: s.wake_at,
+        started_at: s.started_at,
+        finished_at: s.finished_at,
+    }
+}
+
+fn run_view(r: RunRow, steps: Option<Vec<StepRun>>) -> WorkflowRun {
+    WorkflowRun {
+        id: r.id,
+        project_id: r.project_id,
+        workflow_id: r.workflow_id,
+        version_id: r.version_id,
+        version: r.version,
+        started_version_id: r.started_version_id,
+        version_policy: r.version_policy,
+        status: r.status.as_str().into(),
+        payload: r.payload.map(|p| p.0),
+        output: r.output.map(|o| o.0),
+        error: r.error,
+        idempotency_key: r.idempotency_key,
+        tags: r.tags.0.into_iter().collect(),
+        triggered_by: r.triggered_by,
+        created_by: r.created_by,
+        parent_step_run_id: r.parent_step_run_id,
+        deadline_at: r.deadline_at,
+        created_at: r.created_at,
+        started_at: r.started_at,
+        finished_at: r.finished_at,
+        updated_at: r.updated_at,
+        steps: steps.map(|s| s.into_iter().map(step_view).collect()),
+    }
+}
+
+/// A recorded decision of the engine (or a person) about a run.
+#[derive(Object, Debug, Clone)]
+pub struct WorkflowDecision {
+    pub id: i64,
+    #[oai(skip_serializing_if_is_none)]
+    pub step_ref: Option<String>,
+    /// scheduled, waiting, held, skipped, failed, step_completed,
+    /// step_failed, step_timed_out, step_cancelled, step_retried,
+    /// subtree_replayed, paused, resumed, version_moved, run_pending,
+    /// run_started, run_ended.
+    pub decision_type: String,
+    pub reason: String,
+    /// What the decision was made on (a skipped step's condition and the
+    /// input it was evaluated over, a started step's job run).
+    pub details: Value,
+    pub created_at: DateTime<Utc>,
+}
+
+#[derive(Object, Debug)]
+pub struct Explanation {
+    pub workflow_run_id: String,
+    /// Oldest first.
+    pub decisions: Vec<WorkflowDecision>,
+    pub has_more: bool,
+    /// Pass as `cursor` for the next decisions; present when has_more.
+    #[oai(skip_serializing_if_is_none)]
+    pub next_cursor: Option<String>,
+}
+
+#[derive(Object, Debug)]
+pub struct VersionCounts {
+    pub version_id: String,
+    pub version: i32,
+    pub pending: i64,
+    pub running: i64,
+    pub paused: i64,
+}
+
+#[derive(Object, Debug)]
+pub struct ActiveVersions {
+    pub workflow_id: String,
+    /// Every version with active runs, newest first.
+    pub versions: Vec<VersionCounts>,
+}
+
+#[derive(Object, Debug)]
+pub struct VersionImpact {
+    pub workflow_id: String,
+    pub version_id: String,
+    /// Active (pending, running, paused) runs following the version.
+    pub active_runs: i64,
+    /// Up to 20 of them, newest first.
+    pub sample_run_ids: Vec<String>,
+}
+
+#[derive(ApiResponse)]
+pub enum TriggeredRun {
+    /// A new run: `running`, or `pending` while max_concurrent_runs are.
+    #[oai(status = 201)]
+    Created(Json<WorkflowRun>),
+    /// The idempotency key matched an earlier run, which is returned;
+    /// nothing was created.
+    #[oai(status = 200)]
+    Existing(Json<WorkflowRun>),
+}
+
+/// The run, if it exists and the caller may see it (404 otherwise).
+async fn load(state: &AppState, auth: &Auth, id: &str) -> ApiResult<RunRow> {
+    check_id("workflow run", id)?;
+    workflow_runs::get(&state.pool, tenant(&auth.0), id).await?.ok_or_else(|| ApiError::not_found("workflow run", id))
+}
+
+async fn with_steps(state: &AppState, run: RunRow) -> ApiResult<WorkflowRun> {
+    let steps = workflow_runs::steps(&state.pool, &run.id).await?;
+    Ok(run_view(run, Some(steps)))
+}
+
+fn who(p: &Principal) -> String {
+    p.actor().unwrap_or_else(|| "the internal secret".into())
+}
+
+/// Answers a person's move: 404, 409 with the reason, or the run with its
+/// steps after an audit event of `action`.
+async fn moved(
+    state: &AppState,
+    auth: &Auth,
+    result: Result<Moved, Refused>,
+    id: &str,
+    action: &str,
+    details: Value,
+) -> ApiResult<Json<WorkflowRun>> {
+    let m = match result {
+        Ok(m) => m,
+        Err(Refused::NotFound) => return Err(ApiError::not_found("workflow run", id)),
+        Err(Refused::Conflict(why)) => return Err(ApiError::conflict(why)),
+    };
+    workflow_runs::drop_entries(&state.queue, &m).await;
+    audit::record(&state.pool, &auth.0, Change::new(&m.run.project_id, action, ("workflow_run", &m.run.id), details))
+        .await?;
+    Ok(Json(with_steps(state, m.run).await?))
+}
+
+fn check_trigger(b: &TriggerWorkflowRequest) -> ApiResult<()> {
+    let mut e = FieldErrors::new();
+    if let Some(k) = &b.idempotency_key {
+        e.check(
+            !k.is_empty() && k.len() <= MAX_IDEMPOTENCY_KEY,
+            "body.idempotency_key",
+            format!("must be 1 to {MAX_IDEMPOTENCY_KEY} characters"),
+            Some(k.clone().into()),
+        );
+    }
+    let tags = b.tags.as_ref().map_or(0, HashMap::len);
+    e.check(tags <= MAX_TAGS, "body.tags", format!("at most {MAX_TAGS} tags"), None);
+    Ok(e.finish()?)
+}
+
+#[OpenApi(tag = "Tag::WorkflowRuns")]
+impl WorkflowRunsApi {
+    /// Trigger a run of a workflow's current version. 201 with the run
+    /// (`running`, or `pending` while the workflow's max_concurrent_runs
+    /// are running); 200 with the earlier run when `idempotency_key`
+    /// matches one. A workflow with skip_if_running and an active run
+    /// answers 409 naming that run, and nothing is created. A disabled
+    /// workflow is 409.
+    #[oai(path = "/v1/workflows/:workflow_id/trigger", method = "post")]
+    async fn trigger(
+        &self,
+        state: Data<&AppState>,
+        auth: Auth,
+        workflow_id: Path<String>,
+        body: Json<TriggerWorkflowRequest>,
+    ) -> ApiResult<TriggeredRun> {
+        check_id("workflow", &workflow_id)?;
+        let wf = store::workflows::get(&state.pool, tenant(&auth.0), &workflow_id)
+            .await?
+            .ok_or_else(|| ApiError::not_found("workflow", &workflow_id))?;
+        if !wf.enabled {
+            return Err(ApiError::conflict("the workflow is disabled; enable it to trigger runs"));
+        }
+        let b = body.0;
+        check_trigger(&b)?;
+        let new = NewWorkflowRun {
+            payload: b.payload,
+            idempotency_key: b.idempotency_key,
+            tags: b.tags.unwrap_or_default().into_iter().collect(),
+            triggered_by: "api".into(),
+            created_by: auth.0.actor(),
+            ..NewWorkflowRun::default()
+        };
+        match workflow_runs::trigger(&state.pool, &wf, &new).await? {
+            Triggered::Created(run) => Ok(TriggeredRun::Created(Json(with_steps(&state, run).await?))),
+            Triggered::Existing(run) => Ok(TriggeredRun::Existing(Json(with_steps(&state, run).await?))),
+            Triggered::Skipped { active_run_id } => Err(ApiError::conflict(format!(
+                "skipped: the workflow has skip_if_running and run {active_run_id} is active; no run was created"
+            ))),
+        }
+    }
+
+    /// List workflow runs of a project, newest first, optionally of one
+    /// workflow and in one status. Steps are not listed; get a run for them.
+    #[oai(path = "/v1/workflow-runs", method = "get")]
+    // Each query parameter is an argument: that is how the document learns them.
+    #[allow(clippy::too_many_arguments)]
+    async fn list(
+        &self,
+        state: Data<&AppState>,
+        auth: Auth,
+        project_id: Query<Option<String>>,
+        workflow_id: Query<Option<String>>,
+        status: Query<Option<String>>,
+        limit: Query<Option<i64>>,
+        cursor: Query<Option<String>>,
+    ) -> ApiResult<Json<Page<WorkflowRun>>> {
+        let project_id = project_of(&auth.0, project_id.0.as_deref())?;
+        let status = match status.0.as_deref() {
+            None => None,
+            Some(s) => Some(s.parse::<WorkflowRunStatus>().map_err(|m| {
+                ApiError::invalid_field(
+                    "query.status",
+                    format!("{m}; one of pending, running, paused, completed, failed, cancelled, timed_out"),
+                    Some(s.into()),
+                )
+            })?),
+        };
+        let w = Window::parse(limit.0, cursor.0)?;
+        let f = RunFilter { project_id: &project_id, workflow_id: workflow_id.0.as_deref(), status };
+        let rows = workflow_runs::list(&state.pool, &f, w.after(), w.fetch()).await?;
+        Ok(Json(w.page(rows, |r| r.id.clone(), |r| run_view(r, None))))
+    }
+
+    /// Get a workflow run with its steps.
+    #[oai(path = "/v1/workflow-runs/:workflow_run_id", method = "get")]
+    async fn get(
+        &self,
+        state: Data<&AppState>,
+        auth: Auth,
+        workflow_run_id: Path<String>,
+    ) -> ApiResult<Json<WorkflowRun>> {
+        let run = load(&state, &auth, &workflow_run_id).await?;
+        Ok(Json(with_steps(&state, run).await?))
+    }
+
+    /// Cancel a run that has not ended: its running steps are cancelled
+    /// with their job runs and child workflow runs. 409 when it has ended.
+    #[oai(path = "/v1/workflow-runs/:workflow_run_id/cancel", method = "post")]
+    async fn cancel(
+        &self,
+        state: Data<&AppState>,
+        auth: Auth,
+        workflow_run_id: Path<String>,
+    ) -> ApiResult<Json<WorkflowRun>> {
+        check_id("workflow run", &workflow_run_id)?;
+        let reason = format!("cancelled by {}", who(&auth.0));
+        let r = workflow_runs::cancel(&state.pool, tenant(&auth.0), &workflow_run_id, &reason).await?;
+        moved(&state, &auth, r, &workflow_run_id, "workflow_run.cancelled", Value::Null).await
+    }
+
+    /// Pause a running run: no step starts until it is resumed; steps
+    /// under way finish. 409 unless it is running.
+    #[oai(path = "/v1/workflow-runs/:workflow_run_id/pause", method = "post")]
+    async fn pause(
+        &self,
+        state: Data<&AppState>,
+        auth: Auth,
+        workflow_run_id: Path<String>,
+    ) -> ApiResult<Json<WorkflowRun>> {
+        check_id("workflow run", &workflow_run_id)?;
+        let r = workflow_runs::pause(&state.pool, tenant(&auth.0), &workflow_run_id, &who(&auth.0)).await?;
+        moved(&state, &auth, r, &workflow_run_id, "workflow_run.paused", Value::Null).await
+    }
+
+    /// Resume a paused run: steps that became ready meanwhile start. 409
+    /// unless it is paused.
+    #[oai(path = "/v1/workflow-runs/:workflow_run_id/resume", method = "post")]
+    async fn resume(
+        &self,
+        state: Data<&AppState>,
+        auth: Auth,
+        workflow_run_id: Path<String>,
+    ) -> ApiResult<Json<WorkflowRun>> {
+        check_id("workflow run", &workflow_run_id)?;
+        let r = workflow_runs::resume(&state.pool, tenant(&auth.0), &workflow_run_id, &who(&auth.0)).await?;
+        moved(&state, &auth, r, &workflow_run_id, "workflow_run.resumed", Value::Null).await
+    }
+
+    /// Retry one ended step: it goes back to pending and the run goes on
+    /// (a run that had ended runs again, with the steps its ending
+    /// cancelled). 409 when the step has not ended; 404 for an unknown
+    /// step_ref.
+    #[oai(path = "/v1/workflow-runs/:workflow_run_id/steps/:step_ref/retry", method = "post")]
+    async fn retry_step(
+        &self,
+        state: Data<&AppState>,
+        auth: Auth,
+        workflow_run_id: Path<String>,
+        step_ref: Path<String>,
+    ) -> ApiResult<Json<WorkflowRun>> {
+        self.reset(&state, &auth, &workflow_run_id, &step_ref, false).await
+    }
+
+    /// Replay a step and every step below it: all go back to pending and
+    /// the run goes on. 409 when one of them is running or waiting.
+    #[oai(path = "/v1/workflow-runs/:workflow_run_id/steps/:step_ref/replay-subtree", method = "post")]
+    async fn replay_subtree(
+        &self,
+        state: Data<&AppState>,
+        auth: Auth,
+        workflow_run_id: Path<String>,
+        step_ref: Path<String>,
+    ) -> ApiResult<Json<WorkflowRun>> {
+        self.reset(&state, &auth, &workflow_run_id, &step_ref, true).await
+    }
+
+    /// The decisions behind a run, oldest first, as they were recorded:
+    /// steps scheduled, skipped by their condition (with the condition and
+    /// the input it was evaluated over), held by max_parallel_steps,
+    /// waiting, completed, failed, retried, the run paused, resumed or
+    /// ended. Narrow with `step_ref` and `decision_type`.
+    #[oai(path = "/v1/workflow-runs/:workflow_run_id/explain", method = "get")]
+    #[allow(clippy::too_many_arguments)]
+    async fn explain(
+        &self,
+        state: Data<&AppState>,
+        auth: Auth,
+        workflow_run_id: Path<String>,
+        step_ref: Query<Option<String>>,
+        decision_type: Query<Option<String>>,
+        limit: Query<Option<i64>>,
+        cursor: Query<Option<String>>,
+    ) -> ApiResult<Json<Explanation>> {
+        let run = load(&state, &auth, &workflow_run_id).await?;
+        let limit = crate::pagination::limit(limit.0)?;
+        let after = match cursor.0.as_deref() {
+            None => None,
+            Some(c) => Some(c.parse::<i64>().map_err(|_| {
+                ApiError::invalid_field("query.cursor", "not a cursor this listing returned", Some(c.into()))
+            })?),
+        };
+        let mut rows = workflow_runs::decisions(
+            &state.pool,
+            &run.id,
+            step_ref.0.as_deref(),
+            decision_type.0.as_deref(),
+            after,
+            limit + 1,
+        )
+        .await?;
+        let has_more = rows.len() as i64 > limit;
+        rows.truncate(limit as usize);
+        let next_cursor = if has_more { rows.last().map(|d| d.id.to_string()) } else { None };
+        Ok(Json(Explanation {
+            workflow_run_id: run.id,
+            decisions: rows
+                .into_iter()
+                .map(|d| WorkflowDecision {
+                    id: d.id,
+                    step_ref: d.step_ref,
+                    decision_type: d.decision_type,
+                    reason: d.reason,
+                    details: d.details.0,
+                    created_at: d.created_at,
+                })
+                .collect(),
+            has_more,
+            next_cursor,
+        }))
+    }
+
+    /// Every version of the workflow that active runs follow, with how many
+    /// are pending, running and paused on each.
+    #[oai(path = "/v1/workflows/:workflow_id/active-versions", method = "get")]
+    async fn active_versions(
+        &self,
+        state: Data<&AppState>,
+        auth: Auth,
+        workflow_id: Path<String>,
+    ) -> ApiResult<Json<ActiveVersions>> {
+        let wf = load_workflow(&state, &auth, &workflow_id).await?;
+        let rows = workflow_runs::active_versions(&state.pool, &wf.id).await?;
+        Ok(Json(ActiveVersions {
+            workflow_id: wf.id,
+            versions: rows
+                .into_iter()
+                .map(|(version_id, version, pending, running, paused)| VersionCounts {
+                    version_id,
+                    version,
+                    pending,
+                    running,
+                    paused,
+                })
+                .collect(),
+        }))
+    }
+
+    /// How many active runs follow one version of the workflow, with a
+    /// sample of them. 404 for a version of another workflow.
+    #[oai(path = "/v1/workflows/:workflow_id/versions/:version_id/impact", method = "get")]
+    async fn impact(
+        &self,
+        state: Data<&AppState>,
+        auth: Auth,
+        workflow_id: Path<String>,
+        version_id: Path<String>,
+    ) -> ApiResult<Json<VersionImpact>> {
+        let wf = load_workflow(&state, &auth, &workflow_id).await?;
+        check_id("workflow version", &version_id)?;
+        if !store::workflows::has_version(&state.pool, &wf.id, &version_id).await? {
+            return Err(ApiError::not_found("workflow version", &version_id));
+        }
+        let (active_runs, sample) = workflow_runs::on_version(&state.pool, &version_id, 20).await?;
+        Ok(Json(VersionImpact {
+            workflow_id: wf.id,
+            version_id: version_id.0,
+            active_runs,
+            sample_run_ids: sample.into_iter().map(|r| r.id).collect(),
+        }))
+    }
+}
+
+async fn load_workflow(state: &AppState, auth: &Auth, id: &str) -> ApiResult<store::workflows::WorkflowRecord> {
+    check_id("workflow", id)?;
+    store::workflows::get(&state.pool, tenant(&auth.0), id).await?.ok_or_else(|| ApiError::not_found("workflow", id))
+}
+
+impl WorkflowRunsApi {
+    async fn reset(
+        &self,
+        state: &AppState,
+        auth: &Auth,
+        run_id: &str,
+        step_ref: &str,
+        with_descendants: bool,
+    ) -> ApiResult<Json<WorkflowRun>> {
+        check_id("workflow run", run_id)?;
+        let t: Tenant = tenant(&auth.0);
+        let r = workflow_runs::reset_steps(&state.pool, t, run_id, step_ref, with_descendants, &who(&auth.0)).await?;
+        let r = match r {
+            Err(Refused::NotFound) if workflow_runs::get(&state.pool, t, run_id).await?.is_some() => {
+                return Err(ApiError::not_found("step", step_ref));
+            }
+            other => other,
+        };
+        let action = if with_descendants { "workflow_run.subtree_replayed" } else { "workflow_run.step_retried" };
+        moved(state, auth, r, run_id, action, serde_json::json!({ "step_ref": step_ref })).await
+    }
+}

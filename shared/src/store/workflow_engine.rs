@@ -1,0 +1,761 @@
+//! The engine's moves: one [`advance`] of one workflow run, in one
+//! transaction under the run's row lock.
+//!
+//! An advance consumes the run's outbox rows, reads its steps with the
+//! status of their job runs and child runs, brings each step up to date
+//! (a job run that ended ends its step, a sleep that is over completes),
+//! ends the run at its deadline, asks `domain::workflow_run::next` what
+//! comes next, and writes it: steps skipped, failed or started (a job
+//! step's job run is inserted in the same transaction, a sub-workflow's
+//! child run too), the run ended, and the decisions made. After the commit
+//! the new job runs are enqueued; if that fails, or the process dies first,
+//! the runs are `queued` in Postgres and the reconciler enqueues them.
+//!
+//! Nothing is lost or doubled when several schedulers advance at once or
+//! one dies midway: a step is started by an update of its own row under
+//! the run's lock, and an outbox row is deleted only by the transaction
+//! that read the run after it.
+
+use std::collections::{HashMap, HashSet};
+
+use chrono::{DateTime, Utc};
+use serde_json::{json, Map, Value};
+use sqlx::types::Json;
+use sqlx::{PgConnection, PgPool};
+
+use super::runs::{self, NewRun, Run};
+use super::transitions::{self, Changed, Staged};
+use super::workflow_runs::{self, record, wake, StepRun, Triggered, WorkflowRun, RUN_COLUMNS, STEP_COLUMNS};
+use super::{jobs, workflows, Tenant};
+use crate::domain::schedule;
+use crate::domain::step_logic::transform_output;
+use crate::domain::workflow::{Step, StepType, MAX_NESTING_DEPTH};
+use crate::domain::workflow_run::{self, Decision, Ending, Inputs, StepNow, StepStatus, WorkflowRunStatus};
+use crate::domain::RunStatus;
+use crate::queue::Queue;
+
+/// How a run ends.
+#[derive(Clone, Debug)]
+pub struct Decided {
+    pub status: WorkflowRunStatus,
+    pub error: Option<String>,
+    pub output: Option<Value>,
+    pub reason: String,
+}
+
+impl Decided {
+    pub fn ended(status: WorkflowRunStatus, reason: &str) -> Decided {
+        let error = (status != WorkflowRunStatus::Completed).then(|| reason.to_string());
+        Decided { status, error, output: None, reason: reason.to_string() }
+    }
+}
+
+/// What one advance did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Advanced {
+    /// The run had nothing to do (no outbox row, nothing due), or another
+    /// process holds it.
+    pub idle: bool,
+    pub steps_started: usize,
+    pub job_runs_enqueued: usize,
+    /// The status the run ended with, when it ended.
+    pub ended: Option<String>,
+}
+
+/// The steps of a version.
+pub async fn version_steps(conn: &mut PgConnection, version_id: &str) -> Result<Vec<Step>, sqlx::Error> {
+    let steps: Option<Json<Vec<Step>>> = sqlx::query_scalar("SELECT steps FROM workflow_versions WHERE id = $1")
+        .bind(version_id)
+        .fetch_optional(conn)
+        .await?;
+    Ok(steps.map(|s| s.0).unwrap_or_default())
+}
+
+/// A step row with what its job run or child run says now.
+#[derive(sqlx::FromRow)]
+struct StepRow {
+    #[sqlx(flatten)]
+    step: StepRun,
+    job_status: Option<RunStatus>,
+    job_result: Option<Json<Value>>,
+    job_error: Option<String>,
+    child_status: Option<WorkflowRunStatus>,
+    child_output: Option<Json<Value>>,
+    child_error: Option<String>,
+}
+
+/// A change to one step row, written with the others in one statement.
+#[derive(Clone, Debug)]
+struct StepWrite {
+    id: String,
+    status: StepStatus,
+    output: Option<Value>,
+    error: Option<String>,
+    job_run_id: Option<String>,
+    child_id: Option<String>,
+    wake_at: Option<DateTime<Utc>>,
+    start: bool,
+    finish: bool,
+    ended_by_run: bool,
+}
+
+impl StepWrite {
+    fn finish(s: &StepRun, status: StepStatus, output: Option<Value>, error: Option<String>) -> StepWrite {
+        StepWrite {
+            id: s.id.clone(),
+            status,
+            output,
+            error,
+            job_run_id: s.job_run_id.clone(),
+            child_id: s.child_workflow_run_id.clone(),
+            wake_at: None,
+            start: false,
+            finish: true,
+            ended_by_run: false,
+        }
+    }
+
+    fn start(s: &StepRun, status: StepStatus) -> StepWrite {
+        StepWrite {
+            id: s.id.clone(),
+            status,
+            output: None,
+            error: None,
+            job_run_id: None,
+            child_id: None,
+            wake_at: None,
+            start: true,
+            finish: false,
+            ended_by_run: false,
+        }
+    }
+}
+
+async fn write_steps(conn: &mut PgConnection, w: &[StepWrite]) -> Result<(), sqlx::Error> {
+    if w.is_empty() {
+        return Ok(());
+    }
+    macro_rules! col {
+        ($f:expr) => {
+            w.iter().map($f).collect::<Vec<_>>()
+        };
+    }
+    sqlx::query(
+        "UPDATE workflow_step_runs s SET status = t.status, output = t.output, error = t.error,
+            job_run_id = t.job_run_id, child_workflow_run_id = t.child_id, wake_at = t.wake_at,
+            attempt = s.attempt + CASE WHEN t.start THEN 1 ELSE 0 END,
+            started_at = CASE WHEN t.start THEN now() ELSE s.started_at END,
+            finished_at = CASE WHEN t.finish THEN now() WHEN t.start THEN NULL ELSE s.finished_at END,
+            ended_by_run = t.ended_by_run
+         FROM UNNEST($1::text[], $2::text[], $3::jsonb[], $4::text[], $5::text[], $6::text[], $7::timestamptz[],
+                     $8::bool[], $9::bool[], $10::bool[])
+              AS t (id, status, output, error, job_run_id, child_id, wake_at, start, finish, ended_by_run)
+         WHERE s.id = t.id",
+    )
+    .bind(col!(|s| s.id.as_str()))
+    .bind(col!(|s| s.status.as_str()))
+    .bind(col!(|s| s.output.as_ref().map(Json)))
+    .bind(col!(|s| s.error.as_deref()))
+    .bind(col!(|s| s.job_run_id.as_deref()))
+    .bind(col!(|s| s.child_id.as_deref()))
+    .bind(col!(|s| s.wake_at))
+    .bind(col!(|s| s.start))
+    .bind(col!(|s| s.finish))
+    .bind(col!(|s| s.ended_by_run))
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Runs with work: those with outbox rows and those whose wake-up time has
+/// come, at most `limit`.
+pub async fn runs_with_work(pool: &PgPool, now: DateTime<Utc>, limit: i64) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar(
+        "(SELECT DISTINCT workflow_run_id FROM workflow_outbox LIMIT $2)
+         UNION
+         (SELECT id FROM workflow_runs WHERE wake_at <= $1 ORDER BY wake_at LIMIT $2)",
+    )
+    .bind(now)
+    .bind(limit)
+    .fetch_all(pool)
+    .await
+}
+
+/// The earliest wake-up time of any run (a sleep's end, a deadline).
+pub async fn next_wake(pool: &PgPool) -> Result<Option<DateTime<Utc>>, sqlx::Error> {
+    sqlx::query_scalar("SELECT min(wake_at) FROM workflow_runs WHERE wake_at IS NOT NULL").fetch_one(pool).await
+}
+
+/// Whether the run has outbox rows (an event that arrived while this
+/// process held the run: see [`advance`]).
+pub async fn has_events(pool: &PgPool, run_id: &str) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM workflow_outbox WHERE workflow_run_id = $1)")
+        .bind(run_id)
+        .fetch_one(pool)
+        .await
+}
+
+/// Advances one run at `now`. Another process holding the run's lock makes
+/// this a no-op (`idle`): that process sees every event committed before
+/// it read, and the caller checks [`has_events`] for the rest.
+pub async fn advance(pool: &PgPool, queue: &Queue, run_id: &str, now: DateTime<Utc>) -> Result<Advanced, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    let run: Option<WorkflowRun> =
+        sqlx::query_as(&format!("SELECT {RUN_COLUMNS} FROM workflow_runs WHERE id = $1 FOR UPDATE SKIP LOCKED"))
+            .bind(run_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+    let Some(run) = run else {
+        // Held by another process, or gone: rows of a deleted run go too.
+        let gone: bool = sqlx::query_scalar("SELECT NOT EXISTS (SELECT 1 FROM workflow_runs WHERE id = $1)")
+            .bind(run_id)
+            .fetch_one(&mut *tx)
+            .await?;
+        if gone {
+            sqlx::query("DELETE FROM workflow_outbox WHERE workflow_run_id = $1")
+                .bind(run_id)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+        }
+        return Ok(Advanced { idle: true, ..Default::default() });
+    };
+    // Consume the events first: whatever commits after this statement
+    // leaves a row for the next advance.
+    let consumed = sqlx::query("DELETE FROM workflow_outbox WHERE workflow_run_id = $1")
+        .bind(run_id)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+    let due = run.wake_at.is_some_and(|w| w <= now);
+    if consumed == 0 && !due {
+        return Ok(Advanced { idle: true, ..Default::default() });
+    }
+    if !matches!(run.status, WorkflowRunStatus::Running | WorkflowRunStatus::Paused) {
+        sqlx::query("UPDATE workflow_runs SET wake_at = NULL WHERE id = $1 AND wake_at IS NOT NULL")
+            .bind(run_id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        return Ok(Advanced::default());
+    }
+    let mut engine = Pass { run, now, writes: Vec::new(), new_runs: Vec::new(), staged: Vec::new(), ended: None };
+    engine.go(&mut tx).await?;
+    let Pass { new_runs, staged, ended, writes, .. } = engine;
+    tx.commit().await?;
+
+    let cancelled: Vec<Changed> = staged.into_iter().flat_map(Staged::committed).collect();
+    transitions::drop_entries(queue, &cancelled).await;
+    let mut enqueued = 0;
+    if !new_runs.is_empty() {
+        let entries: Vec<_> = new_runs
+            .iter()
+            .filter(|r| r.status == RunStatus::Queued || r.scheduled_at.is_some())
+            .map(|r| (r.entry(), r.scheduled_at.map_or(0, |t| t.timestamp_millis())))
+            .collect();
+        let refs: Vec<_> = entries.iter().map(|(e, due)| (e, *due)).collect();
+        match queue.enqueue_many(&refs, Utc::now().timestamp_millis()).await {
+            Ok(n) => enqueued = n,
+            Err(e) => tracing::warn!(workflow_run_id = %run_id, error = %e,
+                "enqueue of step runs failed; they are queued in postgres and the reconciler will enqueue them"),
+        }
+        if let Some(t) = new_runs.iter().filter_map(|r| r.expires_at).min() {
+            queue.wake(crate::queue::WakeLoop::Expirer, Some(t));
+        }
+    }
+    Ok(Advanced {
+        idle: false,
+        steps_started: writes.iter().filter(|w| w.start).count(),
+        job_runs_enqueued: enqueued,
+        ended: ended.map(|s| s.as_str().to_string()),
+    })
+}
+
+/// One advance's working state.
+struct Pass {
+    run: WorkflowRun,
+    now: DateTime<Utc>,
+    writes: Vec<StepWrite>,
+    new_runs: Vec<Run>,
+    staged: Vec<Staged>,
+    ended: Option<WorkflowRunStatus>,
+}
+
+impl Pass {
+    async fn go(&mut self, tx: &mut PgConnection) -> Result<(), sqlx::Error> {
+        let run_id = self.run.id.clone();
+        let mut steps = version_steps(tx, &self.run.version_id).await?;
+        let wf = workflows::get_in(tx, Tenant::Any, &self.run.workflow_id).await?;
+        if let Some(wf) =
+            wf.as_ref().filter(|w| self.run.version_policy == "latest" && w.version_id != self.run.version_id)
+        {
+            steps = self.move_to_version(tx, wf).await?;
+        }
+        let rows: Vec<StepRow> = sqlx::query_as(&format!(
+            "SELECT {}, j.status AS job_status, j.result AS job_result, j.error AS job_error,
+                    c.status AS child_status, c.output AS child_output, c.error AS child_error
+               FROM workflow_step_runs s
+               LEFT JOIN job_runs j ON j.id = s.job_run_id
+               LEFT JOIN workflow_runs c ON c.id = s.child_workflow_run_id
+              WHERE s.workflow_run_id = $1",
+            STEP_COLUMNS.split(", ").map(|c| format!("s.{c}")).collect::<Vec<_>>().join(", ")
+        ))
+        .bind(&run_id)
+        .fetch_all(&mut *tx)
+        .await?;
+        let defs: HashMap<&str, &Step> = steps.iter().map(|s| (s.def.step_ref.as_str(), s)).collect();
+        let mut now_of: HashMap<String, StepNow> = HashMap::new();
+        let mut rows_by_ref: HashMap<String, StepRun> = HashMap::new();
+        for row in rows {
+            let synced = self.sync(tx, &row, defs.get(row.step.step_ref.as_str()).copied()).await?;
+            now_of.insert(row.step.step_ref.clone(), synced);
+            rows_by_ref.insert(row.step.step_ref.clone(), row.step);
+        }
+
+        if self.run.deadline_at.is_some_and(|d| d <= self.now) {
+            self.flush(tx).await?;
+            let reason = "the workflow run passed its timeout_secs";
+            self.staged.push(end_run(tx, &self.run, Decided::ended(WorkflowRunStatus::TimedOut, reason)).await?);
+            self.ended = Some(WorkflowRunStatus::TimedOut);
+            return Ok(());
+        }
+
+        let payload = self.run.payload.as_ref().map(|p| p.0.clone()).unwrap_or(Value::Null);
+        let max_parallel = wf.as_ref().and_then(|w| w.max_parallel_steps).map(i64::from);
+        let mut held_before: Option<HashSet<String>> = None;
+        // Starting a step can fail at once (its job is gone): the rules
+        // then see the failure on the next round, bounded by the step count.
+        for _ in 0..=steps.len() {
+            let next = workflow_run::next(&Inputs {
+                steps: &steps,
+                now: &now_of,
+                payload: &payload,
+                paused: self.run.status == WorkflowRunStatus::Paused,
+                max_parallel_steps: max_parallel,
+            });
+            let mut failed_at_start = false;
+            let mut starts: Vec<(&Step, &StepRun)> = Vec::new();
+            for d in &next.decisions {
+                match d {
+                    Decision::Skip { step_ref, reason, details } => {
+                        let s = &rows_by_ref[step_ref];
+                        self.writes.push(StepWrite::finish(s, StepStatus::Skipped, None, None));
+                        now_of.insert(
+                            step_ref.clone(),
+                            StepNow { status: StepStatus::Skipped, output: None, error: None },
+                        );
+                        record(tx, &run_id, Some(step_ref), "skipped", reason, details.clone()).await?;
+                    }
+                    Decision::Fail { step_ref, error } => {
+                        let s = &rows_by_ref[step_ref];
+                        self.writes.push(StepWrite::finish(s, StepStatus::Failed, None, Some(error.clone())));
+                        now_of.insert(
+                            step_ref.clone(),
+                            StepNow { status: StepStatus::Failed, output: None, error: Some(error.clone()) },
+                        );
+                        record(tx, &run_id, Some(step_ref), "failed", error, Value::Null).await?;
+                    }
+                    Decision::Held { step_ref, reason } => {
+                        if held_before.is_none() {
+                            held_before = Some(held_steps(tx, &run_id).await?);
+                        }
+                        if held_before.as_mut().is_some_and(|h| h.insert(step_ref.clone())) {
+                            record(tx, &run_id, Some(step_ref), "held", reason, Value::Null).await?;
+                        }
+                    }
+                    Decision::Start { step_ref } => starts.push((defs[step_ref.as_str()], &rows_by_ref[step_ref])),
+                }
+            }
+            let starts: Vec<(Step, StepRun)> = starts.into_iter().map(|(d, r)| (d.clone(), r.clone())).collect();
+            for (status, step_ref, error) in self.start(tx, &starts).await? {
+                if status == StepStatus::Failed {
+                    failed_at_start = true;
+                }
+                now_of.insert(step_ref, StepNow { status, output: None, error });
+            }
+            if let Some(ending) = next.ending {
+                self.flush(tx).await?;
+                let decided = match ending {
+                    Ending::Completed => Decided {
+                        status: WorkflowRunStatus::Completed,
+                        error: None,
+                        output: Some(workflow_run::run_output(now_of.iter().map(|(r, s)| (r.as_str(), s)))),
+                        reason: "every step ended".into(),
+                    },
+                    Ending::Failed { error, .. } => Decided::ended(WorkflowRunStatus::Failed, &error),
+                };
+                self.ended = Some(decided.status);
+                self.staged.push(end_run(tx, &self.run, decided).await?);
+                return Ok(());
+            }
+            if !failed_at_start {
+                break;
+            }
+        }
+        self.flush(tx).await?;
+        // The next moment the run must be looked at without an event.
+        let wake_at = self.writes.iter().filter_map(|w| w.wake_at).chain(self.run.deadline_at).min();
+        sqlx::query(
+            "UPDATE workflow_runs SET wake_at = (SELECT min(t) FROM (
+                SELECT min(wake_at) AS t FROM workflow_step_runs WHERE workflow_run_id = $1 AND status = 'waiting'
+                UNION ALL SELECT $2::timestamptz) x)
+             WHERE id = $1",
+        )
+        .bind(&run_id)
+        .bind(wake_at)
+        .execute(&mut *tx)
+        .await?;
+        Ok(())
+    }
+
+    async fn flush(&mut self, tx: &mut PgConnection) -> Result<(), sqlx::Error> {
+        write_steps(tx, &self.writes).await
+    }
+
+    /// Brings one step up to date with its job run, child run or sleep.
+    async fn sync(&mut self, tx: &mut PgConnection, row: &StepRow, def: Option<&Step>) -> Result<StepNow, sqlx::Error> {
+        let s = &row.step;
+        let here = StepNow { status: s.status, output: s.output.as_ref().map(|o| o.0.clone()), error: s.error.clone() };
+        if s.status != StepStatus::Running && s.status != StepStatus::Waiting {
+            return Ok(here);
+        }
+        let transform = def.and_then(|d| d.def.output_transform.as_deref());
+        let (status, output, error) = if let Some(js) = row.job_status.filter(|j| j.is_terminal()) {
+            match js {
+                RunStatus::Completed => (StepStatus::Completed, row.job_result.as_ref().map(|r| r.0.clone()), None),
+                RunStatus::TimedOut => (StepStatus::TimedOut, None, row.job_error.clone()),
+                RunStatus::Cancelled => (StepStatus::Cancelled, None, row.job_error.clone()),
+                RunStatus::Expired => {
+                    (StepStatus::Failed, None, Some("the step's job run expired before it started".into()))
+                }
+                _ => (StepStatus::Failed, None, row.job_error.clone()),
+            }
+        } else if let Some(cs) = row.child_status.filter(|c| c.is_terminal()) {
+            let why = || row.child_error.clone().or_else(|| Some(format!("the child workflow run {cs}")));
+            match cs {
+                WorkflowRunStatus::Completed => {
+                    (StepStatus::Completed, row.child_output.as_ref().map(|o| o.0.clone()), None)
+                }
+                WorkflowRunStatus::TimedOut => (StepStatus::TimedOut, None, why()),
+                WorkflowRunStatus::Cancelled => (StepStatus::Cancelled, None, why()),
+                _ => (StepStatus::Failed, None, why()),
+            }
+        } else if s.step_type == StepType::Sleep.as_str() && s.wake_at.is_some_and(|w| w <= self.now) {
+            (StepStatus::Completed, None, None)
+        } else {
+            return Ok(here);
+        };
+        let (status, output, error) = match (status, transform, output) {
+            (StepStatus::Completed, Some(t), out) => match transform_output(t, out.as_ref().unwrap_or(&Value::Null)) {
+                Ok(v) => (StepStatus::Completed, Some(v), None),
+                Err(e) => (StepStatus::Failed, None, Some(e)),
+            },
+            (status, _, out) => (status, out, error),
+        };
+        self.writes.push(StepWrite::finish(s, status, output.clone(), error.clone()));
+        let reason = match &error {
+            Some(e) => format!("{status}: {e}"),
+            None => status.to_string(),
+        };
+        let details = json!({ "job_run_id": s.job_run_id, "child_workflow_run_id": s.child_workflow_run_id });
+        record(tx, &self.run.id, Some(&s.step_ref), &format!("step_{status}"), &reason, details).await?;
+        Ok(StepNow { status, output, error })
+    }
+
+    /// Starts steps; returns each one's status after (running, waiting,
+    /// or failed when it could not start).
+    async fn start(
+        &mut self,
+        tx: &mut PgConnection,
+        starts: &[(Step, StepRun)],
+    ) -> Result<Vec<(StepStatus, String, Option<String>)>, sqlx::Error> {
+        let mut out = Vec::with_capacity(starts.len());
+        let job_ids: Vec<String> = starts.iter().filter_map(|(d, _)| d.def.job_id.clone()).collect();
+        let jobs: HashMap<String, jobs::JobRecord> = if job_ids.is_empty() {
+            HashMap::new()
+        } else {
+            jobs::get_many_in(tx, &job_ids).await?.into_iter().map(|j| (j.id.clone(), j)).collect()
+        };
+        let payload = self.run.payload.as_ref().map(|p| p.0.clone());
+        let mut new_runs: Vec<NewRun> = Vec::new();
+        for (def, row) in starts {
+            let mut w = StepWrite::start(row, StepStatus::Running);
+            let failed = |w: &mut StepWrite, e: String| {
+                w.status = StepStatus::Failed;
+                w.error = Some(e);
+                w.finish = true;
+            };
+            match def.step_type().unwrap_or(StepType::Job) {
+                StepType::Job => {
+                    let job = def
+                        .def
+                        .job_id
+                        .as_ref()
+                        .and_then(|id| jobs.get(id))
+                        .filter(|j| j.project_id == self.run.project_id);
+                    match job {
+                        None => failed(&mut w, "the step's job does not exist any more".into()),
+                        Some(j) if !j.enabled => failed(&mut w, format!("the step's job {} is disabled", j.id)),
+                        Some(j) => match self.job_run(j, def, row, payload.clone()) {
+                            Ok(new) => {
+                                w.job_run_id = Some(new.id.clone());
+                                new_runs.push(new);
+                            }
+                            Err(e) => failed(&mut w, e),
+                        },
+                    }
+                }
+                StepType::SubWorkflow => match self.child(tx, def, row).await? {
+                    Ok(child) => w.child_id = Some(child),
+                    Err(e) => failed(&mut w, e),
+                },
+                StepType::Sleep => {
+                    w.status = StepStatus::Waiting;
+                    let secs = def.def.sleep_duration_secs.unwrap_or(0).max(0);
+                    w.wake_at = Some(self.now + chrono::Duration::seconds(secs));
+                }
+                // Events, approvals and cost gates wait for what resolves them.
+                StepType::WaitForEvent | StepType::Approval | StepType::CostGate => w.status = StepStatus::Waiting,
+            }
+            let (decision, reason) = match (&w.status, &w.error) {
+                (StepStatus::Failed, Some(e)) => ("failed", e.clone()),
+                (StepStatus::Waiting, _) => {
+                    ("waiting", format!("{} step waits", def.def.step_type.as_deref().unwrap_or("a")))
+                }
+                _ => ("scheduled", "its dependencies are satisfied".to_string()),
+            };
+            let details = json!({ "attempt": row.attempt + 1, "job_run_id": w.job_run_id, "child_workflow_run_id": w.child_id, "wake_at": w.wake_at });
+            record(tx, &self.run.id, Some(&row.step_ref), decision, &reason, details).await?;
+            out.push((w.status, row.step_ref.clone(), w.error.clone()));
+            self.writes.push(w);
+        }
+        if !new_runs.is_empty() {
+            let written = runs::insert_many_in(tx, &new_runs).await?;
+            self.new_runs.extend(written.into_iter().filter(|(_, created)| *created).map(|(r, _)| r));
+        }
+        Ok(out)
+    }
+
+    /// The job run a job step starts, with the step's overrides.
+    fn job_run(
+        &self,
+        job: &jobs::JobRecord,
+        def: &Step,
+        row: &StepRun,
+        payload: Option<Value>,
+    ) -> Result<NewRun, String> {
+        let spec = &job.spec.0;
+        let admitted = schedule::admission(spec, self.now, None, false)?;
+        let d = &def.def;
+        let mut metadata: Map<String, Value> =
+            spec.default_run_metadata.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect();
+        metadata.insert("workflow_run_id".into(), Value::String(self.run.id.clone()));
+        metadata.insert("step_ref".into(), Value::String(row.step_ref.clone()));
+        let i32_of = |v: Option<i64>| v.map(|n| n.clamp(0, i32::MAX as i64) as i32);
+        Ok(NewRun {
+            id: crate::ids::run_id(),
+            project_id: self.run.project_id.clone(),
+            job_id: job.id.clone(),
+            job_version: job.version,
+            job_version_id: job.version_id.clone(),
+            status: admitted.status,
+            triggered_by: "workflow".into(),
+            created_by: self.run.created_by.clone(),
+            payload: d.payload.clone().or(payload),
+            // One job run per start of the step: a second insert for the
+            // same start could only be a bug, and conflicts instead.
+            idempotency_key: Some(format!("{}:{}", row.id, row.attempt + 1)),
+            concurrency_key: d.concurrency_key.clone(),
+            execution_mode: "sync".into(),
+            retry_backoff: d.retry_backoff.clone(),
+            max_attempts_override: i32_of(d.retry_max_attempts),
+            retry_initial_delay_secs: i32_of(d.retry_initial_delay_secs),
+            retry_max_delay_secs: i32_of(d.retry_max_delay_secs),
+            timeout_secs_override: i32_of(d.timeout_secs_override),
+            metadata: Value::Object(metadata),
+            tags: serde_json::to_value(&self.run.tags.0).unwrap_or_default(),
+            scheduled_at: admitted.scheduled_at,
+            expires_at: admitted.expires_at,
+            workflow_step_run_id: Some(row.id.clone()),
+            resource_class: d.resource_class.clone(),
+            ..NewRun::default()
+        })
+    }
+
+    /// Starts a sub-workflow step's child run; `Err` with the reason when
+    /// it cannot start.
+    async fn child(
+        &mut self,
+        tx: &mut PgConnection,
+        def: &Step,
+        row: &StepRun,
+    ) -> Result<Result<String, String>, sqlx::Error> {
+        let Some(sub_id) = def.def.sub_workflow_id.as_deref() else {
+            return Ok(Err("the step names no sub_workflow_id".into()));
+        };
+        let limit = def
+            .def
+            .max_nesting_depth
+            .unwrap_or(crate::domain::workflow::DEFAULT_MAX_NESTING_DEPTH)
+            .clamp(1, MAX_NESTING_DEPTH);
+        if i64::from(self.run.depth) + 1 > limit {
+            return Ok(Err(format!("the sub-workflow would nest deeper than max_nesting_depth ({limit})")));
+        }
+        let Some(sub) = workflows::get_in(tx, Tenant::Project(&self.run.project_id), sub_id).await? else {
+            return Ok(Err(format!("the sub-workflow {sub_id} does not exist any more")));
+        };
+        if !sub.enabled {
+            return Ok(Err(format!("the sub-workflow {sub_id} is disabled")));
+        }
+        let new = workflow_runs::NewWorkflowRun {
+            payload: def.def.payload.clone().or_else(|| self.run.payload.as_ref().map(|p| p.0.clone())),
+            idempotency_key: Some(format!("{}:{}", row.id, row.attempt + 1)),
+            tags: self.run.tags.0.clone(),
+            triggered_by: "workflow".into(),
+            created_by: self.run.created_by.clone(),
+            parent_step_run_id: Some(row.id.clone()),
+            depth: self.run.depth + 1,
+            cron_tick: None,
+        };
+        Ok(match workflow_runs::trigger_in(tx, &sub, &new).await? {
+            Triggered::Created(r) | Triggered::Existing(r) => Ok(r.id),
+            Triggered::Skipped { active_run_id } => {
+                Err(format!("the sub-workflow skips a run while one is active (skip_if_running): {active_run_id}"))
+            }
+        })
+    }
+
+    /// Under version_policy `latest`: the run follows the workflow's newest
+    /// version from here on. Steps new in it are added (pending), steps it
+    /// dropped that had not started are removed; steps that ran stay.
+    async fn move_to_version(
+        &mut self,
+        tx: &mut PgConnection,
+        wf: &workflows::WorkflowRecord,
+    ) -> Result<Vec<Step>, sqlx::Error> {
+        let steps = wf.steps.0.clone();
+        let refs: Vec<&str> = steps.iter().map(|s| s.def.step_ref.as_str()).collect();
+        sqlx::query("DELETE FROM workflow_step_runs WHERE workflow_run_id = $1 AND status = 'pending' AND NOT (step_ref = ANY($2))")
+            .bind(&self.run.id)
+            .bind(&refs)
+            .execute(&mut *tx)
+            .await?;
+        workflow_runs::insert_steps(tx, &self.run.id, &steps).await?;
+        sqlx::query("UPDATE workflow_runs SET version_id = $2, version = $3 WHERE id = $1")
+            .bind(&self.run.id)
+            .bind(&wf.version_id)
+            .bind(wf.version)
+            .execute(&mut *tx)
+            .await?;
+        let details = json!({ "from_version_id": self.run.version_id, "to_version_id": wf.version_id });
+        let reason = format!("version_policy latest: now on version {}", wf.version);
+        record(tx, &self.run.id, None, "version_moved", &reason, details).await?;
+        self.run.version_id = wf.version_id.clone();
+        self.run.version = wf.version;
+        Ok(steps)
+    }
+}
+
+/// The steps a `held` decision was recorded for already.
+async fn held_steps(tx: &mut PgConnection, run_id: &str) -> Result<HashSet<String>, sqlx::Error> {
+    let refs: Vec<String> = sqlx::query_scalar(
+        "SELECT DISTINCT step_ref FROM workflow_decisions WHERE workflow_run_id = $1 AND decision_type = 'held'",
+    )
+    .bind(run_id)
+    .fetch_all(tx)
+    .await?;
+    Ok(refs.into_iter().collect())
+}
+
+/// Ends a run (and, depth first, the child runs of its running steps):
+/// its running and waiting steps are cancelled with their job runs, the
+/// run takes `d`'s status, its parent step's run is told, and a run of
+/// the same workflow waiting for a slot under max_concurrent_runs starts.
+/// The caller holds the run's lock; the job runs cancelled are staged.
+pub async fn end_run(tx: &mut PgConnection, run: &WorkflowRun, d: Decided) -> Result<Staged, sqlx::Error> {
+    let mut job_runs: Vec<String> = Vec::new();
+    let mut todo: Vec<(String, Decided)> = vec![(run.id.clone(), d)];
+    let mut first = true;
+    while let Some((id, d)) = todo.pop() {
+        let ended: Vec<(Option<String>, Option<String>)> = sqlx::query_as(
+            "UPDATE workflow_step_runs SET status = 'cancelled', ended_by_run = true, finished_at = now(), wake_at = NULL,
+                error = $2
+             WHERE workflow_run_id = $1 AND status IN ('running', 'waiting')
+             RETURNING job_run_id, child_workflow_run_id",
+        )
+        .bind(&id)
+        .bind(format!("the workflow run ended ({})", d.status))
+        .fetch_all(&mut *tx)
+        .await?;
+        for (job, child) in ended {
+            job_runs.extend(job);
+            if let Some(child) = child {
+                // A child that ended already is left as it is.
+                let active: Option<String> = sqlx::query_scalar(
+                    "SELECT id FROM workflow_runs WHERE id = $1 AND status IN ('pending', 'running', 'paused') FOR UPDATE",
+                )
+                .bind(&child)
+                .fetch_optional(&mut *tx)
+                .await?;
+                if let Some(c) = active {
+                    todo.push((c, Decided::ended(WorkflowRunStatus::Cancelled, "its parent workflow run ended")));
+                }
+            }
+        }
+        let updated: Option<(String, Option<String>)> = sqlx::query_as(
+            "UPDATE workflow_runs SET status = $2, error = $3, output = $4, finished_at = now(), wake_at = NULL
+             WHERE id = $1 RETURNING workflow_id, parent_step_run_id",
+        )
+        .bind(&id)
+        .bind(d.status)
+        .bind(&d.error)
+        .bind(d.output.as_ref().map(Json))
+        .fetch_optional(&mut *tx)
+        .await?;
+        record(tx, &id, None, "run_ended", &d.reason, json!({ "status": d.status.as_str() })).await?;
+        let Some((workflow_id, parent)) = updated else { continue };
+        // The parent is told only by the run it started, and only when it
+        // is not the one ending this run (a cancel from above).
+        if let Some(parent) = parent.filter(|_| first) {
+            sqlx::query(
+                "INSERT INTO workflow_outbox (workflow_run_id) SELECT workflow_run_id FROM workflow_step_runs WHERE id = $1",
+            )
+            .bind(&parent)
+            .execute(&mut *tx)
+            .await?;
+        }
+        admit_waiting(tx, &workflow_id).await?;
+        first = false;
+    }
+    transitions::cancel_in(tx, &job_runs, "cancelled with its workflow run").await
+}
+
+/// Starts the oldest runs of the workflow that wait for a slot under its
+/// max_concurrent_runs, as many as there are free slots.
+async fn admit_waiting(tx: &mut PgConnection, workflow_id: &str) -> Result<(), sqlx::Error> {
+    let admitted: Vec<String> = sqlx::query_scalar(
+        "WITH w AS (
+            SELECT id, max_concurrent_runs, timeout_secs FROM workflows WHERE id = $1 FOR UPDATE
+         ), free AS (
+            SELECT CASE WHEN coalesce(w.max_concurrent_runs, 0) = 0 THEN 2147483647
+                        ELSE w.max_concurrent_runs - (SELECT count(*) FROM workflow_runs
+                              WHERE workflow_id = $1 AND status IN ('running', 'paused')) END AS n
+              FROM w
+         ), next AS (
+            SELECT id FROM workflow_runs WHERE workflow_id = $1 AND status = 'pending'
+             ORDER BY id LIMIT (SELECT greatest(n, 0) FROM free) FOR UPDATE SKIP LOCKED
+         )
+         UPDATE workflow_runs r SET status = 'running', started_at = now(),
+             deadline_at = (SELECT CASE WHEN w.timeout_secs IS NOT NULL THEN now() + make_interval(secs => w.timeout_secs) END FROM w)
+           FROM next WHERE r.id = next.id
+         RETURNING r.id",
+    )
+    .bind(workflow_id)
+    .fetch_all(&mut *tx)
+    .await?;
+    for id in admitted {
+        wake(tx, &id).await?;
+        record(tx, &id, None, "run_started", "a slot under max_concurrent_runs came free", Value::Null).await?;
+    }
+    Ok(())
+}

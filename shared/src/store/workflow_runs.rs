@@ -1,0 +1,573 @@
+//! Workflow runs and their steps: the rows, the reads, and the moves people
+//! ask for through the api (trigger, cancel, pause, resume, step retry and
+//! replay). The engine's own moves are in [`workflow_engine`]; the rules
+//! both follow are in `domain::workflow_run`.
+//!
+//! Every move that may let a run go on writes a `workflow_outbox` row for
+//! it in its own transaction (migration 0010): the engine hears of it at
+//! commit, or finds the row later, and does the rest.
+//!
+//! [`workflow_engine`]: super::workflow_engine
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::types::Json;
+use sqlx::{PgConnection, PgPool};
+
+use super::transitions::{self, Changed};
+use super::workflow_engine::{self, Decided};
+use super::workflows::WorkflowRecord;
+use super::Tenant;
+use crate::domain::workflow::Step;
+use crate::domain::workflow_run::{subtree, StepStatus, WorkflowRunStatus};
+use crate::ids;
+use crate::queue::Queue;
+
+/// A workflow run row.
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct WorkflowRun {
+    pub id: String,
+    pub project_id: String,
+    pub workflow_id: String,
+    pub version_id: String,
+    pub version: i32,
+    pub started_version_id: String,
+    pub version_policy: String,
+    pub status: WorkflowRunStatus,
+    pub payload: Option<Json<Value>>,
+    pub output: Option<Json<Value>>,
+    pub error: Option<String>,
+    pub idempotency_key: Option<String>,
+    pub tags: Json<BTreeMap<String, String>>,
+    pub triggered_by: String,
+    pub created_by: Option<String>,
+    pub parent_step_run_id: Option<String>,
+    pub depth: i32,
+    pub cron_tick: Option<DateTime<Utc>>,
+    pub deadline_at: Option<DateTime<Utc>>,
+    pub wake_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub updated_at: DateTime<Utc>,
+}
+
+pub const RUN_COLUMNS: &str = "id, project_id, workflow_id, version_id, version, started_version_id, version_policy, \
+    status, payload, output, error, idempotency_key, tags, triggered_by, created_by, parent_step_run_id, depth, \
+    cron_tick, deadline_at, wake_at, created_at, started_at, finished_at, updated_at";
+
+/// One step of a run.
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct StepRun {
+    pub id: String,
+    pub workflow_run_id: String,
+    pub step_ref: String,
+    pub step_id: String,
+    pub step_type: String,
+    pub status: StepStatus,
+    pub attempt: i32,
+    pub job_run_id: Option<String>,
+    pub child_workflow_run_id: Option<String>,
+    pub output: Option<Json<Value>>,
+    pub error: Option<String>,
+    pub wake_at: Option<DateTime<Utc>>,
+    pub ended_by_run: bool,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+pub const STEP_COLUMNS: &str = "id, workflow_run_id, step_ref, step_id, step_type, status, attempt, job_run_id, \
+    child_workflow_run_id, output, error, wake_at, ended_by_run, started_at, finished_at, created_at, updated_at";
+
+/// A decision the engine or a person made about a run, as recorded.
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct Decision {
+    pub id: i64,
+    pub workflow_run_id: String,
+    pub step_ref: Option<String>,
+    pub decision_type: String,
+    pub reason: String,
+    pub details: Json<Value>,
+    pub created_at: DateTime<Utc>,
+}
+
+/// What a trigger asks for.
+#[derive(Clone, Debug, Default)]
+pub struct NewWorkflowRun {
+    pub payload: Option<Value>,
+    pub idempotency_key: Option<String>,
+    pub tags: BTreeMap<String, String>,
+    pub triggered_by: String,
+    pub created_by: Option<String>,
+    pub parent_step_run_id: Option<String>,
+    pub depth: i32,
+    pub cron_tick: Option<DateTime<Utc>>,
+}
+
+/// What a trigger did.
+#[derive(Clone, Debug)]
+pub enum Triggered {
+    /// A new run, `running`, or `pending` when max_concurrent_runs are.
+    Created(WorkflowRun),
+    /// The run that holds the idempotency key (or cron tick); nothing new.
+    Existing(WorkflowRun),
+    /// skip_if_running: this run was active, so none was made.
+    Skipped { active_run_id: String },
+}
+
+/// Triggers a run of `wf` (its current version) in one transaction.
+pub async fn trigger(pool: &PgPool, wf: &WorkflowRecord, new: &NewWorkflowRun) -> Result<Triggered, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    let t = trigger_in(&mut tx, wf, new).await?;
+    tx.commit().await?;
+    Ok(t)
+}
+
+/// [`trigger`] in the caller's transaction (a sub-workflow step starts its
+/// child in the transaction that starts the step).
+pub async fn trigger_in(
+    conn: &mut PgConnection,
+    wf: &WorkflowRecord,
+    new: &NewWorkflowRun,
+) -> Result<Triggered, sqlx::Error> {
+    if let Some(run) = holder(conn, &wf.id, new).await? {
+        return Ok(Triggered::Existing(run));
+    }
+    let cap = wf.max_concurrent_runs.filter(|n| *n > 0);
+    let mut status = WorkflowRunStatus::Running;
+    if wf.skip_if_running || cap.is_some() {
+        // Triggers of one workflow take turns here, so two cannot both see
+        // a free slot (or no active run) and both start.
+        sqlx::query("SELECT 1 FROM workflows WHERE id = $1 FOR UPDATE").bind(&wf.id).execute(&mut *conn).await?;
+        let (active, started): (i64, i64) = sqlx::query_as(
+            "SELECT count(*), count(*) FILTER (WHERE status <> 'pending')
+               FROM workflow_runs WHERE workflow_id = $1 AND status IN ('pending', 'running', 'paused')",
+        )
+        .bind(&wf.id)
+        .fetch_one(&mut *conn)
+        .await?;
+        if wf.skip_if_running && active > 0 {
+            let active_run_id: String = sqlx::query_scalar(
+                "SELECT id FROM workflow_runs WHERE workflow_id = $1 AND status IN ('pending', 'running', 'paused')
+                 ORDER BY id LIMIT 1",
+            )
+            .bind(&wf.id)
+            .fetch_one(&mut *conn)
+            .await?;
+            return Ok(Triggered::Skipped { active_run_id });
+        }
+        if cap.is_some_and(|c| started >= c as i64) {
+            status = WorkflowRunStatus::Pending;
+        }
+    }
+    let id = ids::workflow_run_id();
+    let running = status == WorkflowRunStatus::Running;
+    let inserted: Option<WorkflowRun> = sqlx::query_as(&format!(
+        "INSERT INTO workflow_runs (id, project_id, workflow_id, version_id, version, started_version_id,
+            version_policy, status, payload, idempotency_key, tags, triggered_by, created_by, parent_step_run_id,
+            depth, cron_tick, started_at, deadline_at)
+         VALUES ($1, $2, $3, $4, $5, $4, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15,
+            CASE WHEN $16 THEN now() END,
+            CASE WHEN $16 AND $17::int IS NOT NULL THEN now() + make_interval(secs => $17) END)
+         ON CONFLICT DO NOTHING
+         RETURNING {RUN_COLUMNS}"
+    ))
+    .bind(&id)
+    .bind(&wf.project_id)
+    .bind(&wf.id)
+    .bind(&wf.version_id)
+    .bind(wf.version)
+    .bind(&wf.version_policy)
+    .bind(status)
+    .bind(new.payload.as_ref().map(Json))
+    .bind(&new.idempotency_key)
+    .bind(Json(&new.tags))
+    .bind(&new.triggered_by)
+    .bind(&new.created_by)
+    .bind(&new.parent_step_run_id)
+    .bind(new.depth)
+    .bind(new.cron_tick)
+    .bind(running)
+    .bind(wf.timeout_secs.filter(|t| *t > 0))
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some(run) = inserted else {
+        // Another trigger with the same key committed in between.
+        let run = holder(conn, &wf.id, new).await?.ok_or(sqlx::Error::RowNotFound)?;
+        return Ok(Triggered::Existing(run));
+    };
+    insert_steps(conn, &run.id, &wf.steps.0).await?;
+    if running {
+        wake(conn, &run.id).await?;
+    } else {
+        record(
+            conn,
+            &run.id,
+            None,
+            "run_pending",
+            &format!("max_concurrent_runs ({}) runs of the workflow are running", cap.unwrap_or(0)),
+            Value::Null,
+        )
+        .await?;
+    }
+    Ok(Triggered::Created(run))
+}
+
+/// The run that already holds the trigger's idempotency key or cron tick.
+async fn holder(
+    conn: &mut PgConnection,
+    workflow_id: &str,
+    new: &NewWorkflowRun,
+) -> Result<Option<WorkflowRun>, sqlx::Error> {
+    if new.idempotency_key.is_none() && new.cron_tick.is_none() {
+        return Ok(None);
+    }
+    sqlx::query_as(&format!(
+        "SELECT {RUN_COLUMNS} FROM workflow_runs
+         WHERE workflow_id = $1 AND (($2::text IS NOT NULL AND idempotency_key = $2)
+            OR ($2::text IS NULL AND cron_tick = $3))"
+    ))
+    .bind(workflow_id)
+    .bind(&new.idempotency_key)
+    .bind(new.cron_tick)
+    .fetch_optional(conn)
+    .await
+}
+
+/// One pending row per step of `steps`.
+pub(super) async fn insert_steps(conn: &mut PgConnection, run_id: &str, steps: &[Step]) -> Result<(), sqlx::Error> {
+    if steps.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<String> = steps.iter().map(|_| ids::step_run_id()).collect();
+    let refs: Vec<&str> = steps.iter().map(|s| s.def.step_ref.as_str()).collect();
+    let step_ids: Vec<&str> = steps.iter().map(|s| s.id.as_str()).collect();
+    let types: Vec<&str> = steps.iter().map(|s| s.step_type().map_or("job", |t| t.as_str())).collect();
+    sqlx::query(
+        "INSERT INTO workflow_step_runs (id, workflow_run_id, step_ref, step_id, step_type, status)
+         SELECT t.id, $2, t.step_ref, t.step_id, t.step_type, 'pending'
+           FROM UNNEST($1::text[], $3::text[], $4::text[], $5::text[]) AS t (id, step_ref, step_id, step_type)
+         ON CONFLICT (workflow_run_id, step_ref) DO NOTHING",
+    )
+    .bind(&ids)
+    .bind(run_id)
+    .bind(&refs)
+    .bind(&step_ids)
+    .bind(&types)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Tells the engine to look at the run (at commit).
+pub(super) async fn wake(conn: &mut PgConnection, run_id: &str) -> Result<(), sqlx::Error> {
+    sqlx::query("INSERT INTO workflow_outbox (workflow_run_id) VALUES ($1)").bind(run_id).execute(conn).await?;
+    Ok(())
+}
+
+/// Records a decision (what `explain` shows).
+pub(super) async fn record(
+    conn: &mut PgConnection,
+    run_id: &str,
+    step_ref: Option<&str>,
+    decision_type: &str,
+    reason: &str,
+    details: Value,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "INSERT INTO workflow_decisions (workflow_run_id, step_ref, decision_type, reason, details)
+         VALUES ($1, $2, $3, $4, $5)",
+    )
+    .bind(run_id)
+    .bind(step_ref)
+    .bind(decision_type)
+    .bind(reason)
+    .bind(Json(if details.is_null() { serde_json::json!({}) } else { details }))
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+pub async fn get(pool: &PgPool, tenant: Tenant<'_>, id: &str) -> Result<Option<WorkflowRun>, sqlx::Error> {
+    super::get_scoped(pool, "workflow_runs", RUN_COLUMNS, tenant, id).await
+}
+
+/// The steps of a run, in the order their rows were made (definition order).
+pub async fn steps(pool: &PgPool, run_id: &str) -> Result<Vec<StepRun>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "SELECT {STEP_COLUMNS} FROM workflow_step_runs WHERE workflow_run_id = $1 ORDER BY created_at, id"
+    ))
+    .bind(run_id)
+    .fetch_all(pool)
+    .await
+}
+
+/// What a listing of runs is narrowed to.
+#[derive(Clone, Debug, Default)]
+pub struct RunFilter<'a> {
+    pub project_id: &'a str,
+    pub workflow_id: Option<&'a str>,
+    pub status: Option<WorkflowRunStatus>,
+}
+
+/// A page of runs, newest first, older than the cursor `before`.
+pub async fn list(
+    pool: &PgPool,
+    f: &RunFilter<'_>,
+    before: Option<&str>,
+    limit: i64,
+) -> Result<Vec<WorkflowRun>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "SELECT {RUN_COLUMNS} FROM workflow_runs
+         WHERE project_id = $1 AND ($2::text IS NULL OR workflow_id = $2) AND ($3::text IS NULL OR status = $3)
+           AND ($4::text IS NULL OR id < $4)
+         ORDER BY id DESC LIMIT $5"
+    ))
+    .bind(f.project_id)
+    .bind(f.workflow_id)
+    .bind(f.status)
+    .bind(before)
+    .bind(limit)
+    .fetch_all(pool)
+    .await
+}
+
+/// The decisions about a run, oldest first, narrowed to one step and one
+/// kind when asked, after the cursor `after` (a decision id).
+pub async fn decisions(
+    pool: &PgPool,
+    run_id: &str,
+    step_ref: Option<&str>,
+    decision_type: Option<&str>,
+    after: Option<i64>,
+    limit: i64,
+) -> Result<Vec<Decision>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT id, workflow_run_id, step_ref, decision_type, reason, details, created_at FROM workflow_decisions
+         WHERE workflow_run_id = $1 AND ($2::text IS NULL OR step_ref = $2) AND ($3::text IS NULL OR decision_type = $3)
+           AND ($4::bigint IS NULL OR id > $4)
+         ORDER BY id LIMIT $5",
+    )
+    .bind(run_id)
+    .bind(step_ref)
+    .bind(decision_type)
+    .bind(after)
+    .bind(limit)
+    .fetch_all(pool)
+    .await
+}
+
+/// Counts of a workflow's active runs per version: (version_id, version,
+/// pending, running, paused).
+pub async fn active_versions(
+    pool: &PgPool,
+    workflow_id: &str,
+) -> Result<Vec<(String, i32, i64, i64, i64)>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT version_id, max(version), count(*) FILTER (WHERE status = 'pending'),
+                count(*) FILTER (WHERE status = 'running'), count(*) FILTER (WHERE status = 'paused')
+           FROM workflow_runs WHERE workflow_id = $1 AND status IN ('pending', 'running', 'paused')
+          GROUP BY version_id ORDER BY max(version) DESC",
+    )
+    .bind(workflow_id)
+    .fetch_all(pool)
+    .await
+}
+
+/// How many active runs follow the version, and up to `sample` of them.
+pub async fn on_version(pool: &PgPool, version_id: &str, sample: i64) -> Result<(i64, Vec<WorkflowRun>), sqlx::Error> {
+    let n: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM workflow_runs WHERE version_id = $1 AND status IN ('pending', 'running', 'paused')",
+    )
+    .bind(version_id)
+    .fetch_one(pool)
+    .await?;
+    let runs = sqlx::query_as(&format!(
+        "SELECT {RUN_COLUMNS} FROM workflow_runs
+         WHERE version_id = $1 AND status IN ('pending', 'running', 'paused') ORDER BY id DESC LIMIT $2"
+    ))
+    .bind(version_id)
+    .bind(sample)
+    .fetch_all(pool)
+    .await?;
+    Ok((n, runs))
+}
+
+/// Active runs of a workflow on a version other than `version_id` (what a
+/// PATCH that makes a new version reports).
+pub async fn active_on_other_versions(pool: &PgPool, workflow_id: &str, version_id: &str) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM workflow_runs
+         WHERE workflow_id = $1 AND version_id <> $2 AND status IN ('pending', 'running', 'paused')",
+    )
+    .bind(workflow_id)
+    .bind(version_id)
+    .fetch_one(pool)
+    .await
+}
+
+/// Why a person's move on a run was refused.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Refused {
+    NotFound,
+    /// The move does not apply to the run or step as it is.
+    Conflict(String),
+}
+
+/// What a person's move did: the run after it, and the job runs it
+/// cancelled (their queue entries are the caller's to drop).
+#[derive(Clone, Debug)]
+pub struct Moved {
+    pub run: WorkflowRun,
+    pub cancelled: Vec<Changed>,
+}
+
+type MoveResult = Result<Result<Moved, Refused>, sqlx::Error>;
+
+async fn lock(conn: &mut PgConnection, tenant: Tenant<'_>, id: &str) -> Result<Option<WorkflowRun>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "SELECT {RUN_COLUMNS} FROM workflow_runs WHERE id = $1 AND ($2::text IS NULL OR project_id = $2) FOR UPDATE"
+    ))
+    .bind(id)
+    .bind(tenant.filter())
+    .fetch_optional(conn)
+    .await
+}
+
+async fn reread(conn: &mut PgConnection, id: &str) -> Result<WorkflowRun, sqlx::Error> {
+    sqlx::query_as(&format!("SELECT {RUN_COLUMNS} FROM workflow_runs WHERE id = $1")).bind(id).fetch_one(conn).await
+}
+
+/// Cancels an active run: its running steps and their job runs (and child
+/// workflow runs) are cancelled with it.
+pub async fn cancel(pool: &PgPool, tenant: Tenant<'_>, id: &str, reason: &str) -> MoveResult {
+    let mut tx = pool.begin().await?;
+    let Some(run) = lock(&mut tx, tenant, id).await? else { return Ok(Err(Refused::NotFound)) };
+    if run.status.is_terminal() {
+        return Ok(Err(Refused::Conflict(format!("the workflow run is {} already", run.status))));
+    }
+    let staged = workflow_engine::end_run(&mut tx, &run, Decided::ended(WorkflowRunStatus::Cancelled, reason)).await?;
+    let run = reread(&mut tx, id).await?;
+    tx.commit().await?;
+    Ok(Ok(Moved { run, cancelled: staged.committed() }))
+}
+
+/// Pauses a running run: no step starts until it is resumed; the steps
+/// under way finish.
+pub async fn pause(pool: &PgPool, tenant: Tenant<'_>, id: &str, who: &str) -> MoveResult {
+    let mut tx = pool.begin().await?;
+    let Some(run) = lock(&mut tx, tenant, id).await? else { return Ok(Err(Refused::NotFound)) };
+    if run.status != WorkflowRunStatus::Running {
+        return Ok(Err(Refused::Conflict(format!(
+            "only a running workflow run can be paused; this one is {}",
+            run.status
+        ))));
+    }
+    sqlx::query("UPDATE workflow_runs SET status = 'paused' WHERE id = $1").bind(id).execute(&mut *tx).await?;
+    record(&mut tx, id, None, "paused", &format!("paused by {who}"), Value::Null).await?;
+    let run = reread(&mut tx, id).await?;
+    tx.commit().await?;
+    Ok(Ok(Moved { run, cancelled: Vec::new() }))
+}
+
+/// Resumes a paused run: the steps that became ready meanwhile start.
+pub async fn resume(pool: &PgPool, tenant: Tenant<'_>, id: &str, who: &str) -> MoveResult {
+    let mut tx = pool.begin().await?;
+    let Some(run) = lock(&mut tx, tenant, id).await? else { return Ok(Err(Refused::NotFound)) };
+    if run.status != WorkflowRunStatus::Paused {
+        return Ok(Err(Refused::Conflict(format!(
+            "only a paused workflow run can be resumed; this one is {}",
+            run.status
+        ))));
+    }
+    sqlx::query("UPDATE workflow_runs SET status = 'running' WHERE id = $1").bind(id).execute(&mut *tx).await?;
+    record(&mut tx, id, None, "resumed", &format!("resumed by {who}"), Value::Null).await?;
+    wake(&mut tx, id).await?;
+    let run = reread(&mut tx, id).await?;
+    tx.commit().await?;
+    Ok(Ok(Moved { run, cancelled: Vec::new() }))
+}
+
+/// Takes ended steps back to pending and the run up again: one step
+/// (`retry`) or a step with every step below it (`replay-subtree`). A run
+/// that had ended goes back to `running` with a fresh deadline, and the
+/// steps its ending cancelled are pending again too.
+pub async fn reset_steps(
+    pool: &PgPool,
+    tenant: Tenant<'_>,
+    id: &str,
+    step_ref: &str,
+    with_descendants: bool,
+    who: &str,
+) -> MoveResult {
+    let mut tx = pool.begin().await?;
+    let Some(run) = lock(&mut tx, tenant, id).await? else { return Ok(Err(Refused::NotFound)) };
+    let rows: Vec<StepRun> =
+        sqlx::query_as(&format!("SELECT {STEP_COLUMNS} FROM workflow_step_runs WHERE workflow_run_id = $1"))
+            .bind(id)
+            .fetch_all(&mut *tx)
+            .await?;
+    let Some(step) = rows.iter().find(|s| s.step_ref == step_ref) else { return Ok(Err(Refused::NotFound)) };
+    if !step.status.is_terminal() {
+        return Ok(Err(Refused::Conflict(format!(
+            "step {step_ref} is {}; only an ended step can be retried",
+            step.status
+        ))));
+    }
+    if run.status == WorkflowRunStatus::Pending {
+        return Ok(Err(Refused::Conflict("the workflow run has not started".into())));
+    }
+    let refs: Vec<String> = if with_descendants {
+        let steps = workflow_engine::version_steps(&mut tx, &run.version_id).await?;
+        subtree(&steps, step_ref)
+    } else {
+        vec![step_ref.to_string()]
+    };
+    if let Some(busy) =
+        rows.iter().find(|s| refs.contains(&s.step_ref) && !s.status.is_terminal() && s.status != StepStatus::Pending)
+    {
+        return Ok(Err(Refused::Conflict(format!("step {} of the subtree is {}", busy.step_ref, busy.status))));
+    }
+    let ended = run.status.is_terminal();
+    sqlx::query(
+        "UPDATE workflow_step_runs SET status = 'pending', output = NULL, error = NULL, job_run_id = NULL,
+            child_workflow_run_id = NULL, wake_at = NULL, finished_at = NULL, ended_by_run = false
+         WHERE workflow_run_id = $1 AND (step_ref = ANY($2) OR ($3 AND ended_by_run))",
+    )
+    .bind(id)
+    .bind(&refs)
+    .bind(ended)
+    .execute(&mut *tx)
+    .await?;
+    if ended {
+        sqlx::query(
+            "UPDATE workflow_runs r SET status = 'running', finished_at = NULL, error = NULL, output = NULL,
+                deadline_at = (SELECT CASE WHEN w.timeout_secs IS NOT NULL THEN now() + make_interval(secs => w.timeout_secs) END
+                                 FROM workflows w WHERE w.id = r.workflow_id)
+             WHERE id = $1",
+        )
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+    }
+    let (kind, what) = if with_descendants {
+        ("subtree_replayed", "replayed with its descendants")
+    } else {
+        ("step_retried", "retried")
+    };
+    record(&mut tx, id, Some(step_ref), kind, &format!("{what} by {who}"), serde_json::json!({ "steps": refs }))
+        .await?;
+    wake(&mut tx, id).await?;
+    let run = reread(&mut tx, id).await?;
+    tx.commit().await?;
+    Ok(Ok(Moved { run, cancelled: Vec::new() }))
+}
+
+/// Drops the queue entries of the job runs a move cancelled.
+pub async fn drop_entries(queue: &Queue, moved: &Moved) {
+    transitions::drop_entries(queue, &moved.cancelled).await
+}

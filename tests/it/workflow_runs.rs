@@ -1,0 +1,522 @@
+//! Workflow runs end to end: a worker and a scheduler against a local
+//! target run DAGs of job, sleep and sub-workflow steps; conditions,
+//! on_failure, pause, resume, cancel, timeouts, step retry and replay,
+//! version policies, run caps, and a crash between a step's outcome and
+//! the next step's enqueue with two workers and two schedulers.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use chrono::Utc;
+use serde_json::{json, Value};
+use switchyard_shared::store::workflow_engine;
+
+use crate::harness::{assert_problem, TestEnv};
+use crate::target::{Reply, Target};
+
+const T: Duration = Duration::from_secs(20);
+
+async fn workflow(env: &TestEnv, project: &str, extra: Value) -> Value {
+    let mut body = json!({"project_id": project, "name": format!("wf-{}", uuid::Uuid::new_v4().simple())});
+    body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+    let (s, v) = env.post("/v1/workflows", body).await;
+    assert_eq!(s, 201, "{v}");
+    v
+}
+
+async fn job(env: &TestEnv, project: &str, url: &str, extra: Value) -> String {
+    env.job_in(project, url, extra).await["id"].as_str().unwrap().to_string()
+}
+
+async fn trigger(env: &TestEnv, wf: &Value, body: Value) -> Value {
+    let (s, v) = env.post(&format!("/v1/workflows/{}/trigger", wf["id"].as_str().unwrap()), body).await;
+    assert_eq!(s, 201, "{v}");
+    v
+}
+
+async fn get_run(env: &TestEnv, id: &str) -> Value {
+    let (s, v) = env.get(&format!("/v1/workflow-runs/{id}")).await;
+    assert_eq!(s, 200, "{v}");
+    v
+}
+
+async fn wait_run(env: &TestEnv, id: &str, pred: impl Fn(&Value) -> bool) -> Value {
+    let deadline = tokio::time::Instant::now() + T;
+    loop {
+        let r = get_run(env, id).await;
+        if pred(&r) {
+            return r;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "workflow run never got there: {r:#}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn wait_status(env: &TestEnv, id: &str, status: &str) -> Value {
+    wait_run(env, id, |r| r["status"] == status).await
+}
+
+fn step<'a>(run: &'a Value, r: &str) -> &'a Value {
+    run["steps"].as_array().unwrap().iter().find(|s| s["step_ref"] == r).unwrap_or_else(|| panic!("no step {r}: {run}"))
+}
+
+fn statuses(run: &Value) -> HashMap<String, String> {
+    run["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["step_ref"].as_str().unwrap().to_string(), s["status"].as_str().unwrap().to_string()))
+        .collect()
+}
+
+/// The step refs the target was called for, in arrival order.
+fn called(target: &Target) -> Vec<String> {
+    target.requests().iter().map(|r| r.body["metadata"]["step_ref"].as_str().unwrap_or("?").to_string()).collect()
+}
+
+fn diamond(job: &str) -> Value {
+    json!([
+        {"step_ref": "a", "job_id": job},
+        {"step_ref": "b", "job_id": job, "depends_on": ["a"], "output_transform": "n"},
+        {"step_ref": "c", "job_id": job, "depends_on": ["a"], "payload": {"own": true}},
+        {"step_ref": "d", "job_id": job, "depends_on": ["b", "c"]},
+    ])
+}
+
+#[tokio::test]
+async fn a_diamond_runs_each_step_once_after_its_dependencies() {
+    let env = TestEnv::start().await;
+    let target = Target::start().await;
+    target.set_default(Reply::json(200, r#"{"n": 7}"#));
+    let project = env.project().await;
+    let j = job(&env, &project, &target.url, json!({})).await;
+    let wf = workflow(&env, &project, json!({"steps": diamond(&j)})).await;
+    let run = trigger(&env, &wf, json!({"payload": {"order": 42}, "tags": {"env": "test"}})).await;
+    assert_eq!(run["status"], "running");
+    assert_eq!(run["version_id"], wf["version_id"]);
+    assert_eq!(run["steps"].as_array().unwrap().len(), 4, "every step is listed from the start: {run}");
+    assert!(statuses(&run).values().all(|s| s == "pending"));
+    env.spawn_worker();
+    env.spawn_scheduler();
+    let id = run["id"].as_str().unwrap();
+    let done = wait_status(&env, id, "completed").await;
+    assert!(statuses(&done).values().all(|s| s == "completed"), "{done}");
+    let order = called(&target);
+    assert_eq!(order.len(), 4, "each step dispatched once: {order:?}");
+    assert_eq!(order[0], "a");
+    assert_eq!(order[3], "d");
+    // The step's payload when it has one, the run's otherwise.
+    let by_ref: HashMap<String, Value> = target
+        .requests()
+        .iter()
+        .map(|r| (r.body["metadata"]["step_ref"].as_str().unwrap().to_string(), r.body["payload"].clone()))
+        .collect();
+    assert_eq!(by_ref["a"], json!({"order": 42}));
+    assert_eq!(by_ref["c"], json!({"own": true}));
+    // output_transform shaped b's output; the run's output holds them all.
+    assert_eq!(step(&done, "b")["output"], json!(7));
+    assert_eq!(step(&done, "a")["output"], json!({"n": 7}));
+    assert_eq!(done["output"]["b"], json!(7));
+    assert_eq!(step(&done, "a")["attempt"], 1);
+    // Each step's job run is a run of the job, triggered by the workflow.
+    let jr = env.run(step(&done, "d")["job_run_id"].as_str().unwrap()).await;
+    assert_eq!(jr["triggered_by"], "workflow");
+    assert_eq!(jr["status"], "completed");
+    assert_eq!(jr["tags"]["env"], "test");
+    // The listing finds it by workflow and status.
+    let (s, page) = env
+        .get(&format!(
+            "/v1/workflow-runs?project_id={project}&workflow_id={}&status=completed",
+            wf["id"].as_str().unwrap()
+        ))
+        .await;
+    assert_eq!(s, 200);
+    assert_eq!(page["data"][0]["id"], id);
+    assert!(page["data"][0].get("steps").is_none(), "listings leave steps out");
+}
+
+#[tokio::test]
+async fn a_false_condition_skips_the_step_and_explain_says_why() {
+    let env = TestEnv::start().await;
+    let target = Target::start().await;
+    let project = env.project().await;
+    let j = job(&env, &project, &target.url, json!({})).await;
+    let steps = json!([
+        {"step_ref": "a", "job_id": j},
+        {"step_ref": "vip", "job_id": j, "depends_on": ["a"], "condition": {"==": [{"var": "payload.tier"}, "gold"]}},
+        {"step_ref": "after", "job_id": j, "depends_on": ["vip"]},
+    ]);
+    let wf = workflow(&env, &project, json!({"steps": steps})).await;
+    let run = trigger(&env, &wf, json!({"payload": {"tier": "silver"}})).await;
+    env.spawn_worker();
+    env.spawn_scheduler();
+    let id = run["id"].as_str().unwrap();
+    let done = wait_status(&env, id, "completed").await;
+    assert_eq!(step(&done, "vip")["status"], "skipped");
+    assert_eq!(step(&done, "after")["status"], "completed", "a skipped dependency is satisfied");
+    assert_eq!(called(&target), ["a", "after"]);
+
+    let (s, ex) = env.get(&format!("/v1/workflow-runs/{id}/explain?step_ref=vip&decision_type=skipped")).await;
+    assert_eq!(s, 200, "{ex}");
+    let d = &ex["decisions"].as_array().unwrap()[0];
+    assert_eq!(d["step_ref"], "vip");
+    assert!(d["reason"].as_str().unwrap().contains("false"), "{d}");
+    assert_eq!(d["details"]["input"]["payload"]["tier"], "silver", "the evaluated input is recorded: {d}");
+    assert_eq!(d["details"]["input"]["steps"]["a"]["status"], "completed");
+    let (_, all) = env.get(&format!("/v1/workflow-runs/{id}/explain")).await;
+    let kinds: Vec<&str> =
+        all["decisions"].as_array().unwrap().iter().map(|d| d["decision_type"].as_str().unwrap()).collect();
+    for k in ["scheduled", "step_completed", "skipped", "run_ended"] {
+        assert!(kinds.contains(&k), "{k} in {kinds:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_failed_step_fails_the_run_and_a_step_retry_takes_it_up_again() {
+    let env = TestEnv::start().await;
+    let target = Target::start().await;
+    // 400: failed at once, no job-level retry.
+    target.script([Reply::status(200), Reply::status(400)]);
+    let project = env.project().await;
+    let j = job(&env, &project, &target.url, json!({})).await;
+    let steps = json!([
+        {"step_ref": "a", "job_id": j},
+        {"step_ref": "b", "job_id": j, "depends_on": ["a"]},
+        {"step_ref": "c", "job_id": j, "depends_on": ["b"]},
+    ]);
+    let wf = workflow(&env, &project, json!({"steps": steps})).await;
+    let run = trigger(&env, &wf, json!({})).await;
+    let id = run["id"].as_str().unwrap();
+    env.spawn_worker();
+    env.spawn_scheduler();
+    let failed = wait_status(&env, id, "failed").await;
+    assert_eq!(step(&failed, "b")["status"], "failed");
+    assert_eq!(step(&failed, "c")["status"], "pending", "never reached");
+    assert!(failed["error"].as_str().unwrap().contains("step b failed"), "{failed}");
+
+    // Only an ended step can be retried; an unknown one is 404.
+    let (s, _) = env.post(&format!("/v1/workflow-runs/{id}/steps/c/retry"), json!({})).await;
+    assert_eq!(s, 409);
+    assert_problem(404, env.post(&format!("/v1/workflow-runs/{id}/steps/nope/retry"), json!({})).await, 404);
+    let (s, v) = env.post(&format!("/v1/workflow-runs/{id}/steps/b/retry"), json!({})).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["status"], "running");
+    let done = wait_status(&env, id, "completed").await;
+    assert_eq!(step(&done, "b")["attempt"], 2);
+    assert_eq!(step(&done, "a")["attempt"], 1, "a retry does not run the steps before it");
+    assert_eq!(called(&target), ["a", "b", "b", "c"]);
+
+    // Replay-subtree runs b and everything below it again.
+    let (s, v) = env.post(&format!("/v1/workflow-runs/{id}/steps/b/replay-subtree"), json!({})).await;
+    assert_eq!(s, 200, "{v}");
+    wait_run(&env, id, |r| r["status"] == "completed" && step(r, "c")["attempt"] == 2).await;
+    assert_eq!(called(&target), ["a", "b", "b", "c", "b", "c"]);
+    let (_, audit) = env.get(&format!("/v1/audit-events?project_id={project}")).await;
+    let actions: Vec<&str> = audit["data"].as_array().unwrap().iter().map(|e| e["action"].as_str().unwrap()).collect();
+    assert!(
+        actions.contains(&"workflow_run.step_retried") && actions.contains(&"workflow_run.subtree_replayed"),
+        "{actions:?}"
+    );
+}
+
+#[tokio::test]
+async fn on_failure_continue_and_skip_dependents() {
+    let env = TestEnv::start().await;
+    let ok = Target::start().await;
+    let bad = Target::start().await;
+    bad.set_default(Reply::status(400));
+    let project = env.project().await;
+    let good = job(&env, &project, &ok.url, json!({"name": "good"})).await;
+    let broken = job(&env, &project, &bad.url, json!({"name": "broken"})).await;
+    let steps = json!([
+        {"step_ref": "tolerated", "job_id": broken, "on_failure": "continue"},
+        {"step_ref": "after_tolerated", "job_id": good, "depends_on": ["tolerated"]},
+        {"step_ref": "optional", "job_id": broken, "on_failure": "skip_dependents"},
+        {"step_ref": "needs_optional", "job_id": good, "depends_on": ["optional"]},
+        {"step_ref": "deeper", "job_id": good, "depends_on": ["needs_optional"]},
+    ]);
+    let wf = workflow(&env, &project, json!({"steps": steps})).await;
+    let run = trigger(&env, &wf, json!({})).await;
+    env.spawn_worker();
+    env.spawn_scheduler();
+    let done = wait_status(&env, run["id"].as_str().unwrap(), "completed").await;
+    let st = statuses(&done);
+    assert_eq!(st["tolerated"], "failed");
+    assert_eq!(st["after_tolerated"], "completed");
+    assert_eq!(st["optional"], "failed");
+    assert_eq!(st["needs_optional"], "skipped");
+    assert_eq!(st["deeper"], "skipped", "skip_dependents reaches every descendant");
+}
+
+#[tokio::test]
+async fn pause_holds_new_steps_resume_releases_them_and_cancel_stops_the_run() {
+    let env = TestEnv::start().await;
+    let target = Target::start().await;
+    let project = env.project().await;
+    let j = job(&env, &project, &target.url, json!({})).await;
+    let steps = json!([
+        {"step_ref": "nap", "sleep_duration_secs": 1},
+        {"step_ref": "after", "job_id": j, "depends_on": ["nap"]},
+    ]);
+    let wf = workflow(&env, &project, json!({"steps": steps})).await;
+    env.spawn_worker();
+    env.spawn_scheduler();
+    let run = trigger(&env, &wf, json!({})).await;
+    let id = run["id"].as_str().unwrap();
+    wait_run(&env, id, |r| step(r, "nap")["status"] == "waiting").await;
+    let (s, v) = env.post(&format!("/v1/workflow-runs/{id}/pause"), json!({})).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["status"], "paused");
+    assert_eq!(env.post(&format!("/v1/workflow-runs/{id}/pause"), json!({})).await.0, 409);
+    // The sleep ends while paused: it completes, but nothing starts.
+    wait_run(&env, id, |r| step(r, "nap")["status"] == "completed").await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let r = get_run(&env, id).await;
+    assert_eq!(step(&r, "after")["status"], "pending", "{r}");
+    assert_eq!(target.count(), 0);
+    let (s, v) = env.post(&format!("/v1/workflow-runs/{id}/resume"), json!({})).await;
+    assert_eq!(s, 200, "{v}");
+    wait_status(&env, id, "completed").await;
+    assert_eq!(target.count(), 1);
+
+    // Cancel mid-step: the step's job run is cancelled with the run.
+    target.set_default(Reply::slow(Duration::from_secs(10)));
+    let slow = workflow(&env, &project, json!({"steps": [{"step_ref": "long", "job_id": j}, {"step_ref": "never", "job_id": j, "depends_on": ["long"]}]})).await;
+    let run = trigger(&env, &slow, json!({})).await;
+    let id = run["id"].as_str().unwrap();
+    let r = wait_run(&env, id, |r| step(r, "long")["job_run_id"].is_string()).await;
+    let job_run = step(&r, "long")["job_run_id"].as_str().unwrap().to_string();
+    let (s, v) = env.post(&format!("/v1/workflow-runs/{id}/cancel"), json!({})).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["status"], "cancelled");
+    assert_eq!(step(&v, "long")["status"], "cancelled");
+    assert_eq!(step(&v, "never")["status"], "pending");
+    assert_eq!(env.run(&job_run).await["status"], "cancelled");
+    assert_eq!(env.post(&format!("/v1/workflow-runs/{id}/cancel"), json!({})).await.0, 409);
+}
+
+#[tokio::test]
+async fn a_run_past_its_timeout_ends_timed_out_with_its_steps_cancelled() {
+    let env = TestEnv::start().await;
+    let target = Target::start().await;
+    target.set_default(Reply::slow(Duration::from_secs(10)));
+    let project = env.project().await;
+    let j = job(&env, &project, &target.url, json!({"timeout_secs": 30})).await;
+    let wf = workflow(&env, &project, json!({"timeout_secs": 1, "steps": [{"step_ref": "long", "job_id": j}]})).await;
+    env.spawn_worker();
+    env.spawn_scheduler();
+    let run = trigger(&env, &wf, json!({})).await;
+    assert!(run["deadline_at"].is_string());
+    let done = wait_status(&env, run["id"].as_str().unwrap(), "timed_out").await;
+    assert_eq!(step(&done, "long")["status"], "cancelled");
+    let jr = env.run(step(&done, "long")["job_run_id"].as_str().unwrap()).await;
+    assert_eq!(jr["status"], "cancelled");
+}
+
+#[tokio::test]
+async fn a_sub_workflow_step_completes_with_its_child_runs_output() {
+    let env = TestEnv::start().await;
+    let target = Target::start().await;
+    target.set_default(Reply::json(200, r#"{"v": 1}"#));
+    let project = env.project().await;
+    let j = job(&env, &project, &target.url, json!({})).await;
+    let child = workflow(&env, &project, json!({"steps": [{"step_ref": "inner", "job_id": j}]})).await;
+    let parent = workflow(
+        &env,
+        &project,
+        json!({"steps": [
+            {"step_ref": "sub", "sub_workflow_id": child["id"], "output_transform": "inner.v"},
+            {"step_ref": "then", "job_id": j, "depends_on": ["sub"]},
+        ]}),
+    )
+    .await;
+    env.spawn_worker();
+    env.spawn_scheduler();
+    let run = trigger(&env, &parent, json!({"payload": {"p": 1}})).await;
+    let done = wait_status(&env, run["id"].as_str().unwrap(), "completed").await;
+    assert_eq!(step(&done, "sub")["output"], json!(1));
+    let child_run = get_run(&env, step(&done, "sub")["child_workflow_run_id"].as_str().unwrap()).await;
+    assert_eq!(child_run["status"], "completed");
+    assert_eq!(child_run["triggered_by"], "workflow");
+    assert_eq!(child_run["payload"], json!({"p": 1}));
+    assert_eq!(called(&target), ["inner", "then"]);
+}
+
+#[tokio::test]
+async fn pin_keeps_a_runs_version_and_latest_moves_it_at_the_next_step() {
+    let env = TestEnv::start().await;
+    let target = Target::start().await;
+    let project = env.project().await;
+    let j = job(&env, &project, &target.url, json!({})).await;
+    let v1 =
+        json!([{"step_ref": "nap", "sleep_duration_secs": 1}, {"step_ref": "b", "job_id": j, "depends_on": ["nap"]}]);
+    let v2 = json!([
+        {"step_ref": "nap", "sleep_duration_secs": 1},
+        {"step_ref": "b", "job_id": j, "depends_on": ["nap"]},
+        {"step_ref": "added", "job_id": j, "depends_on": ["b"]},
+    ]);
+    let pinned = workflow(&env, &project, json!({"steps": v1, "version_policy": "pin"})).await;
+    let latest = workflow(&env, &project, json!({"steps": v1, "version_policy": "latest"})).await;
+    env.spawn_scheduler();
+    env.spawn_worker();
+    let rp = trigger(&env, &pinned, json!({})).await;
+    let rl = trigger(&env, &latest, json!({})).await;
+    for (wf, run) in [(&pinned, &rp), (&latest, &rl)] {
+        wait_run(&env, run["id"].as_str().unwrap(), |r| step(r, "nap")["status"] == "waiting").await;
+        let (s, p) = env
+            .patch(
+                &format!("/v1/workflows/{}", wf["id"].as_str().unwrap()),
+                json!({"steps": v2, "breaking_change": true}),
+            )
+            .await;
+        assert_eq!(s, 200, "{p}");
+        assert_eq!(p["previous_version_id"], wf["version_id"], "{p}");
+        assert_eq!(p["active_runs_on_previous_version"], 1);
+    }
+    let p = wait_status(&env, rp["id"].as_str().unwrap(), "completed").await;
+    assert_eq!(p["steps"].as_array().unwrap().len(), 2, "pin: the run keeps v1: {p}");
+    assert_eq!(p["version_id"], pinned["version_id"]);
+    let l = wait_status(&env, rl["id"].as_str().unwrap(), "completed").await;
+    assert_eq!(step(&l, "added")["status"], "completed", "latest: the new step ran: {l}");
+    assert_ne!(l["version_id"], latest["version_id"]);
+    assert_eq!(l["started_version_id"], latest["version_id"]);
+    let (_, audit) = env.get(&format!("/v1/audit-events?project_id={project}")).await;
+    let breaking =
+        audit["data"].as_array().unwrap().iter().filter(|e| e["action"] == "workflow.updated_breaking").count();
+    assert_eq!(breaking, 2);
+}
+
+#[tokio::test]
+async fn max_concurrent_runs_queue_the_rest_and_skip_if_running_skips() {
+    let env = TestEnv::start().await;
+    let target = Target::start().await;
+    let project = env.project().await;
+    let j = job(&env, &project, &target.url, json!({})).await;
+    let steps =
+        json!([{"step_ref": "nap", "sleep_duration_secs": 1}, {"step_ref": "b", "job_id": j, "depends_on": ["nap"]}]);
+    let capped = workflow(&env, &project, json!({"steps": steps, "max_concurrent_runs": 1})).await;
+    let first = trigger(&env, &capped, json!({})).await;
+    let second = trigger(&env, &capped, json!({})).await;
+    assert_eq!(first["status"], "running");
+    assert_eq!(second["status"], "pending");
+    // The same idempotency key returns the same run with 200.
+    let path = format!("/v1/workflows/{}/trigger", capped["id"].as_str().unwrap());
+    let (s1, a) = env.post(&path, json!({"idempotency_key": "k1"})).await;
+    let (s2, b) = env.post(&path, json!({"idempotency_key": "k1"})).await;
+    assert_eq!((s1, s2), (201, 200));
+    assert_eq!(a["id"], b["id"]);
+    let (s, av) = env.get(&format!("/v1/workflows/{}/active-versions", capped["id"].as_str().unwrap())).await;
+    assert_eq!(s, 200);
+    assert_eq!(av["versions"][0]["running"], 1);
+    assert_eq!(av["versions"][0]["pending"], 2);
+    let (s, imp) = env
+        .get(&format!(
+            "/v1/workflows/{}/versions/{}/impact",
+            capped["id"].as_str().unwrap(),
+            capped["version_id"].as_str().unwrap()
+        ))
+        .await;
+    assert_eq!(s, 200, "{imp}");
+    assert_eq!(imp["active_runs"], 3);
+    env.spawn_worker();
+    env.spawn_scheduler();
+    let f = wait_status(&env, first["id"].as_str().unwrap(), "completed").await;
+    let s = wait_status(&env, second["id"].as_str().unwrap(), "completed").await;
+    assert!(s["started_at"].as_str().unwrap() >= f["finished_at"].as_str().unwrap(), "one at a time: {f} {s}");
+
+    let single = workflow(&env, &project, json!({"steps": steps, "skip_if_running": true})).await;
+    trigger(&env, &single, json!({})).await;
+    let p = assert_problem(
+        409,
+        env.post(&format!("/v1/workflows/{}/trigger", single["id"].as_str().unwrap()), json!({})).await,
+        409,
+    );
+    assert!(p["detail"].as_str().unwrap().contains("skip_if_running"), "{p}");
+}
+
+#[tokio::test]
+async fn bad_requests_change_nothing() {
+    let env = TestEnv::start().await;
+    let project = env.project().await;
+    let other = env.project().await;
+    let target = Target::start().await;
+    let j = job(&env, &project, &target.url, json!({})).await;
+    let wf = workflow(&env, &project, json!({"steps": [{"step_ref": "a", "job_id": j}]})).await;
+    let path = format!("/v1/workflows/{}/trigger", wf["id"].as_str().unwrap());
+    assert_problem(400, env.post(&path, json!({"payload": 1, "nope": true})).await, 400);
+    assert_problem(422, env.post(&path, json!({"idempotency_key": ""})).await, 422);
+    assert_problem(404, env.post("/v1/workflows/wf_missing/trigger", json!({})).await, 404);
+    assert_problem(422, env.get(&format!("/v1/workflow-runs?project_id={project}&status=bogus")).await, 422);
+    let (_, page) = env.get(&format!("/v1/workflow-runs?project_id={project}")).await;
+    assert_eq!(page["data"].as_array().unwrap().len(), 0, "nothing was created");
+    // Another project's key sees nothing of this project's runs.
+    let run = trigger(&env, &wf, json!({})).await;
+    let (key, _) = crate::access::key(&env, &other, &["*"]).await;
+    let (s, _) = crate::access::with(
+        &env,
+        &key,
+        reqwest::Method::GET,
+        &format!("/v1/workflow-runs/{}", run["id"].as_str().unwrap()),
+        None,
+    )
+    .await;
+    assert_eq!(s, 404);
+    let (s, _) = crate::access::with(
+        &env,
+        &key,
+        reqwest::Method::POST,
+        &format!("/v1/workflow-runs/{}/cancel", run["id"].as_str().unwrap()),
+        Some(json!({})),
+    )
+    .await;
+    assert_eq!(s, 404);
+    // A key without workflows:trigger may read but not trigger.
+    let (reader, _) = crate::access::key(&env, &project, &["workflows:read"]).await;
+    let (s, _) = crate::access::with(&env, &reader, reqwest::Method::POST, &path, Some(json!({}))).await;
+    assert_eq!(s, 403);
+}
+
+/// Two workers and two schedulers on a diamond, with a crash after the
+/// engine committed a step's successors and before it enqueued them (the
+/// enqueue goes to a Redis that is not there): the reconciler enqueues
+/// them from Postgres, and every step runs exactly once.
+#[tokio::test]
+async fn a_crash_between_a_steps_outcome_and_the_next_enqueue_loses_and_doubles_nothing() {
+    let env = TestEnv::start().await;
+    let target = Target::start().await;
+    let project = env.project().await;
+    let j = job(&env, &project, &target.url, json!({})).await;
+    let wf = workflow(&env, &project, json!({"steps": diamond(&j)})).await;
+    let run = trigger(&env, &wf, json!({})).await;
+    let id = run["id"].as_str().unwrap().to_string();
+
+    // The first advance starts `a`, and "crashes" before its enqueue.
+    let dead_redis = switchyard_shared::queue::Queue::new(
+        switchyard_shared::queue::Redis::open("redis://127.0.0.1:1/").unwrap(),
+        &env.config.redis_key_prefix,
+    );
+    let a = workflow_engine::advance(&env.pool, &dead_redis, &id, Utc::now()).await.unwrap();
+    assert_eq!((a.steps_started, a.job_runs_enqueued), (1, 0));
+    let r = get_run(&env, &id).await;
+    assert_eq!(step(&r, "a")["status"], "running");
+    assert_eq!(env.zcard(&env.queue.keys().ready).await, 0, "nothing reached redis");
+
+    // The whole system comes up twice over; the reconciler finds `a`.
+    env.scheduler().reconcile_once().await.unwrap();
+    for _ in 0..2 {
+        env.spawn_worker();
+        env.spawn_scheduler();
+    }
+    let done = wait_status(&env, &id, "completed").await;
+    assert!(statuses(&done).values().all(|s| s == "completed"));
+    let mut order = called(&target);
+    order.sort();
+    assert_eq!(order, ["a", "b", "c", "d"], "each step exactly once");
+    let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM job_runs WHERE workflow_step_run_id IS NOT NULL")
+        .fetch_one(&env.pool)
+        .await
+        .unwrap();
+    assert_eq!(n, 4);
+    let (left,): (i64,) = sqlx::query_as("SELECT count(*) FROM workflow_outbox").fetch_one(&env.pool).await.unwrap();
+    assert_eq!(left, 0, "every event was consumed");
+}
