@@ -38,6 +38,7 @@ pub mod sdk;
 pub mod sdk_runs;
 pub mod secrets;
 pub mod stats;
+pub mod workflow_plans;
 pub mod workflows;
 
 use std::borrow::Borrow;
