@@ -29,4 +29,5 @@ mod stats_queues;
 mod store_tenancy;
 mod transitions;
 mod wakeups;
+mod workflow_plans;
 mod workflows;
