@@ -29,5 +29,6 @@ mod stats_queues;
 mod store_tenancy;
 mod transitions;
 mod wakeups;
+mod workflow_plans;
 mod workflow_runs;
 mod workflows;

@@ -170,6 +170,10 @@ pub const OPERATIONS: &[(&str, &str, Requirement)] = &[
     ("PATCH", "/v1/workflows/{workflow_id}", Scope("workflows:write")),
     ("DELETE", "/v1/workflows/{workflow_id}", Scope("workflows:write")),
     ("GET", "/v1/workflows/{workflow_id}/versions", Scope("workflows:read")),
+    // Plans, simulations and diffs only read the definition.
+    ("POST", "/v1/workflows/{workflow_id}/plan", Scope("workflows:read")),
+    ("POST", "/v1/workflows/{workflow_id}/simulate", Scope("workflows:read")),
+    ("GET", "/v1/workflows/{workflow_id}/versions/{from_version_id}/diff/{to_version_id}", Scope("workflows:read")),
     ("GET", "/v1/workflows/{workflow_id}/active-versions", Scope("workflows:read")),
     ("GET", "/v1/workflows/{workflow_id}/versions/{version_id}/impact", Scope("workflows:read")),
     // Runs: triggering and retrying steps is `trigger`; stopping, pausing

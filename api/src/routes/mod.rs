@@ -38,6 +38,7 @@ pub mod sdk;
 pub mod sdk_runs;
 pub mod secrets;
 pub mod stats;
+pub mod workflow_plans;
 pub mod workflow_runs;
 pub mod workflows;
 
@@ -391,9 +392,9 @@ api_group!(
 );
 
 api_group!(
-    /// Workflows and their runs.
+    /// Workflows, their plans and their runs.
     WorkflowApis, workflow_apis:
-    workflows::WorkflowsApi, workflow_runs::WorkflowRunsApi,
+    workflows::WorkflowsApi, workflow_plans::WorkflowPlansApi, workflow_runs::WorkflowRunsApi,
 );
 
 api_group!(

@@ -13,6 +13,7 @@ pub mod status;
 pub mod step_logic;
 pub mod trigger;
 pub mod workflow;
+pub mod workflow_plan;
 pub mod workflow_run;
 
 pub use field_errors::{FieldError, FieldErrors};

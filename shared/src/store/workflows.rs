@@ -263,6 +263,19 @@ pub async fn versions(
     .await
 }
 
+/// The version `id` of the workflow, if it is one of that workflow's:
+/// a version of another workflow is missing here.
+pub async fn version(pool: &PgPool, workflow_id: &str, id: &str) -> Result<Option<WorkflowVersionRow>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT id, workflow_id, version, steps, created_by, created_at FROM workflow_versions
+          WHERE id = $1 AND workflow_id = $2",
+    )
+    .bind(id)
+    .bind(workflow_id)
+    .fetch_optional(pool)
+    .await
+}
+
 /// Of `ids`, those that are live jobs of the project (what a step's
 /// job_id and compensation_job_id may name).
 pub async fn live_jobs(pool: &PgPool, project_id: &str, ids: &[String]) -> Result<Vec<String>, sqlx::Error> {
