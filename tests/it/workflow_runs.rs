@@ -118,6 +118,13 @@ async fn a_diamond_runs_each_step_once_after_its_dependencies() {
     assert_eq!(step(&done, "a")["output"], json!({"n": 7}));
     assert_eq!(done["output"]["b"], json!(7));
     assert_eq!(step(&done, "a")["attempt"], 1);
+    let (s, g) = env.get(&format!("/v1/workflow-runs/{id}/graph")).await;
+    assert_eq!(s, 200, "{g}");
+    assert_eq!(g["nodes"].as_array().unwrap().len(), 4);
+    assert_eq!(g["edges"].as_array().unwrap().len(), 4);
+    assert_eq!(g["runnable"], json!([]));
+    let path = g["critical_path"]["step_refs"].as_array().unwrap();
+    assert_eq!((path.len(), &path[0], &path[2]), (3, &json!("a"), &json!("d")), "{g}");
     // Each step's job run is a run of the job, triggered by the workflow.
     let jr = env.run(step(&done, "d")["job_run_id"].as_str().unwrap()).await;
     assert_eq!(jr["triggered_by"], "workflow");
@@ -274,6 +281,11 @@ async fn pause_holds_new_steps_resume_releases_them_and_cancel_stops_the_run() {
     let r = get_run(&env, id).await;
     assert_eq!(step(&r, "after")["status"], "pending", "{r}");
     assert_eq!(target.count(), 0);
+    let (s, g) = env.get(&format!("/v1/workflow-runs/{id}/graph")).await;
+    assert_eq!(s, 200, "{g}");
+    assert_eq!(g["runnable"], json!(["after"]), "ready, held by the pause: {g}");
+    assert_eq!(g["edges"], json!([{"from": "nap", "to": "after"}]));
+    assert!(g["nodes"][0]["observed_duration_secs"].as_f64().unwrap() >= 0.9, "the sleep took its second: {g}");
     let (s, v) = env.post(&format!("/v1/workflow-runs/{id}/resume"), json!({})).await;
     assert_eq!(s, 200, "{v}");
     wait_status(&env, id, "completed").await;

@@ -182,6 +182,7 @@ pub const OPERATIONS: &[(&str, &str, Requirement)] = &[
     ("GET", "/v1/workflow-runs", Scope("workflows:read")),
     ("GET", "/v1/workflow-runs/{workflow_run_id}", Scope("workflows:read")),
     ("GET", "/v1/workflow-runs/{workflow_run_id}/explain", Scope("workflows:read")),
+    ("GET", "/v1/workflow-runs/{workflow_run_id}/graph", Scope("workflows:read")),
     ("POST", "/v1/workflow-runs/{workflow_run_id}/cancel", Scope("workflows:write")),
     ("POST", "/v1/workflow-runs/{workflow_run_id}/pause", Scope("workflows:write")),
     ("POST", "/v1/workflow-runs/{workflow_run_id}/resume", Scope("workflows:write")),

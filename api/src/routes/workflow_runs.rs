@@ -11,7 +11,8 @@ use poem_openapi::param::{Path, Query};
 use poem_openapi::payload::Json;
 use poem_openapi::{ApiResponse, Object, OpenApi};
 use serde_json::Value;
-use switchyard_shared::domain::workflow_run::WorkflowRunStatus;
+use switchyard_shared::domain::workflow_plan::critical_path;
+use switchyard_shared::domain::workflow_run::{self, Decision, Inputs, StepNow, WorkflowRunStatus};
 use switchyard_shared::domain::FieldErrors;
 use switchyard_shared::store::workflow_runs::{
     self, Moved, NewWorkflowRun, Refused, RunFilter, StepRun, Triggered, WorkflowRun as RunRow,
@@ -189,6 +190,59 @@ pub struct Explanation {
     /// Pass as `cursor` for the next decisions; present when has_more.
     #[oai(skip_serializing_if_is_none)]
     pub next_cursor: Option<String>,
+}
+
+/// A step in the runtime graph.
+#[derive(Object, Debug)]
+pub struct GraphNode {
+    pub step_ref: String,
+    pub step_type: String,
+    pub status: String,
+    pub attempt: i32,
+    pub depends_on: Vec<String>,
+    #[oai(skip_serializing_if_is_none)]
+    pub job_run_id: Option<String>,
+    #[oai(skip_serializing_if_is_none)]
+    pub child_workflow_run_id: Option<String>,
+    #[oai(skip_serializing_if_is_none)]
+    pub started_at: Option<DateTime<Utc>>,
+    #[oai(skip_serializing_if_is_none)]
+    pub finished_at: Option<DateTime<Utc>>,
+    /// What the definition expects.
+    #[oai(skip_serializing_if_is_none)]
+    pub expected_duration_secs: Option<i64>,
+    /// How long it took (an ended step) or has taken so far (a running one).
+    #[oai(skip_serializing_if_is_none)]
+    pub observed_duration_secs: Option<f64>,
+}
+
+#[derive(Object, Debug)]
+pub struct GraphEdge {
+    /// The step depended on.
+    pub from: String,
+    /// The step that waits for it.
+    pub to: String,
+}
+
+#[derive(Object, Debug)]
+pub struct CriticalPath {
+    pub step_refs: Vec<String>,
+    /// The path's length: observed durations for steps that ran (so far,
+    /// for running ones), expected_duration_secs for the rest (0 without).
+    pub estimated_duration_secs: f64,
+}
+
+#[derive(Object, Debug)]
+pub struct WorkflowRunGraph {
+    pub workflow_run_id: String,
+    pub version_id: String,
+    pub status: String,
+    pub nodes: Vec<GraphNode>,
+    pub edges: Vec<GraphEdge>,
+    /// Pending steps whose dependencies are satisfied now (held by
+    /// max_parallel_steps, or a pause, or about to start).
+    pub runnable: Vec<String>,
+    pub critical_path: CriticalPath,
 }
 
 #[derive(Object, Debug)]
@@ -488,6 +542,91 @@ impl WorkflowRunsApi {
                 .collect(),
             has_more,
             next_cursor,
+        }))
+    }
+
+    /// The run as a graph: each step with its status and timings, the
+    /// dependency edges, the steps runnable now, and the critical path
+    /// estimated from observed durations where steps ran and
+    /// expected_duration_secs where they have not.
+    #[oai(path = "/v1/workflow-runs/:workflow_run_id/graph", method = "get")]
+    async fn graph(
+        &self,
+        state: Data<&AppState>,
+        auth: Auth,
+        workflow_run_id: Path<String>,
+    ) -> ApiResult<Json<WorkflowRunGraph>> {
+        let run = load(&state, &auth, &workflow_run_id).await?;
+        let defs = workflow_runs::version_steps(&state.pool, &run.version_id).await?;
+        let rows: HashMap<String, StepRun> =
+            workflow_runs::steps(&state.pool, &run.id).await?.into_iter().map(|s| (s.step_ref.clone(), s)).collect();
+        let now = Utc::now();
+        let observed = |s: &StepRun| {
+            s.started_at.map(|a| (s.finished_at.unwrap_or(now) - a).num_milliseconds().max(0) as f64 / 1000.0)
+        };
+        let mut durations = HashMap::new();
+        let mut states = HashMap::new();
+        let mut nodes = Vec::with_capacity(defs.len());
+        let mut edges = Vec::new();
+        for d in &defs {
+            let r = &d.def.step_ref;
+            let row = rows.get(r);
+            let seen = row.and_then(observed);
+            durations.insert(r.clone(), seen.unwrap_or(d.def.expected_duration_secs.unwrap_or(0) as f64));
+            if let Some(row) = row {
+                states.insert(
+                    r.clone(),
+                    StepNow {
+                        status: row.status,
+                        output: row.output.as_ref().map(|o| o.0.clone()),
+                        error: row.error.clone(),
+                    },
+                );
+            }
+            let deps = d.def.depends_on.clone().unwrap_or_default();
+            edges.extend(deps.iter().map(|f| GraphEdge { from: f.clone(), to: r.clone() }));
+            nodes.push(GraphNode {
+                step_ref: r.clone(),
+                step_type: d.def.step_type.clone().unwrap_or_else(|| "job".into()),
+                status: row.map_or("pending", |s| s.status.as_str()).into(),
+                attempt: row.map_or(0, |s| s.attempt),
+                depends_on: deps,
+                job_run_id: row.and_then(|s| s.job_run_id.clone()),
+                child_workflow_run_id: row.and_then(|s| s.child_workflow_run_id.clone()),
+                started_at: row.and_then(|s| s.started_at),
+                finished_at: row.and_then(|s| s.finished_at),
+                expected_duration_secs: d.def.expected_duration_secs,
+                observed_duration_secs: seen,
+            });
+        }
+        let runnable = if run.status.is_terminal() {
+            Vec::new()
+        } else {
+            let payload = run.payload.as_ref().map(|p| p.0.clone()).unwrap_or(Value::Null);
+            let next = workflow_run::next(&Inputs {
+                steps: &defs,
+                now: &states,
+                payload: &payload,
+                paused: false,
+                max_parallel_steps: None,
+            });
+            next.decisions
+                .into_iter()
+                .filter_map(|d| match d {
+                    Decision::Start { step_ref } => Some(step_ref),
+                    _ => None,
+                })
+                .collect()
+        };
+        let (step_refs, estimated_duration_secs) = critical_path(&defs, &durations);
+        Ok(Json(WorkflowRunGraph {
+            workflow_run_id: run.id,
+            version_id: run.version_id,
+            status: run.status.as_str().into(),
+            nodes,
+            edges,
+            runnable,
+            critical_path: CriticalPath { step_refs, estimated_duration_secs },
         }))
     }
 

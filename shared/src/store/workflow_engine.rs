@@ -25,7 +25,9 @@ use sqlx::{PgConnection, PgPool};
 
 use super::runs::{self, NewRun, Run};
 use super::transitions::{self, Changed, Staged};
-use super::workflow_runs::{self, record, wake, StepRun, Triggered, WorkflowRun, RUN_COLUMNS, STEP_COLUMNS};
+use super::workflow_runs::{
+    self, record, record_many, wake, NewDecision, StepRun, Triggered, WorkflowRun, RUN_COLUMNS, STEP_COLUMNS,
+};
 use super::{jobs, workflows, Tenant};
 use crate::domain::schedule;
 use crate::domain::step_logic::transform_output;
@@ -239,7 +241,15 @@ pub async fn advance(pool: &PgPool, queue: &Queue, run_id: &str, now: DateTime<U
         tx.commit().await?;
         return Ok(Advanced::default());
     }
-    let mut engine = Pass { run, now, writes: Vec::new(), new_runs: Vec::new(), staged: Vec::new(), ended: None };
+    let mut engine = Pass {
+        run,
+        now,
+        writes: Vec::new(),
+        new_runs: Vec::new(),
+        staged: Vec::new(),
+        ended: None,
+        decisions: Vec::new(),
+    };
     engine.go(&mut tx).await?;
     let Pass { new_runs, staged, ended, writes, .. } = engine;
     tx.commit().await?;
@@ -279,9 +289,20 @@ struct Pass {
     new_runs: Vec<Run>,
     staged: Vec<Staged>,
     ended: Option<WorkflowRunStatus>,
+    /// Decisions made, written with the step rows (one statement).
+    decisions: Vec<NewDecision>,
 }
 
 impl Pass {
+    fn note(&mut self, step_ref: Option<&str>, decision_type: &str, reason: &str, details: Value) {
+        self.decisions.push(NewDecision {
+            step_ref: step_ref.map(str::to_string),
+            decision_type: decision_type.to_string(),
+            reason: reason.to_string(),
+            details,
+        });
+    }
+
     async fn go(&mut self, tx: &mut PgConnection) -> Result<(), sqlx::Error> {
         let run_id = self.run.id.clone();
         let mut steps = version_steps(tx, &self.run.version_id).await?;
@@ -307,7 +328,7 @@ impl Pass {
         let mut now_of: HashMap<String, StepNow> = HashMap::new();
         let mut rows_by_ref: HashMap<String, StepRun> = HashMap::new();
         for row in rows {
-            let synced = self.sync(tx, &row, defs.get(row.step.step_ref.as_str()).copied()).await?;
+            let synced = self.sync(&row, defs.get(row.step.step_ref.as_str()).copied());
             now_of.insert(row.step.step_ref.clone(), synced);
             rows_by_ref.insert(row.step.step_ref.clone(), row.step);
         }
@@ -344,7 +365,7 @@ impl Pass {
                             step_ref.clone(),
                             StepNow { status: StepStatus::Skipped, output: None, error: None },
                         );
-                        record(tx, &run_id, Some(step_ref), "skipped", reason, details.clone()).await?;
+                        self.note(Some(step_ref), "skipped", reason, details.clone());
                     }
                     Decision::Fail { step_ref, error } => {
                         let s = &rows_by_ref[step_ref];
@@ -353,14 +374,14 @@ impl Pass {
                             step_ref.clone(),
                             StepNow { status: StepStatus::Failed, output: None, error: Some(error.clone()) },
                         );
-                        record(tx, &run_id, Some(step_ref), "failed", error, Value::Null).await?;
+                        self.note(Some(step_ref), "failed", error, Value::Null);
                     }
                     Decision::Held { step_ref, reason } => {
                         if held_before.is_none() {
                             held_before = Some(held_steps(tx, &run_id).await?);
                         }
                         if held_before.as_mut().is_some_and(|h| h.insert(step_ref.clone())) {
-                            record(tx, &run_id, Some(step_ref), "held", reason, Value::Null).await?;
+                            self.note(Some(step_ref), "held", reason, Value::Null);
                         }
                     }
                     Decision::Start { step_ref } => starts.push((defs[step_ref.as_str()], &rows_by_ref[step_ref])),
@@ -409,15 +430,16 @@ impl Pass {
     }
 
     async fn flush(&mut self, tx: &mut PgConnection) -> Result<(), sqlx::Error> {
-        write_steps(tx, &self.writes).await
+        write_steps(tx, &self.writes).await?;
+        record_many(tx, &self.run.id, &std::mem::take(&mut self.decisions)).await
     }
 
     /// Brings one step up to date with its job run, child run or sleep.
-    async fn sync(&mut self, tx: &mut PgConnection, row: &StepRow, def: Option<&Step>) -> Result<StepNow, sqlx::Error> {
+    fn sync(&mut self, row: &StepRow, def: Option<&Step>) -> StepNow {
         let s = &row.step;
         let here = StepNow { status: s.status, output: s.output.as_ref().map(|o| o.0.clone()), error: s.error.clone() };
         if s.status != StepStatus::Running && s.status != StepStatus::Waiting {
-            return Ok(here);
+            return here;
         }
         let transform = def.and_then(|d| d.def.output_transform.as_deref());
         let (status, output, error) = if let Some(js) = row.job_status.filter(|j| j.is_terminal()) {
@@ -443,7 +465,7 @@ impl Pass {
         } else if s.step_type == StepType::Sleep.as_str() && s.wake_at.is_some_and(|w| w <= self.now) {
             (StepStatus::Completed, None, None)
         } else {
-            return Ok(here);
+            return here;
         };
         let (status, output, error) = match (status, transform, output) {
             (StepStatus::Completed, Some(t), out) => match transform_output(t, out.as_ref().unwrap_or(&Value::Null)) {
@@ -458,8 +480,8 @@ impl Pass {
             None => status.to_string(),
         };
         let details = json!({ "job_run_id": s.job_run_id, "child_workflow_run_id": s.child_workflow_run_id });
-        record(tx, &self.run.id, Some(&s.step_ref), &format!("step_{status}"), &reason, details).await?;
-        Ok(StepNow { status, output, error })
+        self.note(Some(&s.step_ref), &format!("step_{status}"), &reason, details);
+        StepNow { status, output, error }
     }
 
     /// Starts steps; returns each one's status after (running, waiting,
@@ -525,7 +547,7 @@ impl Pass {
                 _ => ("scheduled", "its dependencies are satisfied".to_string()),
             };
             let details = json!({ "attempt": row.attempt + 1, "job_run_id": w.job_run_id, "child_workflow_run_id": w.child_id, "wake_at": w.wake_at });
-            record(tx, &self.run.id, Some(&row.step_ref), decision, &reason, details).await?;
+            self.note(Some(&row.step_ref), decision, &reason, details);
             out.push((w.status, row.step_ref.clone(), w.error.clone()));
             self.writes.push(w);
         }
@@ -649,7 +671,7 @@ impl Pass {
             .await?;
         let details = json!({ "from_version_id": self.run.version_id, "to_version_id": wf.version_id });
         let reason = format!("version_policy latest: now on version {}", wf.version);
-        record(tx, &self.run.id, None, "version_moved", &reason, details).await?;
+        self.note(None, "version_moved", &reason, details);
         self.run.version_id = wf.version_id.clone();
         self.run.version = wf.version;
         Ok(steps)

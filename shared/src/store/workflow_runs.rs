@@ -292,8 +292,50 @@ pub(super) async fn record(
     Ok(())
 }
 
+/// A decision not yet written.
+#[derive(Clone, Debug)]
+pub(super) struct NewDecision {
+    pub step_ref: Option<String>,
+    pub decision_type: String,
+    pub reason: String,
+    pub details: Value,
+}
+
+/// Records many decisions of one run in one statement, in order.
+pub(super) async fn record_many(conn: &mut PgConnection, run_id: &str, d: &[NewDecision]) -> Result<(), sqlx::Error> {
+    if d.is_empty() {
+        return Ok(());
+    }
+    let refs: Vec<Option<&str>> = d.iter().map(|d| d.step_ref.as_deref()).collect();
+    let types: Vec<&str> = d.iter().map(|d| d.decision_type.as_str()).collect();
+    let reasons: Vec<&str> = d.iter().map(|d| d.reason.as_str()).collect();
+    let details: Vec<Json<Value>> =
+        d.iter().map(|d| Json(if d.details.is_null() { serde_json::json!({}) } else { d.details.clone() })).collect();
+    sqlx::query(
+        "INSERT INTO workflow_decisions (workflow_run_id, step_ref, decision_type, reason, details)
+         SELECT $1, t.step_ref, t.decision_type, t.reason, t.details
+           FROM UNNEST($2::text[], $3::text[], $4::text[], $5::jsonb[]) WITH ORDINALITY
+                AS t (step_ref, decision_type, reason, details, n)
+          ORDER BY t.n",
+    )
+    .bind(run_id)
+    .bind(&refs)
+    .bind(&types)
+    .bind(&reasons)
+    .bind(&details)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
 pub async fn get(pool: &PgPool, tenant: Tenant<'_>, id: &str) -> Result<Option<WorkflowRun>, sqlx::Error> {
     super::get_scoped(pool, "workflow_runs", RUN_COLUMNS, tenant, id).await
+}
+
+/// The steps of a version of a workflow.
+pub async fn version_steps(pool: &PgPool, version_id: &str) -> Result<Vec<Step>, sqlx::Error> {
+    let mut conn = pool.acquire().await?;
+    workflow_engine::version_steps(&mut conn, version_id).await
 }
 
 /// The steps of a run, in the order their rows were made (definition order).
