@@ -12,6 +12,24 @@
 -- advance saw it) and never doubles a step (one row per step and run,
 -- started under the lock).
 
+-- Ticks of a workflow's cron before this moment never fire: set at
+-- creation and whenever the schedule changes or the workflow is enabled
+-- again, as for jobs (migration 0004).
+ALTER TABLE workflows ADD COLUMN cron_since timestamptz NOT NULL DEFAULT now();
+CREATE INDEX workflows_cron_idx ON workflows (id) WHERE deleted_at IS NULL AND enabled AND cron IS NOT NULL;
+
+CREATE FUNCTION sy_workflows_cron_since() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.cron IS DISTINCT FROM OLD.cron
+       OR NEW.cron_timezone IS DISTINCT FROM OLD.cron_timezone
+       OR (NEW.enabled AND NOT OLD.enabled) THEN
+        NEW.cron_since := now();
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER workflows_cron_since BEFORE UPDATE ON workflows
+    FOR EACH ROW EXECUTE FUNCTION sy_workflows_cron_since();
+
 CREATE TABLE workflow_runs (
     id                 text        PRIMARY KEY,
     project_id         text        NOT NULL REFERENCES projects (id) ON DELETE CASCADE,

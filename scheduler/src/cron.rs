@@ -1,4 +1,8 @@
-//! The cron enqueuer: makes the runs of jobs that have a `cron` schedule.
+//! The cron enqueuer: makes the runs of jobs and workflows that have a
+//! `cron` schedule. Workflows follow the rules below as jobs do (their
+//! `cron_since` is migration 0010's), and a tick of a workflow with
+//! skip_if_running while one of its runs is active makes no run: the
+//! active run records the skipped tick (`explain`).
 //!
 //! Each pass reads every live, enabled, unpaused job with a schedule and,
 //! at `now`, finds its ticks (in the job's `timezone`, with the
@@ -45,7 +49,8 @@ use switchyard_shared::domain::RunStatus;
 use switchyard_shared::queue::{Queue, WakeLoop};
 use switchyard_shared::shutdown::Shutdown;
 use switchyard_shared::store::flow::{self, CronJob};
-use switchyard_shared::store::{runs, NewRun};
+use switchyard_shared::store::workflow_runs::{self, NewWorkflowRun, Triggered};
+use switchyard_shared::store::{runs, workflows, NewRun, Tenant};
 
 use crate::alarm::Alarm;
 use crate::error::{check_batch, check_max_sleep, check_positive, Error, OptionsError};
@@ -96,6 +101,10 @@ pub struct CronReport {
     pub fired: usize,
     /// Ticks another scheduler had already made a run for.
     pub already_fired: usize,
+    /// Workflows with a schedule looked at.
+    pub workflows: usize,
+    /// Workflow ticks skipped (skip_if_running with a run active).
+    pub skipped: usize,
     /// The earliest tick after `now` of all jobs.
     pub next_tick: Option<DateTime<Utc>>,
 }
@@ -178,10 +187,59 @@ impl CronEnqueuer {
                 _ => break,
             }
         }
+        self.workflow_ticks(now, &mut report).await?;
         if report.fired > 0 {
             tracing::debug!(fired = report.fired, "fired cron ticks");
         }
         Ok(report)
+    }
+
+    /// The same pass over workflows with a schedule: a tick makes a run
+    /// (triggered_by `cron`), once however many schedulers race for it; a
+    /// tick of a workflow with skip_if_running and an active run is
+    /// skipped, and the active run records why.
+    async fn workflow_ticks(&self, now: DateTime<Utc>, report: &mut CronReport) -> Result<(), Error> {
+        let mut after = String::new();
+        loop {
+            let page = workflow_runs::cron_page(&self.pool, &after, self.opts.page_size as i64).await?;
+            for w in &page {
+                report.workflows += 1;
+                let sched = match CronSchedule::parse(&w.cron, w.cron_timezone.as_deref()) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        tracing::warn!(workflow_id = %w.id, error = %e, "workflow has an unusable cron schedule; skipped");
+                        continue;
+                    }
+                };
+                for tick in due_ticks(&sched, w.cron_since, w.last_tick, now, self.opts.max_lateness) {
+                    let Some(wf) = workflows::get(&self.pool, Tenant::Any, &w.id).await? else { break };
+                    let new = NewWorkflowRun {
+                        triggered_by: "cron".into(),
+                        created_by: Some("cron".into()),
+                        cron_tick: Some(tick),
+                        ..NewWorkflowRun::default()
+                    };
+                    match workflow_runs::trigger(&self.pool, &wf, &new).await? {
+                        Triggered::Created(run) => {
+                            tracing::info!(workflow_id = %w.id, workflow_run_id = %run.id, tick = %tick, "workflow cron tick fired");
+                            report.fired += 1;
+                        }
+                        Triggered::Existing(_) => report.already_fired += 1,
+                        Triggered::Skipped { active_run_id } => {
+                            tracing::info!(workflow_id = %w.id, %active_run_id, tick = %tick, "workflow cron tick skipped: a run is active (skip_if_running)");
+                            report.skipped += 1;
+                        }
+                    }
+                }
+                if let Some(next) = sched.next_after(now) {
+                    report.next_tick = Some(report.next_tick.map_or(next, |n| n.min(next)));
+                }
+            }
+            match page.last() {
+                Some(last) if page.len() == self.opts.page_size => after = last.id.clone(),
+                _ => return Ok(()),
+            }
+        }
     }
 
     /// Makes the run of `tick`; false when one exists already.

@@ -532,3 +532,61 @@ async fn a_crash_between_a_steps_outcome_and_the_next_enqueue_loses_and_doubles_
     let (left,): (i64,) = sqlx::query_as("SELECT count(*) FROM workflow_outbox").fetch_one(&env.pool).await.unwrap();
     assert_eq!(left, 0, "every event was consumed");
 }
+
+fn utc(s: &str) -> chrono::DateTime<Utc> {
+    chrono::DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+}
+
+async fn workflow_ticks(env: &TestEnv, workflow_id: &str) -> Vec<chrono::DateTime<Utc>> {
+    sqlx::query_scalar(
+        "SELECT cron_tick FROM workflow_runs WHERE workflow_id = $1 AND triggered_by = 'cron' ORDER BY cron_tick",
+    )
+    .bind(workflow_id)
+    .fetch_all(&env.pool)
+    .await
+    .unwrap()
+}
+
+/// A workflow's cron follows the jobs' rules: one run per tick however
+/// many schedulers race, one catch-up for missed ticks, the schedule's
+/// time zone; with skip_if_running a tick during an active run is
+/// skipped, and that run's explain says so.
+#[tokio::test]
+async fn a_workflow_cron_fires_each_tick_once_and_skip_if_running_skips_ticks() {
+    let env = TestEnv::start().await;
+    let project = env.project().await;
+    let j = job(&env, &project, "http://127.0.0.1:9/hook", json!({})).await;
+    let wf = workflow(
+        &env,
+        &project,
+        json!({"cron": "0 9 * * *", "cron_timezone": "Europe/Paris", "skip_if_running": true,
+               "steps": [{"step_ref": "a", "job_id": j}]}),
+    )
+    .await;
+    let id = wf["id"].as_str().unwrap();
+    sqlx::query("UPDATE workflows SET cron_since = $2 WHERE id = $1")
+        .bind(id)
+        .bind(utc("2027-01-01T00:00:00Z"))
+        .execute(&env.pool)
+        .await
+        .unwrap();
+    let schedulers: Vec<_> = (0..3).map(|_| env.scheduler()).collect();
+    // 09:00 in Paris is 08:00 UTC in winter.
+    let at = utc("2027-01-01T08:00:02Z");
+    let reports = futures::future::join_all(schedulers.iter().map(|s| s.cron_once(at))).await;
+    assert_eq!(reports.iter().map(|r| r.as_ref().unwrap().fired).sum::<usize>(), 1, "{reports:?}");
+    assert_eq!(workflow_ticks(&env, id).await, [utc("2027-01-01T08:00:00Z")]);
+    let (s, page) = env.get(&format!("/v1/workflow-runs?project_id={project}&workflow_id={id}")).await;
+    assert_eq!(s, 200);
+    let first = page["data"][0].clone();
+    assert_eq!((first["triggered_by"].as_str(), first["status"].as_str()), (Some("cron"), Some("running")));
+
+    // The next day's tick finds that run still active: skipped, and said so.
+    let report = schedulers[0].cron_once(utc("2027-01-02T08:00:01Z")).await.unwrap();
+    assert_eq!((report.fired, report.skipped), (0, 1), "{report:?}");
+    assert_eq!(workflow_ticks(&env, id).await.len(), 1);
+    let (_, ex) = env
+        .get(&format!("/v1/workflow-runs/{}/explain?decision_type=tick_skipped", first["id"].as_str().unwrap()))
+        .await;
+    assert!(ex["decisions"][0]["reason"].as_str().unwrap().contains("skip_if_running"), "{ex}");
+}

@@ -13,6 +13,7 @@ use poem_openapi::{ApiResponse, Object, OpenApi};
 use serde_json::Value;
 use switchyard_shared::domain::workflow::{self as wf, Policy, References, Settings, Step, StepRequest};
 use switchyard_shared::domain::FieldErrors;
+use switchyard_shared::queue::WakeLoop;
 use switchyard_shared::store;
 use switchyard_shared::store::workflows::{NewVersion, WorkflowRecord, WorkflowVersionRow, WorkflowWrite};
 
@@ -593,6 +594,9 @@ impl WorkflowsApi {
         )
         .await?;
         tx.commit().await?;
+        if rec.enabled && rec.cron.is_some() {
+            state.queue.wake(WakeLoop::Cron, None);
+        }
         Ok(Created::Created(Json(workflow_view(rec))))
     }
 
@@ -723,6 +727,11 @@ impl WorkflowsApi {
             .await?;
         }
         tx.commit().await?;
+        // The first tick of a new or changed schedule must not wait for
+        // the cron loop's longest sleep.
+        if rec.enabled && rec.cron.is_some() {
+            state.queue.wake(WakeLoop::Cron, None);
+        }
         let mut view = workflow_view(rec);
         if active > 0 {
             view.previous_version_id = Some(cur.version_id);

@@ -158,6 +158,12 @@ pub async fn trigger_in(
             .bind(&wf.id)
             .fetch_one(&mut *conn)
             .await?;
+            // A cron tick has nobody to answer: the run it gave way to says so.
+            if let Some(tick) = new.cron_tick {
+                let reason = format!("cron tick {} skipped: this run is active (skip_if_running)", tick.to_rfc3339());
+                record(conn, &active_run_id, None, "tick_skipped", &reason, serde_json::json!({ "tick": tick }))
+                    .await?;
+            }
             return Ok(Triggered::Skipped { active_run_id });
         }
         if cap.is_some_and(|c| started >= c as i64) {
@@ -449,6 +455,32 @@ pub async fn active_on_other_versions(pool: &PgPool, workflow_id: &str, version_
     .bind(workflow_id)
     .bind(version_id)
     .fetch_one(pool)
+    .await
+}
+
+/// A workflow with a cron schedule, as the cron loop reads it.
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct CronWorkflow {
+    pub id: String,
+    pub cron: String,
+    pub cron_timezone: Option<String>,
+    pub cron_since: DateTime<Utc>,
+    /// The latest tick it has a run for.
+    pub last_tick: Option<DateTime<Utc>>,
+}
+
+/// A page of live, enabled workflows with a cron schedule, by id.
+pub async fn cron_page(pool: &PgPool, after: &str, limit: i64) -> Result<Vec<CronWorkflow>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT w.id, w.cron, w.cron_timezone, w.cron_since,
+            (SELECT max(r.cron_tick) FROM workflow_runs r WHERE r.workflow_id = w.id AND r.cron_tick IS NOT NULL) AS last_tick
+         FROM workflows w
+         WHERE w.deleted_at IS NULL AND w.enabled AND w.cron IS NOT NULL AND w.id > $1
+         ORDER BY w.id LIMIT $2",
+    )
+    .bind(after)
+    .bind(limit)
+    .fetch_all(pool)
     .await
 }
 
