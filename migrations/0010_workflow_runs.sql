@@ -153,3 +153,9 @@ CREATE TABLE workflow_decisions (
     created_at      timestamptz NOT NULL DEFAULT now()
 );
 CREATE INDEX workflow_decisions_run_idx ON workflow_decisions (workflow_run_id, id);
+
+-- Resource policies may select workflows (by id or tags); an operation on
+-- a workflow run is checked against its workflow.
+ALTER TABLE resource_policies DROP CONSTRAINT resource_policies_resource_type_check;
+ALTER TABLE resource_policies ADD CONSTRAINT resource_policies_resource_type_check
+    CHECK (resource_type IN ('job', 'job_group', 'run', 'workflow'));

@@ -21,13 +21,13 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use sqlx::postgres::PgListener;
 use sqlx::PgPool;
 use switchyard_shared::queue::Queue;
 use switchyard_shared::shutdown::Shutdown;
 use switchyard_shared::store::workflow_engine::{self, Advanced};
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::{mpsc, Notify, Semaphore};
 
 use crate::error::{check_batch, check_positive, Error, OptionsError};
 use crate::pace;
@@ -77,6 +77,10 @@ pub struct WorkflowEngine {
     /// Runs being advanced by this process.
     busy: Arc<Mutex<HashSet<String>>>,
     slots: Arc<Semaphore>,
+    /// When the loop means to sweep next; an advance that leaves a run
+    /// due sooner rings `sooner`.
+    next_sweep: Arc<Mutex<Option<DateTime<Utc>>>>,
+    sooner: Arc<Notify>,
 }
 
 /// What the listener tells the loop.
@@ -90,7 +94,15 @@ impl WorkflowEngine {
     pub fn new(pool: PgPool, queue: Queue, opts: WorkflowOptions) -> Result<WorkflowEngine, OptionsError> {
         opts.validate()?;
         let slots = Arc::new(Semaphore::new(opts.parallel));
-        Ok(WorkflowEngine { pool, queue, opts, busy: Arc::default(), slots })
+        Ok(WorkflowEngine {
+            pool,
+            queue,
+            opts,
+            busy: Arc::default(),
+            slots,
+            next_sweep: Arc::default(),
+            sooner: Arc::default(),
+        })
     }
 
     /// Advances one run now, then again while events arrived for it
@@ -112,6 +124,13 @@ impl WorkflowEngine {
             total.steps_started += a.steps_started;
             total.job_runs_enqueued += a.job_runs_enqueued;
             total.ended = a.ended.or(total.ended);
+            total.wake_at = a.wake_at.or(total.wake_at);
+            if let Some(t) = a.wake_at {
+                let planned = *self.next_sweep.lock().expect("next sweep");
+                if planned.is_none_or(|p| t < p) {
+                    self.sooner.notify_one();
+                }
+            }
             // Leave the busy set before looking again: a notification
             // that comes after this spawns its own advance.
             self.busy.lock().expect("busy set").remove(run_id);
@@ -178,6 +197,8 @@ impl WorkflowEngine {
                 Ok(Some(t)) => (t - Utc::now()).to_std().unwrap_or(Duration::ZERO).min(self.opts.max_sleep),
                 _ => self.opts.max_sleep,
             };
+            *self.next_sweep.lock().expect("next sweep") =
+                Some(Utc::now() + chrono::Duration::from_std(sleep).unwrap_or(chrono::Duration::zero()));
             let deadline = tokio::time::sleep(sleep);
             tokio::pin!(deadline);
             loop {
@@ -187,6 +208,8 @@ impl WorkflowEngine {
                         return;
                     }
                     _ = &mut deadline => break,
+                    // A run is due before the planned sweep: plan again.
+                    _ = self.sooner.notified() => break,
                     heard = rx.recv() => match heard {
                         Some(Heard::Run(id)) => self.spawn_advance(id),
                         Some(Heard::Sweep) => break,

@@ -590,3 +590,56 @@ async fn a_workflow_cron_fires_each_tick_once_and_skip_if_running_skips_ticks() 
         .await;
     assert!(ex["decisions"][0]["reason"].as_str().unwrap().contains("skip_if_running"), "{ex}");
 }
+
+/// Resource policies select workflows by id or tags, and an operation on a
+/// workflow run is checked against its workflow.
+#[tokio::test]
+async fn resource_policies_govern_workflows_and_their_runs() {
+    let env = TestEnv::start().await;
+    let project = env.project().await;
+    let j = job(&env, &project, "http://127.0.0.1:9/hook", json!({})).await;
+    let steps = json!([{"step_ref": "a", "job_id": j}]);
+    let prod = workflow(&env, &project, json!({"steps": steps, "tags": {"env": "prod"}})).await;
+    let dev = workflow(&env, &project, json!({"steps": steps, "tags": {"env": "dev"}})).await;
+    let (k, k_id) =
+        crate::access::key(&env, &project, &["workflows:read", "workflows:trigger", "workflows:write"]).await;
+    let (s, p) = env
+        .post(
+            "/v1/resource-policies",
+            json!({"project_id": project, "name": "no prod workflow runs", "effect": "deny", "principal_type": "api_key",
+                   "principal_id": k_id, "actions": ["workflows:trigger", "workflows:write"], "resource_type": "workflow",
+                   "tag_selector": {"env": "prod"}}),
+        )
+        .await;
+    assert_eq!(s, 201, "{p}");
+    let trigger_path = |w: &Value| format!("/v1/workflows/{}/trigger", w["id"].as_str().unwrap());
+    let as_key = |m: reqwest::Method, path: String, body: Option<Value>| {
+        let (env, k) = (&env, &k);
+        async move { crate::access::with(env, k, m, &path, body).await }
+    };
+    assert_eq!(as_key(reqwest::Method::POST, trigger_path(&dev), Some(json!({}))).await.0, 201);
+    let refused = assert_problem(403, as_key(reqwest::Method::POST, trigger_path(&prod), Some(json!({}))).await, 403);
+    assert!(refused["detail"].as_str().unwrap().contains(p["id"].as_str().unwrap()), "{refused}");
+    // Another action on the same workflow is not denied.
+    assert_eq!(
+        as_key(reqwest::Method::GET, format!("/v1/workflows/{}", prod["id"].as_str().unwrap()), None).await.0,
+        200
+    );
+    // A run of the prod workflow (triggered by the internal secret) cannot be cancelled with the key.
+    let run = trigger(&env, &prod, json!({})).await;
+    let cancel = format!("/v1/workflow-runs/{}/cancel", run["id"].as_str().unwrap());
+    assert_problem(403, as_key(reqwest::Method::POST, cancel.clone(), Some(json!({}))).await, 403);
+    assert_eq!(get_run(&env, run["id"].as_str().unwrap()).await["status"], "running", "nothing changed");
+    // Creating a workflow is matched by its tags.
+    let (s, _) = env
+        .post(
+            "/v1/resource-policies",
+            json!({"project_id": project, "name": "no prod workflows", "effect": "deny", "principal_type": "api_key",
+                   "principal_id": k_id, "actions": ["workflows:write"], "resource_type": "workflow",
+                   "tag_selector": {"env": "prod"}}),
+        )
+        .await;
+    assert_eq!(s, 201);
+    let new = json!({"name": "another", "steps": steps, "tags": {"env": "prod"}});
+    assert_problem(403, as_key(reqwest::Method::POST, "/v1/workflows".into(), Some(new)).await, 403);
+}

@@ -4,8 +4,9 @@
 //! actions (scopes) and resources of one type, chosen by id and/or by a tag
 //! selector (no ids and no selector: every resource of the type). It is
 //! evaluated after the scope check, for operations on one resource (get,
-//! change, delete, trigger, cancel, and job creation, which is matched by
-//! the new job's tags):
+//! change, delete, trigger, cancel, and job or workflow creation, which is
+//! matched by the new resource's tags; an operation on a workflow run is
+//! checked against its workflow):
 //!
 //! 1. a matching `deny` policy that selects the resource refuses (403);
 //! 2. when `allow` policies match the principal and action, the resource
@@ -36,7 +37,7 @@ use crate::state::AppState;
 
 /// The resource an operation acts on.
 pub struct Resource<'a> {
-    /// `job`, `job_group` or `run`.
+    /// `job`, `job_group`, `run` or `workflow`.
     pub kind: &'static str,
     /// `None` for a resource being created.
     pub id: Option<&'a str>,

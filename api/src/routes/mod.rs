@@ -51,6 +51,8 @@ use poem_openapi::types::{MaybeUndefined, ToJSON};
 use poem_openapi::{ApiResponse, Tags};
 use switchyard_shared::domain::{FieldError, FieldErrors, JobSpec, RunStatus};
 use switchyard_shared::queue::WakeLoop;
+use switchyard_shared::store::workflow_runs::WorkflowRun;
+use switchyard_shared::store::workflows::WorkflowRecord;
 use switchyard_shared::store::{self, JobRecord, Run, Tenant};
 
 use crate::auth::policy::{self, Resource};
@@ -294,6 +296,34 @@ pub async fn sdk_run(state: &AppState, auth: &Auth, run_id: &str) -> ApiResult<R
         if attempt == run.attempt + 1 && store::runs::mark_running_for_attempt(&state.pool, run_id, attempt).await? {
             return store::runs::get(&state.pool, run_id).await?.ok_or_else(|| ApiError::not_found("run", run_id));
         }
+    }
+    Ok(run)
+}
+
+/// The workflow, if it exists and the caller may see it (404 otherwise),
+/// and the resource policies on workflows let the caller act on it (403
+/// otherwise).
+pub async fn load_workflow(state: &AppState, auth: &Auth, id: &str) -> ApiResult<WorkflowRecord> {
+    check_id("workflow", id)?;
+    let w = store::workflows::get(&state.pool, tenant(&auth.0), id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("workflow", id))?;
+    let r = Resource { kind: "workflow", id: Some(&w.id), tags: &w.tags.0 };
+    policy::check(state, &auth.0, &w.project_id, r).await?;
+    Ok(w)
+}
+
+/// The workflow run, if it exists and the caller may see it (404
+/// otherwise), and the resource policies on its workflow let the caller
+/// act on it (403 otherwise).
+pub async fn load_workflow_run(state: &AppState, auth: &Auth, id: &str) -> ApiResult<WorkflowRun> {
+    check_id("workflow run", id)?;
+    let run = store::workflow_runs::get(&state.pool, tenant(&auth.0), id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("workflow run", id))?;
+    if let Some(w) = store::workflows::get(&state.pool, Tenant::Any, &run.workflow_id).await? {
+        let r = Resource { kind: "workflow", id: Some(&w.id), tags: &w.tags.0 };
+        policy::check(state, &auth.0, &w.project_id, r).await?;
     }
     Ok(run)
 }

@@ -41,7 +41,8 @@ pub struct ResourcePolicy {
     pub principal_id: String,
     /// Scopes the policy governs (an operation names its own in `x-required-scope`); `*` for all.
     pub actions: Vec<String>,
-    /// `job`, `job_group` or `run`.
+    /// `job`, `job_group`, `run` or `workflow` (which also governs the
+    /// workflow's runs).
     pub resource_type: String,
     /// The resources chosen by id (empty: not by id).
     pub resource_ids: Vec<String>,
@@ -179,7 +180,7 @@ fn validate_resource_policy(f: &RpFields, description: Option<&str>) -> Result<(
     description_rule(&mut e, description);
     one_of(&mut e, "effect", &f.effect, &["allow", "deny"]);
     one_of(&mut e, "principal_type", &f.principal_type, &["role", "member", "api_key"]);
-    one_of(&mut e, "resource_type", &f.resource_type, &["job", "job_group", "run"]);
+    one_of(&mut e, "resource_type", &f.resource_type, &["job", "job_group", "run", "workflow"]);
     e.check(!f.actions.is_empty(), "body.actions", "at least one scope", Some(json!([])));
     let ids_ok =
         f.resource_ids.len() <= 100 && f.resource_ids.iter().all(|id| switchyard_shared::ids::is_valid_external_id(id));

@@ -19,7 +19,7 @@ use switchyard_shared::domain::FieldErrors;
 use switchyard_shared::store;
 use switchyard_shared::store::workflows::WorkflowRecord;
 
-use super::{found, tenant, Tag};
+use super::{found, Tag};
 use crate::auth::Auth;
 use crate::error::ApiResult;
 use crate::state::AppState;
@@ -180,7 +180,7 @@ pub struct WorkflowVersionDiff {
 
 /// The workflow, if it exists and the caller may see it (404 otherwise).
 async fn load(state: &AppState, auth: &Auth, id: &str) -> ApiResult<WorkflowRecord> {
-    found("workflow", id, store::workflows::get(&state.pool, tenant(&auth.0), id)).await
+    super::load_workflow(state, auth, id).await
 }
 
 #[OpenApi(tag = "Tag::Workflows")]

@@ -19,7 +19,7 @@ use switchyard_shared::store::workflow_runs::{
 };
 use switchyard_shared::store::{self, Tenant};
 
-use super::{check_id, project_of, tenant, Tag};
+use super::{check_id, load_workflow, project_of, tenant, Tag};
 use crate::audit::{self, Change};
 use crate::auth::{Auth, Principal};
 use crate::error::{ApiError, ApiResult};
@@ -284,8 +284,7 @@ pub enum TriggeredRun {
 
 /// The run, if it exists and the caller may see it (404 otherwise).
 async fn load(state: &AppState, auth: &Auth, id: &str) -> ApiResult<RunRow> {
-    check_id("workflow run", id)?;
-    workflow_runs::get(&state.pool, tenant(&auth.0), id).await?.ok_or_else(|| ApiError::not_found("workflow run", id))
+    super::load_workflow_run(state, auth, id).await
 }
 
 async fn with_steps(state: &AppState, run: RunRow) -> ApiResult<WorkflowRun> {
@@ -349,10 +348,7 @@ impl WorkflowRunsApi {
         workflow_id: Path<String>,
         body: Json<TriggerWorkflowRequest>,
     ) -> ApiResult<TriggeredRun> {
-        check_id("workflow", &workflow_id)?;
-        let wf = store::workflows::get(&state.pool, tenant(&auth.0), &workflow_id)
-            .await?
-            .ok_or_else(|| ApiError::not_found("workflow", &workflow_id))?;
+        let wf = load_workflow(&state, &auth, &workflow_id).await?;
         if !wf.enabled {
             return Err(ApiError::conflict("the workflow is disabled; enable it to trigger runs"));
         }
@@ -428,7 +424,7 @@ impl WorkflowRunsApi {
         auth: Auth,
         workflow_run_id: Path<String>,
     ) -> ApiResult<Json<WorkflowRun>> {
-        check_id("workflow run", &workflow_run_id)?;
+        load(&state, &auth, &workflow_run_id).await?;
         let reason = format!("cancelled by {}", who(&auth.0));
         let r = workflow_runs::cancel(&state.pool, tenant(&auth.0), &workflow_run_id, &reason).await?;
         moved(&state, &auth, r, &workflow_run_id, "workflow_run.cancelled", Value::Null).await
@@ -443,7 +439,7 @@ impl WorkflowRunsApi {
         auth: Auth,
         workflow_run_id: Path<String>,
     ) -> ApiResult<Json<WorkflowRun>> {
-        check_id("workflow run", &workflow_run_id)?;
+        load(&state, &auth, &workflow_run_id).await?;
         let r = workflow_runs::pause(&state.pool, tenant(&auth.0), &workflow_run_id, &who(&auth.0)).await?;
         moved(&state, &auth, r, &workflow_run_id, "workflow_run.paused", Value::Null).await
     }
@@ -457,7 +453,7 @@ impl WorkflowRunsApi {
         auth: Auth,
         workflow_run_id: Path<String>,
     ) -> ApiResult<Json<WorkflowRun>> {
-        check_id("workflow run", &workflow_run_id)?;
+        load(&state, &auth, &workflow_run_id).await?;
         let r = workflow_runs::resume(&state.pool, tenant(&auth.0), &workflow_run_id, &who(&auth.0)).await?;
         moved(&state, &auth, r, &workflow_run_id, "workflow_run.resumed", Value::Null).await
     }
@@ -681,11 +677,6 @@ impl WorkflowRunsApi {
     }
 }
 
-async fn load_workflow(state: &AppState, auth: &Auth, id: &str) -> ApiResult<store::workflows::WorkflowRecord> {
-    check_id("workflow", id)?;
-    store::workflows::get(&state.pool, tenant(&auth.0), id).await?.ok_or_else(|| ApiError::not_found("workflow", id))
-}
-
 impl WorkflowRunsApi {
     async fn reset(
         &self,
@@ -695,7 +686,7 @@ impl WorkflowRunsApi {
         step_ref: &str,
         with_descendants: bool,
     ) -> ApiResult<Json<WorkflowRun>> {
-        check_id("workflow run", run_id)?;
+        load(state, auth, run_id).await?;
         let t: Tenant = tenant(&auth.0);
         let r = workflow_runs::reset_steps(&state.pool, t, run_id, step_ref, with_descendants, &who(&auth.0)).await?;
         let r = match r {

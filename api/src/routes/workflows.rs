@@ -17,7 +17,7 @@ use switchyard_shared::queue::WakeLoop;
 use switchyard_shared::store;
 use switchyard_shared::store::workflows::{NewVersion, WorkflowRecord, WorkflowVersionRow, WorkflowWrite};
 
-use super::{check_id, name_rule, patch, project_of, slug_rule, slugify, tenant, visible, Created, Tag};
+use super::{check_id, name_rule, patch, project_of, slug_rule, slugify, visible, Created, Tag};
 use crate::audit::{self, Change};
 use crate::auth::policy;
 use crate::auth::Auth;
@@ -454,8 +454,7 @@ fn policy_view(project_id: String, p: Policy, row: Option<(DateTime<Utc>, Option
 
 /// The workflow, if it exists and the caller may see it (404 otherwise).
 async fn load(state: &AppState, auth: &Auth, id: &str) -> ApiResult<WorkflowRecord> {
-    check_id("workflow", id)?;
-    store::workflows::get(&state.pool, tenant(&auth.0), id).await?.ok_or_else(|| ApiError::not_found("workflow", id))
+    super::load_workflow(state, auth, id).await
 }
 
 /// What the steps' checks need from the database: which named jobs are
@@ -559,6 +558,8 @@ impl WorkflowsApi {
         errors.finish()?;
         let steps = with_ids(steps.unwrap_or_default());
         policy::enforce_tags(&state.pool, &project_id, "workflow", &settings.tags).await?;
+        let new = policy::Resource { kind: "workflow", id: None, tags: &settings.tags };
+        policy::check(&state, &auth.0, &project_id, new).await?;
         let id = switchyard_shared::ids::workflow_id();
         let version_id = switchyard_shared::ids::workflow_version_id();
         let actor = auth.0.actor();

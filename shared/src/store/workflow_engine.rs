@@ -62,6 +62,9 @@ pub struct Advanced {
     pub job_runs_enqueued: usize,
     /// The status the run ended with, when it ended.
     pub ended: Option<String>,
+    /// When the run must be looked at next without an event (a sleep's
+    /// end, its deadline), as the pass left it.
+    pub wake_at: Option<DateTime<Utc>>,
 }
 
 /// The steps of a version.
@@ -249,9 +252,10 @@ pub async fn advance(pool: &PgPool, queue: &Queue, run_id: &str, now: DateTime<U
         staged: Vec::new(),
         ended: None,
         decisions: Vec::new(),
+        wake_at: None,
     };
     engine.go(&mut tx).await?;
-    let Pass { new_runs, staged, ended, writes, .. } = engine;
+    let Pass { new_runs, staged, ended, writes, wake_at, .. } = engine;
     tx.commit().await?;
 
     let cancelled: Vec<Changed> = staged.into_iter().flat_map(Staged::committed).collect();
@@ -278,6 +282,7 @@ pub async fn advance(pool: &PgPool, queue: &Queue, run_id: &str, now: DateTime<U
         steps_started: writes.iter().filter(|w| w.start).count(),
         job_runs_enqueued: enqueued,
         ended: ended.map(|s| s.as_str().to_string()),
+        wake_at,
     })
 }
 
@@ -291,6 +296,7 @@ struct Pass {
     ended: Option<WorkflowRunStatus>,
     /// Decisions made, written with the step rows (one statement).
     decisions: Vec<NewDecision>,
+    wake_at: Option<DateTime<Utc>>,
 }
 
 impl Pass {
@@ -416,15 +422,15 @@ impl Pass {
         self.flush(tx).await?;
         // The next moment the run must be looked at without an event.
         let wake_at = self.writes.iter().filter_map(|w| w.wake_at).chain(self.run.deadline_at).min();
-        sqlx::query(
+        self.wake_at = sqlx::query_scalar(
             "UPDATE workflow_runs SET wake_at = (SELECT min(t) FROM (
                 SELECT min(wake_at) AS t FROM workflow_step_runs WHERE workflow_run_id = $1 AND status = 'waiting'
                 UNION ALL SELECT $2::timestamptz) x)
-             WHERE id = $1",
+             WHERE id = $1 RETURNING wake_at",
         )
         .bind(&run_id)
         .bind(wake_at)
-        .execute(&mut *tx)
+        .fetch_one(&mut *tx)
         .await?;
         Ok(())
     }
