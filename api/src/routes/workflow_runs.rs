@@ -440,7 +440,7 @@ impl WorkflowRunsApi {
         workflow_run_id: Path<String>,
     ) -> ApiResult<Json<WorkflowRun>> {
         load(&state, &auth, &workflow_run_id).await?;
-        let r = workflow_runs::pause(&state.pool, tenant(&auth.0), &workflow_run_id, &who(&auth.0)).await?;
+        let r = workflow_runs::set_paused(&state.pool, tenant(&auth.0), &workflow_run_id, true, &who(&auth.0)).await?;
         moved(&state, &auth, r, &workflow_run_id, "workflow_run.paused", Value::Null).await
     }
 
@@ -454,7 +454,7 @@ impl WorkflowRunsApi {
         workflow_run_id: Path<String>,
     ) -> ApiResult<Json<WorkflowRun>> {
         load(&state, &auth, &workflow_run_id).await?;
-        let r = workflow_runs::resume(&state.pool, tenant(&auth.0), &workflow_run_id, &who(&auth.0)).await?;
+        let r = workflow_runs::set_paused(&state.pool, tenant(&auth.0), &workflow_run_id, false, &who(&auth.0)).await?;
         moved(&state, &auth, r, &workflow_run_id, "workflow_run.resumed", Value::Null).await
     }
 

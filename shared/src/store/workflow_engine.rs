@@ -761,6 +761,15 @@ pub async fn end_run(tx: &mut PgConnection, run: &WorkflowRun, d: Decided) -> Re
 /// Starts the oldest runs of the workflow that wait for a slot under its
 /// max_concurrent_runs, as many as there are free slots.
 async fn admit_waiting(tx: &mut PgConnection, workflow_id: &str) -> Result<(), sqlx::Error> {
+    // Only a workflow with a cap has waiting runs: the others skip the lock.
+    let waiting: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM workflow_runs WHERE workflow_id = $1 AND status = 'pending')")
+            .bind(workflow_id)
+            .fetch_one(&mut *tx)
+            .await?;
+    if !waiting {
+        return Ok(());
+    }
     let admitted: Vec<String> = sqlx::query_scalar(
         "WITH w AS (
             SELECT id, max_concurrent_runs, timeout_secs FROM workflows WHERE id = $1 FOR UPDATE

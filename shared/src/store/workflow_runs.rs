@@ -530,37 +530,28 @@ pub async fn cancel(pool: &PgPool, tenant: Tenant<'_>, id: &str, reason: &str) -
     Ok(Ok(Moved { run, cancelled: staged.committed() }))
 }
 
-/// Pauses a running run: no step starts until it is resumed; the steps
-/// under way finish.
-pub async fn pause(pool: &PgPool, tenant: Tenant<'_>, id: &str, who: &str) -> MoveResult {
+/// Pauses a running run (`pause`: no step starts until it is resumed; the
+/// steps under way finish) or resumes a paused one (the steps that became
+/// ready meanwhile start).
+pub async fn set_paused(pool: &PgPool, tenant: Tenant<'_>, id: &str, pause: bool, who: &str) -> MoveResult {
+    let (from, to, what) = if pause {
+        (WorkflowRunStatus::Running, WorkflowRunStatus::Paused, "paused")
+    } else {
+        (WorkflowRunStatus::Paused, WorkflowRunStatus::Running, "resumed")
+    };
     let mut tx = pool.begin().await?;
     let Some(run) = lock(&mut tx, tenant, id).await? else { return Ok(Err(Refused::NotFound)) };
-    if run.status != WorkflowRunStatus::Running {
+    if run.status != from {
         return Ok(Err(Refused::Conflict(format!(
-            "only a running workflow run can be paused; this one is {}",
+            "only a {from} workflow run can be {what}; this one is {}",
             run.status
         ))));
     }
-    sqlx::query("UPDATE workflow_runs SET status = 'paused' WHERE id = $1").bind(id).execute(&mut *tx).await?;
-    record(&mut tx, id, None, "paused", &format!("paused by {who}"), Value::Null).await?;
-    let run = reread(&mut tx, id).await?;
-    tx.commit().await?;
-    Ok(Ok(Moved { run, cancelled: Vec::new() }))
-}
-
-/// Resumes a paused run: the steps that became ready meanwhile start.
-pub async fn resume(pool: &PgPool, tenant: Tenant<'_>, id: &str, who: &str) -> MoveResult {
-    let mut tx = pool.begin().await?;
-    let Some(run) = lock(&mut tx, tenant, id).await? else { return Ok(Err(Refused::NotFound)) };
-    if run.status != WorkflowRunStatus::Paused {
-        return Ok(Err(Refused::Conflict(format!(
-            "only a paused workflow run can be resumed; this one is {}",
-            run.status
-        ))));
+    sqlx::query("UPDATE workflow_runs SET status = $2 WHERE id = $1").bind(id).bind(to).execute(&mut *tx).await?;
+    record(&mut tx, id, None, what, &format!("{what} by {who}"), Value::Null).await?;
+    if !pause {
+        wake(&mut tx, id).await?;
     }
-    sqlx::query("UPDATE workflow_runs SET status = 'running' WHERE id = $1").bind(id).execute(&mut *tx).await?;
-    record(&mut tx, id, None, "resumed", &format!("resumed by {who}"), Value::Null).await?;
-    wake(&mut tx, id).await?;
     let run = reread(&mut tx, id).await?;
     tx.commit().await?;
     Ok(Ok(Moved { run, cancelled: Vec::new() }))
