@@ -110,6 +110,17 @@ impl Api {
         self.create("/v1/jobs", json!({ "project_id": project, "name": name, "endpoint_url": endpoint })).await
     }
 
+    /// A workflow of `steps` (the API's step objects); its id.
+    pub async fn create_workflow(&self, project: &str, name: &str, steps: Value) -> anyhow::Result<String> {
+        self.create("/v1/workflows", json!({ "project_id": project, "name": name, "steps": steps })).await
+    }
+
+    /// Where a workflow is triggered: [`Api::trigger`] posts the same
+    /// `{"payload": ...}` body there, and the answer's `id` is the workflow run's.
+    pub fn workflow_trigger_url(&self, workflow: &str) -> String {
+        format!("{}/v1/workflows/{workflow}/trigger", self.base)
+    }
+
     pub fn trigger_url(&self, job: &str) -> String {
         format!("{}/v1/jobs/{job}/trigger", self.base)
     }

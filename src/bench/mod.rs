@@ -10,7 +10,7 @@
 //! - [`cpu`], [`meter`]: CPU time from /proc, per part of the system.
 //! - [`settle`]: waiting for a phase's runs to end. [`check`]: their correctness.
 //! - Phases: [`throughput`] (a, g), [`latency`] (b), [`bulk`] (c),
-//!   [`queue_depth`] (d, e), [`idle`] (f).
+//!   [`queue_depth`] (d, e), [`idle`] (f), [`workflows`] (w).
 //! - [`pg_tables`]: Postgres table activity per run, read at the end.
 //! - [`stats`]: percentiles. [`anchors`]: the peer figures. [`report`]: the output.
 
@@ -31,6 +31,7 @@ mod stats;
 mod system;
 mod target;
 mod throughput;
+mod workflows;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -214,6 +215,35 @@ async fn phases(sys: &System, opts: &Opts) -> anyhow::Result<Report> {
     if runs > 0 {
         report.pg_tables = keep(&mut report.failures, "Postgres table activity", pg_tables::per_run(sys, runs).await)
             .unwrap_or_default();
+    }
+    // Last, after the table activity per run is read: its job runs are
+    // started by the engine, not accepted by the trigger endpoints.
+    if opts.wants('w') {
+        eprintln!(
+            "bench: (w) workflows: a 3-step chain at {}/s for {} s, {} runs of a {}-way fan-out, one {}-way",
+            opts.wf_rate,
+            opts.rate_warmup_secs + opts.wf_secs,
+            opts.wf_fan_runs,
+            opts.wf_fan,
+            opts.wf_wide
+        );
+        let j = job("workflows".into()).await?;
+        let f = &mut report.failures;
+        let mut w = workflows::Workflows {
+            chain: keep(f, "(w) chain", workflows::chain(sys, &meter, project, &j, opts).await),
+            ..Default::default()
+        };
+        if opts.wf_fan_runs > 0 {
+            let r = workflows::fan(sys, &meter, project, &j, opts.wf_fan, opts.wf_fan_runs, Duration::from_secs(60));
+            w.fan = keep(f, "(w) fan-out", r.await);
+        }
+        if opts.wf_wide > 0 {
+            let r = workflows::fan(sys, &meter, project, &j, opts.wf_wide, 1, Duration::from_secs(120));
+            w.wide = keep(f, "(w) wide fan-out", r.await);
+        }
+        report.goals = w.goals();
+        report.workflows = Some(w);
+        report.phase_secs.insert("w".into(), lap(&mut t));
     }
     Ok(report)
 }

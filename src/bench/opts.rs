@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
+use switchyard_shared::domain::workflow::MAX_STEPS;
 
 pub const USAGE: &str = "usage: switchyard-bench [options]   (normally run through scripts/bench)
 
@@ -17,8 +18,14 @@ pub const USAGE: &str = "usage: switchyard-bench [options]   (normally run throu
   --dequeues N        dequeues timed per queue depth in phase (d) (default 50000)
   --deep N            the deep queue of phase (d) and (e) (default 1000000)
   --idle-secs S       idle window of phase (f) (default 10)
+  --wf-rate R         workflow runs/s of the 3-step chain in phase (w) (default 100)
+  --wf-secs S         measured seconds of the chain (default 10, after 2 s warm-up)
+  --wf-fan N          parallel steps of phase (w)'s fan-out/fan-in runs (default 100)
+  --wf-fan-runs N     how many of those runs, one after another (default 3; 0 skips them)
+  --wf-wide N         parallel steps of the one wide fan-out run (default: the step limit less root and
+                      join, 998; 0 skips it)
   --wait-quiet S      wait up to S seconds for a quiet box (<15 % busy) before starting (default 30)
-  --only a,b,c,d,f    run only these phases ((g) comes with (a), (e) with (d))
+  --only a,b,c,d,f,w  run only these phases ((g) comes with (a), (e) with (d))
   --pg-base URL       Postgres server (default postgres://postgres@127.0.0.1:5432)
   --redis URL         Redis (default redis://127.0.0.1:6379)
   --bin PATH          the switchyard binary (default: next to this one)
@@ -41,6 +48,11 @@ pub struct Opts {
     pub shallow: usize,
     pub deep: usize,
     pub idle_secs: u64,
+    pub wf_rate: u32,
+    pub wf_secs: u64,
+    pub wf_fan: usize,
+    pub wf_fan_runs: usize,
+    pub wf_wide: usize,
     pub wait_quiet_secs: u64,
     pub only: Option<Vec<char>>,
     pub pg_base: String,
@@ -67,6 +79,12 @@ impl Default for Opts {
             shallow: 1_000,
             deep: 1_000_000,
             idle_secs: 10,
+            wf_rate: 100,
+            wf_secs: 10,
+            wf_fan: 100,
+            wf_fan_runs: 3,
+            // The widest fan-out the step limit admits: root and join besides.
+            wf_wide: MAX_STEPS - 2,
             wait_quiet_secs: 30,
             only: None,
             pg_base: "postgres://postgres@127.0.0.1:5432".into(),
@@ -114,6 +132,11 @@ impl Opts {
                 "--dequeues" => o.dequeues = num(&value)?.max(64),
                 "--deep" => o.deep = num(&value)?.max(o.shallow),
                 "--idle-secs" => o.idle_secs = num(&value)?.max(1) as u64,
+                "--wf-rate" => o.wf_rate = num(&value)?.clamp(1, u32::MAX as usize) as u32,
+                "--wf-secs" => o.wf_secs = num(&value)?.max(1) as u64,
+                "--wf-fan" => o.wf_fan = num(&value)?.max(1),
+                "--wf-fan-runs" => o.wf_fan_runs = num(&value)?,
+                "--wf-wide" => o.wf_wide = num(&value)?,
                 "--wait-quiet" => o.wait_quiet_secs = num(&value)? as u64,
                 "--only" => o.only = Some(value.chars().filter(|c| c.is_ascii_alphabetic()).collect()),
                 "--pg-base" => o.pg_base = value.trim_end_matches('/').to_string(),

@@ -14,6 +14,7 @@ use super::pg_tables::PerRun;
 use super::queue_depth::QueueFigures;
 use super::system::System;
 use super::throughput::Throughput;
+use super::workflows::{Fan, Goal, Workflows};
 
 /// Bumped when a field of the BENCH line changes meaning.
 const SCHEMA: u32 = 1;
@@ -44,6 +45,9 @@ pub struct Report {
     pub bulk: Option<Bulk>,
     pub queue: Option<QueueFigures>,
     pub idle: Option<Idle>,
+    pub workflows: Option<Workflows>,
+    /// Figures held against the goals the issues set for them.
+    pub goals: Vec<Goal>,
     /// Postgres table activity over the whole benchmark, per accepted run.
     pub pg_tables: Vec<PerRun>,
     /// Every phase's check, added up.
@@ -148,7 +152,8 @@ impl Report {
             all.merge(&m.check);
         }
         self.target_unreadable = sys.target().unreadable();
-        self.correct = all.ok() && self.failures.is_empty() && self.target_unreadable == 0;
+        let workflows_ok = self.workflows.as_ref().is_none_or(|w| w.check().ok());
+        self.correct = all.ok() && workflows_ok && self.failures.is_empty() && self.target_unreadable == 0;
         self.correctness = all;
         for s in &sys.services {
             self.service_logs.insert(s.name.to_string(), scan_log(&s.log));
@@ -333,6 +338,15 @@ impl Report {
                 );
             }
         }
+        if let Some(w) = &self.workflows {
+            workflows_table(&mut o, w);
+        }
+        if !self.goals.is_empty() {
+            let _ = writeln!(o, "\ngoals");
+            for g in &self.goals {
+                let _ = writeln!(o, "    {:<72} {}  → {}", g.name, g.got, if g.met { "MET" } else { "MISSED" });
+            }
+        }
         let c = &self.correctness;
         let _ = writeln!(
             o,
@@ -347,6 +361,26 @@ impl Report {
             c.statuses,
             if self.correct { "OK" } else { "PROBLEMS" }
         );
+        if let Some(w) = &self.workflows {
+            let c = w.check();
+            let _ = writeln!(
+                o,
+                "    workflows: {} runs accepted, {} API errors, final statuses {:?}; {} steps: {} without a job run, {} with several; {} requests: {} steps never requested, {} requested again  → {}",
+                c.workflow_runs,
+                c.api_errors,
+                c.statuses,
+                c.steps,
+                c.steps_without_job_run,
+                c.steps_with_several_job_runs,
+                c.requests,
+                c.steps_never_requested,
+                c.steps_requested_again,
+                if c.ok() { "OK" } else { "PROBLEMS" }
+            );
+            for s in &c.api_error_samples {
+                let _ = writeln!(o, "    e.g. {s}");
+            }
+        }
         if self.target_unreadable > 0 {
             let _ = writeln!(o, "    the target received {} requests without a run id", self.target_unreadable);
         }
@@ -373,5 +407,84 @@ impl Report {
             let _ = writeln!(o, "FAILED {f}");
         }
         o
+    }
+}
+
+fn fan_table(o: &mut String, title: &str, f: &Fan) {
+    let _ = writeln!(
+        o,
+        "    {title}: root → {} → join, {} run(s){}; created in {:.0} ms",
+        f.width,
+        f.runs.len(),
+        if f.timed_out { "   TIMED OUT" } else { "" },
+        f.create_ms
+    );
+    let _ = writeln!(
+        o,
+        "      trigger call   completed   root end→fan pass   pass→first / last fan request   fan ends spread   fan-in passes   last end→join pass / request"
+    );
+    for r in &f.runs {
+        let _ = writeln!(
+            o,
+            "      {:>9.1}   {:>9.1}   {:>17.1}   {:>13.1} / {:<15.1}   {:>15.1}   {:>13}   {:>10.1} / {:.1}",
+            r.trigger_call_ms,
+            r.completed_ms,
+            r.root_end_to_fan_pass_ms,
+            r.fan_pass_to_first_request_ms,
+            r.fan_pass_to_last_request_ms,
+            r.fan_ends_spread_ms,
+            r.fan_in_passes,
+            r.last_end_to_join_pass_ms,
+            r.last_end_to_join_request_ms
+        );
+    }
+    if f.runs.len() > 1 {
+        let _ = writeln!(o, "      completed {}; join step-to-step {}", f.completed_ms, f.join_ms);
+    }
+    let cpu: Vec<String> = ["api", "worker", "scheduler", "postgres", "redis"]
+        .iter()
+        .filter_map(|k| f.usage.cpu_secs.get(*k).map(|v| format!("{k} {v:.2}")))
+        .collect();
+    let _ = writeln!(o, "      CPU s over the run(s): {}   (box busy {:.0} %)", cpu.join(", "), f.usage.box_busy_pct);
+}
+
+fn workflows_table(o: &mut String, w: &Workflows) {
+    let _ = writeln!(o, "\n(w) workflow runs, every step a job step calling the target (ms p50 / p95 / p99 / max)");
+    if let Some(c) = &w.chain {
+        let mut note = String::new();
+        if let Some(s) = c.overloaded_after_s {
+            note += &format!("   OVERLOADED: load stopped after {s} s (target {MAX_BACKLOG_NOTE})");
+        }
+        if c.timed_out {
+            note += "   TIMED OUT";
+        }
+        let _ = writeln!(
+            o,
+            "    chain a → b → c at {} runs/s (offered {:.0}/s), {} runs measured after {} warm-up{note}",
+            c.rate, c.offered_per_s, c.runs, c.warmup_runs
+        );
+        let _ = writeln!(o, "      completed workflow runs/s            {:>8.1}", c.completed_per_s);
+        let _ = writeln!(o, "      trigger call                         {}", c.trigger_ms);
+        let _ = writeln!(o, "      trigger → workflow run completed     {}", c.to_completed_ms);
+        let _ = writeln!(o, "      step-to-step (end → next request)    {}", c.step_to_step_ms);
+        let _ = writeln!(o, "        end → engine pass that starts next {}", c.end_to_pass_ms);
+        let _ = writeln!(o, "        that pass → next request           {}", c.pass_to_request_ms);
+        let _ = writeln!(o, "      box busy                             {:>8.1} %", c.box_busy_pct);
+        let cpu: Vec<String> = ["api", "worker", "scheduler", "postgres", "redis", "total"]
+            .iter()
+            .filter_map(|k| c.cpu_us_per_run.get(*k).map(|v| format!("{k} {v:.0}")))
+            .collect();
+        let _ = writeln!(o, "      CPU µs per workflow run              {}", cpu.join(", "));
+        let _ = writeln!(
+            o,
+            "      Postgres per workflow run (cluster)  {:.2} write transactions, {:.0} WAL bytes",
+            c.pg_write_xacts_per_run, c.pg_wal_bytes_per_run
+        );
+    }
+    if let Some(f) = &w.fan {
+        fan_table(o, "fan-out/fan-in", f);
+    }
+    if let Some(f) = &w.wide {
+        fan_table(o, "wide fan-out", f);
     }
 }

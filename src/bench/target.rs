@@ -1,7 +1,10 @@
 //! The HTTP target the benchmark's job points at: answers every POST with
 //! 200 `{"ok":true}` and records, per request, the run id, the attempt and
-//! the instant it arrived. It runs on its own thread with a single-threaded
-//! runtime, so its CPU time can be read apart from the load generator's.
+//! the instant it arrived; a workflow step's request (its body's metadata
+//! names `workflow_run_id` and `step_ref`) is also recorded with the wall
+//! clock, to be set against timestamps Postgres wrote. It runs on its own
+//! thread with a single-threaded runtime, so its CPU time can be read apart
+//! from the load generator's.
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
@@ -10,6 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use anyhow::Context;
+use chrono::{DateTime, Utc};
 use poem::listener::TcpAcceptor;
 use poem::web::Data;
 use poem::{handler, post, Body, EndpointExt, Response, Route, Server};
@@ -23,10 +27,20 @@ pub struct Hit {
     pub at: Instant,
 }
 
+/// One request of a workflow step.
+#[derive(Clone, Debug)]
+pub struct StepHit {
+    pub workflow_run_id: String,
+    pub step_ref: String,
+    /// The wall clock at arrival: Postgres' clock on this machine.
+    pub wall: DateTime<Utc>,
+}
+
 #[derive(Default)]
 struct Hits {
     count: AtomicUsize,
     list: Mutex<Vec<Hit>>,
+    steps: Mutex<Vec<StepHit>>,
     /// Requests whose body named no run.
     unreadable: AtomicUsize,
 }
@@ -42,6 +56,15 @@ struct Dispatch {
     run_id: String,
     #[serde(default)]
     attempt: i64,
+    #[serde(default)]
+    metadata: Option<Metadata>,
+}
+
+/// The part of a run's metadata that a workflow's engine sets.
+#[derive(Deserialize)]
+struct Metadata {
+    workflow_run_id: Option<String>,
+    step_ref: Option<String>,
 }
 
 #[handler]
@@ -49,6 +72,10 @@ async fn hook(body: Body, hits: Data<&Arc<Hits>>) -> Response {
     let at = Instant::now();
     match body.into_bytes().await.ok().and_then(|b| serde_json::from_slice::<Dispatch>(&b).ok()) {
         Some(d) => {
+            if let Some(Metadata { workflow_run_id: Some(workflow_run_id), step_ref: Some(step_ref) }) = d.metadata {
+                let step = StepHit { workflow_run_id, step_ref, wall: Utc::now() };
+                hits.steps.lock().expect("hits lock").push(step);
+            }
             hits.list.lock().expect("hits lock").push(Hit { run_id: d.run_id, attempt: d.attempt, at });
             hits.count.fetch_add(1, Ordering::Relaxed);
         }
@@ -104,6 +131,17 @@ impl Target {
         for h in self.hits.list.lock().expect("hits lock").iter() {
             if runs.contains(h.run_id.as_str()) {
                 out.entry(h.run_id.clone()).or_default().push(h.clone());
+            }
+        }
+        out
+    }
+
+    /// The step requests of the given workflow runs, grouped by workflow run.
+    pub fn step_hits_of(&self, workflow_runs: &HashSet<&str>) -> HashMap<String, Vec<StepHit>> {
+        let mut out: HashMap<String, Vec<StepHit>> = HashMap::new();
+        for h in self.hits.steps.lock().expect("hits lock").iter() {
+            if workflow_runs.contains(h.workflow_run_id.as_str()) {
+                out.entry(h.workflow_run_id.clone()).or_default().push(h.clone());
             }
         }
         out

@@ -229,7 +229,7 @@ pub struct CreateWorkflow {
     pub description: Option<String>,
     /// Default true.
     pub enabled: Option<bool>,
-    /// At most 200 steps, linked by depends_on into a DAG.
+    /// At most 1000 steps, linked by depends_on into a DAG.
     pub steps: Vec<WorkflowStepRequest>,
     /// 5 fields, or 6 with seconds first.
     pub cron: Option<String>,
@@ -237,7 +237,7 @@ pub struct CreateWorkflow {
     pub cron_timezone: Option<String>,
     /// Runs in flight at once; 0 to 10000, absent or 0: no cap.
     pub max_concurrent_runs: Option<i64>,
-    /// Steps of one run in flight at once; 0 to 200, absent or 0: no cap.
+    /// Steps of one run in flight at once; 0 to 1000, absent or 0: no cap.
     pub max_parallel_steps: Option<i64>,
     /// Default false.
     pub skip_if_running: Option<bool>,
@@ -290,12 +290,12 @@ pub struct WorkflowVersion {
 #[derive(Object)]
 #[oai(deny_unknown_fields)]
 pub struct WorkflowPolicyBody {
-    /// Most steps per workflow; 1 to 200.
+    /// Most steps per workflow; 1 to 1000.
     pub max_steps: Option<i64>,
     /// Longest depends_on chain, in steps (a step without dependencies is
-    /// at depth 1); 1 to 200.
+    /// at depth 1); 1 to 1000.
     pub max_depth: Option<i64>,
-    /// Most steps that may depend on one step; 1 to 200.
+    /// Most steps that may depend on one step; 1 to 1000.
     pub max_fan_out: Option<i64>,
     /// The step types the project's workflows may use.
     pub allowed_step_types: Option<Vec<String>>,

@@ -22,7 +22,7 @@ use super::job::{check_url, parse_cron, parse_timezone};
 use super::retry::RetryStrategy;
 
 /// Most steps one workflow may have.
-pub const MAX_STEPS: usize = 200;
+pub const MAX_STEPS: usize = 1000;
 /// Longest step_ref.
 pub const MAX_STEP_REF_LEN: usize = 64;
 /// How deep workflows may nest below a sub_workflow step when the step
@@ -257,7 +257,7 @@ impl StepRequest {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Policy {
-    /// Most steps per workflow (1 to 200).
+    /// Most steps per workflow (1 to 1000).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_steps: Option<i64>,
     /// Longest depends_on chain, counted in steps (a step without
@@ -318,7 +318,7 @@ impl Settings {
     /// description at most 4000 bytes; tags at most 64, keys 1 to 128
     /// characters, values at most 1024; cron 5 fields or 6 with seconds
     /// first, in the IANA zone cron_timezone; max_concurrent_runs 0 to
-    /// 10000 and max_parallel_steps 0 to 200 (0: no cap); timeout_secs 1
+    /// 10000 and max_parallel_steps 0 to 1000 (0: no cap); timeout_secs 1
     /// to 30 days; version_policy pin or latest.
     pub fn validate(&self) -> Vec<FieldError> {
         let mut e = FieldErrors::new();
@@ -1048,10 +1048,26 @@ mod tests {
 
     #[test]
     fn more_than_the_step_limit_is_refused_once() {
+        assert_eq!(MAX_STEPS, 1000);
         let many: Vec<Value> =
             (0..=MAX_STEPS).map(|i| json!({"step_ref": format!("s{i}"), "job_id": "job_a"})).collect();
         let got = errors(Value::from(many));
         assert_eq!(at(&got), ["body.steps"]);
+        assert_eq!(got[0].message, "at most 1000 steps");
+    }
+
+    #[test]
+    fn a_fan_out_at_the_step_limit_is_saved() {
+        let fan: Vec<String> = (0..MAX_STEPS - 2).map(|i| format!("f{i}")).collect();
+        let mut v = vec![json!({"step_ref": "root", "job_id": "job_a"})];
+        v.extend(fan.iter().map(|r| json!({"step_ref": r, "job_id": "job_a", "depends_on": ["root"]})));
+        v.push(json!({"step_ref": "join", "job_id": "job_a", "depends_on": fan}));
+        let saved = validate_steps(&steps(Value::from(v)), &refs(), &Policy::default()).expect("valid");
+        assert_eq!(saved.len(), 1000);
+        let wide = Policy { max_steps: Some(1000), max_fan_out: Some(1000), ..Policy::default() };
+        assert!(wide.validate().is_empty());
+        let over = Policy { max_steps: Some(1001), ..Policy::default() };
+        assert_eq!(at(&over.validate()), ["body.max_steps"]);
     }
 
     fn diamond() -> Value {
