@@ -178,6 +178,17 @@ impl Scheduler {
         self.heartbeats.sweep_once(now).await
     }
 
+    /// Runs the workflow engine on its own pool (see `run`).
+    pub fn with_engine_pool(
+        mut self,
+        pool: PgPool,
+        queue: Queue,
+        options: WorkflowOptions,
+    ) -> Result<Self, OptionsError> {
+        self.workflows = WorkflowEngine::new(pool, queue, options)?;
+        Ok(self)
+    }
+
     pub fn workflows(&self) -> &WorkflowEngine {
         &self.workflows
     }
@@ -248,16 +259,22 @@ impl Scheduler {
 /// runs the scheduler until `shutdown` fires. The database must exist and be
 /// migrated (`db::prepare`).
 pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
-    // One connection is the workflow engine's listener's; up to
-    // `workflows.parallel` advance runs at once.
-    let pool = db::lazy_pool(&config.database_url, 8).context("postgres pool")?;
+    let pool = db::lazy_pool(&config.database_url, 4).context("postgres pool")?;
     let queue = Queue::new(queue::Redis::open(&config.redis_url).context("redis url")?, &config.redis_key_prefix);
     let wake_ups = redis::Client::open(config.redis_url.as_str()).context("redis url")?;
-    let scheduler = Scheduler::new(pool.clone(), queue, wake_ups, SchedulerOptions::from_config(&config))
+    let options = SchedulerOptions::from_config(&config);
+    // The workflow engine reaches every row by id or by a narrow index, like
+    // the worker, so it gets the worker's plan settings (db::worker_pool):
+    // with sequential scans allowed, a plan made while the tables looked
+    // empty kept scanning them whole (measured by the benchmark's phase w).
+    let engine_pool = db::worker_pool(&config.database_url, 6).context("postgres pool")?;
+    let scheduler = Scheduler::new(pool.clone(), queue.clone(), wake_ups, options.clone())
+        .and_then(|s| s.with_engine_pool(engine_pool.clone(), queue, options.workflows))
         .context("scheduler options")?;
     tracing::info!(prefix = %config.redis_key_prefix, "scheduler started");
     scheduler.run(shutdown, config.shutdown_grace).await;
     pool.close().await;
+    engine_pool.close().await;
     tracing::info!("scheduler stopped");
     Ok(())
 }

@@ -26,7 +26,7 @@ use sqlx::postgres::PgListener;
 use sqlx::PgPool;
 use switchyard_shared::queue::Queue;
 use switchyard_shared::shutdown::Shutdown;
-use switchyard_shared::store::workflow_engine::{self, Advanced};
+use switchyard_shared::store::workflow_engine::{self, Advanced, Versions};
 use tokio::sync::{mpsc, Notify, Semaphore};
 
 use crate::error::{check_batch, check_positive, Error, OptionsError};
@@ -81,6 +81,7 @@ pub struct WorkflowEngine {
     /// due sooner rings `sooner`.
     next_sweep: Arc<Mutex<Option<DateTime<Utc>>>>,
     sooner: Arc<Notify>,
+    versions: Arc<Versions>,
 }
 
 /// What the listener tells the loop.
@@ -102,6 +103,7 @@ impl WorkflowEngine {
             slots,
             next_sweep: Arc::default(),
             sooner: Arc::default(),
+            versions: Arc::default(),
         })
     }
 
@@ -113,7 +115,7 @@ impl WorkflowEngine {
         }
         let mut total = Advanced { idle: true, ..Default::default() };
         loop {
-            let a = match workflow_engine::advance(&self.pool, &self.queue, run_id, Utc::now()).await {
+            let a = match workflow_engine::advance(&self.pool, &self.queue, &self.versions, run_id, Utc::now()).await {
                 Ok(a) => a,
                 Err(e) => {
                     self.busy.lock().expect("busy set").remove(run_id);

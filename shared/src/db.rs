@@ -30,7 +30,8 @@ pub fn lazy_pool(url: &str, max_connections: u32) -> Result<PgPool, DbError> {
 }
 
 /// [`lazy_pool`] for the worker, whose statements all reach runs by id in
-/// small batches. Two settings, both measured with pg_stat_statements on
+/// small batches (and for the scheduler's workflow engine, whose statements
+/// reach workflow runs and their steps the same way). Two settings, both measured with pg_stat_statements on
 /// the benchmark:
 ///
 /// - `plan_cache_mode = force_generic_plan`: left to choose, Postgres

@@ -5,7 +5,6 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use switchyard_shared::domain::workflow::MAX_STEPS;
 
 pub const USAGE: &str = "usage: switchyard-bench [options]   (normally run through scripts/bench)
 
@@ -23,7 +22,7 @@ pub const USAGE: &str = "usage: switchyard-bench [options]   (normally run throu
   --wf-fan N          parallel steps of phase (w)'s fan-out/fan-in runs (default 100)
   --wf-fan-runs N     how many of those runs, one after another (default 3; 0 skips them)
   --wf-wide N         parallel steps of the one wide fan-out run (default: the step limit less root and
-                      join, 998; 0 skips it)
+                      join, 1000; 0 skips it)
   --wait-quiet S      wait up to S seconds for a quiet box (<15 % busy) before starting (default 30)
   --only a,b,c,d,f,w  run only these phases ((g) comes with (a), (e) with (d))
   --pg-base URL       Postgres server (default postgres://postgres@127.0.0.1:5432)
@@ -84,7 +83,7 @@ impl Default for Opts {
             wf_fan: 100,
             wf_fan_runs: 3,
             // The widest fan-out the step limit admits: root and join besides.
-            wf_wide: MAX_STEPS - 2,
+            wf_wide: 1000,
             wait_quiet_secs: 30,
             only: None,
             pg_base: "postgres://postgres@127.0.0.1:5432".into(),

@@ -7,7 +7,7 @@
 //! - fan: `root → N parallel steps → join`, a few runs one after another:
 //!   each run's completion time, its join's step-to-step latency (the last
 //!   fan step's end → the join's request), and where the time went.
-//! - wide: the same at the step limit (`root → MAX_STEPS − 2 → join`),
+//! - wide: the same with 1,000 fan steps (`root → 1000 → join`),
 //!   once: every step has exactly one job run and one request, the run
 //!   completes; its wall time, where the time went and the CPU it took.
 //!

@@ -507,7 +507,8 @@ async fn a_crash_between_a_steps_outcome_and_the_next_enqueue_loses_and_doubles_
         switchyard_shared::queue::Redis::open("redis://127.0.0.1:1/").unwrap(),
         &env.config.redis_key_prefix,
     );
-    let a = workflow_engine::advance(&env.pool, &dead_redis, &id, Utc::now()).await.unwrap();
+    let versions = workflow_engine::Versions::default();
+    let a = workflow_engine::advance(&env.pool, &dead_redis, &versions, &id, Utc::now()).await.unwrap();
     assert_eq!((a.steps_started, a.job_runs_enqueued), (1, 0));
     let r = get_run(&env, &id).await;
     assert_eq!(step(&r, "a")["status"], "running");

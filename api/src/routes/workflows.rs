@@ -229,7 +229,7 @@ pub struct CreateWorkflow {
     pub description: Option<String>,
     /// Default true.
     pub enabled: Option<bool>,
-    /// At most 1000 steps, linked by depends_on into a DAG.
+    /// At most 2000 steps, linked by depends_on into a DAG.
     pub steps: Vec<WorkflowStepRequest>,
     /// 5 fields, or 6 with seconds first.
     pub cron: Option<String>,

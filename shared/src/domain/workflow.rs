@@ -22,7 +22,7 @@ use super::job::{check_url, parse_cron, parse_timezone};
 use super::retry::RetryStrategy;
 
 /// Most steps one workflow may have.
-pub const MAX_STEPS: usize = 1000;
+pub const MAX_STEPS: usize = 2000;
 /// Longest step_ref.
 pub const MAX_STEP_REF_LEN: usize = 64;
 /// How deep workflows may nest below a sub_workflow step when the step
@@ -1048,12 +1048,12 @@ mod tests {
 
     #[test]
     fn more_than_the_step_limit_is_refused_once() {
-        assert_eq!(MAX_STEPS, 1000);
+        assert_eq!(MAX_STEPS, 2000);
         let many: Vec<Value> =
             (0..=MAX_STEPS).map(|i| json!({"step_ref": format!("s{i}"), "job_id": "job_a"})).collect();
         let got = errors(Value::from(many));
         assert_eq!(at(&got), ["body.steps"]);
-        assert_eq!(got[0].message, "at most 1000 steps");
+        assert_eq!(got[0].message, "at most 2000 steps");
     }
 
     #[test]
@@ -1063,10 +1063,10 @@ mod tests {
         v.extend(fan.iter().map(|r| json!({"step_ref": r, "job_id": "job_a", "depends_on": ["root"]})));
         v.push(json!({"step_ref": "join", "job_id": "job_a", "depends_on": fan}));
         let saved = validate_steps(&steps(Value::from(v)), &refs(), &Policy::default()).expect("valid");
-        assert_eq!(saved.len(), 1000);
-        let wide = Policy { max_steps: Some(1000), max_fan_out: Some(1000), ..Policy::default() };
+        assert_eq!(saved.len(), MAX_STEPS);
+        let wide = Policy { max_steps: Some(2000), max_fan_out: Some(2000), ..Policy::default() };
         assert!(wide.validate().is_empty());
-        let over = Policy { max_steps: Some(1001), ..Policy::default() };
+        let over = Policy { max_steps: Some(2001), ..Policy::default() };
         assert_eq!(at(&over.validate()), ["body.max_steps"]);
     }
 

@@ -17,6 +17,7 @@
 //! that read the run after it.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use serde_json::{json, Map, Value};
@@ -65,6 +66,29 @@ pub struct Advanced {
     /// When the run must be looked at next without an event (a sleep's
     /// end, its deadline), as the pass left it.
     pub wake_at: Option<DateTime<Utc>>,
+}
+
+/// The steps of versions already read. A version never changes once
+/// saved, so an engine keeps them instead of reading and parsing the same
+/// document on every pass; at `CAP` versions it starts afresh.
+#[derive(Default)]
+pub struct Versions(std::sync::Mutex<HashMap<String, Arc<Vec<Step>>>>);
+
+impl Versions {
+    const CAP: usize = 1024;
+
+    async fn get(&self, conn: &mut PgConnection, version_id: &str) -> Result<Arc<Vec<Step>>, sqlx::Error> {
+        if let Some(s) = self.0.lock().expect("versions").get(version_id) {
+            return Ok(s.clone());
+        }
+        let steps = Arc::new(version_steps(conn, version_id).await?);
+        let mut map = self.0.lock().expect("versions");
+        if map.len() >= Self::CAP {
+            map.clear();
+        }
+        map.insert(version_id.to_string(), steps.clone());
+        Ok(steps)
+    }
 }
 
 /// The steps of a version.
@@ -203,14 +227,24 @@ pub async fn has_events(pool: &PgPool, run_id: &str) -> Result<bool, sqlx::Error
 /// Advances one run at `now`. Another process holding the run's lock makes
 /// this a no-op (`idle`): that process sees every event committed before
 /// it read, and the caller checks [`has_events`] for the rest.
-pub async fn advance(pool: &PgPool, queue: &Queue, run_id: &str, now: DateTime<Utc>) -> Result<Advanced, sqlx::Error> {
+pub async fn advance(
+    pool: &PgPool,
+    queue: &Queue,
+    versions: &Versions,
+    run_id: &str,
+    now: DateTime<Utc>,
+) -> Result<Advanced, sqlx::Error> {
     let mut tx = pool.begin().await?;
-    let run: Option<WorkflowRun> =
-        sqlx::query_as(&format!("SELECT {RUN_COLUMNS} FROM workflow_runs WHERE id = $1 FOR UPDATE SKIP LOCKED"))
-            .bind(run_id)
-            .fetch_optional(&mut *tx)
-            .await?;
-    let Some(run) = run else {
+    let locked: Option<Locked> = sqlx::query_as(&format!(
+        "SELECT {}, w.version_id AS wf_version_id, w.version AS wf_version, w.max_parallel_steps
+           FROM workflow_runs r LEFT JOIN workflows w ON w.id = r.workflow_id AND w.deleted_at IS NULL
+          WHERE r.id = $1 FOR UPDATE OF r SKIP LOCKED",
+        RUN_COLUMNS.split(", ").map(|c| format!("r.{}", c.trim())).collect::<Vec<_>>().join(", ")
+    ))
+    .bind(run_id)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some(Locked { run, wf_version_id, wf_version, max_parallel_steps }) = locked else {
         // Held by another process, or gone: rows of a deleted run go too.
         let gone: bool = sqlx::query_scalar("SELECT NOT EXISTS (SELECT 1 FROM workflow_runs WHERE id = $1)")
             .bind(run_id)
@@ -244,9 +278,13 @@ pub async fn advance(pool: &PgPool, queue: &Queue, run_id: &str, now: DateTime<U
         tx.commit().await?;
         return Ok(Advanced::default());
     }
+    let current = wf_version_id.zip(wf_version);
     let mut engine = Pass {
         run,
         now,
+        versions,
+        current,
+        max_parallel_steps,
         writes: Vec::new(),
         new_runs: Vec::new(),
         staged: Vec::new(),
@@ -286,10 +324,25 @@ pub async fn advance(pool: &PgPool, queue: &Queue, run_id: &str, now: DateTime<U
     })
 }
 
+/// A run locked for an advance, with what it needs of its workflow (none
+/// when the workflow was deleted: the run finishes on what it has).
+#[derive(sqlx::FromRow)]
+struct Locked {
+    #[sqlx(flatten)]
+    run: WorkflowRun,
+    wf_version_id: Option<String>,
+    wf_version: Option<i32>,
+    max_parallel_steps: Option<i32>,
+}
+
 /// One advance's working state.
-struct Pass {
+struct Pass<'v> {
     run: WorkflowRun,
     now: DateTime<Utc>,
+    versions: &'v Versions,
+    /// The workflow's current version (id, number).
+    current: Option<(String, i32)>,
+    max_parallel_steps: Option<i32>,
     writes: Vec<StepWrite>,
     new_runs: Vec<Run>,
     staged: Vec<Staged>,
@@ -299,7 +352,7 @@ struct Pass {
     wake_at: Option<DateTime<Utc>>,
 }
 
-impl Pass {
+impl Pass<'_> {
     fn note(&mut self, step_ref: Option<&str>, decision_type: &str, reason: &str, details: Value) {
         self.decisions.push(NewDecision {
             step_ref: step_ref.map(str::to_string),
@@ -311,12 +364,11 @@ impl Pass {
 
     async fn go(&mut self, tx: &mut PgConnection) -> Result<(), sqlx::Error> {
         let run_id = self.run.id.clone();
-        let mut steps = version_steps(tx, &self.run.version_id).await?;
-        let wf = workflows::get_in(tx, Tenant::Any, &self.run.workflow_id).await?;
-        if let Some(wf) =
-            wf.as_ref().filter(|w| self.run.version_policy == "latest" && w.version_id != self.run.version_id)
+        let mut steps = self.versions.get(tx, &self.run.version_id).await?;
+        if let Some((id, n)) =
+            self.current.clone().filter(|(id, _)| self.run.version_policy == "latest" && *id != self.run.version_id)
         {
-            steps = self.move_to_version(tx, wf).await?;
+            steps = self.move_to_version(tx, &id, n).await?;
         }
         let rows: Vec<StepRow> = sqlx::query_as(&format!(
             "SELECT {}, j.status AS job_status, j.result AS job_result, j.error AS job_error,
@@ -348,7 +400,7 @@ impl Pass {
         }
 
         let payload = self.run.payload.as_ref().map(|p| p.0.clone()).unwrap_or(Value::Null);
-        let max_parallel = wf.as_ref().and_then(|w| w.max_parallel_steps).map(i64::from);
+        let max_parallel = self.max_parallel_steps.map(i64::from);
         let mut held_before: Option<HashSet<String>> = None;
         // Starting a step can fail at once (its job is gone): the rules
         // then see the failure on the next round, bounded by the step count.
@@ -659,9 +711,10 @@ impl Pass {
     async fn move_to_version(
         &mut self,
         tx: &mut PgConnection,
-        wf: &workflows::WorkflowRecord,
-    ) -> Result<Vec<Step>, sqlx::Error> {
-        let steps = wf.steps.0.clone();
+        version_id: &str,
+        version: i32,
+    ) -> Result<Arc<Vec<Step>>, sqlx::Error> {
+        let steps = self.versions.get(tx, version_id).await?;
         let refs: Vec<&str> = steps.iter().map(|s| s.def.step_ref.as_str()).collect();
         sqlx::query("DELETE FROM workflow_step_runs WHERE workflow_run_id = $1 AND status = 'pending' AND NOT (step_ref = ANY($2))")
             .bind(&self.run.id)
@@ -671,15 +724,15 @@ impl Pass {
         workflow_runs::insert_steps(tx, &self.run.id, &steps).await?;
         sqlx::query("UPDATE workflow_runs SET version_id = $2, version = $3 WHERE id = $1")
             .bind(&self.run.id)
-            .bind(&wf.version_id)
-            .bind(wf.version)
+            .bind(version_id)
+            .bind(version)
             .execute(&mut *tx)
             .await?;
-        let details = json!({ "from_version_id": self.run.version_id, "to_version_id": wf.version_id });
-        let reason = format!("version_policy latest: now on version {}", wf.version);
+        let details = json!({ "from_version_id": self.run.version_id, "to_version_id": version_id });
+        let reason = format!("version_policy latest: now on version {version}");
         self.note(None, "version_moved", &reason, details);
-        self.run.version_id = wf.version_id.clone();
-        self.run.version = wf.version;
+        self.run.version_id = version_id.to_string();
+        self.run.version = version;
         Ok(steps)
     }
 }
