@@ -21,8 +21,8 @@ pub const USAGE: &str = "usage: switchyard-bench [options]   (normally run throu
   --wf-secs S         measured seconds of the chain (default 10, after 2 s warm-up)
   --wf-fan N          parallel steps of phase (w)'s fan-out/fan-in runs (default 100)
   --wf-fan-runs N     how many of those runs, one after another (default 3; 0 skips them)
-  --wf-wide N         parallel steps of the one wide fan-out run (default: the step limit less root and
-                      join, 1000; 0 skips it)
+  --wf-wide N         parallel steps of the one wide fan-out run (default 1000;
+                      0 skips it)
   --wait-quiet S      wait up to S seconds for a quiet box (<15 % busy) before starting (default 30)
   --only a,b,c,d,f,w  run only these phases ((g) comes with (a), (e) with (d))
   --pg-base URL       Postgres server (default postgres://postgres@127.0.0.1:5432)
