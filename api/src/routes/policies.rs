@@ -563,7 +563,7 @@ mod tests {
             principal_type: "group".into(),
             principal_id: String::new(),
             actions: vec![],
-            resource_type: "workflow".into(),
+            resource_type: "cluster".into(),
             resource_ids: vec!["not an id!".into()],
             tag_selector: [(String::new(), "v".to_string())].into(),
         };
