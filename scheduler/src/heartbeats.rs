@@ -28,7 +28,6 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use switchyard_shared::domain::RunStatus;
-use switchyard_shared::outbound::{webhook, Http};
 use switchyard_shared::queue::Queue;
 use switchyard_shared::shutdown::Shutdown;
 use switchyard_shared::store::settle::{self, Ending, HEARTBEAT_TIMEOUT};
@@ -48,19 +47,11 @@ pub struct HeartbeatOptions {
     /// Overdue runs handled per pass (default 200); a full batch is followed
     /// by another pass at once.
     pub batch_size: usize,
-    /// Whether terminal webhooks may go to loopback or private addresses
-    /// (`TARGET_DENY_PRIVATE`), as for the worker.
-    pub deny_private: bool,
 }
 
 impl Default for HeartbeatOptions {
     fn default() -> Self {
-        HeartbeatOptions {
-            interval: Duration::from_secs(1),
-            max_sleep: Duration::from_secs(30),
-            batch_size: 200,
-            deny_private: false,
-        }
+        HeartbeatOptions { interval: Duration::from_secs(1), max_sleep: Duration::from_secs(30), batch_size: 200 }
     }
 }
 
@@ -90,16 +81,13 @@ pub struct HeartbeatSweeper {
     pool: PgPool,
     queue: Queue,
     opts: HeartbeatOptions,
-    http: Http,
     alarm: Arc<Alarm>,
 }
 
 impl HeartbeatSweeper {
     pub fn new(pool: PgPool, queue: Queue, opts: HeartbeatOptions) -> Result<HeartbeatSweeper, OptionsError> {
         opts.validate()?;
-        let http = Http::new(4, opts.deny_private)
-            .map_err(|e| OptionsError::new("heartbeats.http", format!("cannot build the webhook client: {e}")))?;
-        Ok(HeartbeatSweeper { pool, queue, opts, http, alarm: Arc::default() })
+        Ok(HeartbeatSweeper { pool, queue, opts, alarm: Arc::default() })
     }
 
     /// What brings the next pass forward (rung by the wake-up listener).
@@ -159,10 +147,6 @@ impl HeartbeatSweeper {
                 Some((outcome, after)) => {
                     tracing::warn!(run_id = %after.id, status = outcome.status.as_str(), "async run went silent; ended");
                     report.ended += 1;
-                    if let Some(d) = webhook::terminal_delivery(&spec, &after, &outcome, Utc::now()) {
-                        let http = self.http.clone();
-                        tokio::spawn(async move { webhook::deliver(&http, &d).await });
-                    }
                 }
             }
         }

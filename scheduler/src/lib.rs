@@ -16,6 +16,8 @@
 //!   fails them (`dependency_failed`) when one did not.
 //! - [`expirer`]: runs not started within their job's run_ttl_secs become
 //!   `expired`.
+//! - [`deliveries`]: sends the notification outbox (terminal webhooks,
+//!   subscription events) with each kind's retries.
 //! - [`workflows`]: the workflow engine's loop: advances a workflow run as
 //!   soon as Postgres notifies an event of it, and at its sleeps' ends and
 //!   deadline.
@@ -50,6 +52,7 @@
 
 pub mod alarm;
 pub mod cron;
+pub mod deliveries;
 pub mod dependencies;
 pub mod error;
 pub mod expirer;
@@ -71,6 +74,7 @@ use switchyard_shared::shutdown::Shutdown;
 use switchyard_shared::{db, Config};
 
 pub use cron::{CronEnqueuer, CronOptions, CronReport};
+pub use deliveries::{DeliveryOptions, DeliverySender, SendReport};
 pub use dependencies::{DependencyOptions, DependencyResolver, ResolveReport};
 pub use error::{Error, OptionsError};
 pub use expirer::{Expirer, ExpirerOptions};
@@ -91,6 +95,7 @@ pub struct SchedulerOptions {
     pub dependencies: DependencyOptions,
     pub expirer: ExpirerOptions,
     pub workflows: WorkflowOptions,
+    pub deliveries: DeliveryOptions,
 }
 
 impl SchedulerOptions {
@@ -102,7 +107,7 @@ impl SchedulerOptions {
                 lease: config.lease,
                 ..ReconcilerOptions::default()
             },
-            heartbeats: HeartbeatOptions { deny_private: config.target_deny_private, ..HeartbeatOptions::default() },
+            deliveries: DeliveryOptions { deny_private: config.target_deny_private, ..DeliveryOptions::default() },
             ..SchedulerOptions::default()
         }
     }
@@ -119,6 +124,7 @@ pub struct Scheduler {
     dependencies: DependencyResolver,
     expirer: Expirer,
     workflows: WorkflowEngine,
+    deliveries: DeliverySender,
     /// The Redis server of `queue`, for the wake-up subscription (a pub/sub
     /// connection cannot come from the queue's pool).
     redis: redis::Client,
@@ -141,6 +147,7 @@ impl Scheduler {
             dependencies: DependencyResolver::new(pool.clone(), queue.clone(), options.dependencies)?,
             expirer: Expirer::new(pool.clone(), queue.clone(), options.expirer)?,
             workflows: WorkflowEngine::new(pool.clone(), queue.clone(), options.workflows)?,
+            deliveries: DeliverySender::new(pool.clone(), options.deliveries)?,
             redis,
             wake_channel: queue.keys().wake.clone(),
             reconciler: Reconciler::new(pool, queue, options.reconciler)?,
@@ -187,6 +194,10 @@ impl Scheduler {
     ) -> Result<Self, OptionsError> {
         self.workflows = WorkflowEngine::new(pool, queue, options)?;
         Ok(self)
+    }
+
+    pub fn deliveries(&self) -> &DeliverySender {
+        &self.deliveries
     }
 
     pub fn workflows(&self) -> &WorkflowEngine {
@@ -243,6 +254,7 @@ impl Scheduler {
                 self.dependencies.run(shutdown.clone()),
                 self.expirer.run(shutdown.clone()),
                 self.workflows.run(shutdown.clone()),
+                self.deliveries.run(shutdown.clone()),
             )
         };
         tokio::pin!(loops);
@@ -259,7 +271,8 @@ impl Scheduler {
 /// runs the scheduler until `shutdown` fires. The database must exist and be
 /// migrated (`db::prepare`).
 pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
-    let pool = db::lazy_pool(&config.database_url, 4).context("postgres pool")?;
+    // The delivery sender's listener holds one of these connections.
+    let pool = db::lazy_pool(&config.database_url, 6).context("postgres pool")?;
     let queue = Queue::new(queue::Redis::open(&config.redis_url).context("redis url")?, &config.redis_key_prefix);
     let wake_ups = redis::Client::open(config.redis_url.as_str()).context("redis url")?;
     let options = SchedulerOptions::from_config(&config);

@@ -46,7 +46,9 @@ async fn an_accepted_async_run_holds_no_slot_and_completes_over_the_sdk() {
     assert_eq!((s, v["status"].as_str()), (200, Some("completed")), "{v}");
     assert_eq!(v["result"], serde_json::Value::Null);
 
-    // The terminal webhook goes out for an SDK-finished run too.
+    // The terminal webhook goes out for an SDK-finished run too (sent by
+    // the scheduler's delivery sender).
+    env.spawn_scheduler();
     let reqs = a.target.wait_count(4, T).await;
     let webhook = reqs
         .iter()

@@ -73,6 +73,8 @@ async fn dispatch_and_webhook_are_signed() {
     let job = env.job(&target.url, json!({"webhook_secret": "whsec-test", "webhook_url": hook})).await;
     let run = env.trigger(job["id"].as_str().unwrap(), json!({"payload": {"x": 1}})).await;
     env.spawn_worker();
+    // The scheduler's delivery sender sends the terminal webhook.
+    env.spawn_scheduler();
     env.wait_status(run["id"].as_str().unwrap(), "completed", T).await;
     let reqs = target.wait_count(2, T).await;
     for req in &reqs {
@@ -89,6 +91,11 @@ async fn dispatch_and_webhook_are_signed() {
     assert_eq!(webhook.body["attempt"], 1);
     assert!(webhook.body["timestamp"].is_string());
     assert_eq!(webhook.header("x-webhook-signature"), webhook.header("x-svc-signature"));
+    assert!(
+        webhook.header("x-svc-delivery-id").is_some_and(|id| id.starts_with("whd_")),
+        "{:?}",
+        webhook.header("x-svc-delivery-id")
+    );
 }
 
 #[tokio::test]

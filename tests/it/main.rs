@@ -29,6 +29,7 @@ mod stats_queues;
 mod store_tenancy;
 mod transitions;
 mod wakeups;
+mod webhooks;
 mod workflow_plans;
 mod workflow_runs;
 mod workflows;

@@ -35,6 +35,7 @@ fn completed() -> Outcome {
         next_retry_at: None,
         attempt_started_at: Utc::now(),
         trace: json!({}),
+        webhook_url: None,
     }
 }
 

@@ -25,7 +25,7 @@ use std::time::Duration;
 use chrono::Utc;
 use serde_json::{json, Value};
 use switchyard_shared::domain::{JobSpec, RetryPolicy, RetryStrategy};
-use switchyard_shared::outbound::{signing, webhook};
+use switchyard_shared::outbound::signing;
 use switchyard_shared::queue::{Entry, WakeLoop};
 use switchyard_shared::run_token::RunClaims;
 use switchyard_shared::store::{self, Outcome, Run};
@@ -175,6 +175,7 @@ async fn handle(w: &Inner, entry: &Entry, key: u64, dequeue: Duration) {
         next_retry_at: rec.next_retry_at,
         attempt_started_at: claimed_at,
         trace: trace.to_json(),
+        webhook_url: spec.as_ref().ok().and_then(|s| s.webhook_url.clone()).filter(|u| !u.is_empty()),
     };
     let recorded = record::finish_attempt(&w.finisher, &run.id, run.dispatch_token, &outcome).await;
     let dispatch_secs = (attempted.timing.ttfb + attempted.timing.transfer).as_secs_f64();
@@ -196,10 +197,6 @@ async fn handle(w: &Inner, entry: &Entry, key: u64, dequeue: Duration) {
         run_id = %run.id, attempt = run.attempt, status = outcome.status.as_str(),
         error_class = outcome.error_class.as_deref().unwrap_or(""), recorded, "attempt finished"
     );
-
-    if let (true, true, Ok(spec)) = (recorded, outcome.status.is_terminal(), &spec) {
-        notify(w, spec, &run, outcome);
-    }
 }
 
 /// What the target's side of an attempt came to.
@@ -305,14 +302,6 @@ fn open_secrets(
         }
     }
     Ok(Some(out))
-}
-
-/// Starts the terminal webhook (docs/contract.md, "Terminal webhook") when
-/// the job has one.
-fn notify(w: &Inner, spec: &JobSpec, run: &Run, outcome: Outcome) {
-    if let Some(d) = webhook::terminal_delivery(spec, run, &outcome, Utc::now()) {
-        w.spawn_webhook(d);
-    }
 }
 
 /// The run's own timeout when it sets one, else the job's.

@@ -13,11 +13,10 @@
 //! worker redelivers the same attempt.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::PgPool;
-use switchyard_shared::outbound::webhook::{self, Delivery};
 use switchyard_shared::outbound::Http;
 use switchyard_shared::queue::{Entry, Queue};
 use switchyard_shared::run_token::TokenSigner;
@@ -71,7 +70,6 @@ pub(crate) struct Inner {
     pub(crate) marker: Marker,
     /// Acks are grouped into one script call the same way.
     pub(crate) acker: Acker,
-    webhooks: Mutex<JoinSet<()>>,
 }
 
 pub(crate) type Loader = GroupCommit<String, Option<switchyard_shared::store::runs::Loaded>>;
@@ -79,19 +77,6 @@ pub(crate) type Marker = GroupCommit<(String, i64, chrono::DateTime<chrono::Utc>
 /// An entry to ack and its retry time; a failed batch fails with Redis's error.
 pub(crate) type Acker = GroupCommit<(Entry, Option<i64>), (), switchyard_shared::queue::QueueError>;
 pub(crate) type Finisher = GroupCommit<(String, i64, switchyard_shared::store::Outcome), bool>;
-
-impl Inner {
-    /// Starts a terminal webhook delivery in the background.
-    pub(crate) fn spawn_webhook(&self, d: Delivery) {
-        let http = self.http.clone();
-        let mut set = self.webhooks.lock().unwrap_or_else(|p| p.into_inner());
-        // Finished deliveries are dropped here so the set does not grow.
-        while set.try_join_next().is_some() {}
-        set.spawn(async move {
-            webhook::deliver(&http, &d).await;
-        });
-    }
-}
 
 impl Worker {
     pub fn new(pool: PgPool, queue: Queue, opts: WorkerOptions) -> anyhow::Result<Worker> {
@@ -149,7 +134,6 @@ impl Worker {
                 finisher,
                 marker,
                 acker,
-                webhooks: Mutex::new(JoinSet::new()),
             }),
         })
     }
@@ -247,9 +231,6 @@ impl Worker {
                 tasks.settle(r).await;
             }
         }
-        let mut hooks = std::mem::take(&mut *w.webhooks.lock().unwrap_or_else(|p| p.into_inner()));
-        let _ = tokio::time::timeout_at(deadline, async { while hooks.join_next().await.is_some() {} }).await;
-        hooks.abort_all();
 
         background.cancel();
         let _ = renew.await;
@@ -260,8 +241,7 @@ impl Worker {
 
     /// Dequeues one batch (up to `min(concurrency, 64)` entries), runs every
     /// dispatch of it to the end, and returns how many entries it took. The
-    /// deterministic step tests drive; terminal webhooks may still be in
-    /// flight when it returns.
+    /// deterministic step tests drive.
     pub async fn run_once(&self) -> anyhow::Result<usize> {
         let w = &self.inner;
         let started = Instant::now();

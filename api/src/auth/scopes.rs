@@ -192,6 +192,16 @@ pub const OPERATIONS: &[(&str, &str, Requirement)] = &[
     // and changed by those who may change them.
     ("GET", "/v1/workflow-policies/{project_id}", Scope("workflows:read")),
     ("PUT", "/v1/workflow-policies/{project_id}", Scope("workflows:write")),
+    // Subscriptions are project configuration, like jobs; deliveries are
+    // records of runs, like run events.
+    ("POST", "/v1/webhooks/subscriptions", Scope("jobs:write")),
+    ("GET", "/v1/webhooks/subscriptions", Scope("jobs:read")),
+    ("GET", "/v1/webhooks/subscriptions/{subscription_id}", Scope("jobs:read")),
+    ("PATCH", "/v1/webhooks/subscriptions/{subscription_id}", Scope("jobs:write")),
+    ("DELETE", "/v1/webhooks/subscriptions/{subscription_id}", Scope("jobs:write")),
+    ("GET", "/v1/webhook-deliveries", Scope("runs:read")),
+    ("GET", "/v1/webhook-deliveries/{delivery_id}", Scope("runs:read")),
+    ("POST", "/v1/webhook-deliveries/{delivery_id}/retry", Scope("runs:write")),
     // The audit trail is an access-control record.
     ("GET", "/v1/audit-events", Scope("rbac:manage")),
     ("POST", "/sdk/v1/runs/{run_id}/heartbeat", RunToken),

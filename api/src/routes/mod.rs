@@ -38,6 +38,7 @@ pub mod sdk;
 pub mod sdk_runs;
 pub mod secrets;
 pub mod stats;
+pub mod webhooks;
 pub mod workflow_plans;
 pub mod workflow_runs;
 pub mod workflows;
@@ -92,6 +93,8 @@ pub enum Tag {
     Stats,
     /// Workflows: versioned DAGs of steps, and the project's workflow policy.
     Workflows,
+    /// Webhook subscriptions and the notification outbox.
+    Webhooks,
     /// Workflow runs: trigger, follow, pause, cancel, retry steps, and why
     /// the engine did what it did.
     WorkflowRuns,
@@ -437,6 +440,7 @@ api_group!(
     sdk_runs::SdkRunsApi,
     environments::EnvironmentsApi,
     secrets::SecretsApi,
+    webhooks::WebhooksApi,
 );
 
 #[cfg(test)]

@@ -30,7 +30,6 @@ use switchyard_shared::domain::run_record::{
     check_not_negative, check_text, check_value_size, is_valid_state_key, json_len, LOG_LEVELS,
 };
 use switchyard_shared::domain::{FieldErrors, JobSpec, RunStatus};
-use switchyard_shared::outbound::webhook;
 use switchyard_shared::store::run_records::{self as rec, Kind, NewLogLine, NewToolCall, NewUsage};
 use switchyard_shared::store::settle::{self, Ending};
 use switchyard_shared::store::{self, Run};
@@ -562,14 +561,9 @@ async fn finish(state: &AppState, run: &Run, ending: Ending) -> ApiResult<Json<J
         // The job is gone: no retry policy to apply, the ending stands.
         JobSpec { max_attempts: 1, ..JobSpec::default() }
     });
-    let Some((outcome, after)) = settle::settle(&state.pool, &state.queue, run, &spec, ending).await? else {
+    // A terminal ending writes the run's webhook delivery with it.
+    let Some((_, after)) = settle::settle(&state.pool, &state.queue, run, &spec, ending).await? else {
         return Err(ApiError::conflict("the run is no longer running on this attempt"));
     };
-    if outcome.status.is_terminal() {
-        if let Some(d) = webhook::terminal_delivery(&spec, &after, &outcome, Utc::now()) {
-            let http = state.webhooks.clone();
-            tokio::spawn(async move { webhook::deliver(&http, &d).await });
-        }
-    }
     Ok(Json(run_view(after)))
 }

@@ -59,7 +59,8 @@ impl Env {
         let db_name = ids::new_id("sy_test");
         let url = format!("{PG_BASE}/{db_name}");
         db::prepare(&url, Duration::from_secs(30)).await.expect("create and migrate the test database");
-        let pool = db::lazy_pool(&url, 4).expect("pool");
+        // Two scheduler loops hold a connection each for their LISTEN.
+        let pool = db::lazy_pool(&url, 16).expect("pool");
         let prefix = ids::new_id("t");
         let queue = Queue::new(queue::Redis::open(REDIS).expect("redis url"), &prefix);
         let wake_ups = redis::Client::open(REDIS).expect("redis url");

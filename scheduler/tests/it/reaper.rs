@@ -19,6 +19,7 @@ fn outcome(status: RunStatus, next_retry_at: Option<chrono::DateTime<Utc>>) -> O
         next_retry_at,
         attempt_started_at: Utc::now(),
         trace: serde_json::json!({}),
+        webhook_url: None,
     }
 }
 

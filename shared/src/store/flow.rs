@@ -223,8 +223,9 @@ pub async fn apply_resolutions(
             SELECT id, 'pending', status, attempt,
                 CASE WHEN status = 'failed' THEN error ELSE 'dependencies completed' END
             FROM u WHERE status <> 'pending'
-         )
-         SELECT {RUN_COLUMNS} FROM u"
+         ), {}
+         SELECT {RUN_COLUMNS} FROM u CROSS JOIN dlv",
+        super::deliveries::ended_cte("u", "status = 'failed'")
     ))
     .bind(&ids)
     .bind(&statuses)
@@ -264,8 +265,9 @@ pub async fn expire_due(pool: &PgPool, now: DateTime<Utc>, limit: i64) -> Result
          ), ev AS (
             INSERT INTO job_run_events (run_id, from_status, to_status, attempt, reason)
             SELECT id, from_status, 'expired', attempt, 'not started before expires_at' FROM u
-         )
-         SELECT {RUN_COLUMNS}, from_status FROM u"
+         ), {}
+         SELECT {RUN_COLUMNS}, from_status FROM u CROSS JOIN dlv",
+        super::deliveries::ended_cte("u", "true")
     ))
     .bind(now)
     .bind(limit)

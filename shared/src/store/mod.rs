@@ -39,6 +39,7 @@ pub mod actors;
 pub mod api_keys;
 pub mod audit;
 pub mod batches;
+pub mod deliveries;
 pub mod environments;
 pub mod flow;
 pub mod group;

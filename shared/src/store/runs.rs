@@ -379,6 +379,9 @@ pub struct Outcome {
     pub next_retry_at: Option<DateTime<Utc>>,
     pub attempt_started_at: DateTime<Utc>,
     pub trace: Value,
+    /// The job's webhook_url, when it has one: a terminal outcome then
+    /// writes the run's webhook delivery in the statement that records it.
+    pub webhook_url: Option<String>,
 }
 
 /// Records an attempt's outcome if the caller still holds the run (same
@@ -413,6 +416,7 @@ pub async fn finish_many(pool: &PgPool, items: Vec<(String, i64, Outcome)>) -> R
     let mut codes = Vec::with_capacity(n);
     let mut urls = Vec::with_capacity(n);
     let mut starts = Vec::with_capacity(n);
+    let mut hooks = Vec::with_capacity(n);
     for (id, token, o) in items {
         ids.push(id);
         tokens.push(token);
@@ -426,6 +430,7 @@ pub async fn finish_many(pool: &PgPool, items: Vec<(String, i64, Outcome)>) -> R
         codes.push(o.status_code);
         urls.push(o.endpoint_url);
         starts.push(o.attempt_started_at);
+        hooks.push(o.webhook_url.unwrap_or_default());
     }
     // Written so that the ids are the only thing an index can look up (see
     // `db::worker_pool`): `r.id = ANY($1)` besides the join, and the fence
@@ -436,9 +441,10 @@ pub async fn finish_many(pool: &PgPool, items: Vec<(String, i64, Outcome)>) -> R
     let recorded: Vec<(String, String)> = sqlx::query_as(
         "WITH input AS (
             SELECT * FROM UNNEST($1::text[], $2::int8[], $3::text[], $4::jsonb[], $5::text[], $6::text[],
-                $7::timestamptz[], $8::jsonb[], $9::bool[], $10::int4[], $11::text[], $12::timestamptz[])
+                $7::timestamptz[], $8::jsonb[], $9::bool[], $10::int4[], $11::text[], $12::timestamptz[],
+                $13::text[])
               AS t(id, token, status, result, error, error_class, next_retry_at, trace, terminal,
-                   status_code, endpoint_url, started_at)
+                   status_code, endpoint_url, started_at, webhook_url)
         ), u AS (
             UPDATE job_runs r SET status = i.status, result = i.result, error = i.error,
                 error_class = i.error_class, next_retry_at = i.next_retry_at, execution_trace = i.trace,
@@ -451,13 +457,20 @@ pub async fn finish_many(pool: &PgPool, items: Vec<(String, i64, Outcome)>) -> R
             WHERE r.id = ANY($1) AND r.id = i.id
               AND CASE r.status WHEN 'queued' THEN r.dispatch_token = i.token - 1
                                 WHEN 'running' THEN r.dispatch_token = i.token END
-            RETURNING r.id, r.attempt, i.status, i.error, i.status_code, i.endpoint_url, i.started_at, i.trace
+            RETURNING r.id, r.attempt, i.status, i.error, i.status_code, i.endpoint_url, i.started_at, i.trace,
+                r.project_id, r.job_id, i.result, i.terminal, i.webhook_url
         ), a AS (
             INSERT INTO job_run_attempts (run_id, attempt, outcome, status_code, error, endpoint_url,
                 started_at, finished_at, trace)
             SELECT id, attempt, status, status_code, error, endpoint_url, started_at, now(), trace FROM u
+        ), d AS (
+            -- The terminal webhooks and subscription events (migration 0011),
+            -- one call per batch.
+            SELECT sy_run_ended_deliveries(array_agg(id), array_agg(job_id), array_agg(project_id),
+                array_agg(status), array_agg(attempt), array_agg(result), array_agg(error), array_agg(webhook_url))
+              FROM u WHERE terminal
         )
-        SELECT id, status FROM u",
+        SELECT id, status FROM u CROSS JOIN d",
     )
     .bind(&ids)
     .bind(&tokens)
@@ -471,6 +484,7 @@ pub async fn finish_many(pool: &PgPool, items: Vec<(String, i64, Outcome)>) -> R
     .bind(&codes)
     .bind(&urls)
     .bind(&starts)
+    .bind(&hooks)
     .fetch_all(pool)
     .await?;
     let done: std::collections::HashSet<String> = recorded
@@ -626,19 +640,20 @@ pub async fn mark_running_for_attempt(pool: &PgPool, run_id: &str, attempt: i32)
 /// Marks runs that were not started before their `expires_at` (found by
 /// [`load_for_dispatch`]) `expired`. Returns how many it marked.
 pub async fn expire_unstarted(pool: &PgPool, ids: &[String]) -> Result<u64, sqlx::Error> {
-    let n: i64 = sqlx::query_scalar(
+    let n: i64 = sqlx::query_scalar(&format!(
         "WITH u AS (
             UPDATE job_runs SET status = 'expired', finished_at = now(), next_retry_at = NULL,
                 error = 'not started within the job''s run_ttl_secs', error_class = 'expired'
             WHERE id = ANY($1) AND status = 'queued' AND started_at IS NULL
               AND expires_at IS NOT NULL AND expires_at <= now()
-            RETURNING id, attempt
+            RETURNING id, attempt, job_id, project_id, status, result, error
         ), ev AS (
             INSERT INTO job_run_events (run_id, from_status, to_status, attempt, reason)
             SELECT id, 'queued', 'expired', attempt, 'not started before expires_at' FROM u
-        )
-        SELECT count(*) FROM u",
-    )
+        ), {}
+        SELECT count(*) FROM u CROSS JOIN dlv",
+        super::deliveries::ended_cte("u", "true")
+    ))
     .bind(ids)
     .fetch_one(pool)
     .await?;

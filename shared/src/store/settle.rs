@@ -142,6 +142,7 @@ pub async fn settle(
         next_retry_at: d.next_retry_at,
         attempt_started_at: run.started_at.unwrap_or(now),
         trace: run.execution_trace.as_ref().map(|t| t.0.clone()).unwrap_or_else(|| json!({})),
+        webhook_url: spec.webhook_url.clone().filter(|u| !u.is_empty()),
     };
     if !runs::finish_attempt(pool, &run.id, run.dispatch_token, &outcome).await? {
         return Ok(None);

@@ -87,8 +87,9 @@ fn cancel_sql(old: &str) -> String {
          ), ev AS (
             INSERT INTO job_run_events (run_id, from_status, to_status, attempt, reason)
             SELECT id, from_status, 'cancelled', attempt, $2 FROM u
-         )
-         SELECT {RUN_COLUMNS}, from_status FROM u"
+         ), {}
+         SELECT {RUN_COLUMNS}, from_status FROM u CROSS JOIN dlv",
+        super::deliveries::ended_cte("u", "true")
     )
 }
 

@@ -783,9 +783,9 @@ pub async fn end_run(tx: &mut PgConnection, run: &WorkflowRun, d: Decided) -> Re
                 }
             }
         }
-        let updated: Option<(String, Option<String>)> = sqlx::query_as(
+        let updated: Option<(String, Option<String>, String)> = sqlx::query_as(
             "UPDATE workflow_runs SET status = $2, error = $3, output = $4, finished_at = now(), wake_at = NULL
-             WHERE id = $1 RETURNING workflow_id, parent_step_run_id",
+             WHERE id = $1 RETURNING workflow_id, parent_step_run_id, project_id",
         )
         .bind(&id)
         .bind(d.status)
@@ -794,7 +794,16 @@ pub async fn end_run(tx: &mut PgConnection, run: &WorkflowRun, d: Decided) -> Re
         .fetch_optional(&mut *tx)
         .await?;
         record(tx, &id, None, "run_ended", &d.reason, json!({ "status": d.status.as_str() })).await?;
-        let Some((workflow_id, parent)) = updated else { continue };
+        let Some((workflow_id, parent, project_id)) = updated else { continue };
+        super::deliveries::workflow_run_ended(
+            tx,
+            &project_id,
+            &workflow_id,
+            &id,
+            d.status.as_str(),
+            d.error.as_deref(),
+        )
+        .await?;
         // The parent is told only by the run it started, and only when it
         // is not the one ending this run (a cancel from above).
         if let Some(parent) = parent.filter(|_| first) {

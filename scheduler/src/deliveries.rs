@@ -1,0 +1,197 @@
+//! The delivery sender: sends the outbox's due deliveries
+//! (`store::deliveries`) and records each attempt.
+//!
+//! Every new delivery notifies the Postgres channel `switchyard_deliveries`
+//! at commit, so the sender wakes at once; otherwise it sleeps until the
+//! next delivery falls due (a retry's `next_retry_at`, a lapsed claim), at
+//! most `max_sleep`. A pass claims up to `batch_size` due deliveries for
+//! `hold` (`FOR UPDATE SKIP LOCKED`: any number of schedulers share the
+//! work, none sends what another holds) and sends up to `parallel` at
+//! once. A process killed mid-send leaves its claims to lapse: the
+//! deliveries go out again with the same `X-Svc-Delivery-Id`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use futures::StreamExt;
+use sqlx::postgres::PgListener;
+use sqlx::PgPool;
+use switchyard_shared::outbound::{webhook, Http};
+use switchyard_shared::shutdown::Shutdown;
+use switchyard_shared::store::deliveries::{self, Attempt, Claimed};
+use switchyard_shared::telemetry::WEBHOOK_RETRY_ATTEMPTS;
+use tokio::sync::Notify;
+
+use crate::error::{check_batch, check_positive, Error, OptionsError};
+use crate::pace;
+
+/// The channel new deliveries notify (migration 0011).
+pub const CHANNEL: &str = "switchyard_deliveries";
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeliveryOptions {
+    /// Longest sleep between passes (default 5 s).
+    pub max_sleep: Duration,
+    /// Deliveries claimed per pass (default 100).
+    pub batch_size: usize,
+    /// Deliveries in flight at once (default 16).
+    pub parallel: usize,
+    /// How long a claim holds (default 30 s): longer than an attempt may take.
+    pub hold: Duration,
+    /// Refuse private and loopback addresses (TARGET_DENY_PRIVATE).
+    pub deny_private: bool,
+}
+
+impl Default for DeliveryOptions {
+    fn default() -> Self {
+        DeliveryOptions {
+            max_sleep: Duration::from_secs(5),
+            batch_size: 100,
+            parallel: 16,
+            hold: Duration::from_secs(30),
+            deny_private: false,
+        }
+    }
+}
+
+impl DeliveryOptions {
+    pub fn validate(&self) -> Result<(), OptionsError> {
+        check_positive("deliveries.max_sleep", self.max_sleep)?;
+        check_batch("deliveries.batch_size", self.batch_size)?;
+        check_batch("deliveries.parallel", self.parallel)?;
+        if self.hold <= webhook::ATTEMPT_TIMEOUT {
+            return Err(OptionsError::new("deliveries.hold", "must be longer than one attempt's timeout (10 s)"));
+        }
+        Ok(())
+    }
+}
+
+#[derive(Clone)]
+pub struct DeliverySender {
+    pool: PgPool,
+    http: Http,
+    opts: DeliveryOptions,
+    woken: Arc<Notify>,
+}
+
+/// What one pass did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SendReport {
+    pub sent: usize,
+    pub delivered: usize,
+    pub to_retry: usize,
+}
+
+impl DeliverySender {
+    pub fn new(pool: PgPool, opts: DeliveryOptions) -> Result<DeliverySender, OptionsError> {
+        opts.validate()?;
+        let http = Http::new(opts.parallel, opts.deny_private)
+            .map_err(|e| OptionsError::new("deliveries.http", format!("cannot build the webhook client: {e}")))?;
+        Ok(DeliverySender { pool, http, opts, woken: Arc::default() })
+    }
+
+    /// Claims and sends what is due now (tests step the sender with this).
+    pub async fn send_once(&self) -> Result<SendReport, Error> {
+        let claimed = deliveries::claim_due(&self.pool, self.opts.batch_size as i64, self.opts.hold).await?;
+        let mut report = SendReport { sent: claimed.len(), ..Default::default() };
+        let results: Vec<Result<(bool, bool), sqlx::Error>> = futures::stream::iter(claimed)
+            .map(|c| self.send_one(c))
+            .buffer_unordered(self.opts.parallel)
+            .collect()
+            .await;
+        for r in results {
+            let (delivered, retry) = r?;
+            report.delivered += usize::from(delivered);
+            report.to_retry += usize::from(retry);
+        }
+        Ok(report)
+    }
+
+    /// (delivered, will be retried)
+    async fn send_one(&self, c: Claimed) -> Result<(bool, bool), sqlx::Error> {
+        let d = &c.delivery;
+        if d.attempts > 0 {
+            metrics::counter!(WEBHOOK_RETRY_ATTEMPTS).increment(1);
+        }
+        let body = serde_json::to_vec(&d.payload.0).unwrap_or_default();
+        let attempt = webhook::send(&self.http, &d.url, c.secret.as_deref(), &d.id, &body).await;
+        if let Attempt::Rejected { error, .. } | Attempt::Failed { error, .. } = &attempt {
+            tracing::info!(delivery_id = %d.id, kind = %d.kind, attempt = d.attempts + 1, %error, "delivery attempt failed");
+        }
+        let delivered = matches!(attempt, Attempt::Delivered { .. });
+        let retry = deliveries::record_attempt(&self.pool, d, &attempt).await?;
+        Ok((delivered, retry))
+    }
+
+    /// Sends until shutdown (see the module doc).
+    pub async fn run(&self, shutdown: Shutdown) {
+        let listener = tokio::spawn(listen(self.pool.clone(), self.woken.clone(), shutdown.clone()));
+        let mut failures = 0u32;
+        loop {
+            match self.send_once().await {
+                Ok(r) if r.sent >= self.opts.batch_size => {
+                    failures = 0;
+                    continue;
+                }
+                Ok(_) => failures = 0,
+                Err(e) => {
+                    failures += 1;
+                    tracing::warn!(error = %e, "delivery pass failed");
+                    if !pace::sleep(pace::error_backoff(failures), &shutdown).await {
+                        break;
+                    }
+                    continue;
+                }
+            }
+            let sleep = match deliveries::next_due(&self.pool).await {
+                Ok(Some(t)) => (t - Utc::now()).to_std().unwrap_or(Duration::ZERO).min(self.opts.max_sleep),
+                _ => self.opts.max_sleep,
+            };
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = tokio::time::sleep(sleep) => {}
+                _ = self.woken.notified() => {}
+            }
+        }
+        listener.abort();
+    }
+}
+
+/// Rings `woken` for every notification on [`CHANNEL`] (and after a
+/// reconnect, when some may have been missed).
+async fn listen(pool: PgPool, woken: Arc<Notify>, shutdown: Shutdown) {
+    let mut failures = 0u32;
+    loop {
+        let mut l = match PgListener::connect_with(&pool).await {
+            Ok(l) => l,
+            Err(e) => {
+                failures += 1;
+                tracing::warn!(error = %e, "delivery listener could not connect");
+                if !pace::sleep(pace::error_backoff(failures), &shutdown).await {
+                    return;
+                }
+                continue;
+            }
+        };
+        if let Err(e) = l.listen(CHANNEL).await {
+            failures += 1;
+            tracing::warn!(error = %e, "delivery listener could not listen");
+            if !pace::sleep(pace::error_backoff(failures), &shutdown).await {
+                return;
+            }
+            continue;
+        }
+        failures = 0;
+        woken.notify_one();
+        loop {
+            match l.try_recv().await {
+                Ok(_) => woken.notify_one(),
+                Err(e) => {
+                    tracing::warn!(error = %e, "delivery listener lost its connection");
+                    break;
+                }
+            }
+        }
+    }
+}

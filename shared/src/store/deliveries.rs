@@ -1,0 +1,404 @@
+//! The delivery outbox (migration 0011) and webhook subscriptions.
+//!
+//! Deliveries are written by the statements that make what they report
+//! (`sy_run_ended_deliveries` for runs, [`workflow_run_ended`] for workflow
+//! runs); the sender loop claims the due ones ([`claim_due`]), sends them
+//! and records each attempt ([`record_attempt`]). Each kind keeps its own
+//! rules ([`Kind`]).
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde_json::{json, Value};
+use sqlx::types::Json;
+use sqlx::{PgConnection, PgPool};
+
+use super::Tenant;
+
+/// What a delivery reports, and so how it is retried.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// A job run's terminal webhook: 3 attempts (now, +1 s, +5 s); a 4xx
+    /// ends it at once; it leaves no record once it ends, delivered or not.
+    JobRun,
+    /// An event to a subscription, and (later) an event trigger's
+    /// notification: 5 attempts, 5 s, 25 s, 125 s, 625 s apart (at most
+    /// 30 min); a 4xx makes it `dead` at once, and so does the last failure.
+    Subscription,
+    EventTrigger,
+}
+
+impl Kind {
+    pub fn parse(s: &str) -> Option<Kind> {
+        match s {
+            "job_run" => Some(Kind::JobRun),
+            "subscription" => Some(Kind::Subscription),
+            "event_trigger" => Some(Kind::EventTrigger),
+            _ => None,
+        }
+    }
+
+    /// The wait before attempt `next` (2, 3, ...).
+    pub fn backoff(self, next: i32) -> Duration {
+        match self {
+            Kind::JobRun => Duration::from_secs(if next <= 2 { 1 } else { 5 }),
+            Kind::Subscription | Kind::EventTrigger => {
+                let secs = 5u64.saturating_pow((next - 1).clamp(1, 10) as u32);
+                Duration::from_secs(secs.min(30 * 60))
+            }
+        }
+    }
+}
+
+/// A delivery row.
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct Delivery {
+    pub id: String,
+    pub project_id: String,
+    pub kind: String,
+    pub url: String,
+    pub event_type: String,
+    pub payload: Json<Value>,
+    pub status: String,
+    pub attempts: i32,
+    pub max_attempts: i32,
+    pub next_retry_at: DateTime<Utc>,
+    pub last_status_code: Option<i32>,
+    pub last_error: Option<String>,
+    pub subscription_id: Option<String>,
+    pub job_id: Option<String>,
+    pub run_id: Option<String>,
+    pub workflow_run_id: Option<String>,
+    pub event_trigger_id: Option<String>,
+    pub delivered_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+const COLUMNS: &str = "id, project_id, kind, url, event_type, payload, status, attempts, max_attempts, \
+    next_retry_at, last_status_code, last_error, subscription_id, job_id, run_id, workflow_run_id, event_trigger_id, \
+    delivered_at, created_at, updated_at";
+
+/// A claimed delivery with the key to sign it (the job's webhook_secret or
+/// the subscription's secret), read at send time so it is never copied.
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct Claimed {
+    #[sqlx(flatten)]
+    pub delivery: Delivery,
+    pub secret: Option<String>,
+}
+
+/// Claims up to `limit` due deliveries for `hold`: nobody else sends them
+/// until then (a sender that dies leaves them to the next after that).
+pub async fn claim_due(pool: &PgPool, limit: i64, hold: Duration) -> Result<Vec<Claimed>, sqlx::Error> {
+    let cols = COLUMNS.split(", ").map(|c| format!("d.{}", c.trim())).collect::<Vec<_>>().join(", ");
+    sqlx::query_as(&format!(
+        "WITH c AS (
+            SELECT id FROM webhook_deliveries
+             WHERE status IN ('pending', 'failed') AND next_retry_at <= now()
+               AND (claimed_until IS NULL OR claimed_until < now())
+             ORDER BY next_retry_at LIMIT $1 FOR UPDATE SKIP LOCKED
+         ), d AS (
+            UPDATE webhook_deliveries d SET claimed_until = now() + make_interval(secs => $2)
+              FROM c WHERE d.id = c.id RETURNING d.*
+         )
+         SELECT {cols},
+                CASE d.kind WHEN 'job_run' THEN (SELECT j.spec->>'webhook_secret' FROM jobs j WHERE j.id = d.job_id)
+                            WHEN 'subscription' THEN (SELECT s.secret FROM webhook_subscriptions s WHERE s.id = d.subscription_id)
+                END AS secret
+           FROM d"
+    ))
+    .bind(limit)
+    .bind(hold.as_secs_f64())
+    .fetch_all(pool)
+    .await
+}
+
+/// The CTE `dlv` that writes the deliveries of the runs `source` ended
+/// (rows with id, job_id, project_id, status, attempt, result, error; the
+/// webhook URL is read from each job), for the statements that end runs
+/// outside the worker's outcomes. The statement must read `dlv` (a cross
+/// join: it is one row) for Postgres to run it.
+pub(super) fn ended_cte(source: &str, filter: &str) -> String {
+    format!(
+        "dlv AS (
+            SELECT sy_run_ended_deliveries(array_agg(id), array_agg(job_id), array_agg(project_id), array_agg(status),
+                array_agg(attempt), array_agg(result), array_agg(error), array_agg(NULL::text)) AS delivered
+              FROM {source} WHERE {filter}
+         )"
+    )
+}
+
+/// How one attempt went.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Attempt {
+    Delivered {
+        status_code: i32,
+    },
+    /// A 4xx (or a URL that may not be called): no retry helps.
+    Rejected {
+        status_code: Option<i32>,
+        error: String,
+    },
+    /// A 5xx, a timeout, a connection error: retried while attempts remain.
+    Failed {
+        status_code: Option<i32>,
+        error: String,
+    },
+}
+
+/// Records an attempt of a claimed delivery. A job-run delivery that ends
+/// (delivered, rejected, out of attempts) is removed; the others become
+/// `delivered`, `failed` (retried at `next_retry_at`) or `dead`. Returns
+/// whether the delivery will be tried again.
+pub async fn record_attempt(pool: &PgPool, d: &Delivery, a: &Attempt) -> Result<bool, sqlx::Error> {
+    let kind = Kind::parse(&d.kind).unwrap_or(Kind::Subscription);
+    let attempts = d.attempts + 1;
+    let (code, error, delivered, retry) = match a {
+        Attempt::Delivered { status_code } => (Some(*status_code), None, true, false),
+        Attempt::Rejected { status_code, error } => (*status_code, Some(error.clone()), false, false),
+        Attempt::Failed { status_code, error } => (*status_code, Some(error.clone()), false, attempts < d.max_attempts),
+    };
+    if kind == Kind::JobRun && !retry {
+        if !delivered {
+            tracing::warn!(
+                run_id = d.run_id.as_deref().unwrap_or(""),
+                attempts,
+                error = error.as_deref().unwrap_or(""),
+                "run webhook dropped"
+            );
+        }
+        sqlx::query("DELETE FROM webhook_deliveries WHERE id = $1").bind(&d.id).execute(pool).await?;
+        return Ok(false);
+    }
+    let status = if delivered {
+        "delivered"
+    } else if retry {
+        "failed"
+    } else {
+        "dead"
+    };
+    let wait = kind.backoff(attempts + 1);
+    sqlx::query(
+        "UPDATE webhook_deliveries SET status = $2, attempts = $3, last_status_code = $4, last_error = $5,
+            delivered_at = CASE WHEN $2 = 'delivered' THEN now() END,
+            next_retry_at = CASE WHEN $2 = 'failed' THEN now() + make_interval(secs => $6) ELSE next_retry_at END,
+            claimed_until = NULL
+         WHERE id = $1",
+    )
+    .bind(&d.id)
+    .bind(status)
+    .bind(attempts)
+    .bind(code)
+    .bind(&error)
+    .bind(wait.as_secs_f64())
+    .execute(pool)
+    .await?;
+    Ok(retry)
+}
+
+/// When the next delivery falls due (None: none waits).
+pub async fn next_due(pool: &PgPool) -> Result<Option<DateTime<Utc>>, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT min(greatest(next_retry_at, coalesce(claimed_until, next_retry_at)))
+           FROM webhook_deliveries WHERE status IN ('pending', 'failed')",
+    )
+    .fetch_one(pool)
+    .await
+}
+
+pub async fn get(pool: &PgPool, tenant: Tenant<'_>, id: &str) -> Result<Option<Delivery>, sqlx::Error> {
+    super::get_scoped(pool, "webhook_deliveries", COLUMNS, tenant, id).await
+}
+
+/// A page of a project's deliveries, newest first, narrowed by status and kind.
+pub async fn list(
+    pool: &PgPool,
+    project_id: &str,
+    status: Option<&str>,
+    kind: Option<&str>,
+    before: Option<&str>,
+    limit: i64,
+) -> Result<Vec<Delivery>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "SELECT {COLUMNS} FROM webhook_deliveries
+         WHERE project_id = $1 AND ($2::text IS NULL OR status = $2) AND ($3::text IS NULL OR kind = $3)
+           AND ($4::text IS NULL OR id < $4)
+         ORDER BY id DESC LIMIT $5"
+    ))
+    .bind(project_id)
+    .bind(status)
+    .bind(kind)
+    .bind(before)
+    .bind(limit)
+    .fetch_all(pool)
+    .await
+}
+
+/// Takes a `failed` delivery back to `pending` now with its attempts
+/// counted from zero. `Err` with its status when it is not `failed`.
+pub async fn retry(
+    pool: &PgPool,
+    tenant: Tenant<'_>,
+    id: &str,
+) -> Result<Option<Result<Delivery, String>>, sqlx::Error> {
+    let moved: Option<Delivery> = sqlx::query_as(&format!(
+        "UPDATE webhook_deliveries SET status = 'pending', attempts = 0, next_retry_at = now(), claimed_until = NULL
+         WHERE id = $1 AND ($2::text IS NULL OR project_id = $2) AND status = 'failed'
+         RETURNING {COLUMNS}"
+    ))
+    .bind(id)
+    .bind(tenant.filter())
+    .fetch_optional(pool)
+    .await?;
+    if let Some(d) = moved {
+        // The insert trigger does not fire on an update: wake the senders.
+        sqlx::query("SELECT pg_notify('switchyard_deliveries', '')").execute(pool).await?;
+        return Ok(Some(Ok(d)));
+    }
+    Ok(get(pool, tenant, id).await?.map(|d| Err(d.status)))
+}
+
+/// The subscription deliveries of a workflow run that ended, in the
+/// transaction that ends it: `workflow_run.completed`, `.failed` (a timed
+/// out run too, with its status in the data) or `.cancelled`.
+pub async fn workflow_run_ended(
+    conn: &mut PgConnection,
+    project_id: &str,
+    workflow_id: &str,
+    run_id: &str,
+    status: &str,
+    error: Option<&str>,
+) -> Result<(), sqlx::Error> {
+    let event = match status {
+        "completed" => "workflow_run.completed",
+        "cancelled" => "workflow_run.cancelled",
+        _ => "workflow_run.failed",
+    };
+    let data = json!({ "workflow_run_id": run_id, "workflow_id": workflow_id, "status": status, "error": error });
+    sqlx::query(
+        "INSERT INTO webhook_deliveries (id, project_id, kind, url, event_type, payload, max_attempts, subscription_id,
+            workflow_run_id)
+         SELECT sy_time_id('whd'), $1, 'subscription', s.url, $2,
+                jsonb_build_object('event_type', $2, 'project_id', $1, 'data', $3::jsonb,
+                    'occurred_at', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')),
+                5, s.id, $4
+           FROM webhook_subscriptions s
+          WHERE s.project_id = $1 AND s.active AND s.event_types && ARRAY[$2, '*']",
+    )
+    .bind(project_id)
+    .bind(event)
+    .bind(Json(data))
+    .bind(run_id)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// A subscription (its secret is never read back out through here).
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct Subscription {
+    pub id: String,
+    pub project_id: String,
+    pub url: String,
+    pub event_types: Vec<String>,
+    pub active: bool,
+    pub description: Option<String>,
+    pub created_by: Option<String>,
+    pub updated_by: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+const SUB_COLUMNS: &str =
+    "id, project_id, url, event_types, active, description, created_by, updated_by, created_at, updated_at";
+
+/// What a create or an update writes.
+#[derive(Clone, Debug)]
+pub struct SubscriptionWrite<'a> {
+    pub url: &'a str,
+    pub event_types: &'a [String],
+    pub active: bool,
+    pub description: Option<&'a str>,
+    /// None on an update: the secret stays.
+    pub secret: Option<&'a str>,
+    pub actor: Option<&'a str>,
+}
+
+pub async fn create_subscription(
+    conn: &mut PgConnection,
+    id: &str,
+    project_id: &str,
+    w: &SubscriptionWrite<'_>,
+) -> Result<Subscription, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "INSERT INTO webhook_subscriptions (id, project_id, url, event_types, active, description, secret, created_by,
+            updated_by)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8) RETURNING {SUB_COLUMNS}"
+    ))
+    .bind(id)
+    .bind(project_id)
+    .bind(w.url)
+    .bind(w.event_types)
+    .bind(w.active)
+    .bind(w.description)
+    .bind(w.secret.unwrap_or_default())
+    .bind(w.actor)
+    .fetch_one(conn)
+    .await
+}
+
+pub async fn update_subscription(
+    conn: &mut PgConnection,
+    id: &str,
+    w: &SubscriptionWrite<'_>,
+) -> Result<Option<Subscription>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "UPDATE webhook_subscriptions SET url = $2, event_types = $3, active = $4, description = $5,
+            secret = coalesce($6, secret), updated_by = $7
+         WHERE id = $1 RETURNING {SUB_COLUMNS}"
+    ))
+    .bind(id)
+    .bind(w.url)
+    .bind(w.event_types)
+    .bind(w.active)
+    .bind(w.description)
+    .bind(w.secret)
+    .bind(w.actor)
+    .fetch_optional(conn)
+    .await
+}
+
+pub async fn delete_subscription(conn: &mut PgConnection, id: &str) -> Result<bool, sqlx::Error> {
+    Ok(sqlx::query("DELETE FROM webhook_subscriptions WHERE id = $1").bind(id).execute(conn).await?.rows_affected() > 0)
+}
+
+pub async fn get_subscription(
+    pool: &PgPool,
+    tenant: Tenant<'_>,
+    id: &str,
+) -> Result<Option<Subscription>, sqlx::Error> {
+    super::get_scoped(pool, "webhook_subscriptions", SUB_COLUMNS, tenant, id).await
+}
+
+pub async fn list_subscriptions(
+    pool: &PgPool,
+    project_id: &str,
+    before: Option<&str>,
+    limit: i64,
+) -> Result<Vec<Subscription>, sqlx::Error> {
+    super::page_of_project(pool, "webhook_subscriptions", SUB_COLUMNS, project_id, before, limit).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_kind_keeps_its_schedule() {
+        let s = |k: Kind, n| Kind::backoff(k, n).as_secs();
+        assert_eq!((s(Kind::JobRun, 2), s(Kind::JobRun, 3)), (1, 5));
+        let sub: Vec<u64> = (2..=6).map(|n| s(Kind::Subscription, n)).collect();
+        assert_eq!(sub, [5, 25, 125, 625, 1800]);
+    }
+}

@@ -1,0 +1,219 @@
+//! Notifications: subscriptions, the delivery outbox, its sender, retries
+//! and the rules of each kind, and a sender that dies mid-delivery.
+
+use std::time::Duration;
+
+use hmac::{Hmac, Mac};
+use serde_json::{json, Value};
+use sha2::Sha256;
+use switchyard_shared::store::deliveries;
+
+use crate::harness::{assert_problem, TestEnv};
+use crate::target::{Reply, Target};
+
+const T: Duration = Duration::from_secs(20);
+
+async fn subscribe(env: &TestEnv, project: &str, url: &str, types: Value) -> Value {
+    let (s, v) = env
+        .post(
+            "/v1/webhooks/subscriptions",
+            json!({"project_id": project, "webhook_url": url, "event_types": types, "secret": "sub-secret"}),
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+    v
+}
+
+async fn deliveries_of(env: &TestEnv, project: &str, query: &str) -> Vec<Value> {
+    let (s, v) = env.get(&format!("/v1/webhook-deliveries?project_id={project}{query}")).await;
+    assert_eq!(s, 200, "{v}");
+    v["data"].as_array().unwrap().clone()
+}
+
+async fn wait_deliveries(env: &TestEnv, project: &str, query: &str, pred: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    let deadline = tokio::time::Instant::now() + T;
+    loop {
+        let d = deliveries_of(env, project, query).await;
+        if pred(&d) {
+            return d;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "deliveries never got there: {d:#?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn signed_by(req: &crate::target::Recorded, secret: &str) -> bool {
+    let (Some(ts), Some(sig)) = (req.header("x-svc-timestamp"), req.header("x-svc-signature")) else { return false };
+    let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).unwrap();
+    mac.update(format!("{ts}.{}", req.raw).as_bytes());
+    sig == format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+}
+
+#[tokio::test]
+async fn subscriptions_get_exactly_the_events_they_name_for_their_project_only() {
+    let env = TestEnv::start().await;
+    let jobs_target = Target::start().await;
+    let listener = Target::start().await;
+    let project = env.project().await;
+    let other = env.project().await;
+    let completed = subscribe(&env, &project, &format!("{}-completed", listener.url), json!(["run.completed"])).await;
+    assert!(completed.get("secret").is_none(), "the secret is never returned: {completed}");
+    assert_eq!(completed["has_secret"], true);
+    subscribe(&env, &project, &format!("{}-failed", listener.url), json!(["run.failed", "workflow_run.completed"]))
+        .await;
+    subscribe(&env, &other, &format!("{}-other", listener.url), json!(["*"])).await;
+
+    let ok = env.job_in(&project, &jobs_target.url, json!({"name": "ok"})).await;
+    let run = env.trigger(ok["id"].as_str().unwrap(), json!({"payload": {"n": 1}})).await;
+    env.spawn_worker();
+    env.spawn_scheduler();
+    env.wait_status(run["id"].as_str().unwrap(), "completed", T).await;
+    let got = listener.wait_count(1, T).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let got = if listener.count() > got.len() { listener.requests() } else { got };
+    assert_eq!(
+        got.len(),
+        1,
+        "only run.completed of this project: {:?}",
+        got.iter().map(|r| &r.path).collect::<Vec<_>>()
+    );
+    let r = &got[0];
+    assert!(r.path.ends_with("-completed"));
+    assert_eq!(r.body["event_type"], "run.completed");
+    assert_eq!(r.body["data"]["run_id"], run["id"]);
+    assert!(signed_by(r, "sub-secret"), "signed with the subscription's secret");
+    assert!(r.header("x-svc-delivery-id").is_some());
+
+    let ds =
+        wait_deliveries(&env, &project, "&kind=subscription", |d| d.iter().all(|x| x["status"] == "delivered")).await;
+    assert_eq!(ds.len(), 1);
+    assert_eq!(ds[0]["status"], "delivered");
+    assert_eq!(ds[0]["attempts"], 1);
+
+    // A workflow run's end is an event too.
+    let wf = env
+        .post(
+            "/v1/workflows",
+            json!({"project_id": project, "name": "wf", "steps": [{"step_ref": "a", "job_id": ok["id"]}]}),
+        )
+        .await
+        .1;
+    let (s, wr) = env.post(&format!("/v1/workflows/{}/trigger", wf["id"].as_str().unwrap()), json!({})).await;
+    assert_eq!(s, 201, "{wr}");
+    let got = listener.wait_count(3, T).await;
+    let wfe = got.iter().find(|r| r.body["event_type"] == "workflow_run.completed").expect("workflow_run.completed");
+    assert_eq!(wfe.body["data"]["workflow_run_id"], wr["id"]);
+    assert!(wfe.path.ends_with("-failed"), "the subscription that names it");
+
+    // Subscription management: change, list, delete, refuse what is wrong.
+    let id = completed["id"].as_str().unwrap();
+    let (s, v) = env.patch(&format!("/v1/webhooks/subscriptions/{id}"), json!({"active": false})).await;
+    assert_eq!((s, &v["active"]), (200, &json!(false)), "{v}");
+    let (_, page) = env.get(&format!("/v1/webhooks/subscriptions?project_id={project}")).await;
+    assert_eq!(page["data"].as_array().unwrap().len(), 2);
+    assert!(!page.to_string().contains("sub-secret"));
+    let bad = env
+        .post(
+            "/v1/webhooks/subscriptions",
+            json!({"project_id": project, "webhook_url": "ftp://x", "event_types": ["run.exploded"], "secret": ""}),
+        )
+        .await;
+    let p = assert_problem(422, bad, 422);
+    let at: Vec<&str> = p["errors"].as_array().unwrap().iter().map(|e| e["location"].as_str().unwrap()).collect();
+    assert_eq!(at, ["body.webhook_url", "body.event_types[0]", "body.secret"]);
+    let (key, _) = crate::access::key(&env, &other, &["*"]).await;
+    let (s, _) =
+        crate::access::with(&env, &key, reqwest::Method::GET, &format!("/v1/webhooks/subscriptions/{id}"), None).await;
+    assert_eq!(s, 404, "another project's subscription");
+    assert_eq!(env.delete(&format!("/v1/webhooks/subscriptions/{id}")).await.0, 204);
+    assert_eq!(env.get(&format!("/v1/webhooks/subscriptions/{id}")).await.0, 404);
+}
+
+#[tokio::test]
+async fn failed_deliveries_retry_on_schedule_and_by_hand_and_4xx_is_dead_at_once() {
+    let env = TestEnv::start().await;
+    let jobs_target = Target::start().await;
+    let down = Target::start().await;
+    down.set_default(Reply::status(503));
+    let refusing = Target::start().await;
+    refusing.set_default(Reply::status(410));
+    let project = env.project().await;
+    subscribe(&env, &project, &down.url, json!(["run.completed"])).await;
+    subscribe(&env, &project, &refusing.url, json!(["*"])).await;
+    let job = env.job_in(&project, &jobs_target.url, json!({})).await;
+    env.trigger(job["id"].as_str().unwrap(), json!({})).await;
+    env.spawn_worker();
+    env.spawn_scheduler();
+    let ds = wait_deliveries(&env, &project, "", |d| d.len() == 2 && d.iter().all(|x| x["attempts"] == 1)).await;
+    let failed = ds.iter().find(|d| d["url"] == down.url.as_str()).unwrap();
+    let dead = ds.iter().find(|d| d["url"] == refusing.url.as_str()).unwrap();
+    assert_eq!((failed["status"].as_str(), failed["last_status_code"].as_i64()), (Some("failed"), Some(503)));
+    assert_eq!(
+        (dead["status"].as_str(), dead["last_status_code"].as_i64()),
+        (Some("dead"), Some(410)),
+        "a 4xx is dead at once"
+    );
+    assert_eq!(refusing.count(), 1, "and never tried again");
+
+    // By hand: failed → pending now, attempts from zero; anything else is 409.
+    let fid = failed["id"].as_str().unwrap();
+    let before = prometheus_counter(&env).await;
+    let (s, v) = env.post(&format!("/v1/webhook-deliveries/{fid}/retry"), json!({})).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!((v["status"].as_str(), v["attempts"].as_i64()), (Some("pending"), Some(0)));
+    down.set_default(Reply::status(200));
+    let ds = wait_deliveries(&env, &project, "&status=delivered", |d| d.len() == 1).await;
+    assert_eq!(ds[0]["id"], fid);
+    assert!(prometheus_counter(&env).await >= before + 1.0, "a retry by hand is counted");
+    for id in [fid, dead["id"].as_str().unwrap()] {
+        let p = assert_problem(409, env.post(&format!("/v1/webhook-deliveries/{id}/retry"), json!({})).await, 409);
+        assert!(p["detail"].as_str().unwrap().contains("only a failed delivery"), "{p}");
+    }
+    assert_problem(404, env.post("/v1/webhook-deliveries/whd_nope/retry", json!({})).await, 404);
+    assert_problem(422, env.get(&format!("/v1/webhook-deliveries?project_id={project}&status=lost")).await, 422);
+}
+
+/// The process's retry counter (shared by the tests of this process: only
+/// a rise can be checked).
+async fn prometheus_counter(_env: &TestEnv) -> f64 {
+    let text = switchyard_shared::telemetry::render_metrics();
+    text.lines()
+        .find(|l| l.starts_with("svc_webhook_retry_attempts_total"))
+        .and_then(|l| l.split_whitespace().last())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// A sender that claims a delivery and dies before sending it leaves a
+/// claim that lapses; the delivery then goes out, once, under its own id.
+/// A job-run webhook leaves no record once delivered.
+#[tokio::test]
+async fn a_delivery_claimed_by_a_dead_sender_still_arrives_and_job_run_webhooks_leave_no_record() {
+    let env = TestEnv::start().await;
+    let target = Target::start().await;
+    let project = env.project().await;
+    let hook = format!("{}-done", target.url);
+    let job = env.job_in(&project, &target.url, json!({"webhook_url": hook})).await;
+    let run = env.trigger(job["id"].as_str().unwrap(), json!({})).await;
+    env.spawn_worker();
+    env.wait_status(run["id"].as_str().unwrap(), "completed", T).await;
+    // The outcome's statement wrote the delivery; no sender runs yet.
+    let ds = deliveries_of(&env, &project, "&kind=job_run").await;
+    assert_eq!(ds.len(), 1, "{ds:?}");
+    assert_eq!((ds[0]["status"].as_str(), ds[0]["event_type"].as_str()), (Some("pending"), Some("run.completed")));
+    let id = ds[0]["id"].as_str().unwrap().to_string();
+
+    // A sender claims it for a second and dies (kill -9: nothing recorded).
+    let claimed = deliveries::claim_due(&env.pool, 10, Duration::from_secs(1)).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    assert!(deliveries::claim_due(&env.pool, 10, Duration::from_secs(1)).await.unwrap().is_empty(), "held");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    env.spawn_scheduler();
+    let reqs = target.wait_count(2, T).await;
+    let hooks: Vec<_> = reqs.iter().filter(|r| r.path.ends_with("-done")).collect();
+    assert_eq!(hooks.len(), 1);
+    assert_eq!(hooks[0].header("x-svc-delivery-id"), Some(id.as_str()));
+    assert_eq!(hooks[0].body["run_id"], run["id"]);
+    // Delivered: no record is kept of a job-run webhook.
+    wait_deliveries(&env, &project, "&kind=job_run", |d| d.is_empty()).await;
+}
