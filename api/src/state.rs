@@ -18,7 +18,7 @@ pub struct AppState {
     pub intake: crate::intake::Intake,
     /// Jobs as the trigger paths read them.
     pub jobs: Arc<crate::job_cache::JobCache>,
-    /// The client of the terminal webhooks of runs finished over the SDK,
-    /// under this server's private-address policy (`TARGET_DENY_PRIVATE`).
+    /// This server's private-address policy (`TARGET_DENY_PRIVATE`), for
+    /// the URLs a subscription names.
     pub webhooks: Http,
 }

@@ -217,3 +217,19 @@ async fn a_delivery_claimed_by_a_dead_sender_still_arrives_and_job_run_webhooks_
     // Delivered: no record is kept of a job-run webhook.
     wait_deliveries(&env, &project, "&kind=job_run", |d| d.is_empty()).await;
 }
+
+#[tokio::test]
+async fn with_private_targets_denied_a_subscription_to_loopback_is_refused() {
+    let env = TestEnv::start_with(|c| c.target_deny_private = true).await;
+    let project = env.project().await;
+    let got = env
+        .post(
+            "/v1/webhooks/subscriptions",
+            json!({"project_id": project, "webhook_url": "http://127.0.0.1:9/hook", "event_types": ["*"], "secret": "s"}),
+        )
+        .await;
+    let p = assert_problem(422, got, 422);
+    assert_eq!(p["errors"][0]["location"], "body.webhook_url", "{p}");
+    let (_, page) = env.get(&format!("/v1/webhooks/subscriptions?project_id={project}")).await;
+    assert_eq!(page["data"].as_array().unwrap().len(), 0, "nothing was created");
+}

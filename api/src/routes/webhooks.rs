@@ -12,6 +12,7 @@ use poem_openapi::{Object, OpenApi};
 use serde_json::Value;
 use switchyard_shared::domain::job::check_url;
 use switchyard_shared::domain::FieldErrors;
+use switchyard_shared::outbound::TargetError;
 use switchyard_shared::store::deliveries::{self, Delivery, Subscription, SubscriptionWrite};
 
 use super::{check_id, patch, project_of, tenant, Tag};
@@ -156,9 +157,18 @@ fn delivery_view(d: Delivery) -> WebhookDelivery {
 }
 
 /// Checks a subscription's fields as they will be saved.
-fn check(e: &mut FieldErrors, url: &str, types: &[String], secret: Option<&str>, description: Option<&str>) {
+fn check(
+    state: &AppState,
+    e: &mut FieldErrors,
+    url: &str,
+    types: &[String],
+    secret: Option<&str>,
+    description: Option<&str>,
+) {
     if let Err(m) = check_url(url) {
         e.push("body.webhook_url", m, Some(url.into()));
+    } else if let Err(TargetError::Denied(d)) = state.webhooks.target(url) {
+        e.push("body.webhook_url", d.to_string(), Some(url.into()));
     }
     e.check(!types.is_empty(), "body.event_types", "name at least one event type", None);
     for (i, t) in types.iter().enumerate() {
@@ -201,7 +211,7 @@ impl WebhooksApi {
         let project_id = project_of(&auth.0, b.project_id.as_deref())?;
         super::project_exists(&state, &project_id).await?;
         let mut e = FieldErrors::new();
-        check(&mut e, &b.webhook_url, &b.event_types, Some(&b.secret), b.description.as_deref());
+        check(&state, &mut e, &b.webhook_url, &b.event_types, Some(&b.secret), b.description.as_deref());
         e.finish()?;
         let id = switchyard_shared::ids::new_id("whs");
         let actor = auth.0.actor();
@@ -268,7 +278,7 @@ impl WebhooksApi {
         let types = b.event_types.unwrap_or(cur.event_types.clone());
         let description = patch(b.description, cur.description.clone());
         let mut e = FieldErrors::new();
-        check(&mut e, &url, &types, b.secret.as_deref(), description.as_deref());
+        check(&state, &mut e, &url, &types, b.secret.as_deref(), description.as_deref());
         e.finish()?;
         let actor = auth.0.actor();
         let w = SubscriptionWrite {
