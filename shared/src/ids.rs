@@ -41,6 +41,12 @@ pub fn project_id() -> String {
 pub fn batch_id() -> String {
     new_id("bat")
 }
+pub fn event_id() -> String {
+    new_id("evt")
+}
+pub fn event_source_id() -> String {
+    new_id("evs")
+}
 
 /// An id supplied by a client (project ids, path parameters) must be short,
 /// printable and free of the characters the Redis entry format reserves.

@@ -14,6 +14,7 @@ mod api_runs;
 mod async_runs;
 mod bulk_ops;
 mod crate_boundaries;
+mod events;
 mod execution;
 mod flow_caps;
 mod flow_cron;

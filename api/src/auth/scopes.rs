@@ -202,6 +202,18 @@ pub const OPERATIONS: &[(&str, &str, Requirement)] = &[
     ("GET", "/v1/webhook-deliveries", Scope("runs:read")),
     ("GET", "/v1/webhook-deliveries/{delivery_id}", Scope("runs:read")),
     ("POST", "/v1/webhook-deliveries/{delivery_id}/retry", Scope("runs:write")),
+    // Events: a dispatch triggers runs, whatever its sources' targets (a
+    // source may name a workflow only for those holding workflows:trigger);
+    // an event is the record of the runs it triggered; sources are
+    // definitions kept with the jobs.
+    ("POST", "/v1/events/dispatch", Scope("jobs:trigger")),
+    ("GET", "/v1/events", Scope("runs:read")),
+    ("GET", "/v1/events/{event_id}", Scope("runs:read")),
+    ("POST", "/v1/event-sources", Scope("jobs:write")),
+    ("GET", "/v1/event-sources", Scope("jobs:read")),
+    ("GET", "/v1/event-sources/{event_source_id}", Scope("jobs:read")),
+    ("PATCH", "/v1/event-sources/{event_source_id}", Scope("jobs:write")),
+    ("DELETE", "/v1/event-sources/{event_source_id}", Scope("jobs:write")),
     // The audit trail is an access-control record.
     ("GET", "/v1/audit-events", Scope("rbac:manage")),
     ("POST", "/sdk/v1/runs/{run_id}/heartbeat", RunToken),

@@ -24,6 +24,7 @@ pub mod api_keys;
 pub mod audit;
 pub mod bulk;
 pub mod environments;
+pub mod events;
 pub mod groups;
 pub mod jobs;
 pub mod members;
@@ -98,6 +99,8 @@ pub enum Tag {
     /// Workflow runs: trigger, follow, pause, cancel, retry steps, and why
     /// the engine did what it did.
     WorkflowRuns,
+    /// Inbound events, and the event sources that trigger runs from them.
+    Events,
 }
 
 /// The project a project-scoped call acts in: the credential's own project,

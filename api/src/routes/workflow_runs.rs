@@ -98,7 +98,8 @@ pub struct WorkflowRun {
     #[oai(skip_serializing_if_is_none)]
     pub idempotency_key: Option<String>,
     pub tags: HashMap<String, String>,
-    /// api, cron or workflow (a sub-workflow step's child run).
+    /// api, cron, event (an event source) or workflow (a sub-workflow step's
+    /// child run).
     pub triggered_by: String,
     #[oai(skip_serializing_if_is_none)]
     pub created_by: Option<String>,

@@ -1,6 +1,7 @@
 //! Pure domain types and rules: no I/O here.
 
 pub mod error_class;
+pub mod event_key;
 pub mod field_errors;
 pub mod job;
 pub mod payload_schema;

@@ -10,6 +10,7 @@
 //!   usage, tool calls, state); bulk trigger batches: [`batches`];
 //! - job definitions and their versions: [`jobs`], [`job_groups`];
 //!   workflow definitions, their versions and policies: [`workflows`];
+//!   inbound events and the sources that trigger runs from them: [`events`];
 //! - workflow runs: [`workflow_runs`] (the rows, the reads, the moves people
 //!   ask for), [`workflow_engine`] (the engine's advance of a run);
 //! - the resources the api manages: [`projects`], [`environments`],
@@ -41,6 +42,7 @@ pub mod audit;
 pub mod batches;
 pub mod deliveries;
 pub mod environments;
+pub mod events;
 pub mod flow;
 pub mod group;
 pub mod job_groups;

@@ -1,0 +1,330 @@
+//! Inbound events and event sources (migration 0012): the sources a
+//! project defines, the events dispatched to it, and what each event
+//! triggered.
+//!
+//! An event is inserted first, then its triggers are made (by the api,
+//! through the same paths as a job or workflow trigger), then it is marked
+//! complete with their results. Each trigger's idempotency key names the
+//! event and the source (`domain::event_key::trigger_key`), so finishing an
+//! event a second time finds the runs the first attempt made.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use sqlx::types::Json;
+use sqlx::{PgConnection, PgPool};
+
+use super::Tenant;
+
+/// An event source as stored.
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct EventSourceRow {
+    pub id: String,
+    pub project_id: String,
+    pub name: String,
+    pub description: Option<String>,
+    pub event_key: String,
+    pub target_type: String,
+    pub target_id: String,
+    pub enabled: bool,
+    pub created_by: Option<String>,
+    pub updated_by: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+const SOURCE_COLS: &str = "id, project_id, name, description, event_key, target_type, target_id, enabled, \
+    created_by, updated_by, created_at, updated_at";
+
+/// A source's fields, as a create or an update writes them.
+#[derive(Clone, Debug)]
+pub struct SourceWrite<'a> {
+    pub name: &'a str,
+    pub description: Option<&'a str>,
+    pub event_key: &'a str,
+    /// `job` or `workflow`.
+    pub target_type: &'a str,
+    pub target_id: &'a str,
+    pub enabled: bool,
+    pub actor: Option<&'a str>,
+}
+
+/// Inserts a source of `project_id` with the id `id`.
+pub async fn create_source(
+    conn: &mut PgConnection,
+    project_id: &str,
+    id: &str,
+    w: &SourceWrite<'_>,
+) -> Result<EventSourceRow, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "INSERT INTO event_sources (id, project_id, name, description, event_key, target_type, target_id, enabled,
+            created_by, updated_by)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9)
+         RETURNING {SOURCE_COLS}"
+    ))
+    .bind(id)
+    .bind(project_id)
+    .bind(w.name)
+    .bind(w.description)
+    .bind(w.event_key)
+    .bind(w.target_type)
+    .bind(w.target_id)
+    .bind(w.enabled)
+    .bind(w.actor)
+    .fetch_one(conn)
+    .await
+}
+
+/// Replaces the fields of the project's source `id`; `None` when there is
+/// no such source (deleted meanwhile).
+pub async fn update_source(
+    conn: &mut PgConnection,
+    project_id: &str,
+    id: &str,
+    w: &SourceWrite<'_>,
+) -> Result<Option<EventSourceRow>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "UPDATE event_sources SET name = $3, description = $4, event_key = $5, target_type = $6, target_id = $7,
+            enabled = $8, updated_by = $9
+         WHERE id = $1 AND project_id = $2
+         RETURNING {SOURCE_COLS}"
+    ))
+    .bind(id)
+    .bind(project_id)
+    .bind(w.name)
+    .bind(w.description)
+    .bind(w.event_key)
+    .bind(w.target_type)
+    .bind(w.target_id)
+    .bind(w.enabled)
+    .bind(w.actor)
+    .fetch_optional(conn)
+    .await
+}
+
+/// Deletes the project's source `id`; whether there was one. Events keep
+/// the ids of the sources they triggered through.
+pub async fn delete_source(conn: &mut PgConnection, project_id: &str, id: &str) -> Result<bool, sqlx::Error> {
+    let done = sqlx::query("DELETE FROM event_sources WHERE id = $1 AND project_id = $2")
+        .bind(id)
+        .bind(project_id)
+        .execute(conn)
+        .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// The source, if `tenant` may see it.
+pub async fn get_source(pool: &PgPool, tenant: Tenant<'_>, id: &str) -> Result<Option<EventSourceRow>, sqlx::Error> {
+    super::get_scoped(pool, "event_sources", SOURCE_COLS, tenant, id).await
+}
+
+/// The project's sources, newest first, older than `before`.
+pub async fn list_sources(
+    pool: &PgPool,
+    project_id: &str,
+    before: Option<&str>,
+    limit: i64,
+) -> Result<Vec<EventSourceRow>, sqlx::Error> {
+    super::page_of_project(pool, "event_sources", SOURCE_COLS, project_id, before, limit).await
+}
+
+/// Whether `target_id` is a live (not deleted) job or workflow, as
+/// `target_type` says, of the project: what a source may trigger.
+pub async fn live_target(
+    pool: &PgPool,
+    project_id: &str,
+    target_type: &str,
+    target_id: &str,
+) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT CASE $2
+            WHEN 'job' THEN EXISTS (SELECT 1 FROM jobs WHERE id = $3 AND project_id = $1 AND deleted_at IS NULL)
+            WHEN 'workflow' THEN
+                EXISTS (SELECT 1 FROM workflows WHERE id = $3 AND project_id = $1 AND deleted_at IS NULL)
+            ELSE false END",
+    )
+    .bind(project_id)
+    .bind(target_type)
+    .bind(target_id)
+    .fetch_one(pool)
+    .await
+}
+
+/// The project's enabled sources whose pattern matches `key`, oldest
+/// first: an exact pattern equal to it, or a `prefix*` pattern whose prefix
+/// starts it (`domain::event_key::matches` states the same rule).
+pub async fn matching_sources(pool: &PgPool, project_id: &str, key: &str) -> Result<Vec<EventSourceRow>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "SELECT {SOURCE_COLS} FROM event_sources
+          WHERE project_id = $1 AND enabled
+            AND (event_key = $2 OR (right(event_key, 1) = '*' AND starts_with($2, left(event_key, -1))))
+          ORDER BY id"
+    ))
+    .bind(project_id)
+    .bind(key)
+    .fetch_all(pool)
+    .await
+}
+
+/// What a source's trigger made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunKind {
+    JobRun,
+    WorkflowRun,
+}
+
+impl RunKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunKind::JobRun => "job_run",
+            RunKind::WorkflowRun => "workflow_run",
+        }
+    }
+}
+
+/// How a source's trigger went.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TriggerStatus {
+    /// A new run.
+    Created,
+    /// The run that already held the trigger's idempotency key (or, for a
+    /// job with a dedup window, an equal payload's run).
+    Existing,
+    /// The workflow has skip_if_running and a run was active: none made.
+    Skipped,
+    /// Refused, as the same trigger through the api would have been.
+    Error,
+}
+
+impl TriggerStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TriggerStatus::Created => "created",
+            TriggerStatus::Existing => "existing",
+            TriggerStatus::Skipped => "skipped",
+            TriggerStatus::Error => "error",
+        }
+    }
+}
+
+/// One source's part in an event, as recorded on the event.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TriggeredRun {
+    pub source_id: String,
+    pub kind: RunKind,
+    /// The run, when there is one.
+    pub id: Option<String>,
+    pub status: TriggerStatus,
+    /// Why there is no run (error, skipped).
+    pub error: Option<String>,
+}
+
+/// An event as stored.
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct EventRow {
+    pub id: String,
+    pub project_id: String,
+    pub event_key: String,
+    pub payload: Option<Json<Value>>,
+    pub idempotency_key: Option<String>,
+    pub triggered_runs: Json<Vec<TriggeredRun>>,
+    pub resumed_steps: i32,
+    pub completed_at: Option<DateTime<Utc>>,
+    pub created_by: Option<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+const EVENT_COLS: &str = "id, project_id, event_key, payload, idempotency_key, triggered_runs, resumed_steps, \
+    completed_at, created_by, created_at";
+
+/// An event to record.
+#[derive(Clone, Debug, Default)]
+pub struct NewEvent {
+    pub id: String,
+    pub project_id: String,
+    pub event_key: String,
+    pub payload: Option<Value>,
+    pub idempotency_key: Option<String>,
+    pub created_by: Option<String>,
+}
+
+/// Records an event, not yet complete. When its idempotency key is taken
+/// in the project, returns the event holding it and `false`, whatever
+/// that event's state.
+pub async fn insert(pool: &PgPool, e: &NewEvent) -> Result<(EventRow, bool), sqlx::Error> {
+    let inserted: Option<EventRow> = sqlx::query_as(&format!(
+        "INSERT INTO events (id, project_id, event_key, payload, idempotency_key, created_by)
+         VALUES ($1, $2, $3, $4, $5, $6)
+         ON CONFLICT DO NOTHING
+         RETURNING {EVENT_COLS}"
+    ))
+    .bind(&e.id)
+    .bind(&e.project_id)
+    .bind(&e.event_key)
+    .bind(e.payload.as_ref().map(Json))
+    .bind(&e.idempotency_key)
+    .bind(&e.created_by)
+    .fetch_optional(pool)
+    .await?;
+    if let Some(row) = inserted {
+        return Ok((row, true));
+    }
+    // Ids are fresh: only the idempotency key can conflict.
+    let existing: EventRow =
+        sqlx::query_as(&format!("SELECT {EVENT_COLS} FROM events WHERE project_id = $1 AND idempotency_key = $2"))
+            .bind(&e.project_id)
+            .bind(&e.idempotency_key)
+            .fetch_one(pool)
+            .await?;
+    Ok((existing, false))
+}
+
+/// Marks the event complete with what it triggered. When another dispatch
+/// completed it first, its record stands and is returned: the first
+/// complete account of an event is the one kept.
+pub async fn complete(pool: &PgPool, id: &str, runs: &[TriggeredRun]) -> Result<EventRow, sqlx::Error> {
+    let done: Option<EventRow> = sqlx::query_as(&format!(
+        "UPDATE events SET triggered_runs = $2, completed_at = now()
+          WHERE id = $1 AND completed_at IS NULL
+          RETURNING {EVENT_COLS}"
+    ))
+    .bind(id)
+    .bind(Json(runs))
+    .fetch_optional(pool)
+    .await?;
+    match done {
+        Some(row) => Ok(row),
+        None => {
+            sqlx::query_as(&format!("SELECT {EVENT_COLS} FROM events WHERE id = $1")).bind(id).fetch_one(pool).await
+        }
+    }
+}
+
+/// The event, if `tenant` may see it.
+pub async fn get(pool: &PgPool, tenant: Tenant<'_>, id: &str) -> Result<Option<EventRow>, sqlx::Error> {
+    super::get_scoped(pool, "events", EVENT_COLS, tenant, id).await
+}
+
+/// The project's events, newest first, older than `before`, only those
+/// of `event_key` when given.
+pub async fn list(
+    pool: &PgPool,
+    project_id: &str,
+    event_key: Option<&str>,
+    before: Option<&str>,
+    limit: i64,
+) -> Result<Vec<EventRow>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "SELECT {EVENT_COLS} FROM events
+          WHERE project_id = $1 AND ($2::text IS NULL OR event_key = $2) AND ($3::text IS NULL OR id < $3)
+          ORDER BY id DESC LIMIT $4"
+    ))
+    .bind(project_id)
+    .bind(event_key)
+    .bind(before)
+    .bind(limit)
+    .fetch_all(pool)
+    .await
+}
