@@ -58,6 +58,7 @@ type Apis = (
     routes::RecordApis,
     routes::stats::StatsApi,
     routes::WorkflowApis,
+    routes::log_drains::LogDrainsApi,
 );
 
 fn apis() -> Apis {
@@ -71,6 +72,7 @@ fn apis() -> Apis {
         routes::record_apis(),
         routes::stats::StatsApi,
         routes::workflow_apis(),
+        routes::log_drains::LogDrainsApi,
     )
 }
 

@@ -16,6 +16,8 @@
 //!   fails them (`dependency_failed`) when one did not.
 //! - [`expirer`]: runs not started within their job's run_ttl_secs become
 //!   `expired`.
+//! - [`drains`]: ships the new run log lines of each log drain to its
+//!   receiver as NDJSON, with a cursor per drain and a backlog cap.
 //! - [`workflows`]: the workflow engine's loop: advances a workflow run as
 //!   soon as Postgres notifies an event of it, and at its sleeps' ends and
 //!   deadline.
@@ -51,6 +53,7 @@
 pub mod alarm;
 pub mod cron;
 pub mod dependencies;
+pub mod drains;
 pub mod error;
 pub mod expirer;
 pub mod heartbeats;
@@ -72,6 +75,7 @@ use switchyard_shared::{db, Config};
 
 pub use cron::{CronEnqueuer, CronOptions, CronReport};
 pub use dependencies::{DependencyOptions, DependencyResolver, ResolveReport};
+pub use drains::{DrainOptions, DrainReport, DrainSender};
 pub use error::{Error, OptionsError};
 pub use expirer::{Expirer, ExpirerOptions};
 pub use heartbeats::{HeartbeatOptions, HeartbeatReport, HeartbeatSweeper};
@@ -91,6 +95,7 @@ pub struct SchedulerOptions {
     pub dependencies: DependencyOptions,
     pub expirer: ExpirerOptions,
     pub workflows: WorkflowOptions,
+    pub drains: DrainOptions,
 }
 
 impl SchedulerOptions {
@@ -103,6 +108,7 @@ impl SchedulerOptions {
                 ..ReconcilerOptions::default()
             },
             heartbeats: HeartbeatOptions { deny_private: config.target_deny_private, ..HeartbeatOptions::default() },
+            drains: DrainOptions { deny_private: config.target_deny_private, ..DrainOptions::default() },
             ..SchedulerOptions::default()
         }
     }
@@ -119,6 +125,7 @@ pub struct Scheduler {
     dependencies: DependencyResolver,
     expirer: Expirer,
     workflows: WorkflowEngine,
+    drains: DrainSender,
     /// The Redis server of `queue`, for the wake-up subscription (a pub/sub
     /// connection cannot come from the queue's pool).
     redis: redis::Client,
@@ -141,6 +148,7 @@ impl Scheduler {
             dependencies: DependencyResolver::new(pool.clone(), queue.clone(), options.dependencies)?,
             expirer: Expirer::new(pool.clone(), queue.clone(), options.expirer)?,
             workflows: WorkflowEngine::new(pool.clone(), queue.clone(), options.workflows)?,
+            drains: DrainSender::new(pool.clone(), options.drains)?,
             redis,
             wake_channel: queue.keys().wake.clone(),
             reconciler: Reconciler::new(pool, queue, options.reconciler)?,
@@ -193,6 +201,10 @@ impl Scheduler {
         &self.workflows
     }
 
+    pub fn drains(&self) -> &DrainSender {
+        &self.drains
+    }
+
     pub fn cron(&self) -> &CronEnqueuer {
         &self.cron
     }
@@ -243,6 +255,7 @@ impl Scheduler {
                 self.dependencies.run(shutdown.clone()),
                 self.expirer.run(shutdown.clone()),
                 self.workflows.run(shutdown.clone()),
+                self.drains.run(shutdown.clone()),
             )
         };
         tokio::pin!(loops);

@@ -41,6 +41,9 @@ pub fn project_id() -> String {
 pub fn batch_id() -> String {
     new_id("bat")
 }
+pub fn log_drain_id() -> String {
+    new_id("drn")
+}
 
 /// An id supplied by a client (project ids, path parameters) must be short,
 /// printable and free of the characters the Redis entry format reserves.

@@ -26,6 +26,7 @@ pub mod bulk;
 pub mod environments;
 pub mod groups;
 pub mod jobs;
+pub mod log_drains;
 pub mod members;
 pub mod platform;
 pub mod policies;
@@ -95,6 +96,8 @@ pub enum Tag {
     /// Workflow runs: trigger, follow, pause, cancel, retry steps, and why
     /// the engine did what it did.
     WorkflowRuns,
+    /// Log drains: a project's run log lines shipped to a receiver.
+    LogDrains,
 }
 
 /// The project a project-scoped call acts in: the credential's own project,
