@@ -27,8 +27,9 @@ use switchyard_shared::shutdown::Shutdown;
 use switchyard_shared::store::log_drains::{self, Claimed, DrainLine};
 use switchyard_shared::telemetry::{LOG_DRAIN_LINES_DROPPED, LOG_DRAIN_LINES_SENT};
 
-use crate::error::{check_batch, check_positive, Error, OptionsError};
-use crate::pace;
+use crate::alarm::Alarm;
+use crate::error::{check_batch, check_max_sleep, check_positive, Error, OptionsError};
+use crate::pace::{self, Next, Pacing};
 
 /// The header naming a batch's first and last line ids (`first..last`).
 pub const BATCH_HEADER: &str = "X-Svc-Drain-Batch";
@@ -36,9 +37,14 @@ pub const NDJSON: &str = "application/x-ndjson";
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DrainOptions {
-    /// Time between passes (default 1 s): how late a line may be shipped
-    /// after it was written, at least (a full batch passes again at once).
+    /// Least time between passes while a drain is enabled (default 1 s):
+    /// roughly how late a line is shipped (a full batch passes again at
+    /// once).
     pub interval: Duration,
+    /// Time between passes while no drain is enabled (default 5 s): how
+    /// late a new drain's first lines may be (none are lost: a drain
+    /// starts at the end of the log when created, not at its first pass).
+    pub idle_sleep: Duration,
     /// Lines per POST (default 500).
     pub batch_size: usize,
     /// Most lines a drain may have waiting (default 100,000); beyond it the
@@ -61,6 +67,7 @@ impl Default for DrainOptions {
     fn default() -> Self {
         DrainOptions {
             interval: Duration::from_secs(1),
+            idle_sleep: Duration::from_secs(5),
             batch_size: 500,
             max_backlog: 100_000,
             backoff_min: Duration::from_secs(1),
@@ -75,6 +82,7 @@ impl Default for DrainOptions {
 impl DrainOptions {
     pub fn validate(&self) -> Result<(), OptionsError> {
         check_positive("drains.interval", self.interval)?;
+        check_max_sleep("drains.idle_sleep", self.idle_sleep, "drains.interval", self.interval)?;
         check_batch("drains.batch_size", self.batch_size)?;
         if self.max_backlog < self.batch_size as u64 || self.max_backlog > i64::MAX as u64 {
             return Err(OptionsError::new("drains.max_backlog", "must be at least drains.batch_size"));
@@ -115,6 +123,8 @@ pub struct DrainReport {
     pub failed: usize,
     /// Whether a drain shipped a full batch (more may wait).
     pub more: bool,
+    /// When the earliest enabled drain is due; None: no drain is enabled.
+    pub upcoming: Option<chrono::DateTime<Utc>>,
 }
 
 /// The batch body: one JSON object per line, each ended by `\n`.
@@ -160,9 +170,10 @@ impl DrainSender {
 
     /// One pass: claims the due drains and sends each one batch, at once.
     pub async fn pass_once(&self) -> Result<DrainReport, Error> {
-        let claimed = log_drains::claim_due(&self.pool, self.opts.hold(), self.opts.drains_per_pass as i64).await?;
-        let mut report = DrainReport { drains: claimed.len(), ..DrainReport::default() };
-        let results = futures::future::join_all(claimed.into_iter().map(|c| self.drain_one(c))).await;
+        let claim = log_drains::claim_due(&self.pool, self.opts.hold(), self.opts.drains_per_pass as i64).await?;
+        let mut report =
+            DrainReport { drains: claim.claimed.len(), upcoming: claim.upcoming, ..DrainReport::default() };
+        let results = futures::future::join_all(claim.claimed.into_iter().map(|c| self.drain_one(c))).await;
         for r in results {
             let one = r?;
             report.sent += one.sent;
@@ -244,11 +255,22 @@ impl DrainSender {
         }
     }
 
-    /// Runs passes until shutdown: every `interval`, at once after a full
-    /// batch.
+    /// Runs passes until shutdown: at once after a full batch, when the
+    /// earliest drain is due (at least `interval` apart: a drain that
+    /// shipped is due again at once, one backing off later), and every
+    /// `idle_sleep` while no drain is enabled.
     pub async fn run(&self, shutdown: Shutdown) {
-        pace::batch_passes("log drain pass", self.opts.interval, &shutdown, || async {
-            self.pass_once().await.map(|r| r.more)
+        let pacing = Pacing { min_gap: self.opts.interval, max_sleep: self.opts.idle_sleep.max(self.opts.backoff_max) };
+        // Nothing rings it: a new drain is found by the idle pass.
+        let alarm = Alarm::default();
+        let idle = self.opts.idle_sleep;
+        pace::paced_passes("log drain pass", pacing, &alarm, &shutdown, || async {
+            let r = self.pass_once().await?;
+            Ok::<_, Error>(match (r.more, r.upcoming) {
+                (true, _) => Next::Now,
+                (false, Some(at)) => Next::At(at),
+                (false, None) => Next::At(Utc::now() + chrono::Duration::from_std(idle).unwrap_or_default()),
+            })
         })
         .await
     }

@@ -88,9 +88,11 @@ async fn lines_reach_the_receiver_in_order_as_signed_ndjson() {
     assert_eq!(post(json!([{"message": "before the drain"}])).await.0, 200);
 
     let receiver = Target::start().await;
-    let drain =
-        create_drain(&env, json!({"project_id": project, "name": "to receiver", "url": receiver.url, "secret": "drain-key-1"}))
-            .await;
+    let drain = create_drain(
+        &env,
+        json!({"project_id": project, "name": "to receiver", "url": receiver.url, "secret": "drain-key-1"}),
+    )
+    .await;
     assert_eq!(post(json!([{"message": "one", "level": "warn", "fields": {"k": 1}}, {"message": "two"}])).await.0, 200);
     assert_eq!(post(json!([{"message": "three", "level": "error"}])).await.0, 200);
 
@@ -102,7 +104,11 @@ async fn lines_reach_the_receiver_in_order_as_signed_ndjson() {
         let ts: i64 = r.header("x-svc-timestamp").unwrap().parse().unwrap();
         assert_eq!(r.header("x-svc-signature").unwrap(), signing::signature("drain-key-1", ts, r.raw.as_bytes()));
         let lines = lines_of(r);
-        let batch = format!("{}..{}", lines[0]["line_id"].as_str().unwrap(), lines.last().unwrap()["line_id"].as_str().unwrap());
+        let batch = format!(
+            "{}..{}",
+            lines[0]["line_id"].as_str().unwrap(),
+            lines.last().unwrap()["line_id"].as_str().unwrap()
+        );
         assert_eq!(r.header("x-svc-drain-batch"), Some(batch.as_str()));
     }
     let first = &lines_of(&reqs[0])[0];
@@ -272,7 +278,10 @@ async fn the_api_keeps_the_secret_write_only_validates_and_hides_other_projects(
     bodies.push(list);
     let (s, changed) = env.patch(&url, json!({"name": "renamed", "enabled": false})).await;
     assert_eq!(s, 200, "{changed}");
-    assert_eq!((changed["name"].as_str(), changed["enabled"].as_bool(), changed["has_secret"].as_bool()), (Some("renamed"), Some(false), Some(true)));
+    assert_eq!(
+        (changed["name"].as_str(), changed["enabled"].as_bool(), changed["has_secret"].as_bool()),
+        (Some("renamed"), Some(false), Some(true))
+    );
     bodies.push(changed);
     let (_, unsigned) = env.patch(&url, json!({"secret": null})).await;
     assert_eq!(unsigned["has_secret"], false, "null removes the key");
@@ -293,7 +302,8 @@ async fn the_api_keeps_the_secret_write_only_validates_and_hides_other_projects(
     let elsewhere = env.job(&receiver.url, json!({})).await;
     let p = assert_problem(422, env.patch(&url, json!({"job_ids": [elsewhere["id"]]})).await, 422);
     assert_eq!(p["errors"][0]["location"], "body.job_ids/0", "another project's job is no job of this one");
-    let got = env.post("/v1/log-drains", json!({"project_id": project, "name": "x", "url": receiver.url, "color": 1})).await;
+    let got =
+        env.post("/v1/log-drains", json!({"project_id": project, "name": "x", "url": receiver.url, "color": 1})).await;
     assert!(got.0 == 400 || got.0 == 422, "unknown properties are refused: {got:?}");
     let p = assert_problem(422, env.patch(&url, json!({"secret": "s".repeat(300)})).await, 422);
     assert!(!p.to_string().contains("sss"), "{p}");

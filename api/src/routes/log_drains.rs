@@ -135,7 +135,7 @@ fn validate(s: &Settings) -> Result<(), Vec<FieldError>> {
     e.check(s.job_ids.len() <= MAX_JOB_IDS, "body.job_ids", format!("at most {MAX_JOB_IDS} jobs"), None);
     for (i, id) in s.job_ids.iter().enumerate() {
         let ok = switchyard_shared::ids::is_valid_external_id(id);
-        e.check(ok, &format!("body.job_ids/{i}"), "not a job id", Some(id.as_str().into()));
+        e.check(ok, format!("body.job_ids/{i}"), "not a job id", Some(id.as_str().into()));
     }
     e.finish()
 }
