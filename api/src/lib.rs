@@ -59,6 +59,7 @@ type Apis = (
     routes::stats::StatsApi,
     routes::WorkflowApis,
     routes::events::EventsApi,
+    routes::log_drains::LogDrainsApi,
 );
 
 fn apis() -> Apis {
@@ -73,6 +74,7 @@ fn apis() -> Apis {
         routes::stats::StatsApi,
         routes::workflow_apis(),
         routes::events::EventsApi,
+        routes::log_drains::LogDrainsApi,
     )
 }
 

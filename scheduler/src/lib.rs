@@ -18,6 +18,8 @@
 //!   `expired`.
 //! - [`deliveries`]: sends the notification outbox (terminal webhooks,
 //!   subscription events) with each kind's retries.
+//! - [`drains`]: ships the new run log lines of each log drain to its
+//!   receiver as NDJSON, with a cursor per drain and a backlog cap.
 //! - [`workflows`]: the workflow engine's loop: advances a workflow run as
 //!   soon as Postgres notifies an event of it, and at its sleeps' ends and
 //!   deadline.
@@ -54,6 +56,7 @@ pub mod alarm;
 pub mod cron;
 pub mod deliveries;
 pub mod dependencies;
+pub mod drains;
 pub mod error;
 pub mod expirer;
 pub mod heartbeats;
@@ -76,6 +79,7 @@ use switchyard_shared::{db, Config};
 pub use cron::{CronEnqueuer, CronOptions, CronReport};
 pub use deliveries::{DeliveryOptions, DeliverySender, SendReport};
 pub use dependencies::{DependencyOptions, DependencyResolver, ResolveReport};
+pub use drains::{DrainOptions, DrainReport, DrainSender};
 pub use error::{Error, OptionsError};
 pub use expirer::{Expirer, ExpirerOptions};
 pub use heartbeats::{HeartbeatOptions, HeartbeatReport, HeartbeatSweeper};
@@ -96,6 +100,7 @@ pub struct SchedulerOptions {
     pub expirer: ExpirerOptions,
     pub workflows: WorkflowOptions,
     pub deliveries: DeliveryOptions,
+    pub drains: DrainOptions,
 }
 
 impl SchedulerOptions {
@@ -108,6 +113,7 @@ impl SchedulerOptions {
                 ..ReconcilerOptions::default()
             },
             deliveries: DeliveryOptions { deny_private: config.target_deny_private, ..DeliveryOptions::default() },
+            drains: DrainOptions { deny_private: config.target_deny_private, ..DrainOptions::default() },
             ..SchedulerOptions::default()
         }
     }
@@ -125,6 +131,7 @@ pub struct Scheduler {
     expirer: Expirer,
     workflows: WorkflowEngine,
     deliveries: DeliverySender,
+    drains: DrainSender,
     /// The Redis server of `queue`, for the wake-up subscription (a pub/sub
     /// connection cannot come from the queue's pool).
     redis: redis::Client,
@@ -148,6 +155,7 @@ impl Scheduler {
             expirer: Expirer::new(pool.clone(), queue.clone(), options.expirer)?,
             workflows: WorkflowEngine::new(pool.clone(), queue.clone(), options.workflows)?,
             deliveries: DeliverySender::new(pool.clone(), options.deliveries)?,
+            drains: DrainSender::new(pool.clone(), options.drains)?,
             redis,
             wake_channel: queue.keys().wake.clone(),
             reconciler: Reconciler::new(pool, queue, options.reconciler)?,
@@ -204,6 +212,10 @@ impl Scheduler {
         &self.workflows
     }
 
+    pub fn drains(&self) -> &DrainSender {
+        &self.drains
+    }
+
     pub fn cron(&self) -> &CronEnqueuer {
         &self.cron
     }
@@ -255,6 +267,7 @@ impl Scheduler {
                 self.expirer.run(shutdown.clone()),
                 self.workflows.run(shutdown.clone()),
                 self.deliveries.run(shutdown.clone()),
+                self.drains.run(shutdown.clone()),
             )
         };
         tokio::pin!(loops);

@@ -47,6 +47,9 @@ pub fn event_id() -> String {
 pub fn event_source_id() -> String {
     new_id("evs")
 }
+pub fn log_drain_id() -> String {
+    new_id("drn")
+}
 
 /// An id supplied by a client (project ids, path parameters) must be short,
 /// printable and free of the characters the Redis entry format reserves.

@@ -19,9 +19,11 @@ pub const BULK_OPERATIONS: &str = "svc_bulk_operations_total";
 pub const BULK_ITEMS_PROCESSED: &str = "svc_bulk_items_processed_total";
 pub const BULK_CHILD_CANCELLATIONS: &str = "svc_bulk_child_cancellations_total";
 pub const WEBHOOK_RETRY_ATTEMPTS: &str = "svc_webhook_retry_attempts_total";
+pub const LOG_DRAIN_LINES_SENT: &str = "svc_log_drain_lines_sent_total";
+pub const LOG_DRAIN_LINES_DROPPED: &str = "svc_log_drain_lines_dropped_total";
 
 /// (name, type, labels, help) of every metric `/metrics` shows.
-pub const METRICS: [(&str, &str, &[&str], &str); 10] = [
+pub const METRICS: [(&str, &str, &[&str], &str); 12] = [
     (RUN_TRANSITIONS, "counter", &["from_status", "to_status"], "Run status transitions."),
     (DISPATCH_DURATION, "histogram", &["job_id", "outcome"], "Time from sending a dispatch to its outcome."),
     (DEQUEUE_DURATION, "histogram", &[], "Time of one dequeue call to Redis."),
@@ -32,6 +34,8 @@ pub const METRICS: [(&str, &str, &[&str], &str); 10] = [
     (BULK_ITEMS_PROCESSED, "counter", &[], "Items processed by bulk operations."),
     (BULK_CHILD_CANCELLATIONS, "counter", &[], "Child runs cancelled with their parent."),
     (WEBHOOK_RETRY_ATTEMPTS, "counter", &[], "Webhook delivery attempts after the first."),
+    (LOG_DRAIN_LINES_SENT, "counter", &[], "Run log lines a log drain's receiver accepted."),
+    (LOG_DRAIN_LINES_DROPPED, "counter", &[], "Run log lines skipped because a log drain's backlog exceeded its cap."),
 ];
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();

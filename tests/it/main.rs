@@ -20,6 +20,7 @@ mod flow_caps;
 mod flow_cron;
 mod flow_lifecycle;
 mod flow_rate;
+mod log_drains;
 mod metrics_paths;
 mod plans;
 mod recovery;

@@ -115,6 +115,12 @@ pub const OPERATIONS: &[(&str, &str, Requirement)] = &[
     ("POST", "/v1/environments", Scope("jobs:write")),
     ("GET", "/v1/environments/{environment_id}", Scope("jobs:read")),
     ("DELETE", "/v1/environments/{environment_id}", Scope("jobs:write")),
+    // Log drains are configuration of the project's jobs' output.
+    ("POST", "/v1/log-drains", Scope("jobs:write")),
+    ("GET", "/v1/log-drains", Scope("jobs:read")),
+    ("GET", "/v1/log-drains/{log_drain_id}", Scope("jobs:read")),
+    ("PATCH", "/v1/log-drains/{log_drain_id}", Scope("jobs:write")),
+    ("DELETE", "/v1/log-drains/{log_drain_id}", Scope("jobs:write")),
     ("GET", "/v1/runs", Scope("runs:read")),
     ("GET", "/v1/runs/{run_id}", Scope("runs:read")),
     ("POST", "/v1/runs/{run_id}/cancel", Scope("runs:write")),

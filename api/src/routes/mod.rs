@@ -27,6 +27,7 @@ pub mod environments;
 pub mod events;
 pub mod groups;
 pub mod jobs;
+pub mod log_drains;
 pub mod members;
 pub mod platform;
 pub mod policies;
@@ -101,6 +102,8 @@ pub enum Tag {
     WorkflowRuns,
     /// Inbound events, and the event sources that trigger runs from them.
     Events,
+    /// Log drains: a project's run log lines shipped to a receiver.
+    LogDrains,
 }
 
 /// The project a project-scoped call acts in: the credential's own project,

@@ -47,6 +47,7 @@ pub mod flow;
 pub mod group;
 pub mod job_groups;
 pub mod jobs;
+pub mod log_drains;
 pub mod members;
 pub mod policies;
 pub mod projects;
