@@ -112,7 +112,11 @@ impl SchedulerOptions {
                 lease: config.lease,
                 ..ReconcilerOptions::default()
             },
-            deliveries: DeliveryOptions { deny_private: config.target_deny_private, ..DeliveryOptions::default() },
+            deliveries: DeliveryOptions {
+                deny_private: config.target_deny_private,
+                hold: config.delivery_claim,
+                ..DeliveryOptions::default()
+            },
             drains: DrainOptions { deny_private: config.target_deny_private, ..DrainOptions::default() },
             ..SchedulerOptions::default()
         }

@@ -68,6 +68,9 @@ pub struct Config {
     pub lease: Duration,
     /// How often the scheduler sweeps Postgres for runs missing from Redis.
     pub reconcile_interval: Duration,
+    /// How long a scheduler's delivery sender holds a notification it is
+    /// sending: after a crash, the delivery goes out again this much later.
+    pub delivery_claim: Duration,
     /// How long a stopping process waits for in-flight dispatches.
     pub shutdown_grace: Duration,
     /// Largest request body the API accepts.
@@ -99,6 +102,7 @@ impl Config {
             secrets_key: None,
             lease: Duration::from_secs(30),
             reconcile_interval: Duration::from_secs(30),
+            delivery_claim: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(30),
             max_body_bytes: 1024 * 1024,
             metrics_addr: None,
@@ -190,6 +194,13 @@ impl Config {
             return Err(err("RECONCILE_INTERVAL_SECS", "must be at least 1"));
         }
         c.reconcile_interval = Duration::from_secs(reconcile.into());
+        let claim = parse_num(&get, "DELIVERY_CLAIM_SECS", c.delivery_claim.as_secs() as u32)?;
+        // Longer than one attempt may take (10 s), or a slow attempt's
+        // delivery would be sent twice at once.
+        if claim <= 10 {
+            return Err(err("DELIVERY_CLAIM_SECS", "must be more than 10"));
+        }
+        c.delivery_claim = Duration::from_secs(claim.into());
         c.shutdown_grace =
             Duration::from_secs(parse_num(&get, "SHUTDOWN_GRACE_SECS", c.shutdown_grace.as_secs() as u32)?.into());
         Ok(c)

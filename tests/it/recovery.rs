@@ -217,3 +217,49 @@ async fn a_dropped_redis_connection_is_made_again() {
     env.wait_status(second["id"].as_str().unwrap(), "completed", T).await;
     assert_eq!(target.count(), 2);
 }
+
+/// A scheduler process killed (SIGKILL) while it sends a terminal webhook:
+/// its claim lapses and another scheduler sends the delivery again, under
+/// the same delivery id, and then no record of it is left.
+#[tokio::test]
+async fn a_scheduler_killed_mid_delivery_loses_no_notification() {
+    let env = TestEnv::start().await;
+    let target = Target::start().await;
+    let hooks = Target::start().await;
+    // The first delivery hangs; the killed scheduler never sees its answer.
+    hooks.script([Reply::slow(Duration::from_secs(30))]);
+    let job = env.job(&target.url, json!({"webhook_url": hooks.url})).await;
+    let run = env.trigger(job["id"].as_str().unwrap(), json!({})).await;
+    env.spawn_worker();
+    env.wait_status(run["id"].as_str().unwrap(), "completed", T).await;
+
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .arg("scheduler")
+        .envs(env.process_env())
+        .env("DELIVERY_CLAIM_SECS", "11")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start a scheduler process");
+    hooks.wait_count(1, T).await;
+    child.start_kill().expect("SIGKILL");
+    child.wait().await.unwrap();
+
+    env.spawn_scheduler();
+    let reqs = hooks.wait_count(2, Duration::from_secs(30)).await;
+    assert_eq!(reqs.len(), 2, "sent again once");
+    let id = reqs[0].header("x-svc-delivery-id").expect("delivery id");
+    assert_eq!(reqs[1].header("x-svc-delivery-id"), Some(id), "the same delivery");
+    assert_eq!(reqs[1].body["run_id"], run["id"]);
+    let deadline = tokio::time::Instant::now() + T;
+    loop {
+        let (left,): (i64,) =
+            sqlx::query_as("SELECT count(*) FROM webhook_deliveries").fetch_one(&env.pool).await.unwrap();
+        if left == 0 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "a delivered job-run webhook leaves no record");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
