@@ -8,7 +8,11 @@
 //! `run.metadata_updated`, `run.debug_mode_set`, `run.bulk_cancelled`,
 //! `environment.created`, `environment.deleted`, `job_secret.set`,
 //! `job_secret.deleted` (secret names only, never values), `workflow.created`,
-//! `workflow.updated`, `workflow.deleted`, `workflow_policy.updated`.
+//! `workflow.updated`, `workflow.updated_breaking`, `workflow.deleted`,
+//! `workflow_policy.updated`, `workflow_run.cancelled`, `workflow_run.paused`,
+//! `workflow_run.resumed`, `workflow_run.step_retried`,
+//! `workflow_run.subtree_replayed`, `webhook_subscription.*`,
+//! `webhook_delivery.retried`, `event_source.*`, `log_drain.*`.
 //!
 //! Run triggers are deliberately not audited: they are the hottest write of
 //! the service and each is already recorded (with created_by) as the run
