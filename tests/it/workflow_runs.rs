@@ -78,7 +78,8 @@ fn diamond(job: &str) -> Value {
     json!([
         {"step_ref": "a", "job_id": job},
         {"step_ref": "b", "job_id": job, "depends_on": ["a"], "output_transform": "n"},
-        {"step_ref": "c", "job_id": job, "depends_on": ["a"], "payload": {"own": true}},
+        {"step_ref": "c", "job_id": job, "depends_on": ["a"], "payload": {"own": true}, "retry_max_attempts": 2,
+         "retry_backoff": "fixed", "timeout_secs_override": 9, "concurrency_key": "tenant-1", "resource_class": "large"},
         {"step_ref": "d", "job_id": job, "depends_on": ["b", "c"]},
     ])
 }
@@ -130,6 +131,18 @@ async fn a_diamond_runs_each_step_once_after_its_dependencies() {
     assert_eq!(jr["triggered_by"], "workflow");
     assert_eq!(jr["status"], "completed");
     assert_eq!(jr["tags"]["env"], "test");
+    assert_eq!(jr["workflow_step_run_id"], step(&done, "d")["id"]);
+    // A step's overrides reach its job run, so the job's rules apply with them.
+    let jc = env.run(step(&done, "c")["job_run_id"].as_str().unwrap()).await;
+    for (k, v) in [
+        ("max_attempts_override", json!(2)),
+        ("retry_backoff", json!("fixed")),
+        ("timeout_secs_override", json!(9)),
+        ("concurrency_key", json!("tenant-1")),
+        ("resource_class", json!("large")),
+    ] {
+        assert_eq!(jc[k], v, "{k}: {jc}");
+    }
     // The listing finds it by workflow and status.
     let (s, page) = env
         .get(&format!(
