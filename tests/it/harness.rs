@@ -117,7 +117,17 @@ impl TestEnv {
     }
 
     pub async fn call(&self, method: Method, path: &str, body: Option<Value>) -> (u16, Value) {
-        let mut req = self.http.request(method, format!("{}{}", self.base, path)).bearer_auth(SECRET);
+        self.call_with(self.http.request(method, format!("{}{}", self.base, path)).bearer_auth(SECRET), body).await
+    }
+
+    /// A call with the internal secret on behalf of a person (`X-Actor-Id`).
+    pub async fn call_as_actor(&self, actor: &str, method: Method, path: &str, body: Option<Value>) -> (u16, Value) {
+        let req =
+            self.http.request(method, format!("{}{}", self.base, path)).bearer_auth(SECRET).header("X-Actor-Id", actor);
+        self.call_with(req, body).await
+    }
+
+    async fn call_with(&self, mut req: reqwest::RequestBuilder, body: Option<Value>) -> (u16, Value) {
         if let Some(b) = body {
             req = req.json(&b);
         }

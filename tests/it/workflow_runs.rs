@@ -657,3 +657,91 @@ async fn resource_policies_govern_workflows_and_their_runs() {
     let new = json!({"name": "another", "steps": steps, "tags": {"env": "prod"}});
     assert_problem(403, as_key(reqwest::Method::POST, "/v1/workflows".into(), Some(new)).await, 403);
 }
+
+/// An approval step waits for a person: only its approvers may decide
+/// (403 for anyone else, whatever their scopes); approve lets the run go
+/// on, reject fails the step (on_failure applies), skip lets dependents
+/// run; an undecided step times out; a decision on a step that is not
+/// waiting is 409. Each decision is on the step run, in explain and in
+/// the audit trail.
+#[tokio::test]
+async fn approval_steps_wait_for_an_approver_and_time_out() {
+    let env = TestEnv::start().await;
+    let target = Target::start().await;
+    let project = env.project().await;
+    let j = job(&env, &project, &target.url, json!({})).await;
+    let steps = json!([
+        {"step_ref": "review", "approval_approvers": ["alice", "admin"]},
+        {"step_ref": "ship", "job_id": j, "depends_on": ["review"]},
+    ]);
+    let wf = workflow(&env, &project, json!({"steps": steps})).await;
+    env.spawn_worker();
+    env.spawn_scheduler();
+    let run = trigger(&env, &wf, json!({})).await;
+    let id = run["id"].as_str().unwrap().to_string();
+    wait_run(&env, &id, |r| step(r, "review")["status"] == "waiting").await;
+    let approve = format!("/v1/workflow-runs/{id}/steps/review/approve");
+
+    // A key with every scope is not an approver.
+    let (key, _) = crate::access::key(&env, &project, &["*"]).await;
+    let (s, p) = crate::access::with(&env, &key, reqwest::Method::POST, &approve, Some(json!({}))).await;
+    assert_eq!(s, 403, "{p}");
+    assert_eq!(step(&get_run(&env, &id).await, "review")["status"], "waiting", "nothing changed");
+    // Alice is.
+    let (s, v) =
+        env.call_as_actor("alice", reqwest::Method::POST, &approve, Some(json!({"comment": "looks good"}))).await;
+    assert_eq!(s, 200, "{v}");
+    let done = wait_status(&env, &id, "completed").await;
+    let review = step(&done, "review");
+    assert_eq!((review["status"].as_str(), review["decision"].as_str()), (Some("completed"), Some("approved")));
+    assert_eq!(
+        (review["decided_by"].as_str(), review["decision_comment"].as_str()),
+        (Some("alice"), Some("looks good"))
+    );
+    assert_eq!(step(&done, "ship")["status"], "completed");
+    assert_eq!(env.post(&approve, json!({})).await.0, 409, "decided already");
+    let (_, ex) = env.get(&format!("/v1/workflow-runs/{id}/explain?decision_type=approved")).await;
+    assert_eq!(ex["decisions"][0]["details"]["comment"], "looks good", "{ex}");
+
+    // Reject: the step fails and the run with it (fail_workflow).
+    let run = trigger(&env, &wf, json!({})).await;
+    let id = run["id"].as_str().unwrap().to_string();
+    wait_run(&env, &id, |r| step(r, "review")["status"] == "waiting").await;
+    let (s, v) = env
+        .call_as_actor(
+            "alice",
+            reqwest::Method::POST,
+            &format!("/v1/workflow-runs/{id}/steps/review/reject"),
+            Some(json!({"comment": "no"})),
+        )
+        .await;
+    assert_eq!(s, 200, "{v}");
+    let failed = wait_status(&env, &id, "failed").await;
+    assert!(step(&failed, "review")["error"].as_str().unwrap().contains("rejected by alice: no"), "{failed}");
+
+    // Skip: dependents run.
+    let run = trigger(&env, &wf, json!({})).await;
+    let id = run["id"].as_str().unwrap().to_string();
+    wait_run(&env, &id, |r| step(r, "review")["status"] == "waiting").await;
+    let (s, _) = env.post(&format!("/v1/workflow-runs/{id}/steps/review/skip"), json!({})).await;
+    assert_eq!(s, 200, "the internal secret naming no actor is the operator");
+    let done = wait_status(&env, &id, "completed").await;
+    assert_eq!(step(&done, "review")["status"], "skipped");
+    assert_eq!(step(&done, "ship")["status"], "completed");
+
+    // Nobody decides: the wait times out and on_failure applies.
+    let timed = workflow(
+        &env,
+        &project,
+        json!({"steps": [{"step_ref": "review", "approval_approvers": ["alice"], "approval_timeout_secs": 1}]}),
+    )
+    .await;
+    let run = trigger(&env, &timed, json!({})).await;
+    let out = wait_status(&env, run["id"].as_str().unwrap(), "failed").await;
+    assert_eq!(step(&out, "review")["status"], "timed_out", "{out}");
+    let (_, audit) = env.get(&format!("/v1/audit-events?project_id={project}")).await;
+    let actions: Vec<&str> = audit["data"].as_array().unwrap().iter().map(|e| e["action"].as_str().unwrap()).collect();
+    for a in ["workflow_run.step_approved", "workflow_run.step_rejected", "workflow_run.step_skipped"] {
+        assert!(actions.contains(&a), "{a} in {actions:?}");
+    }
+}

@@ -193,6 +193,9 @@ pub const OPERATIONS: &[(&str, &str, Requirement)] = &[
     ("POST", "/v1/workflow-runs/{workflow_run_id}/pause", Scope("workflows:write")),
     ("POST", "/v1/workflow-runs/{workflow_run_id}/resume", Scope("workflows:write")),
     ("POST", "/v1/workflow-runs/{workflow_run_id}/steps/{step_ref}/retry", Scope("workflows:trigger")),
+    ("POST", "/v1/workflow-runs/{workflow_run_id}/steps/{step_ref}/approve", Scope("workflows:write")),
+    ("POST", "/v1/workflow-runs/{workflow_run_id}/steps/{step_ref}/reject", Scope("workflows:write")),
+    ("POST", "/v1/workflow-runs/{workflow_run_id}/steps/{step_ref}/skip", Scope("workflows:write")),
     ("POST", "/v1/workflow-runs/{workflow_run_id}/steps/{step_ref}/replay-subtree", Scope("workflows:trigger")),
     // The project's DAG governance is read with the workflows it governs
     // and changed by those who may change them.

@@ -15,7 +15,7 @@ use switchyard_shared::domain::workflow_plan::critical_path;
 use switchyard_shared::domain::workflow_run::{self, Decision, Inputs, StepNow, WorkflowRunStatus};
 use switchyard_shared::domain::FieldErrors;
 use switchyard_shared::store::workflow_runs::{
-    self, Moved, NewWorkflowRun, Refused, RunFilter, StepRun, Triggered, WorkflowRun as RunRow,
+    self, Decider, Moved, NewWorkflowRun, Refused, RunFilter, StepDecision, StepRun, Triggered, WorkflowRun as RunRow,
 };
 use switchyard_shared::store::{self, Tenant};
 
@@ -31,6 +31,16 @@ pub struct WorkflowRunsApi;
 /// Most tags on a run, and the longest idempotency key.
 const MAX_TAGS: usize = 50;
 const MAX_IDEMPOTENCY_KEY: usize = 255;
+const MAX_COMMENT: usize = 2000;
+
+/// A decision on a waiting step.
+#[derive(Object, Debug, Default)]
+#[oai(deny_unknown_fields)]
+pub struct StepDecisionRequest {
+    /// Why; kept on the step run, in explain and in the audit trail (at
+    /// most 2,000 characters).
+    pub comment: Option<String>,
+}
 
 #[derive(Object, Debug, Default)]
 #[oai(deny_unknown_fields)]
@@ -64,9 +74,18 @@ pub struct WorkflowStepRun {
     pub output: Option<Value>,
     #[oai(skip_serializing_if_is_none)]
     pub error: Option<String>,
-    /// When a sleeping step wakes.
+    /// When a sleeping step wakes, or a waiting one times out.
     #[oai(skip_serializing_if_is_none)]
     pub wake_at: Option<DateTime<Utc>>,
+    /// approved, rejected or skipped, when a person decided the step.
+    #[oai(skip_serializing_if_is_none)]
+    pub decision: Option<String>,
+    #[oai(skip_serializing_if_is_none)]
+    pub decided_by: Option<String>,
+    #[oai(skip_serializing_if_is_none)]
+    pub decision_comment: Option<String>,
+    #[oai(skip_serializing_if_is_none)]
+    pub decided_at: Option<DateTime<Utc>>,
     #[oai(skip_serializing_if_is_none)]
     pub started_at: Option<DateTime<Utc>>,
     #[oai(skip_serializing_if_is_none)]
@@ -132,6 +151,10 @@ fn step_view(s: StepRun) -> WorkflowStepRun {
         output: s.output.map(|o| o.0),
         error: s.error,
         wake_at: s.wake_at,
+        decision: s.decision,
+        decided_by: s.decided_by,
+        decision_comment: s.decision_comment,
+        decided_at: s.decided_at,
         started_at: s.started_at,
         finished_at: s.finished_at,
     }
@@ -311,6 +334,7 @@ async fn moved(
         Ok(m) => m,
         Err(Refused::NotFound) => return Err(ApiError::not_found("workflow run", id)),
         Err(Refused::Conflict(why)) => return Err(ApiError::conflict(why)),
+        Err(Refused::Forbidden(why)) => return Err(ApiError::forbidden(why)),
     };
     workflow_runs::drop_entries(&state.queue, &m).await;
     audit::record(&state.pool, &auth.0, Change::new(&m.run.project_id, action, ("workflow_run", &m.run.id), details))
@@ -485,6 +509,50 @@ impl WorkflowRunsApi {
         step_ref: Path<String>,
     ) -> ApiResult<Json<WorkflowRun>> {
         self.reset(&state, &auth, &workflow_run_id, &step_ref, true).await
+    }
+
+    /// Approve a waiting approval (or cost-gate) step: it completes and the
+    /// run goes on. When the step names `approval_approvers` (user ids or
+    /// role names), only those may decide: anyone else is 403, whatever
+    /// their scopes. A step that is not waiting is 409.
+    #[oai(path = "/v1/workflow-runs/:workflow_run_id/steps/:step_ref/approve", method = "post")]
+    async fn approve(
+        &self,
+        state: Data<&AppState>,
+        auth: Auth,
+        workflow_run_id: Path<String>,
+        step_ref: Path<String>,
+        body: Json<StepDecisionRequest>,
+    ) -> ApiResult<Json<WorkflowRun>> {
+        self.decide(&state, &auth, &workflow_run_id, &step_ref, StepDecision::Approve, body.0).await
+    }
+
+    /// Reject a waiting approval (or cost-gate) step: it fails, and its
+    /// on_failure decides what the run does. Same rules as approve.
+    #[oai(path = "/v1/workflow-runs/:workflow_run_id/steps/:step_ref/reject", method = "post")]
+    async fn reject(
+        &self,
+        state: Data<&AppState>,
+        auth: Auth,
+        workflow_run_id: Path<String>,
+        step_ref: Path<String>,
+        body: Json<StepDecisionRequest>,
+    ) -> ApiResult<Json<WorkflowRun>> {
+        self.decide(&state, &auth, &workflow_run_id, &step_ref, StepDecision::Reject, body.0).await
+    }
+
+    /// Skip a waiting step (any kind): it ends `skipped` and its dependents
+    /// run. An approval step's approvers rule applies.
+    #[oai(path = "/v1/workflow-runs/:workflow_run_id/steps/:step_ref/skip", method = "post")]
+    async fn skip(
+        &self,
+        state: Data<&AppState>,
+        auth: Auth,
+        workflow_run_id: Path<String>,
+        step_ref: Path<String>,
+        body: Json<StepDecisionRequest>,
+    ) -> ApiResult<Json<WorkflowRun>> {
+        self.decide(&state, &auth, &workflow_run_id, &step_ref, StepDecision::Skip, body.0).await
     }
 
     /// The decisions behind a run, oldest first, as they were recorded:
@@ -679,6 +747,37 @@ impl WorkflowRunsApi {
 }
 
 impl WorkflowRunsApi {
+    async fn decide(
+        &self,
+        state: &AppState,
+        auth: &Auth,
+        run_id: &str,
+        step_ref: &str,
+        decision: StepDecision,
+        body: StepDecisionRequest,
+    ) -> ApiResult<Json<WorkflowRun>> {
+        if let Some(c) = &body.comment {
+            if c.chars().count() > MAX_COMMENT {
+                return Err(ApiError::invalid_field("body.comment", format!("at most {MAX_COMMENT} characters"), None));
+            }
+        }
+        load(state, auth, run_id).await?;
+        let who =
+            Decider { actor: auth.0.actor_id.as_deref(), roles: &auth.0.roles, internal: auth.0.scopes.is_none() };
+        let t: Tenant = tenant(&auth.0);
+        let r = workflow_runs::decide_step(&state.pool, t, run_id, step_ref, decision, &who, body.comment.as_deref())
+            .await?;
+        let r = match r {
+            Err(Refused::NotFound) if workflow_runs::get(&state.pool, t, run_id).await?.is_some() => {
+                return Err(ApiError::not_found("step", step_ref));
+            }
+            other => other,
+        };
+        let action = format!("workflow_run.step_{}", decision.as_str());
+        let details = serde_json::json!({ "step_ref": step_ref, "comment": body.comment });
+        moved(state, auth, r, run_id, &action, details).await
+    }
+
     async fn reset(
         &self,
         state: &AppState,

@@ -520,8 +520,14 @@ impl Pass<'_> {
                 WorkflowRunStatus::Cancelled => (StepStatus::Cancelled, None, why()),
                 _ => (StepStatus::Failed, None, why()),
             }
-        } else if s.step_type == StepType::Sleep.as_str() && s.wake_at.is_some_and(|w| w <= self.now) {
-            (StepStatus::Completed, None, None)
+        } else if s.wake_at.is_some_and(|w| w <= self.now) {
+            // A sleep is over; a wait for an event or a decision ran out.
+            match s.step_type.as_str() {
+                "sleep" => (StepStatus::Completed, None, None),
+                "approval" => (StepStatus::TimedOut, None, Some("no decision within approval_timeout_secs".into())),
+                "wait_for_event" => (StepStatus::TimedOut, None, Some("no event within event_timeout_secs".into())),
+                _ => return here,
+            }
         } else {
             return here;
         };
@@ -594,8 +600,17 @@ impl Pass<'_> {
                     let secs = def.def.sleep_duration_secs.unwrap_or(0).max(0);
                     w.wake_at = Some(self.now + chrono::Duration::seconds(secs));
                 }
-                // Events, approvals and cost gates wait for what resolves them.
-                StepType::WaitForEvent | StepType::Approval | StepType::CostGate => w.status = StepStatus::Waiting,
+                // Events, approvals and cost gates wait for what resolves
+                // them, until their timeout (a durable deadline, like a sleep's).
+                StepType::WaitForEvent | StepType::Approval | StepType::CostGate => {
+                    w.status = StepStatus::Waiting;
+                    let timeout = match def.step_type() {
+                        Some(StepType::Approval) => def.def.approval_timeout_secs,
+                        Some(StepType::WaitForEvent) => def.def.event_timeout_secs,
+                        _ => None,
+                    };
+                    w.wake_at = timeout.filter(|t| *t > 0).map(|t| self.now + chrono::Duration::seconds(t));
+                }
             }
             let (decision, reason) = match (&w.status, &w.error) {
                 (StepStatus::Failed, Some(e)) => ("failed", e.clone()),

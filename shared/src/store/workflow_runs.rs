@@ -74,6 +74,11 @@ pub struct StepRun {
     pub error: Option<String>,
     pub wake_at: Option<DateTime<Utc>>,
     pub ended_by_run: bool,
+    /// approved, rejected or skipped, when a person decided.
+    pub decision: Option<String>,
+    pub decided_by: Option<String>,
+    pub decision_comment: Option<String>,
+    pub decided_at: Option<DateTime<Utc>>,
     pub started_at: Option<DateTime<Utc>>,
     pub finished_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
@@ -81,7 +86,8 @@ pub struct StepRun {
 }
 
 pub const STEP_COLUMNS: &str = "id, workflow_run_id, step_ref, step_id, step_type, status, attempt, job_run_id, \
-    child_workflow_run_id, output, error, wake_at, ended_by_run, started_at, finished_at, created_at, updated_at";
+    child_workflow_run_id, output, error, wake_at, ended_by_run, decision, decided_by, decision_comment, decided_at, \
+    started_at, finished_at, created_at, updated_at";
 
 /// A decision the engine or a person made about a run, as recorded.
 #[derive(Clone, Debug, sqlx::FromRow)]
@@ -490,6 +496,126 @@ pub enum Refused {
     NotFound,
     /// The move does not apply to the run or step as it is.
     Conflict(String),
+    /// The caller may not make this move (not an approver of the step).
+    Forbidden(String),
+}
+
+/// A person's decision on a waiting step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StepDecision {
+    /// The step completes (its output records the decision).
+    Approve,
+    /// The step fails; its on_failure applies.
+    Reject,
+    /// The step is skipped; its dependents treat it as satisfied.
+    Skip,
+}
+
+impl StepDecision {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepDecision::Approve => "approved",
+            StepDecision::Reject => "rejected",
+            StepDecision::Skip => "skipped",
+        }
+    }
+}
+
+/// Who decides: the actor id and the role names the credential holds.
+/// `actor: None` is the internal secret acting as no one in particular.
+#[derive(Clone, Debug)]
+pub struct Decider<'a> {
+    pub actor: Option<&'a str>,
+    pub roles: &'a [String],
+    pub internal: bool,
+}
+
+/// Records a person's decision on a waiting step. An approval step with
+/// `approval_approvers` accepts it only from a listed user id or a holder
+/// of a listed role (the internal secret naming no actor is the service's
+/// operator and may decide too). Approve and reject apply to approval and
+/// cost-gate steps; skip to any waiting step.
+pub async fn decide_step(
+    pool: &PgPool,
+    tenant: Tenant<'_>,
+    id: &str,
+    step_ref: &str,
+    decision: StepDecision,
+    who: &Decider<'_>,
+    comment: Option<&str>,
+) -> MoveResult {
+    let mut tx = pool.begin().await?;
+    let Some(run) = lock(&mut tx, tenant, id).await? else { return Ok(Err(Refused::NotFound)) };
+    let step: Option<StepRun> = sqlx::query_as(&format!(
+        "SELECT {STEP_COLUMNS} FROM workflow_step_runs WHERE workflow_run_id = $1 AND step_ref = $2"
+    ))
+    .bind(id)
+    .bind(step_ref)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some(step) = step else { return Ok(Err(Refused::NotFound)) };
+    if step.status != StepStatus::Waiting {
+        return Ok(Err(Refused::Conflict(format!("step {step_ref} is {}, not waiting for a decision", step.status))));
+    }
+    let decidable = matches!(step.step_type.as_str(), "approval" | "cost_gate");
+    if decision != StepDecision::Skip && !decidable {
+        return Ok(Err(Refused::Conflict(format!(
+            "step {step_ref} is a {} step: only approval and cost_gate steps are approved or rejected",
+            step.step_type
+        ))));
+    }
+    let steps = workflow_engine::version_steps(&mut tx, &run.version_id).await?;
+    let approvers = steps
+        .iter()
+        .find(|s| s.def.step_ref == step_ref)
+        .and_then(|s| s.def.approval_approvers.clone())
+        .unwrap_or_default();
+    let operator = who.internal && who.actor.is_none();
+    let listed =
+        who.actor.is_some_and(|a| approvers.iter().any(|x| x == a)) || who.roles.iter().any(|r| approvers.contains(r));
+    if !approvers.is_empty() && !operator && !listed {
+        return Ok(Err(Refused::Forbidden(format!(
+            "only an approver of step {step_ref} may decide it ({})",
+            approvers.join(", ")
+        ))));
+    }
+    let by = who.actor.unwrap_or("the internal secret");
+    let (status, output, error) = match decision {
+        StepDecision::Approve => (
+            StepStatus::Completed,
+            Some(serde_json::json!({ "decision": "approved", "decided_by": by, "comment": comment })),
+            None,
+        ),
+        StepDecision::Reject => (
+            StepStatus::Failed,
+            None,
+            Some(match comment {
+                Some(c) => format!("rejected by {by}: {c}"),
+                None => format!("rejected by {by}"),
+            }),
+        ),
+        StepDecision::Skip => (StepStatus::Skipped, None, None),
+    };
+    sqlx::query(
+        "UPDATE workflow_step_runs SET status = $2, output = $3, error = $4, wake_at = NULL, finished_at = now(),
+            decision = $5, decided_by = $6, decision_comment = $7, decided_at = now()
+         WHERE id = $1",
+    )
+    .bind(&step.id)
+    .bind(status)
+    .bind(output.as_ref().map(Json))
+    .bind(&error)
+    .bind(decision.as_str())
+    .bind(by)
+    .bind(comment)
+    .execute(&mut *tx)
+    .await?;
+    let details = serde_json::json!({ "decided_by": by, "comment": comment });
+    record(&mut tx, id, Some(step_ref), decision.as_str(), &format!("{} by {by}", decision.as_str()), details).await?;
+    wake(&mut tx, id).await?;
+    let run = reread(&mut tx, id).await?;
+    tx.commit().await?;
+    Ok(Ok(Moved { run, cancelled: Vec::new() }))
 }
 
 /// What a person's move did: the run after it, and the job runs it
@@ -600,7 +726,8 @@ pub async fn reset_steps(
     let ended = run.status.is_terminal();
     sqlx::query(
         "UPDATE workflow_step_runs SET status = 'pending', output = NULL, error = NULL, job_run_id = NULL,
-            child_workflow_run_id = NULL, wake_at = NULL, finished_at = NULL, ended_by_run = false
+            child_workflow_run_id = NULL, wake_at = NULL, finished_at = NULL, ended_by_run = false,
+            decision = NULL, decided_by = NULL, decision_comment = NULL, decided_at = NULL
          WHERE workflow_run_id = $1 AND (step_ref = ANY($2) OR ($3 AND ended_by_run))",
     )
     .bind(id)
