@@ -745,3 +745,45 @@ async fn approval_steps_wait_for_an_approver_and_time_out() {
         assert!(actions.contains(&a), "{a} in {actions:?}");
     }
 }
+
+/// A wait_for_event step waits for an event of its key dispatched after it
+/// began: the event's payload becomes its output and the run goes on. A
+/// step that begins after the event waits for the next one; a repeated
+/// dispatch (same idempotency key) resumes nothing more.
+#[tokio::test]
+async fn an_event_resumes_the_steps_waiting_for_it() {
+    let env = TestEnv::start().await;
+    let target = Target::start().await;
+    let project = env.project().await;
+    let j = job(&env, &project, &target.url, json!({})).await;
+    let steps = json!([
+        {"step_ref": "paid", "event_key": "order.paid", "event_timeout_secs": 600},
+        {"step_ref": "ship", "job_id": j, "depends_on": ["paid"]},
+    ]);
+    let wf = workflow(&env, &project, json!({"steps": steps})).await;
+    env.spawn_worker();
+    env.spawn_scheduler();
+    let run = trigger(&env, &wf, json!({})).await;
+    let id = run["id"].as_str().unwrap().to_string();
+    wait_run(&env, &id, |r| step(r, "paid")["status"] == "waiting").await;
+    let event =
+        json!({"project_id": project, "event_key": "order.paid", "payload": {"amount": 5}, "idempotency_key": "e1"});
+    let (s, v) = env.post("/v1/events/dispatch", event.clone()).await;
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["resumed_steps"], 1);
+    let done = wait_status(&env, &id, "completed").await;
+    assert_eq!(step(&done, "paid")["output"], json!({"amount": 5}));
+    assert_eq!(step(&done, "ship")["status"], "completed");
+    let (s, again) = env.post("/v1/events/dispatch", event).await;
+    assert_eq!((s, &again["resumed_steps"]), (200, &json!(1)), "the same event, nothing resumed twice: {again}");
+    // Begun after the event: waits for the next one.
+    let late = trigger(&env, &wf, json!({})).await;
+    let late_id = late["id"].as_str().unwrap().to_string();
+    wait_run(&env, &late_id, |r| step(r, "paid")["status"] == "waiting").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(step(&get_run(&env, &late_id).await, "paid")["status"], "waiting");
+    let (_, v) =
+        env.post("/v1/events/dispatch", json!({"project_id": project, "event_key": "order.paid", "payload": 2})).await;
+    assert_eq!(v["resumed_steps"], 1, "{v}");
+    wait_status(&env, &late_id, "completed").await;
+}

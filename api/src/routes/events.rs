@@ -81,7 +81,8 @@ pub struct EventTriggeredRun {
 #[derive(Object)]
 pub struct DispatchedEvent {
     pub event_id: String,
-    /// wait_for_event steps the event resumed: always 0 for now.
+    /// wait_for_event steps the event resumed (those waiting for its key
+    /// that began before it arrived).
     pub resumed_steps: i64,
     /// One entry per matching enabled source, in the order of their ids.
     pub triggered_runs: Vec<EventTriggeredRun>,
@@ -372,9 +373,10 @@ impl EventsApi {
     /// 200 with the event's id and one entry per source, also for a
     /// repeated idempotency_key, which returns the first event and
     /// triggers nothing new (an event a failed dispatch left incomplete is
-    /// finished first: its triggers are idempotent). `resumed_steps` is
-    /// always 0: resuming workflow runs waiting in a wait_for_event step is
-    /// not done yet. Needs `jobs:trigger`, the scope of triggering runs,
+    /// finished first: its triggers are idempotent). `resumed_steps`
+    /// counts the wait_for_event steps it resumed: those waiting for its key
+    /// in the project that began before it arrived (each completes with the
+    /// event's payload as its output). Needs `jobs:trigger`, the scope of triggering runs,
     /// whatever the targets: whoever may point a source at a workflow
     /// holds `workflows:trigger`.
     #[oai(path = "/v1/events/dispatch", method = "post")]
@@ -408,7 +410,7 @@ impl EventsApi {
         for source in &sources {
             runs.push(fire(&state, &auth, &event, source).await?);
         }
-        let done = events::complete(&state.pool, &event.id, &runs).await?;
+        let done = events::complete(&state.pool, &event, &runs).await?;
         Ok(Json(dispatched_view(done)))
     }
 

@@ -281,19 +281,68 @@ pub async fn insert(pool: &PgPool, e: &NewEvent) -> Result<(EventRow, bool), sql
     Ok((existing, false))
 }
 
-/// Marks the event complete with what it triggered. When another dispatch
-/// completed it first, its record stands and is returned: the first
+/// Marks the event complete with what it triggered, and in the same
+/// transaction resumes the `wait_for_event` steps of the project waiting
+/// for its key that began before the event arrived: each completes with the
+/// event's payload as its output, and its run is told (outbox). A step
+/// that began after the event arrived waits for the next one: an event is
+/// a moment, not a state. When another dispatch completed the event first,
+/// its record stands and is returned (and it resumed the steps): the first
 /// complete account of an event is the one kept.
-pub async fn complete(pool: &PgPool, id: &str, runs: &[TriggeredRun]) -> Result<EventRow, sqlx::Error> {
+pub async fn complete(pool: &PgPool, event: &EventRow, runs: &[TriggeredRun]) -> Result<EventRow, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    // Runs are locked in id order, as the engine's advance locks them one
+    // at a time, so the step cannot change under either.
+    let resumed: i64 = sqlx::query_scalar(
+        "WITH waiting AS (
+            SELECT s.id, s.workflow_run_id, s.step_ref
+              FROM workflow_step_runs s
+              JOIN workflow_runs r ON r.id = s.workflow_run_id
+              JOIN workflow_versions v ON v.id = r.version_id
+             WHERE r.project_id = $1 AND r.status IN ('running', 'paused')
+               AND s.status = 'waiting' AND s.step_type = 'wait_for_event' AND s.started_at <= $3
+               AND EXISTS (SELECT 1 FROM jsonb_array_elements(v.steps) d
+                            WHERE d->>'step_ref' = s.step_ref AND d->>'event_key' = $2)
+             ORDER BY r.id
+             FOR UPDATE OF r, s
+         ), u AS (
+            UPDATE workflow_step_runs s SET status = 'completed', output = $4, wake_at = NULL, finished_at = now()
+              FROM waiting w WHERE s.id = w.id AND s.status = 'waiting'
+            RETURNING s.workflow_run_id, s.step_ref
+         ), o AS (
+            INSERT INTO workflow_outbox (workflow_run_id) SELECT DISTINCT workflow_run_id FROM u
+         ), d AS (
+            INSERT INTO workflow_decisions (workflow_run_id, step_ref, decision_type, reason, details)
+            SELECT workflow_run_id, step_ref, 'event_received', 'event ' || $2 || ' arrived',
+                   jsonb_build_object('event_id', $5::text)
+              FROM u
+         )
+         SELECT count(*) FROM u",
+    )
+    .bind(&event.project_id)
+    .bind(&event.event_key)
+    .bind(event.created_at)
+    .bind(Json(event.payload.as_ref().map(|p| p.0.clone()).unwrap_or(Value::Null)))
+    .bind(&event.id)
+    .fetch_one(&mut *tx)
+    .await?;
     let done: Option<EventRow> = sqlx::query_as(&format!(
-        "UPDATE events SET triggered_runs = $2, completed_at = now()
+        "UPDATE events SET triggered_runs = $2, resumed_steps = $3, completed_at = now()
           WHERE id = $1 AND completed_at IS NULL
           RETURNING {EVENT_COLS}"
     ))
-    .bind(id)
+    .bind(&event.id)
     .bind(Json(runs))
-    .fetch_optional(pool)
+    .bind(resumed as i32)
+    .fetch_optional(&mut *tx)
     .await?;
+    let id = &event.id;
+    if done.is_some() {
+        tx.commit().await?;
+    } else {
+        // Another dispatch completed it (and resumed what waited) first.
+        tx.rollback().await?;
+    }
     match done {
         Some(row) => Ok(row),
         None => {
