@@ -110,6 +110,39 @@ impl Api {
         self.create("/v1/jobs", json!({ "project_id": project, "name": name, "endpoint_url": endpoint })).await
     }
 
+    /// A job whose terminal webhook goes to `webhook_url`.
+    pub async fn create_job_with_webhook(
+        &self,
+        project: &str,
+        name: &str,
+        endpoint: &str,
+        webhook_url: &str,
+    ) -> anyhow::Result<String> {
+        let body = json!({ "project_id": project, "name": name, "endpoint_url": endpoint, "webhook_url": webhook_url });
+        self.create("/v1/jobs", body).await
+    }
+
+    /// A webhook subscription of the project to `event_types` (answered 200, not 201); its id.
+    pub async fn create_subscription(&self, project: &str, url: &str, event_types: &[&str]) -> anyhow::Result<String> {
+        let path = "/v1/webhooks/subscriptions";
+        let body =
+            json!({ "project_id": project, "webhook_url": url, "event_types": event_types, "secret": "bench-secret" });
+        let r = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .header(AUTHORIZATION, self.auth.clone())
+            .json(&body)
+            .send()
+            .await
+            .with_context(|| format!("POST {path}"))?;
+        let status = r.status().as_u16();
+        let text = r.text().await.unwrap_or_default();
+        if !(200..300).contains(&status) {
+            bail!("POST {path}: HTTP {status}: {}", snippet(&text));
+        }
+        Ok(serde_json::from_str::<Created>(&text).with_context(|| format!("POST {path}: {}", snippet(&text)))?.id)
+    }
+
     /// A workflow of `steps` (the API's step objects); its id.
     pub async fn create_workflow(&self, project: &str, name: &str, steps: Value) -> anyhow::Result<String> {
         self.create("/v1/workflows", json!({ "project_id": project, "name": name, "steps": steps })).await

@@ -10,7 +10,7 @@
 //! - [`cpu`], [`meter`]: CPU time from /proc, per part of the system.
 //! - [`settle`]: waiting for a phase's runs to end. [`check`]: their correctness.
 //! - Phases: [`throughput`] (a, g), [`latency`] (b), [`bulk`] (c),
-//!   [`queue_depth`] (d, e), [`idle`] (f), [`workflows`] (w).
+//!   [`queue_depth`] (d, e), [`idle`] (f), [`workflows`] (w), [`notify`] (n).
 //! - [`pg_tables`]: Postgres table activity per run, read at the end.
 //! - [`stats`]: percentiles. [`anchors`]: the peer figures. [`report`]: the output.
 
@@ -22,6 +22,7 @@ mod cpu;
 mod idle;
 mod latency;
 mod meter;
+mod notify;
 mod opts;
 mod pg_tables;
 mod queue_depth;
@@ -244,6 +245,20 @@ async fn phases(sys: &System, opts: &Opts) -> anyhow::Result<Report> {
         report.goals = w.goals();
         report.workflows = Some(w);
         report.phase_secs.insert("w".into(), lap(&mut t));
+    }
+    // Last too, in a project of its own: its subscription would add a
+    // delivery to every run of a phase sharing the project.
+    if opts.wants('n') {
+        eprintln!(
+            "bench: (n) notifications: {} runs with a terminal webhook and a subscription event, {} clients, after {} warm-up",
+            opts.notify_runs, opts.clients, opts.notify_warmup
+        );
+        let mut n = keep(&mut report.failures, "(n)", notify::run(sys, &meter, opts).await);
+        if let (Some(n), Some(a)) = (n.as_mut(), report.throughput.as_ref()) {
+            n.compare_with_a(&a.cpu_us_per_run);
+        }
+        report.notify = n;
+        report.phase_secs.insert("n".into(), lap(&mut t));
     }
     Ok(report)
 }

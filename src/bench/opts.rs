@@ -23,8 +23,10 @@ pub const USAGE: &str = "usage: switchyard-bench [options]   (normally run throu
   --wf-fan-runs N     how many of those runs, one after another (default 3; 0 skips them)
   --wf-wide N         parallel steps of the one wide fan-out run (default 1000;
                       0 skips it)
+  --notify-runs N     closed-loop runs of phase (n), each with a terminal webhook and a
+                      subscription event (default 4000, after 200 warm-up)
   --wait-quiet S      wait up to S seconds for a quiet box (<15 % busy) before starting (default 30)
-  --only a,b,c,d,f,w  run only these phases ((g) comes with (a), (e) with (d))
+  --only a,b,c,d,f,w,n  run only these phases ((g) comes with (a), (e) with (d))
   --pg-base URL       Postgres server (default postgres://postgres@127.0.0.1:5432)
   --redis URL         Redis (default redis://127.0.0.1:6379)
   --bin PATH          the switchyard binary (default: next to this one)
@@ -52,6 +54,8 @@ pub struct Opts {
     pub wf_fan: usize,
     pub wf_fan_runs: usize,
     pub wf_wide: usize,
+    pub notify_runs: usize,
+    pub notify_warmup: usize,
     pub wait_quiet_secs: u64,
     pub only: Option<Vec<char>>,
     pub pg_base: String,
@@ -84,6 +88,8 @@ impl Default for Opts {
             wf_fan_runs: 3,
             // The widest fan-out the step limit admits: root and join besides.
             wf_wide: 1000,
+            notify_runs: 4_000,
+            notify_warmup: 200,
             wait_quiet_secs: 30,
             only: None,
             pg_base: "postgres://postgres@127.0.0.1:5432".into(),
@@ -136,6 +142,7 @@ impl Opts {
                 "--wf-fan" => o.wf_fan = num(&value)?.max(1),
                 "--wf-fan-runs" => o.wf_fan_runs = num(&value)?,
                 "--wf-wide" => o.wf_wide = num(&value)?,
+                "--notify-runs" => o.notify_runs = num(&value)?.max(1),
                 "--wait-quiet" => o.wait_quiet_secs = num(&value)? as u64,
                 "--only" => o.only = Some(value.chars().filter(|c| c.is_ascii_alphabetic()).collect()),
                 "--pg-base" => o.pg_base = value.trim_end_matches('/').to_string(),

@@ -10,6 +10,7 @@ use super::bulk::Bulk;
 use super::check::Check;
 use super::idle::Idle;
 use super::latency::Latency;
+use super::notify::Notify;
 use super::pg_tables::PerRun;
 use super::queue_depth::QueueFigures;
 use super::system::System;
@@ -46,6 +47,7 @@ pub struct Report {
     pub queue: Option<QueueFigures>,
     pub idle: Option<Idle>,
     pub workflows: Option<Workflows>,
+    pub notify: Option<Notify>,
     /// Figures held against the goals the issues set for them.
     pub goals: Vec<Goal>,
     /// Postgres table activity over the whole benchmark, per accepted run.
@@ -153,7 +155,11 @@ impl Report {
         }
         self.target_unreadable = sys.target().unreadable();
         let workflows_ok = self.workflows.as_ref().is_none_or(|w| w.check().ok());
-        self.correct = all.ok() && workflows_ok && self.failures.is_empty() && self.target_unreadable == 0;
+        let notify_ok = self.notify.as_ref().is_none_or(Notify::ok);
+        if let Some(n) = &self.notify {
+            all.merge(&n.check);
+        }
+        self.correct = all.ok() && workflows_ok && notify_ok && self.failures.is_empty() && self.target_unreadable == 0;
         self.correctness = all;
         for s in &sys.services {
             self.service_logs.insert(s.name.to_string(), scan_log(&s.log));
@@ -341,6 +347,9 @@ impl Report {
         if let Some(w) = &self.workflows {
             workflows_table(&mut o, w);
         }
+        if let Some(n) = &self.notify {
+            notify_table(&mut o, n);
+        }
         if !self.goals.is_empty() {
             let _ = writeln!(o, "\ngoals");
             for g in &self.goals {
@@ -380,6 +389,23 @@ impl Report {
             for s in &c.api_error_samples {
                 let _ = writeln!(o, "    e.g. {s}");
             }
+        }
+        if let Some(n) = &self.notify {
+            let c = &n.notify_check;
+            let _ = writeln!(
+                o,
+                "    notifications: {} runs; webhooks {} missing, {} more than once ({} same delivery id); subscription events {} missing, {} more than once; {} for unknown runs; {} job_run rows left; subscription rows {:?}  → {}",
+                c.runs,
+                c.webhook_missing,
+                c.webhook_repeated,
+                c.webhook_same_delivery_id,
+                c.subscription_missing,
+                c.subscription_repeated,
+                c.unknown_runs,
+                c.job_run_rows_left,
+                c.subscription_rows,
+                if n.ok() { "OK" } else { "PROBLEMS" }
+            );
         }
         if self.target_unreadable > 0 {
             let _ = writeln!(o, "    the target received {} requests without a run id", self.target_unreadable);
@@ -487,4 +513,37 @@ fn workflows_table(o: &mut String, w: &Workflows) {
     if let Some(f) = &w.wide {
         fan_table(o, "wide fan-out", f);
     }
+}
+
+fn notify_table(o: &mut String, n: &Notify) {
+    let _ = writeln!(
+        o,
+        "\n(n) notifications, closed loop: {} clients, {} runs after {} warm-up; each run a terminal webhook and a subscription event{}",
+        n.clients,
+        n.runs,
+        n.warmup,
+        if n.timed_out { "   TIMED OUT" } else { "" }
+    );
+    let _ = writeln!(o, "    runs/s (first trigger → last finished_at)      {:>8.0}", n.runs_per_s);
+    let _ = writeln!(
+        o,
+        "    deliveries/s (first trigger → last received)  {:>8.0}   ({} in {:.2} s)",
+        n.deliveries_per_s, n.deliveries, n.deliveries_secs
+    );
+    let _ = writeln!(o, "    finished_at → webhook received ms              {}", n.webhook_ms);
+    let _ = writeln!(o, "    finished_at → subscription event received ms   {}", n.subscription_ms);
+    let _ = writeln!(o, "    box busy                                       {:>8.1} %", n.usage.box_busy_pct);
+    let keys = ["api", "worker", "scheduler", "postgres", "postgres_bg", "redis", "total"];
+    let cpu: Vec<String> =
+        keys.iter().filter_map(|k| n.cpu_us_per_run.get(*k).map(|v| format!("{k} {v:.0}"))).collect();
+    let _ = writeln!(o, "    CPU µs per run                     {}", cpu.join(", "));
+    if let Some(x) = &n.extra_cpu_us_per_run_vs_a {
+        let extra: Vec<String> = keys.iter().filter_map(|k| x.get(*k).map(|v| format!("{k} {v:+.0}"))).collect();
+        let _ = writeln!(o, "    extra CPU µs per run vs (a)        {}", extra.join(", "));
+    }
+    let _ = writeln!(
+        o,
+        "    Postgres per run (cluster)         {:.2} write transactions, {:.0} WAL bytes",
+        n.pg_write_xacts_per_run, n.pg_wal_bytes_per_run
+    );
 }

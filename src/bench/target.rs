@@ -4,7 +4,8 @@
 //! names `workflow_run_id` and `step_ref`) is also recorded with the wall
 //! clock, to be set against timestamps Postgres wrote. It runs on its own
 //! thread with a single-threaded runtime, so its CPU time can be read apart
-//! from the load generator's.
+//! from the load generator's. Requests under `/notify/` are notifications
+//! (phase n), not dispatches: see [`Notice`].
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
@@ -16,7 +17,7 @@ use anyhow::Context;
 use chrono::{DateTime, Utc};
 use poem::listener::TcpAcceptor;
 use poem::web::Data;
-use poem::{handler, post, Body, EndpointExt, Response, Route, Server};
+use poem::{handler, post, Body, EndpointExt, Request, Response, Route, Server};
 use serde::Deserialize;
 
 /// One request the target received.
@@ -36,6 +37,26 @@ pub struct StepHit {
     pub wall: DateTime<Utc>,
 }
 
+/// Which notification a request under `/notify/` was, by its path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NoticeKind {
+    /// `/notify/run`: a job's terminal webhook (`run_id` at the top of the body).
+    JobWebhook,
+    /// `/notify/sub`: a subscription's event (`data.run_id`).
+    Subscription,
+}
+
+/// One notification the target received.
+#[derive(Clone, Debug)]
+pub struct Notice {
+    pub kind: NoticeKind,
+    pub run_id: String,
+    /// The `X-Svc-Delivery-Id` header: the same on a redelivery.
+    pub delivery_id: String,
+    /// The wall clock at arrival, to set against the run's `finished_at`.
+    pub wall: DateTime<Utc>,
+}
+
 #[derive(Default)]
 struct Hits {
     count: AtomicUsize,
@@ -43,6 +64,8 @@ struct Hits {
     steps: Mutex<Vec<StepHit>>,
     /// Requests whose body named no run.
     unreadable: AtomicUsize,
+    notices: Mutex<Vec<Notice>>,
+    notice_count: AtomicUsize,
 }
 
 pub struct Target {
@@ -67,9 +90,39 @@ struct Metadata {
     step_ref: Option<String>,
 }
 
+/// A notification: recorded with its delivery id and the wall clock.
+async fn notice(kind: NoticeKind, req: &Request, body: Body, hits: &Hits) {
+    let wall = Utc::now();
+    let delivery_id = req.header("x-svc-delivery-id").unwrap_or_default().to_string();
+    let v: Option<serde_json::Value> = body.into_bytes().await.ok().and_then(|b| serde_json::from_slice(&b).ok());
+    let run_id = v.as_ref().and_then(|v| match kind {
+        NoticeKind::JobWebhook => v.get("run_id"),
+        NoticeKind::Subscription => v.get("data").and_then(|d| d.get("run_id")),
+    });
+    match run_id.and_then(|r| r.as_str()) {
+        Some(run_id) => {
+            let n = Notice { kind, run_id: run_id.to_string(), delivery_id, wall };
+            hits.notices.lock().expect("hits lock").push(n);
+            hits.notice_count.fetch_add(1, Ordering::Relaxed);
+        }
+        None => {
+            hits.unreadable.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
 #[handler]
-async fn hook(body: Body, hits: Data<&Arc<Hits>>) -> Response {
+async fn hook(req: &Request, body: Body, hits: Data<&Arc<Hits>>) -> Response {
     let at = Instant::now();
+    let kind = match req.uri().path() {
+        "/notify/run" => Some(NoticeKind::JobWebhook),
+        "/notify/sub" => Some(NoticeKind::Subscription),
+        _ => None,
+    };
+    if let Some(kind) = kind {
+        notice(kind, req, body, &hits).await;
+        return Response::builder().content_type("application/json").body(r#"{"ok":true}"#);
+    }
     match body.into_bytes().await.ok().and_then(|b| serde_json::from_slice::<Dispatch>(&b).ok()) {
         Some(d) => {
             if let Some(Metadata { workflow_run_id: Some(workflow_run_id), step_ref: Some(step_ref) }) = d.metadata {
@@ -114,6 +167,25 @@ impl Target {
         })?;
         let tid = rx.recv().context("target thread did not start")?;
         Ok(Target { url: format!("http://{addr}/hook"), hits, tid })
+    }
+
+    /// Where a notification of `kind` is to be sent.
+    pub fn notify_url(&self, kind: NoticeKind) -> String {
+        let base = self.url.trim_end_matches("/hook");
+        match kind {
+            NoticeKind::JobWebhook => format!("{base}/notify/run"),
+            NoticeKind::Subscription => format!("{base}/notify/sub"),
+        }
+    }
+
+    /// Notifications received so far (with a readable run id).
+    pub fn notice_count(&self) -> usize {
+        self.hits.notice_count.load(Ordering::Relaxed)
+    }
+
+    /// Every notification received so far.
+    pub fn notices(&self) -> Vec<Notice> {
+        self.hits.notices.lock().expect("hits lock").clone()
     }
 
     /// Requests received so far (with a readable run id).
