@@ -95,21 +95,23 @@ impl DeliverySender {
     pub async fn send_once(&self) -> Result<SendReport, Error> {
         let claimed = deliveries::claim_due(&self.pool, self.opts.batch_size as i64, self.opts.hold).await?;
         let mut report = SendReport { sent: claimed.len(), ..Default::default() };
-        let results: Vec<Result<(bool, bool), sqlx::Error>> = futures::stream::iter(claimed)
+        let sent: Vec<(Claimed, Attempt)> = futures::stream::iter(claimed)
             .map(|c| self.send_one(c))
             .buffer_unordered(self.opts.parallel)
             .collect()
             .await;
-        for r in results {
-            let (delivered, retry) = r?;
-            report.delivered += usize::from(delivered);
+        // One write for the whole pass: a sender killed before it leaves
+        // the pass's claims to lapse, and the deliveries go out again.
+        let items: Vec<_> = sent.iter().map(|(c, a)| (&c.delivery, a.clone())).collect();
+        let retries = deliveries::record_attempts(&self.pool, &items).await?;
+        for ((_, a), retry) in sent.iter().zip(retries) {
+            report.delivered += usize::from(matches!(a, Attempt::Delivered { .. }));
             report.to_retry += usize::from(retry);
         }
         Ok(report)
     }
 
-    /// (delivered, will be retried)
-    async fn send_one(&self, c: Claimed) -> Result<(bool, bool), sqlx::Error> {
+    async fn send_one(&self, c: Claimed) -> (Claimed, Attempt) {
         let d = &c.delivery;
         if d.attempts > 0 {
             metrics::counter!(WEBHOOK_RETRY_ATTEMPTS).increment(1);
@@ -119,9 +121,7 @@ impl DeliverySender {
         if let Attempt::Rejected { error, .. } | Attempt::Failed { error, .. } = &attempt {
             tracing::info!(delivery_id = %d.id, kind = %d.kind, attempt = d.attempts + 1, %error, "delivery attempt failed");
         }
-        let delivered = matches!(attempt, Attempt::Delivered { .. });
-        let retry = deliveries::record_attempt(&self.pool, d, &attempt).await?;
-        Ok((delivered, retry))
+        (c, attempt)
     }
 
     /// Sends until shutdown (see the module doc).

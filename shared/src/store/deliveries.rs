@@ -147,54 +147,81 @@ pub enum Attempt {
     },
 }
 
-/// Records an attempt of a claimed delivery. A job-run delivery that ends
-/// (delivered, rejected, out of attempts) is removed; the others become
-/// `delivered`, `failed` (retried at `next_retry_at`) or `dead`. Returns
-/// whether the delivery will be tried again.
+/// Records an attempt of a claimed delivery (see [`record_attempts`]).
+/// Returns whether the delivery will be tried again.
 pub async fn record_attempt(pool: &PgPool, d: &Delivery, a: &Attempt) -> Result<bool, sqlx::Error> {
-    let kind = Kind::parse(&d.kind).unwrap_or(Kind::Subscription);
-    let attempts = d.attempts + 1;
-    let (code, error, delivered, retry) = match a {
-        Attempt::Delivered { status_code } => (Some(*status_code), None, true, false),
-        Attempt::Rejected { status_code, error } => (*status_code, Some(error.clone()), false, false),
-        Attempt::Failed { status_code, error } => (*status_code, Some(error.clone()), false, attempts < d.max_attempts),
-    };
-    if kind == Kind::JobRun && !retry {
-        if !delivered {
-            tracing::warn!(
-                run_id = d.run_id.as_deref().unwrap_or(""),
-                attempts,
-                error = error.as_deref().unwrap_or(""),
-                "run webhook dropped"
-            );
+    Ok(record_attempts(pool, &[(d, a.clone())]).await?.pop().unwrap_or(false))
+}
+
+/// Records the attempts of a pass of claimed deliveries in two statements.
+/// A job-run delivery that ends (delivered, rejected, out of attempts) is
+/// removed; the others become `delivered`, `failed` (retried at
+/// `next_retry_at`) or `dead`. Returns, in input order, whether each will
+/// be tried again.
+pub async fn record_attempts(pool: &PgPool, items: &[(&Delivery, Attempt)]) -> Result<Vec<bool>, sqlx::Error> {
+    let mut gone: Vec<&str> = Vec::new();
+    let (mut ids, mut statuses, mut attempts, mut codes, mut errors, mut waits) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut retries = Vec::with_capacity(items.len());
+    for (d, a) in items {
+        let kind = Kind::parse(&d.kind).unwrap_or(Kind::Subscription);
+        let n = d.attempts + 1;
+        let (code, error, delivered, retry) = match a {
+            Attempt::Delivered { status_code } => (Some(*status_code), None, true, false),
+            Attempt::Rejected { status_code, error } => (*status_code, Some(error.clone()), false, false),
+            Attempt::Failed { status_code, error } => (*status_code, Some(error.clone()), false, n < d.max_attempts),
+        };
+        retries.push(retry);
+        if kind == Kind::JobRun && !retry {
+            if !delivered {
+                tracing::warn!(
+                    run_id = d.run_id.as_deref().unwrap_or(""),
+                    attempts = n,
+                    error = error.as_deref().unwrap_or(""),
+                    "run webhook dropped"
+                );
+            }
+            gone.push(&d.id);
+            continue;
         }
-        sqlx::query("DELETE FROM webhook_deliveries WHERE id = $1").bind(&d.id).execute(pool).await?;
-        return Ok(false);
+        ids.push(d.id.as_str());
+        statuses.push(if delivered {
+            "delivered"
+        } else if retry {
+            "failed"
+        } else {
+            "dead"
+        });
+        attempts.push(n);
+        codes.push(code);
+        errors.push(error);
+        waits.push(kind.backoff(n + 1).as_secs_f64());
     }
-    let status = if delivered {
-        "delivered"
-    } else if retry {
-        "failed"
-    } else {
-        "dead"
-    };
-    let wait = kind.backoff(attempts + 1);
-    sqlx::query(
-        "UPDATE webhook_deliveries SET status = $2, attempts = $3, last_status_code = $4, last_error = $5,
-            delivered_at = CASE WHEN $2 = 'delivered' THEN now() END,
-            next_retry_at = CASE WHEN $2 = 'failed' THEN now() + make_interval(secs => $6) ELSE next_retry_at END,
-            claimed_until = NULL
-         WHERE id = $1",
-    )
-    .bind(&d.id)
-    .bind(status)
-    .bind(attempts)
-    .bind(code)
-    .bind(&error)
-    .bind(wait.as_secs_f64())
-    .execute(pool)
-    .await?;
-    Ok(retry)
+    if !gone.is_empty() {
+        sqlx::query("DELETE FROM webhook_deliveries WHERE id = ANY($1)").bind(&gone).execute(pool).await?;
+    }
+    if !ids.is_empty() {
+        sqlx::query(
+            "UPDATE webhook_deliveries d SET status = t.status, attempts = t.attempts,
+                last_status_code = t.code, last_error = t.error,
+                delivered_at = CASE WHEN t.status = 'delivered' THEN now() END,
+                next_retry_at = CASE WHEN t.status = 'failed' THEN now() + make_interval(secs => t.wait)
+                                     ELSE d.next_retry_at END,
+                claimed_until = NULL
+             FROM UNNEST($1::text[], $2::text[], $3::int4[], $4::int4[], $5::text[], $6::float8[])
+                  AS t (id, status, attempts, code, error, wait)
+             WHERE d.id = t.id",
+        )
+        .bind(&ids)
+        .bind(&statuses)
+        .bind(&attempts)
+        .bind(&codes)
+        .bind(&errors)
+        .bind(&waits)
+        .execute(pool)
+        .await?;
+    }
+    Ok(retries)
 }
 
 /// When the next delivery falls due (None: none waits).
