@@ -756,8 +756,9 @@ async fn an_event_resumes_the_steps_waiting_for_it() {
     let target = Target::start().await;
     let project = env.project().await;
     let j = job(&env, &project, &target.url, json!({})).await;
+    let notify = Target::start().await;
     let steps = json!([
-        {"step_ref": "paid", "event_key": "order.paid", "event_timeout_secs": 600},
+        {"step_ref": "paid", "event_key": "order.paid", "event_timeout_secs": 600, "event_notify_url": notify.url},
         {"step_ref": "ship", "job_id": j, "depends_on": ["paid"]},
     ]);
     let wf = workflow(&env, &project, json!({"steps": steps})).await;
@@ -774,6 +775,12 @@ async fn an_event_resumes_the_steps_waiting_for_it() {
     let done = wait_status(&env, &id, "completed").await;
     assert_eq!(step(&done, "paid")["output"], json!({"amount": 5}));
     assert_eq!(step(&done, "ship")["status"], "completed");
+    // The event-trigger notification goes to event_notify_url through the outbox.
+    let n = notify.wait_count(1, T).await;
+    assert_eq!((n[0].body["outcome"].as_str(), n[0].body["step_ref"].as_str()), (Some("received"), Some("paid")));
+    assert_eq!(n[0].body["event_payload"], json!({"amount": 5}));
+    assert_eq!(n[0].body["event_trigger_id"], step(&done, "paid")["id"]);
+    assert!(n[0].header("x-svc-delivery-id").is_some());
     let (s, again) = env.post("/v1/events/dispatch", event).await;
     assert_eq!((s, &again["resumed_steps"]), (200, &json!(1)), "the same event, nothing resumed twice: {again}");
     // Begun after the event: waits for the next one.
@@ -786,4 +793,21 @@ async fn an_event_resumes_the_steps_waiting_for_it() {
         env.post("/v1/events/dispatch", json!({"project_id": project, "event_key": "order.paid", "payload": 2})).await;
     assert_eq!(v["resumed_steps"], 1, "{v}");
     wait_status(&env, &late_id, "completed").await;
+
+    // No event in time: the step times out, and the notification says so.
+    let slow = workflow(
+        &env,
+        &project,
+        json!({"steps": [{"step_ref": "paid", "event_key": "never", "event_timeout_secs": 1, "event_notify_url": notify.url}]}),
+    )
+    .await;
+    let run = trigger(&env, &slow, json!({})).await;
+    let out = wait_status(&env, run["id"].as_str().unwrap(), "failed").await;
+    assert_eq!(step(&out, "paid")["status"], "timed_out");
+    let n = notify.wait_count(3, T).await;
+    let timed: Vec<_> = n.iter().filter(|r| r.body["outcome"] == "timed_out").collect();
+    assert_eq!(timed.len(), 1, "{:?}", n.iter().map(|r| &r.body).collect::<Vec<_>>());
+    assert_eq!(timed[0].body["event_key"], "never");
+    let (_, ds) = env.get(&format!("/v1/webhook-deliveries?project_id={project}&kind=event_trigger")).await;
+    assert_eq!(ds["data"].as_array().unwrap().len(), 3, "kept, with their status: {ds}");
 }

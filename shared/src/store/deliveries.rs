@@ -322,6 +322,39 @@ pub async fn workflow_run_ended(
     Ok(())
 }
 
+/// The event-trigger notification of a wait_for_event step resolved
+/// without its event (`timed_out`), in the engine's transaction. (The
+/// `received` ones are written by the statement that resumes the steps,
+/// `store::events::complete`.)
+pub async fn event_trigger_timed_out(
+    conn: &mut PgConnection,
+    project_id: &str,
+    url: &str,
+    workflow_run_id: &str,
+    step_run_id: &str,
+    step_ref: &str,
+    event_key: &str,
+) -> Result<(), sqlx::Error> {
+    let payload = json!({
+        "event_trigger_id": step_run_id, "workflow_run_id": workflow_run_id, "step_ref": step_ref,
+        "event_key": event_key, "outcome": "timed_out", "event_payload": null,
+        "timestamp": Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+    });
+    sqlx::query(
+        "INSERT INTO webhook_deliveries (id, project_id, kind, url, event_type, payload, max_attempts, workflow_run_id,
+            event_trigger_id)
+         VALUES (sy_time_id('whd'), $1, 'event_trigger', $2, 'event_trigger.timed_out', $3, 5, $4, $5)",
+    )
+    .bind(project_id)
+    .bind(url)
+    .bind(Json(payload))
+    .bind(workflow_run_id)
+    .bind(step_run_id)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
 /// A subscription (its secret is never read back out through here).
 #[derive(Clone, Debug, sqlx::FromRow)]
 pub struct Subscription {

@@ -308,7 +308,7 @@ pub async fn complete(pool: &PgPool, event: &EventRow, runs: &[TriggeredRun]) ->
          ), u AS (
             UPDATE workflow_step_runs s SET status = 'completed', output = $4, wake_at = NULL, finished_at = now()
               FROM waiting w WHERE s.id = w.id AND s.status = 'waiting'
-            RETURNING s.workflow_run_id, s.step_ref
+            RETURNING s.id, s.workflow_run_id, s.step_ref
          ), o AS (
             INSERT INTO workflow_outbox (workflow_run_id) SELECT DISTINCT workflow_run_id FROM u
          ), d AS (
@@ -316,6 +316,20 @@ pub async fn complete(pool: &PgPool, event: &EventRow, runs: &[TriggeredRun]) ->
             SELECT workflow_run_id, step_ref, 'event_received', 'event ' || $2 || ' arrived',
                    jsonb_build_object('event_id', $5::text)
               FROM u
+         ), n AS (
+            -- The event-trigger notification of each resumed step that names
+            -- an event_notify_url (the step run is the event trigger).
+            INSERT INTO webhook_deliveries (id, project_id, kind, url, event_type, payload, max_attempts,
+                workflow_run_id, event_trigger_id)
+            SELECT sy_time_id('whd'), $1, 'event_trigger', def->>'event_notify_url', 'event_trigger.received',
+                   jsonb_build_object('event_trigger_id', u.id, 'workflow_run_id', u.workflow_run_id,
+                       'step_ref', u.step_ref, 'event_key', $2, 'outcome', 'received', 'event_payload', $4::jsonb,
+                       'timestamp', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')),
+                   5, u.workflow_run_id, u.id
+              FROM u JOIN workflow_runs r ON r.id = u.workflow_run_id
+              JOIN workflow_versions v ON v.id = r.version_id
+              CROSS JOIN LATERAL jsonb_array_elements(v.steps) def
+             WHERE def->>'step_ref' = u.step_ref AND coalesce(def->>'event_notify_url', '') <> ''
          )
          SELECT count(*) FROM u",
     )

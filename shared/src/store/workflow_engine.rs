@@ -290,6 +290,7 @@ pub async fn advance(
         staged: Vec::new(),
         ended: None,
         decisions: Vec::new(),
+        event_notices: Vec::new(),
         wake_at: None,
     };
     engine.go(&mut tx).await?;
@@ -349,6 +350,9 @@ struct Pass<'v> {
     ended: Option<WorkflowRunStatus>,
     /// Decisions made, written with the step rows (one statement).
     decisions: Vec<NewDecision>,
+    /// Event waits that timed out and name an event_notify_url:
+    /// (url, step run id, step ref, event key).
+    event_notices: Vec<(String, String, String, String)>,
     wake_at: Option<DateTime<Utc>>,
 }
 
@@ -489,6 +493,18 @@ impl Pass<'_> {
 
     async fn flush(&mut self, tx: &mut PgConnection) -> Result<(), sqlx::Error> {
         write_steps(tx, &self.writes).await?;
+        for (url, step_id, step_ref, key) in std::mem::take(&mut self.event_notices) {
+            super::deliveries::event_trigger_timed_out(
+                tx,
+                &self.run.project_id,
+                &url,
+                &self.run.id,
+                &step_id,
+                &step_ref,
+                &key,
+            )
+            .await?;
+        }
         record_many(tx, &self.run.id, &std::mem::take(&mut self.decisions)).await
     }
 
@@ -525,7 +541,13 @@ impl Pass<'_> {
             match s.step_type.as_str() {
                 "sleep" => (StepStatus::Completed, None, None),
                 "approval" => (StepStatus::TimedOut, None, Some("no decision within approval_timeout_secs".into())),
-                "wait_for_event" => (StepStatus::TimedOut, None, Some("no event within event_timeout_secs".into())),
+                "wait_for_event" => {
+                    if let Some(url) = def.and_then(|d| d.def.event_notify_url.clone()) {
+                        let key = def.and_then(|d| d.def.event_key.clone()).unwrap_or_default();
+                        self.event_notices.push((url, s.id.clone(), s.step_ref.clone(), key));
+                    }
+                    (StepStatus::TimedOut, None, Some("no event within event_timeout_secs".into()))
+                }
                 _ => return here,
             }
         } else {
