@@ -350,3 +350,42 @@ async fn private_receivers_are_refused_under_target_deny_private() {
     );
     assert_eq!(p["errors"][0]["location"], "body.url");
 }
+
+/// The worker's record of each finished attempt is a line too: `warn` for
+/// a failed attempt, `info` for the one that completed, in order with the
+/// SDK's lines.
+#[tokio::test]
+async fn each_finished_attempt_is_a_line() {
+    let env = TestEnv::start().await;
+    let target = Target::start().await;
+    target.script([Reply::status(503)]);
+    let receiver = Target::start().await;
+    let job = env
+        .job(&target.url, json!({"retry_strategy": "fixed", "retry_initial_delay_secs": 1, "max_attempts": 3}))
+        .await;
+    let project = job["project_id"].as_str().unwrap();
+    create_drain(&env, json!({"project_id": project, "name": "attempts", "url": receiver.url})).await;
+    let run = env.trigger(job["id"].as_str().unwrap(), json!({})).await;
+    env.spawn_worker();
+    env.spawn_scheduler();
+    env.wait_status(run["id"].as_str().unwrap(), "completed", Duration::from_secs(20)).await;
+    let sender = DrainSender::new(env.pool.clone(), quick(100, 1_000)).unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let mut lines: Vec<Value> = Vec::new();
+    while lines.len() < 2 {
+        assert!(tokio::time::Instant::now() < deadline, "attempt lines never came: {lines:?}");
+        sender.pass_once().await.unwrap();
+        lines = receiver.requests().iter().flat_map(lines_of).collect();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let attempts: Vec<(String, String)> = lines
+        .iter()
+        .filter(|l| l["fields"]["source"] == "worker")
+        .map(|l| (l["level"].as_str().unwrap().to_string(), l["message"].as_str().unwrap().to_string()))
+        .collect();
+    assert_eq!(attempts.len(), 2, "{lines:?}");
+    assert_eq!(attempts[0].0, "warn");
+    assert!(attempts[0].1.starts_with("attempt 1 retrying (HTTP 503)"), "{attempts:?}");
+    assert_eq!(attempts[1], ("info".to_string(), "attempt 2 completed (HTTP 200)".to_string()));
+    assert!(lines.iter().all(|l| l["run_id"] == run["id"]));
+}

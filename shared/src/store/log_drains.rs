@@ -235,8 +235,25 @@ pub struct DrainLine {
 
 /// The lines of the drain's project that match its filters, after its
 /// cursor and before the horizon (every transaction older than the oldest
-/// one running). `$1..$5` are the cursor, project, jobs and levels.
-const AFTER_CURSOR: &str = "FROM job_run_logs l JOIN job_runs r ON r.id = l.run_id
+/// one running). `$1..$5` are the cursor, project, jobs and levels. The
+/// lines are the SDK's log lines and one line per finished attempt (the
+/// worker's record: `info` when it completed, `warn` otherwise), both in
+/// the order of their writing transaction; `txid >= ` lets each side use
+/// its txid index.
+const AFTER_CURSOR: &str = "FROM (
+        SELECT txid, id, run_id, level, message, fields, logged_at FROM job_run_logs
+         WHERE txid >= $1::text::xid8
+        UNION ALL
+        SELECT a.txid, 'att_' || a.run_id || '_' || a.attempt || '_' || to_char(a.started_at, 'YYYYMMDDHH24MISSUS'),
+               a.run_id, CASE WHEN a.outcome = 'completed' THEN 'info' ELSE 'warn' END,
+               'attempt ' || a.attempt || ' ' || a.outcome || coalesce(' (HTTP ' || a.status_code || ')', '')
+                   || coalesce(': ' || a.error, ''),
+               jsonb_build_object('attempt', a.attempt, 'outcome', a.outcome, 'status_code', a.status_code,
+                   'duration_ms', round(extract(epoch FROM a.finished_at - a.started_at) * 1000),
+                   'endpoint_url', a.endpoint_url, 'source', 'worker'),
+               a.finished_at
+          FROM job_run_attempts a WHERE a.txid >= $1::text::xid8
+    ) l JOIN job_runs r ON r.id = l.run_id
     WHERE (l.txid, l.id) > ($1::text::xid8, $2) AND l.txid < pg_snapshot_xmin(pg_current_snapshot())
       AND r.project_id = $3 AND (cardinality($4::text[]) = 0 OR r.job_id = ANY($4)) AND l.level = ANY($5)";
 
