@@ -233,3 +233,23 @@ async fn with_private_targets_denied_a_subscription_to_loopback_is_refused() {
     let (_, page) = env.get(&format!("/v1/webhooks/subscriptions?project_id={project}")).await;
     assert_eq!(page["data"].as_array().unwrap().len(), 0, "nothing was created");
 }
+
+/// A job-run webhook refused with a 4xx is not tried again and leaves no
+/// record, as one that ran out of attempts.
+#[tokio::test]
+async fn a_refused_job_run_webhook_is_dropped_without_a_record() {
+    let env = TestEnv::start().await;
+    let target = Target::start().await;
+    let hooks = Target::start().await;
+    hooks.set_default(Reply::status(410));
+    let project = env.project().await;
+    let job = env.job_in(&project, &target.url, json!({"webhook_url": hooks.url})).await;
+    let run = env.trigger(job["id"].as_str().unwrap(), json!({})).await;
+    env.spawn_worker();
+    env.spawn_scheduler();
+    env.wait_status(run["id"].as_str().unwrap(), "completed", T).await;
+    hooks.wait_count(1, T).await;
+    wait_deliveries(&env, &project, "&kind=job_run", |d| d.is_empty()).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(hooks.count(), 1, "a 4xx is not retried");
+}
