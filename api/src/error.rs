@@ -224,6 +224,17 @@ impl ApiError {
         let p = self.problem();
         p.detail.clone().unwrap_or_else(|| p.title.clone())
     }
+    /// The error in one line, for a per-item answer (a bulk item, an event
+    /// source's entry): its field errors when there are several, else its
+    /// detail.
+    pub fn one_line(&self) -> String {
+        match self.problem().errors.as_ref().filter(|e| e.len() > 1) {
+            Some(errors) => {
+                errors.iter().map(|d| format!("{}: {}", d.location, d.message)).collect::<Vec<_>>().join("; ")
+            }
+            None => self.detail(),
+        }
+    }
     pub fn internal(context: &str, err: &dyn std::fmt::Display) -> ApiError {
         tracing::error!(error = %err, "{context}");
         ApiError::Internal(doc(Problem::new(500, "internal error; see the server log")))

@@ -190,15 +190,6 @@ fn batch_view(r: BatchRow) -> BatchOperation {
     }
 }
 
-/// The one-line message of an error, for a per-item result: its detail,
-/// or each invalid value when there are several.
-pub fn error_text(e: &ApiError) -> String {
-    match e.problem().errors.as_ref().filter(|e| e.len() > 1) {
-        Some(errors) => errors.iter().map(|d| format!("{}: {}", d.location, d.message)).collect::<Vec<_>>().join("; "),
-        None => e.detail(),
-    }
-}
-
 fn check_size(n: usize, field: &str) -> ApiResult<()> {
     if n == 0 || n > MAX_ITEMS {
         return Err(ApiError::invalid_field(
@@ -286,7 +277,7 @@ impl BulkApi {
                 }
                 Err(e) => {
                     errors += 1;
-                    r.error = Some(error_text(&e));
+                    r.error = Some(e.one_line());
                 }
             }
             results.push(r);
@@ -321,7 +312,7 @@ impl BulkApi {
                 BulkCancelResult { run_id: id.clone(), status: "not_found".into(), children_cancelled: 0, error: None };
             match find_run(&state, &auth, &id).await {
                 Ok(None) => r.error = Some(format!("run {id:?} not found")),
-                Err(e) => r.error = Some(error_text(&e)),
+                Err(e) => r.error = Some(e.one_line()),
                 Ok(Some(run)) => match run_actions::cancel_with_children(&state, &run.id, &reason).await {
                     Ok(Some(c)) if c.from.is_some() => {
                         r.status = "cancelled".into();
@@ -340,7 +331,7 @@ impl BulkApi {
                     Ok(None) => r.error = Some(format!("run {id:?} not found")),
                     Err(e) => {
                         r.status = "not_cancellable".into();
-                        r.error = Some(error_text(&ApiError::from(e)));
+                        r.error = Some(ApiError::from(e).one_line());
                     }
                 },
             }
@@ -371,12 +362,9 @@ impl BulkApi {
                     new_run_id: None,
                     error: Some(format!("run {id:?} not found")),
                 },
-                Err(e) => BulkReplayResult {
-                    run_id: id,
-                    status: "error".into(),
-                    new_run_id: None,
-                    error: Some(error_text(&e)),
-                },
+                Err(e) => {
+                    BulkReplayResult { run_id: id, status: "error".into(), new_run_id: None, error: Some(e.one_line()) }
+                }
             };
             results.push(r);
         }
@@ -524,7 +512,7 @@ async fn replay_result(state: &AppState, who: &Principal, run: &Run) -> BulkRepl
             run_id: run.id.clone(),
             status: "error".into(),
             new_run_id: None,
-            error: Some(error_text(&e)),
+            error: Some(e.one_line()),
         },
     }
 }

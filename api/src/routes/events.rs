@@ -226,16 +226,6 @@ fn source_details(r: &EventSourceRow) -> Value {
     })
 }
 
-/// The one-line message of a refused trigger: its detail, or each invalid
-/// value when there are several (a payload failing several rules of the
-/// job's payload_schema).
-fn error_text(e: &ApiError) -> String {
-    match e.problem().errors.as_ref().filter(|e| e.len() > 1) {
-        Some(errors) => errors.iter().map(|d| format!("{}: {}", d.location, d.message)).collect::<Vec<_>>().join("; "),
-        None => e.detail(),
-    }
-}
-
 /// Whether a trigger's failure is the service's (Postgres unavailable, a
 /// bug) rather than the trigger's: such a failure ends the dispatch with
 /// the event incomplete, so that dispatching it again finishes it, where a
@@ -308,7 +298,7 @@ async fn fire(state: &AppState, auth: &Auth, event: &EventRow, source: &EventSou
     match result {
         Ok((id, status, why)) => Ok(entry(id, status, why)),
         Err(e) if not_the_triggers_fault(&e) => Err(e),
-        Err(e) => Ok(entry(None, TriggerStatus::Error, Some(error_text(&e)))),
+        Err(e) => Ok(entry(None, TriggerStatus::Error, Some(e.one_line()))),
     }
 }
 
