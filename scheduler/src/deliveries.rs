@@ -15,7 +15,6 @@ use std::time::Duration;
 
 use chrono::Utc;
 use futures::StreamExt;
-use sqlx::postgres::PgListener;
 use sqlx::PgPool;
 use switchyard_shared::outbound::{webhook, Http};
 use switchyard_shared::shutdown::Shutdown;
@@ -161,28 +160,8 @@ impl DeliverySender {
 /// Rings `woken` for every notification on [`CHANNEL`] (and after a
 /// reconnect, when some may have been missed).
 async fn listen(pool: PgPool, woken: Arc<Notify>, shutdown: Shutdown) {
-    let mut failures = 0u32;
     loop {
-        let mut l = match PgListener::connect_with(&pool).await {
-            Ok(l) => l,
-            Err(e) => {
-                failures += 1;
-                tracing::warn!(error = %e, "delivery listener could not connect");
-                if !pace::sleep(pace::error_backoff(failures), &shutdown).await {
-                    return;
-                }
-                continue;
-            }
-        };
-        if let Err(e) = l.listen(CHANNEL).await {
-            failures += 1;
-            tracing::warn!(error = %e, "delivery listener could not listen");
-            if !pace::sleep(pace::error_backoff(failures), &shutdown).await {
-                return;
-            }
-            continue;
-        }
-        failures = 0;
+        let Some(mut l) = pace::listener(&pool, CHANNEL, "delivery", &shutdown).await else { return };
         woken.notify_one();
         loop {
             match l.try_recv().await {

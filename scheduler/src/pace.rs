@@ -2,11 +2,15 @@
 //! sleeps that end at once on shutdown, the back-off after a failed step,
 //! and the two loop drivers: [`batch_passes`] (a pass every interval) and
 //! [`paced_passes`] (a pass when there may be work: at the earliest
-//! deadline the last pass saw, or when an [`Alarm`] rings).
+//! deadline the last pass saw, or when an [`Alarm`] rings), and
+//! [`listener`], the Postgres LISTEN connection of the loops woken by
+//! NOTIFY.
 
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use sqlx::postgres::PgListener;
+use sqlx::PgPool;
 use switchyard_shared::shutdown::Shutdown;
 use tokio::time::Instant;
 
@@ -17,6 +21,29 @@ use crate::alarm::Alarm;
 /// time; only the loops read the clock.
 pub fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
+}
+
+/// A listener on the Postgres `channel` (its connection taken from
+/// `pool`), made again with the error back-off until it listens; `None`
+/// when shutdown fires first. `what` names the loop in the logs.
+pub async fn listener(pool: &PgPool, channel: &str, what: &str, shutdown: &Shutdown) -> Option<PgListener> {
+    let mut failures = 0u32;
+    loop {
+        let made = match PgListener::connect_with(pool).await {
+            Ok(mut l) => l.listen(channel).await.map(|()| l),
+            Err(e) => Err(e),
+        };
+        match made {
+            Ok(l) => return Some(l),
+            Err(e) => {
+                failures += 1;
+                tracing::warn!(error = %e, "{what} listener could not listen");
+                if !sleep(error_backoff(failures), shutdown).await {
+                    return None;
+                }
+            }
+        }
+    }
 }
 
 /// Sleeps for `d` unless shutdown fires first. Returns false on shutdown.

@@ -22,7 +22,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sqlx::postgres::PgListener;
 use sqlx::PgPool;
 use switchyard_shared::queue::Queue;
 use switchyard_shared::shutdown::Shutdown;
@@ -230,28 +229,8 @@ impl WorkflowEngine {
 /// Forwards the run ids notified on [`CHANNEL`], reconnecting after a loss
 /// (and asking for a sweep, since notifications sent meanwhile are gone).
 async fn listen(pool: PgPool, tx: mpsc::UnboundedSender<Heard>, shutdown: Shutdown) {
-    let mut failures = 0u32;
     loop {
-        let mut l = match PgListener::connect_with(&pool).await {
-            Ok(l) => l,
-            Err(e) => {
-                failures += 1;
-                tracing::warn!(error = %e, "workflow listener could not connect");
-                if !pace::sleep(pace::error_backoff(failures), &shutdown).await {
-                    return;
-                }
-                continue;
-            }
-        };
-        if let Err(e) = l.listen(CHANNEL).await {
-            failures += 1;
-            tracing::warn!(error = %e, "workflow listener could not listen");
-            if !pace::sleep(pace::error_backoff(failures), &shutdown).await {
-                return;
-            }
-            continue;
-        }
-        failures = 0;
+        let Some(mut l) = pace::listener(&pool, CHANNEL, "workflow", &shutdown).await else { return };
         if tx.send(Heard::Sweep).is_err() {
             return;
         }
