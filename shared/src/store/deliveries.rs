@@ -3,7 +3,7 @@
 //! Deliveries are written by the statements that make what they report
 //! (`sy_run_ended_deliveries` for runs, [`workflow_run_ended`] for workflow
 //! runs); the sender loop claims the due ones ([`claim_due`]), sends them
-//! and records each attempt ([`record_attempt`]). Each kind keeps its own
+//! and records each pass's attempts ([`record_attempts`]). Each kind keeps its own
 //! rules ([`Kind`]).
 
 use std::time::Duration;
@@ -145,12 +145,6 @@ pub enum Attempt {
         status_code: Option<i32>,
         error: String,
     },
-}
-
-/// Records an attempt of a claimed delivery (see [`record_attempts`]).
-/// Returns whether the delivery will be tried again.
-pub async fn record_attempt(pool: &PgPool, d: &Delivery, a: &Attempt) -> Result<bool, sqlx::Error> {
-    Ok(record_attempts(pool, &[(d, a.clone())]).await?.pop().unwrap_or(false))
 }
 
 /// Records the attempts of a pass of claimed deliveries in two statements.

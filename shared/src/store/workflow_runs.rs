@@ -290,18 +290,13 @@ pub(super) async fn record(
     reason: &str,
     details: Value,
 ) -> Result<(), sqlx::Error> {
-    sqlx::query(
-        "INSERT INTO workflow_decisions (workflow_run_id, step_ref, decision_type, reason, details)
-         VALUES ($1, $2, $3, $4, $5)",
-    )
-    .bind(run_id)
-    .bind(step_ref)
-    .bind(decision_type)
-    .bind(reason)
-    .bind(Json(if details.is_null() { serde_json::json!({}) } else { details }))
-    .execute(conn)
-    .await?;
-    Ok(())
+    let one = NewDecision {
+        step_ref: step_ref.map(str::to_string),
+        decision_type: decision_type.to_string(),
+        reason: reason.to_string(),
+        details,
+    };
+    record_many(conn, run_id, std::slice::from_ref(&one)).await
 }
 
 /// A decision not yet written.
