@@ -317,9 +317,14 @@ pub async fn load_workflow(state: &AppState, auth: &Auth, id: &str) -> ApiResult
     let w = store::workflows::get(&state.pool, tenant(&auth.0), id)
         .await?
         .ok_or_else(|| ApiError::not_found("workflow", id))?;
-    let r = Resource { kind: "workflow", id: Some(&w.id), tags: &w.tags.0 };
-    policy::check(state, &auth.0, &w.project_id, r).await?;
+    admit_workflow(state, auth, &w).await?;
     Ok(w)
+}
+
+/// The resource policies on workflows applied to `w` (403 when they refuse).
+async fn admit_workflow(state: &AppState, auth: &Auth, w: &WorkflowRecord) -> ApiResult<()> {
+    let r = Resource { kind: "workflow", id: Some(&w.id), tags: &w.tags.0 };
+    policy::check(state, &auth.0, &w.project_id, r).await
 }
 
 /// The workflow run, if it exists and the caller may see it (404
@@ -331,8 +336,7 @@ pub async fn load_workflow_run(state: &AppState, auth: &Auth, id: &str) -> ApiRe
         .await?
         .ok_or_else(|| ApiError::not_found("workflow run", id))?;
     if let Some(w) = store::workflows::get(&state.pool, Tenant::Any, &run.workflow_id).await? {
-        let r = Resource { kind: "workflow", id: Some(&w.id), tags: &w.tags.0 };
-        policy::check(state, &auth.0, &w.project_id, r).await?;
+        admit_workflow(state, auth, &w).await?;
     }
     Ok(run)
 }
