@@ -30,6 +30,7 @@ mod secrets_envs;
 mod stats_queues;
 mod store_tenancy;
 mod transitions;
+mod waiting_steps;
 mod wakeups;
 mod webhooks;
 mod workflow_plans;

@@ -14,9 +14,9 @@ use switchyard_shared::store::workflow_engine;
 use crate::harness::{assert_problem, TestEnv};
 use crate::target::{Reply, Target};
 
-const T: Duration = Duration::from_secs(20);
+pub(crate) const T: Duration = Duration::from_secs(20);
 
-async fn workflow(env: &TestEnv, project: &str, extra: Value) -> Value {
+pub(crate) async fn workflow(env: &TestEnv, project: &str, extra: Value) -> Value {
     let mut body = json!({"project_id": project, "name": format!("wf-{}", uuid::Uuid::new_v4().simple())});
     body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
     let (s, v) = env.post("/v1/workflows", body).await;
@@ -24,23 +24,23 @@ async fn workflow(env: &TestEnv, project: &str, extra: Value) -> Value {
     v
 }
 
-async fn job(env: &TestEnv, project: &str, url: &str, extra: Value) -> String {
+pub(crate) async fn job(env: &TestEnv, project: &str, url: &str, extra: Value) -> String {
     env.job_in(project, url, extra).await["id"].as_str().unwrap().to_string()
 }
 
-async fn trigger(env: &TestEnv, wf: &Value, body: Value) -> Value {
+pub(crate) async fn trigger(env: &TestEnv, wf: &Value, body: Value) -> Value {
     let (s, v) = env.post(&format!("/v1/workflows/{}/trigger", wf["id"].as_str().unwrap()), body).await;
     assert_eq!(s, 201, "{v}");
     v
 }
 
-async fn get_run(env: &TestEnv, id: &str) -> Value {
+pub(crate) async fn get_run(env: &TestEnv, id: &str) -> Value {
     let (s, v) = env.get(&format!("/v1/workflow-runs/{id}")).await;
     assert_eq!(s, 200, "{v}");
     v
 }
 
-async fn wait_run(env: &TestEnv, id: &str, pred: impl Fn(&Value) -> bool) -> Value {
+pub(crate) async fn wait_run(env: &TestEnv, id: &str, pred: impl Fn(&Value) -> bool) -> Value {
     let deadline = tokio::time::Instant::now() + T;
     loop {
         let r = get_run(env, id).await;
@@ -52,11 +52,11 @@ async fn wait_run(env: &TestEnv, id: &str, pred: impl Fn(&Value) -> bool) -> Val
     }
 }
 
-async fn wait_status(env: &TestEnv, id: &str, status: &str) -> Value {
+pub(crate) async fn wait_status(env: &TestEnv, id: &str, status: &str) -> Value {
     wait_run(env, id, |r| r["status"] == status).await
 }
 
-fn step<'a>(run: &'a Value, r: &str) -> &'a Value {
+pub(crate) fn step<'a>(run: &'a Value, r: &str) -> &'a Value {
     run["steps"].as_array().unwrap().iter().find(|s| s["step_ref"] == r).unwrap_or_else(|| panic!("no step {r}: {run}"))
 }
 

@@ -104,7 +104,8 @@ fn subscription_view(s: Subscription) -> WebhookSubscription {
 pub struct WebhookDelivery {
     pub id: String,
     pub project_id: String,
-    /// job_run, subscription or event_trigger.
+    /// job_run, subscription, event_trigger, or step_stage (a step's
+    /// stage change to a URL its stage_notifications names).
     pub kind: String,
     pub url: String,
     pub event_type: String,
@@ -354,7 +355,12 @@ impl WebhooksApi {
         }
         if let Some(k) = kind.0.as_deref() {
             let ok = deliveries::Kind::parse(k).is_some();
-            e.check(ok, "query.kind", "must be one of job_run, subscription, event_trigger", Some(k.into()));
+            e.check(
+                ok,
+                "query.kind",
+                "must be one of job_run, subscription, event_trigger, step_stage",
+                Some(k.into()),
+            );
         }
         e.finish()?;
         let w = Window::parse(limit.0, cursor.0)?;

@@ -69,7 +69,15 @@ pub struct WorkflowStepRun {
     pub job_run_id: Option<String>,
     #[oai(skip_serializing_if_is_none)]
     pub child_workflow_run_id: Option<String>,
-    /// The step's output after its output_transform.
+    /// The job run of the step's compensation (compensation_job_id), once
+    /// its run's saga started it.
+    #[oai(skip_serializing_if_is_none)]
+    pub compensation_job_run_id: Option<String>,
+    /// The event the step emitted when it completed (event_emit_key).
+    #[oai(skip_serializing_if_is_none)]
+    pub emitted_event_id: Option<String>,
+    /// The step's output after its output_transform. A cost gate's says
+    /// what it compared: {action, cost_microusd, threshold_microusd}.
     #[oai(skip_serializing_if_is_none)]
     pub output: Option<Value>,
     #[oai(skip_serializing_if_is_none)]
@@ -114,6 +122,16 @@ pub struct WorkflowRun {
     pub output: Option<Value>,
     #[oai(skip_serializing_if_is_none)]
     pub error: Option<String>,
+    /// `compensation_failed` when a compensation job failed for good.
+    #[oai(skip_serializing_if_is_none)]
+    pub error_class: Option<String>,
+    /// The saga, once a step with on_failure `compensate` failed:
+    /// {status: running, completed, failed or interrupted (the run was
+    /// cancelled meanwhile), failed_step, error, started_at, finished_at,
+    /// steps: [{step_ref, status: compensated, failed or not_compensated,
+    /// job_run_id}] in the order undone}.
+    #[oai(skip_serializing_if_is_none)]
+    pub compensation: Option<Value>,
     #[oai(skip_serializing_if_is_none)]
     pub idempotency_key: Option<String>,
     pub tags: HashMap<String, String>,
@@ -148,6 +166,8 @@ fn step_view(s: StepRun) -> WorkflowStepRun {
         attempt: s.attempt,
         job_run_id: s.job_run_id,
         child_workflow_run_id: s.child_workflow_run_id,
+        compensation_job_run_id: s.compensation_job_run_id,
+        emitted_event_id: s.emitted_event_id,
         output: s.output.map(|o| o.0),
         error: s.error,
         wake_at: s.wake_at,
@@ -173,6 +193,8 @@ fn run_view(r: RunRow, steps: Option<Vec<StepRun>>) -> WorkflowRun {
         payload: r.payload.map(|p| p.0),
         output: r.output.map(|o| o.0),
         error: r.error,
+        error_class: r.error_class,
+        compensation: r.compensation.map(|c| c.0),
         idempotency_key: r.idempotency_key,
         tags: r.tags.0.into_iter().collect(),
         triggered_by: r.triggered_by,
@@ -196,7 +218,11 @@ pub struct WorkflowDecision {
     /// scheduled, waiting, held, skipped, failed, step_completed,
     /// step_failed, step_timed_out, step_cancelled, step_retried,
     /// subtree_replayed, paused, resumed, version_moved, run_pending,
-    /// run_started, run_ended.
+    /// run_started, run_ended; approved, rejected, skipped (a person's
+    /// decision), event_received, event_emitted, cost_gate_passed (details:
+    /// cost_microusd, threshold_microusd; a gate over its threshold records
+    /// them on its `waiting`), compensation_started, compensating,
+    /// step_compensated, compensation_failed.
     pub decision_type: String,
     pub reason: String,
     /// What the decision was made on (a skipped step's condition and the

@@ -47,6 +47,10 @@ pub struct WorkflowStepRequest {
     /// step_refs this step waits for; no cycles.
     pub depends_on: Option<Vec<String>>,
     /// fail_workflow (default), continue, skip_dependents or compensate.
+    /// compensate: when this step fails, the run cancels its steps under
+    /// way and runs the compensation_job_id of every completed step that
+    /// has one, one at a time, latest completed first; then it ends
+    /// failed, with the saga in its `compensation`.
     pub on_failure: Option<String>,
     /// JSONLogic over {payload, steps: {ref: {status, output}}}; false
     /// skips the step. At most 4096 characters as JSON.
@@ -55,6 +59,17 @@ pub struct WorkflowStepRequest {
     pub payload: Option<Value>,
     /// JMESPath applied to the step's output; at most 4096 characters.
     pub output_transform: Option<String>,
+    /// Where the step's stage changes are sent, through the delivery
+    /// outbox: `{"urls": [...], "subscription_ids": [...], "stages": [...]}`.
+    /// urls (at most 5, http or https) are posted unsigned (deliveries of
+    /// kind step_stage); subscription_ids (at most 5, webhook
+    /// subscriptions of the project) get it signed with their secret,
+    /// whatever their event_types. stages: any of started, waiting,
+    /// completed, failed (failed or timed out), skipped, cancelled,
+    /// compensated; default the first four. Each notification is
+    /// {event_type: workflow_step.<stage>, occurred_at, project_id, data:
+    /// {workflow_run_id, workflow_id, step_run_id, step_ref, step_type,
+    /// stage, status, attempt, output, error}}.
     pub stage_notifications: Option<Value>,
     /// Job steps only; at most 256 characters.
     pub concurrency_key: Option<String>,
@@ -79,7 +94,12 @@ pub struct WorkflowStepRequest {
     pub sleep_duration_secs: Option<i64>,
     /// Required for wait_for_event steps; at most 256 characters.
     pub event_key: Option<String>,
-    /// At most 256 characters.
+    /// When the step completes, an event with this key and the step's
+    /// output as payload is dispatched in the project, in the transaction
+    /// that records the completion: it resumes the wait_for_event steps
+    /// waiting for the key and triggers the matching event sources (job
+    /// triggers apply the job's payload_schema, not its dedup window).
+    /// Once per completion. An event key: at most 256 characters, no `*`.
     pub event_emit_key: Option<String>,
     /// wait_for_event steps: where the event-trigger notification is sent.
     pub event_notify_url: Option<String>,
@@ -89,15 +109,24 @@ pub struct WorkflowStepRequest {
     pub approval_approvers: Option<Vec<String>>,
     /// Approval steps; 1 to 30 days.
     pub approval_timeout_secs: Option<i64>,
-    /// Job and sub_workflow steps: a live job of the same project.
+    /// Job and sub_workflow steps: a live job of the same project, run
+    /// when a later step with on_failure compensate fails, with payload
+    /// {workflow_run_id, step_ref, payload, output, failed_step, error}
+    /// under the job's own retry policy.
     pub compensation_job_id: Option<String>,
-    /// 1 to 86400.
+    /// The compensation job run's timeout; 1 to 86400.
     pub compensation_timeout_secs: Option<i64>,
-    /// Cost gate steps: micro-dollars, 0 to 10^15.
+    /// Cost gate steps (required): micro-dollars, 0 to 10^15. When the
+    /// gate is reached, the run's cost so far (cost_microusd of the SDK
+    /// usage records of its job runs and its child runs') is compared with
+    /// it: at most the threshold, the gate completes at once; over it, the
+    /// gate waits for approve, reject or skip.
     pub cost_gate_threshold_microusd: Option<i64>,
-    /// Cost gate steps; 1 to 30 days.
+    /// Cost gate steps: how long a gate over its threshold waits; 1 to 30
+    /// days. Without it, it waits until decided.
     pub cost_gate_timeout_secs: Option<i64>,
-    /// Cost gate steps: proceed or fail.
+    /// Cost gate steps: what a gate does at cost_gate_timeout_secs,
+    /// proceed (completes) or fail (default).
     pub cost_gate_default_action: Option<String>,
 }
 
@@ -472,6 +501,14 @@ async fn references(
         workflow_id: own.map(str::to_string),
         jobs: store::workflows::live_jobs(&state.pool, project_id, &jobs).await?.into_iter().collect(),
         workflows: HashMap::new(),
+        subscriptions: store::deliveries::subscriptions_of(
+            &state.pool,
+            project_id,
+            &wf::subscriptions_to_look_up(steps),
+        )
+        .await?
+        .into_iter()
+        .collect(),
     };
     // The workflow being saved is checked against its new steps, never
     // against its stored ones.

@@ -102,6 +102,27 @@ pub const DEFAULT_ON_FAILURE: &str = "fail_workflow";
 /// What a cost gate does when nobody decides before its timeout.
 pub const COST_GATE_ACTIONS: [&str; 2] = ["proceed", "fail"];
 pub const VERSION_POLICIES: [&str; 2] = ["pin", "latest"];
+/// The stage changes a step's stage_notifications may name: `started`
+/// (running), `waiting`, `completed`, `failed` (failed or timed out) are
+/// sent when `stages` is absent; `skipped`, `cancelled` and `compensated`
+/// only when named.
+pub const STAGES: [&str; 7] = ["started", "waiting", "completed", "failed", "skipped", "cancelled", "compensated"];
+/// Most URLs, and most subscriptions, one step's stage_notifications names.
+pub const MAX_STAGE_TARGETS: usize = 5;
+
+/// A step's stage_notifications: where its stage changes are sent.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StageNotifications {
+    /// Posted unsigned, like an event_notify_url.
+    #[serde(default)]
+    pub urls: Vec<String>,
+    /// Webhook subscriptions of the project: signed with their secrets,
+    /// whatever event_types they list.
+    #[serde(default)]
+    pub subscription_ids: Vec<String>,
+    pub stages: Option<Vec<String>>,
+}
 
 fn one_of<const N: usize>(v: [&str; N]) -> String {
     v.join(", ")
@@ -370,6 +391,8 @@ pub struct References {
     /// Live workflows of the project looked up so far: for each, the
     /// sub_workflow_ids its current steps name.
     pub workflows: HashMap<String, Vec<String>>,
+    /// The named subscription ids that are subscriptions of the project.
+    pub subscriptions: HashSet<String>,
 }
 
 impl References {
@@ -602,6 +625,12 @@ fn check_values(e: &mut FieldErrors, i: usize, s: &StepRequest) {
     e.text(&at("resource_class"), s.resource_class.as_deref(), 64);
     e.text(&at("event_key"), s.event_key.as_deref(), 256);
     e.text(&at("event_emit_key"), s.event_emit_key.as_deref(), 256);
+    if let Some(key) = s.event_emit_key.as_deref().filter(|k| !k.is_empty() && k.len() <= 256) {
+        super::event_key::check_key(e, &at("event_emit_key"), key);
+    }
+    if let Some(v) = &s.stage_notifications {
+        check_stage_notifications(e, &at("stage_notifications"), v);
+    }
     if let Some(u) = &s.event_notify_url {
         if let Err(m) = check_url(u) {
             e.push(at("event_notify_url"), m, Some(u.clone().into()));
@@ -677,6 +706,71 @@ pub fn check_output_transform(t: &str) -> Result<(), String> {
     jmespath::compile(t).map(|_| ()).map_err(|err| format!("not a valid JMESPath expression: {err}"))
 }
 
+/// The shape of a step's stage_notifications ([`StageNotifications`]).
+fn check_stage_notifications(e: &mut FieldErrors, at: &str, v: &Value) {
+    let n: StageNotifications = match serde_json::from_value(v.clone()) {
+        Ok(n) => n,
+        Err(err) => {
+            let m = format!("must be an object of urls, subscription_ids and stages (lists of strings): {err}");
+            e.push(at, m, Some(v.clone()));
+            return;
+        }
+    };
+    e.check(
+        !(n.urls.is_empty() && n.subscription_ids.is_empty()),
+        at,
+        "names no urls and no subscription_ids",
+        Some(v.clone()),
+    );
+    e.check(
+        n.urls.len() <= MAX_STAGE_TARGETS && n.subscription_ids.len() <= MAX_STAGE_TARGETS,
+        at,
+        format!("at most {MAX_STAGE_TARGETS} urls and {MAX_STAGE_TARGETS} subscription_ids"),
+        None,
+    );
+    for (k, u) in n.urls.iter().enumerate() {
+        if let Err(m) = check_url(u) {
+            e.push(format!("{at}/urls/{k}"), m, Some(u.clone().into()));
+        }
+    }
+    for (k, id) in n.subscription_ids.iter().enumerate() {
+        e.check(
+            crate::ids::is_valid_external_id(id),
+            format!("{at}/subscription_ids/{k}"),
+            "not a subscription id",
+            Some(id.clone().into()),
+        );
+    }
+    if let Some(stages) = &n.stages {
+        e.check(!stages.is_empty(), format!("{at}/stages"), "names no stage", None);
+        for (k, st) in stages.iter().enumerate() {
+            e.check(
+                STAGES.contains(&st.as_str()),
+                format!("{at}/stages/{k}"),
+                format!("must be one of {}", STAGES.join(", ")),
+                Some(st.clone().into()),
+            );
+        }
+    }
+}
+
+/// The subscription ids the steps' stage_notifications name, to look up.
+pub fn subscriptions_to_look_up(steps: &[StepRequest]) -> Vec<String> {
+    let mut ids: Vec<String> = Vec::new();
+    for s in steps.iter().take(MAX_STEPS) {
+        let Some(n) = s.stage_notifications.clone().and_then(|v| serde_json::from_value::<StageNotifications>(v).ok())
+        else {
+            continue;
+        };
+        for id in n.subscription_ids.into_iter().filter(|id| crate::ids::is_valid_external_id(id)) {
+            if !ids.contains(&id) {
+                ids.push(id);
+            }
+        }
+    }
+    ids
+}
+
 /// job_id, compensation_job_id and sub_workflow_id name live resources of
 /// the project; a sub-workflow's chain neither includes the workflow being
 /// saved nor nests deeper than the step's max_nesting_depth.
@@ -685,6 +779,17 @@ fn check_references(e: &mut FieldErrors, i: usize, s: &StepRequest, refs: &Refer
     for (f, id) in [("job_id", &s.job_id), ("compensation_job_id", &s.compensation_job_id)] {
         if let Some(id) = id {
             e.check(refs.jobs.contains(id), at(f), "no such job in this project", Some(id.clone().into()));
+        }
+    }
+    let named = s.stage_notifications.clone().and_then(|v| serde_json::from_value::<StageNotifications>(v).ok());
+    for (k, id) in named.map(|n| n.subscription_ids).unwrap_or_default().iter().enumerate() {
+        if crate::ids::is_valid_external_id(id) {
+            e.check(
+                refs.subscriptions.contains(id),
+                format!("body.steps/{i}/stage_notifications/subscription_ids/{k}"),
+                "no such webhook subscription in this project",
+                Some(id.clone().into()),
+            );
         }
     }
     let Some(sub) = &s.sub_workflow_id else { return };
@@ -853,6 +958,7 @@ mod tests {
             workflow_id: Some("wf_self".into()),
             jobs: ["job_a".to_string(), "job_b".to_string()].into(),
             workflows: HashMap::new(),
+            subscriptions: ["whs_0123456789abcdef0123456789abcdef".to_string()].into(),
         }
     }
 

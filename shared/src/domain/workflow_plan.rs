@@ -388,7 +388,8 @@ pub fn simulate(steps: &[Step], given: &Assumptions) -> Simulation {
                 "continue" => {}
                 "skip_dependents" => skipped_by[n] = Some((n, status)),
                 "compensate" => {
-                    ended = Some(format!("the run failed at step {r} (compensate, simulated as fail_workflow)"))
+                    ended =
+                        Some(format!("the run failed at step {r} (compensate: its completed steps are compensated)"))
                 }
                 other => ended = Some(format!("the run failed at step {r} ({other})")),
             }
@@ -685,7 +686,7 @@ mod tests {
     fn fail_workflow_and_compensate_end_the_run() {
         for (policy, why) in [
             ("fail_workflow", "the run failed at step b (fail_workflow)"),
-            ("compensate", "the run failed at step b (compensate, simulated as fail_workflow)"),
+            ("compensate", "the run failed at step b (compensate: its completed steps are compensated)"),
         ] {
             let s = steps(json!([
                 {"step_ref": "a", "job_id": "j"},

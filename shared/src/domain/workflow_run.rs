@@ -11,6 +11,8 @@
 //!   running ──pause──► paused            (running steps finish, none start)
 //!   running ──every step ended──► completed
 //!   running ──a step failed (on_failure fail_workflow)──► failed
+//!   running ──a step failed (on_failure compensate)──► running, compensating
+//!           ──every compensation job completed, or one failed for good──► failed
 //!   pending / running / paused ──cancel──► cancelled;  ──timeout_secs──► timed_out
 //!   completed / failed / cancelled / timed_out ──step retry or replay──► running
 //!
@@ -195,7 +197,16 @@ pub enum Decision {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Ending {
     Completed,
-    Failed { step_ref: String, error: String },
+    Failed {
+        step_ref: String,
+        error: String,
+    },
+    /// A step with on_failure `compensate` failed: the run undoes its
+    /// completed steps ([`saga`]) and then ends failed.
+    Compensate {
+        step_ref: String,
+        error: String,
+    },
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -378,17 +389,94 @@ pub fn next(i: &Inputs) -> Next {
 fn failing(steps: &[Step], st: &HashMap<String, StepNow>) -> Option<Ending> {
     steps.iter().find_map(|s| {
         let n = st.get(&s.def.step_ref)?;
-        // compensate behaves as fail_workflow until compensation exists.
-        (n.status.is_failure() && matches!(on_failure(s), "fail_workflow" | "compensate")).then(|| Ending::Failed {
-            step_ref: s.def.step_ref.clone(),
-            error: format!(
-                "step {} {}{}",
-                s.def.step_ref,
-                n.status.as_str(),
-                n.error.as_deref().map(|e| format!(": {e}")).unwrap_or_default()
-            ),
-        })
+        if !n.status.is_failure() {
+            return None;
+        }
+        let step_ref = s.def.step_ref.clone();
+        let error = format!(
+            "step {} {}{}",
+            s.def.step_ref,
+            n.status.as_str(),
+            n.error.as_deref().map(|e| format!(": {e}")).unwrap_or_default()
+        );
+        match on_failure(s) {
+            "fail_workflow" => Some(Ending::Failed { step_ref, error }),
+            "compensate" => Some(Ending::Compensate { step_ref, error }),
+            _ => None,
+        }
     })
+}
+
+/// A step that completed and names a compensation job, as the saga sees it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Compensable {
+    pub step_ref: String,
+    /// Completed, or Compensated once its compensation job completed.
+    pub status: StepStatus,
+    /// When the step completed: the saga undoes the latest first.
+    pub finished_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// Its compensation job run's status, once one was started.
+    pub job: Option<super::RunStatus>,
+}
+
+/// What the saga does next.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SagaNext {
+    /// Steps whose compensation job completed since the last look.
+    pub compensated: Vec<String>,
+    pub then: SagaMove,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum SagaMove {
+    /// Start this step's compensation job.
+    Start(String),
+    /// A compensation job is under way.
+    #[default]
+    Wait,
+    /// Every step is compensated: the run ends failed.
+    Done,
+    /// This step's compensation job ended without completing (after its
+    /// job's retries): the run ends failed with `compensation_failed`, and
+    /// the steps before it in the saga are left as they are.
+    Failed(String),
+}
+
+/// The order a saga undoes steps in, as indexes into `steps`: the latest
+/// completed first (ties: the later in `steps`' order first).
+pub fn saga_order(steps: &[Compensable]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..steps.len()).collect();
+    order.sort_by(|&i, &j| steps[j].finished_at.cmp(&steps[i].finished_at).then(j.cmp(&i)));
+    order
+}
+
+/// The saga's next move: compensations run one at a time, in reverse
+/// completion order (ties: the later in `steps`' order first), each
+/// after the one before it completed.
+pub fn saga(steps: &[Compensable]) -> SagaNext {
+    let mut out = SagaNext::default();
+    for s in saga_order(steps).into_iter().map(|i| &steps[i]) {
+        if s.status == StepStatus::Compensated {
+            continue;
+        }
+        match s.job {
+            None => {
+                out.then = SagaMove::Start(s.step_ref.clone());
+                return out;
+            }
+            Some(super::RunStatus::Completed) => out.compensated.push(s.step_ref.clone()),
+            Some(j) if j.is_terminal() => {
+                out.then = SagaMove::Failed(s.step_ref.clone());
+                return out;
+            }
+            Some(_) => {
+                out.then = SagaMove::Wait;
+                return out;
+            }
+        }
+    }
+    out.then = SagaMove::Done;
+    out
 }
 
 /// The output of a completed run: each completed step's output by ref.
@@ -531,7 +619,10 @@ mod tests {
         let n = fail("fail_workflow");
         assert!(matches!(&n.ending, Some(Ending::Failed { step_ref, .. }) if step_ref == "a"));
         assert!(started(&n).is_empty());
-        assert!(matches!(fail("compensate").ending, Some(Ending::Failed { .. })), "compensate fails the run for now");
+        assert!(
+            matches!(fail("compensate").ending, Some(Ending::Compensate { step_ref, .. }) if step_ref == "a"),
+            "compensate hands the run to the saga"
+        );
         let n = fail("continue");
         assert_eq!(started(&n), ["b"]);
         let n = fail("skip_dependents");
@@ -594,5 +685,42 @@ mod tests {
         assert_eq!(topological(&s), [1, 0]);
         assert_eq!(subtree(&diamond(), "b"), ["b", "d"]);
         assert_eq!(subtree(&diamond(), "a"), ["a", "b", "c", "d"]);
+    }
+
+    fn comp(r: &str, secs: i64, status: StepStatus, job: Option<crate::domain::RunStatus>) -> Compensable {
+        use chrono::TimeZone;
+        Compensable {
+            step_ref: r.into(),
+            status,
+            finished_at: Some(chrono::Utc.timestamp_opt(1_700_000_000 + secs, 0).unwrap()),
+            job,
+        }
+    }
+
+    #[test]
+    fn a_saga_undoes_the_latest_step_first_one_at_a_time() {
+        use crate::domain::RunStatus as R;
+        let c = StepStatus::Completed;
+        let steps = vec![comp("one", 1, c, None), comp("two", 2, c, None)];
+        assert_eq!(saga(&steps).then, SagaMove::Start("two".into()));
+        let steps = vec![comp("one", 1, c, None), comp("two", 2, c, Some(R::Running))];
+        assert_eq!(saga(&steps).then, SagaMove::Wait, "one waits for two's compensation");
+        let steps = vec![comp("one", 1, c, None), comp("two", 2, c, Some(R::Completed))];
+        assert_eq!(saga(&steps), SagaNext { compensated: vec!["two".into()], then: SagaMove::Start("one".into()) });
+        let steps = vec![comp("one", 1, c, Some(R::Completed)), comp("two", 2, StepStatus::Compensated, None)];
+        assert_eq!(saga(&steps), SagaNext { compensated: vec!["one".into()], then: SagaMove::Done });
+        assert_eq!(saga(&[]).then, SagaMove::Done, "nothing to undo");
+    }
+
+    #[test]
+    fn a_compensation_that_fails_for_good_stops_the_saga() {
+        use crate::domain::RunStatus as R;
+        let c = StepStatus::Completed;
+        let steps = vec![comp("one", 1, c, None), comp("two", 2, c, Some(R::Retrying))];
+        assert_eq!(saga(&steps).then, SagaMove::Wait, "a retrying compensation is still under way");
+        let steps = vec![comp("one", 1, c, None), comp("two", 2, c, Some(R::Failed))];
+        assert_eq!(saga(&steps).then, SagaMove::Failed("two".into()));
+        let steps = vec![comp("one", 1, c, None), comp("two", 2, c, Some(R::TimedOut))];
+        assert_eq!(saga(&steps).then, SagaMove::Failed("two".into()));
     }
 }

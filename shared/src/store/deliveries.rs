@@ -26,6 +26,9 @@ pub enum Kind {
     /// 30 min); a 4xx makes it `dead` at once, and so does the last failure.
     Subscription,
     EventTrigger,
+    /// A step's stage change to a URL its stage_notifications names:
+    /// retried as a subscription's event.
+    StepStage,
 }
 
 impl Kind {
@@ -34,6 +37,7 @@ impl Kind {
             "job_run" => Some(Kind::JobRun),
             "subscription" => Some(Kind::Subscription),
             "event_trigger" => Some(Kind::EventTrigger),
+            "step_stage" => Some(Kind::StepStage),
             _ => None,
         }
     }
@@ -42,7 +46,7 @@ impl Kind {
     pub fn backoff(self, next: i32) -> Duration {
         match self {
             Kind::JobRun => Duration::from_secs(if next <= 2 { 1 } else { 5 }),
-            Kind::Subscription | Kind::EventTrigger => {
+            Kind::Subscription | Kind::EventTrigger | Kind::StepStage => {
                 let secs = 5u64.saturating_pow((next - 1).clamp(1, 10) as u32);
                 Duration::from_secs(secs.min(30 * 60))
             }
@@ -442,6 +446,19 @@ pub async fn list_subscriptions(
     limit: i64,
 ) -> Result<Vec<Subscription>, sqlx::Error> {
     super::page_of_project(pool, "webhook_subscriptions", SUB_COLUMNS, project_id, before, limit).await
+}
+
+/// Which of `ids` are subscriptions of the project (a step's
+/// stage_notifications may name them).
+pub async fn subscriptions_of(pool: &PgPool, project_id: &str, ids: &[String]) -> Result<Vec<String>, sqlx::Error> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    sqlx::query_scalar("SELECT id FROM webhook_subscriptions WHERE project_id = $1 AND id = ANY($2)")
+        .bind(project_id)
+        .bind(ids)
+        .fetch_all(pool)
+        .await
 }
 
 #[cfg(test)]

@@ -14,7 +14,14 @@ use serde_json::Value;
 use sqlx::types::Json;
 use sqlx::{PgConnection, PgPool};
 
-use super::Tenant;
+use std::collections::HashMap;
+
+use serde_json::json;
+
+use super::runs::{self, NewRun, Run};
+use super::workflow_runs::{self, NewWorkflowRun, Triggered};
+use super::{jobs, workflows, Tenant};
+use crate::domain::{schedule, trigger};
 
 /// An event source as stored.
 #[derive(Clone, Debug, sqlx::FromRow)]
@@ -154,17 +161,14 @@ pub async fn live_target(
 /// first: an exact pattern equal to it, or a `prefix*` pattern whose prefix
 /// starts it (`domain::event_key::matches` states the same rule).
 pub async fn matching_sources(pool: &PgPool, project_id: &str, key: &str) -> Result<Vec<EventSourceRow>, sqlx::Error> {
-    sqlx::query_as(&format!(
-        "SELECT {SOURCE_COLS} FROM event_sources
-          WHERE project_id = $1 AND enabled
-            AND (event_key = $2 OR (right(event_key, 1) = '*' AND starts_with($2, left(event_key, -1))))
-          ORDER BY id"
-    ))
-    .bind(project_id)
-    .bind(key)
-    .fetch_all(pool)
-    .await
+    sqlx::query_as(&format!("{MATCHING_SOURCES} ORDER BY id")).bind(project_id).bind(key).fetch_all(pool).await
 }
+
+/// The enabled sources of project $1 whose pattern matches key $2.
+const MATCHING_SOURCES: &str = "SELECT id, project_id, name, description, event_key, target_type, target_id, enabled, \
+    created_by, updated_by, created_at, updated_at FROM event_sources
+    WHERE project_id = $1 AND enabled
+      AND (event_key = $2 OR (right(event_key, 1) = '*' AND starts_with($2, left(event_key, -1))))";
 
 /// What a source's trigger made.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -291,9 +295,38 @@ pub async fn insert(pool: &PgPool, e: &NewEvent) -> Result<(EventRow, bool), sql
 /// complete account of an event is the one kept.
 pub async fn complete(pool: &PgPool, event: &EventRow, runs: &[TriggeredRun]) -> Result<EventRow, sqlx::Error> {
     let mut tx = pool.begin().await?;
+    let resumed = resume_waiting(&mut tx, event).await?;
+    let done: Option<EventRow> = sqlx::query_as(&format!(
+        "UPDATE events SET triggered_runs = $2, resumed_steps = $3, completed_at = now()
+          WHERE id = $1 AND completed_at IS NULL
+          RETURNING {EVENT_COLS}"
+    ))
+    .bind(&event.id)
+    .bind(Json(runs))
+    .bind(resumed as i32)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let id = &event.id;
+    if done.is_some() {
+        tx.commit().await?;
+    } else {
+        // Another dispatch completed it (and resumed what waited) first.
+        tx.rollback().await?;
+    }
+    match done {
+        Some(row) => Ok(row),
+        None => {
+            sqlx::query_as(&format!("SELECT {EVENT_COLS} FROM events WHERE id = $1")).bind(id).fetch_one(pool).await
+        }
+    }
+}
+
+/// Resumes the `wait_for_event` steps of the event's project waiting for
+/// its key that began before it arrived (see [`complete`]); how many.
+async fn resume_waiting(tx: &mut PgConnection, event: &EventRow) -> Result<i64, sqlx::Error> {
     // Runs are locked in id order, as the engine's advance locks them one
     // at a time, so the step cannot change under either.
-    let resumed: i64 = sqlx::query_scalar(
+    sqlx::query_scalar(
         "WITH waiting AS (
             SELECT s.id, s.workflow_run_id, s.step_ref
               FROM workflow_step_runs s
@@ -338,31 +371,172 @@ pub async fn complete(pool: &PgPool, event: &EventRow, runs: &[TriggeredRun]) ->
     .bind(event.created_at)
     .bind(Json(event.payload.as_ref().map(|p| p.0.clone()).unwrap_or(Value::Null)))
     .bind(&event.id)
-    .fetch_one(&mut *tx)
+    .fetch_one(tx)
+    .await
+}
+
+/// An event a workflow step emits on completing (its event_emit_key), in
+/// the engine's transaction, so that it happens exactly once with the
+/// step's completion: recorded complete at once, each matching source
+/// triggered (a workflow through its trigger; a job under its
+/// payload_schema and admission rules, with the dispatch's idempotency
+/// key, though not folded by its dedup window), and the wait_for_event
+/// steps waiting for its key resumed. Returns the event and the job runs
+/// it made, for the caller to enqueue after commit.
+pub async fn emit_in(conn: &mut PgConnection, e: &NewEvent) -> Result<(EventRow, Vec<Run>), sqlx::Error> {
+    let event: EventRow = sqlx::query_as(&format!(
+        "INSERT INTO events (id, project_id, event_key, payload, created_by) VALUES ($1, $2, $3, $4, $5)
+         RETURNING {EVENT_COLS}"
+    ))
+    .bind(&e.id)
+    .bind(&e.project_id)
+    .bind(&e.event_key)
+    .bind(e.payload.as_ref().map(Json))
+    .bind(&e.created_by)
+    .fetch_one(&mut *conn)
     .await?;
-    let done: Option<EventRow> = sqlx::query_as(&format!(
-        "UPDATE events SET triggered_runs = $2, resumed_steps = $3, completed_at = now()
-          WHERE id = $1 AND completed_at IS NULL
-          RETURNING {EVENT_COLS}"
+    let sources: Vec<EventSourceRow> = sqlx::query_as(&format!("{MATCHING_SOURCES} ORDER BY id"))
+        .bind(&e.project_id)
+        .bind(&e.event_key)
+        .fetch_all(&mut *conn)
+        .await?;
+    let mut triggered = Vec::with_capacity(sources.len());
+    let mut made = Vec::new();
+    for source in &sources {
+        let key = crate::domain::event_key::trigger_key(&event.id, &source.id);
+        let (kind, fired) = if source.target_type == "job" {
+            (RunKind::JobRun, fire_job_in(conn, &event, source, key).await?)
+        } else {
+            (RunKind::WorkflowRun, fire_workflow_in(conn, &event, source, key).await?)
+        };
+        let (id, status, error) = match fired {
+            Ok(Fired::Job(run, created)) => {
+                let status = if created { TriggerStatus::Created } else { TriggerStatus::Existing };
+                let id = run.id.clone();
+                if created {
+                    made.push(*run);
+                }
+                (Some(id), status, None)
+            }
+            Ok(Fired::Workflow(t)) => match *t {
+                Triggered::Created(r) => (Some(r.id), TriggerStatus::Created, None),
+                Triggered::Existing(r) => (Some(r.id), TriggerStatus::Existing, None),
+                Triggered::Skipped { active_run_id } => (
+                    None,
+                    TriggerStatus::Skipped,
+                    Some(format!(
+                        "the workflow has skip_if_running and run {active_run_id} is active; no run was created"
+                    )),
+                ),
+            },
+            Err(why) => (None, TriggerStatus::Error, Some(why)),
+        };
+        triggered.push(TriggeredRun { source_id: source.id.clone(), kind, id, status, error });
+    }
+    let resumed = resume_waiting(conn, &event).await?;
+    let done: EventRow = sqlx::query_as(&format!(
+        "UPDATE events SET triggered_runs = $2, resumed_steps = $3, completed_at = now() WHERE id = $1
+         RETURNING {EVENT_COLS}"
     ))
     .bind(&event.id)
-    .bind(Json(runs))
+    .bind(Json(&triggered))
     .bind(resumed as i32)
-    .fetch_optional(&mut *tx)
+    .fetch_one(&mut *conn)
     .await?;
-    let id = &event.id;
-    if done.is_some() {
-        tx.commit().await?;
-    } else {
-        // Another dispatch completed it (and resumed what waited) first.
-        tx.rollback().await?;
+    Ok((done, made))
+}
+
+/// What a source's trigger made.
+enum Fired {
+    Job(Box<Run>, bool),
+    Workflow(Box<Triggered>),
+}
+
+async fn fire_job_in(
+    conn: &mut PgConnection,
+    event: &EventRow,
+    source: &EventSourceRow,
+    key: String,
+) -> Result<Result<Fired, String>, sqlx::Error> {
+    let job = jobs::get_many_in(conn, std::slice::from_ref(&source.target_id)).await?.into_iter().next();
+    let Some(job) = job.filter(|j| j.project_id == event.project_id) else {
+        return Ok(Err(format!("the job {} does not exist any more", source.target_id)));
+    };
+    if !job.enabled {
+        return Ok(Err("the job is disabled; enable it to trigger runs".into()));
     }
-    match done {
-        Some(row) => Ok(row),
-        None => {
-            sqlx::query_as(&format!("SELECT {EVENT_COLS} FROM events WHERE id = $1")).bind(id).fetch_one(pool).await
+    let metadata =
+        HashMap::from([("event_id".to_string(), event.id.clone()), ("event_source_id".to_string(), source.id.clone())]);
+    let req = trigger::Request {
+        payload: event.payload.as_ref().map(|p| p.0.clone()),
+        idempotency_key: Some(key),
+        metadata: Some(metadata),
+        ..Default::default()
+    };
+    let refs = trigger::References { project_id: job.project_id.clone(), ..Default::default() };
+    let spec = &job.spec.0;
+    let valid = match trigger::validate(&req, spec, &refs) {
+        Ok(v) => v,
+        Err(errs) => {
+            let why: Vec<String> = errs.iter().map(|e| format!("{}: {}", e.location, e.message)).collect();
+            return Ok(Err(why.join("; ")));
         }
+    };
+    let admitted = match schedule::admission(spec, Utc::now(), None, false) {
+        Ok(a) => a,
+        Err(why) => return Ok(Err(why)),
+    };
+    let mut metadata: serde_json::Map<String, Value> =
+        spec.default_run_metadata.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect();
+    for (k, v) in req.metadata.unwrap_or_default() {
+        metadata.insert(k, Value::String(v));
     }
+    let new = NewRun {
+        id: crate::ids::run_id(),
+        project_id: job.project_id.clone(),
+        job_id: job.id.clone(),
+        job_version: job.version,
+        job_version_id: job.version_id.clone(),
+        status: admitted.status,
+        priority: valid.priority,
+        triggered_by: "event".into(),
+        created_by: event.created_by.clone(),
+        payload: req.payload,
+        idempotency_key: req.idempotency_key,
+        execution_mode: valid.execution_mode.as_str().into(),
+        metadata: Value::Object(metadata),
+        tags: json!({}),
+        scheduled_at: admitted.scheduled_at,
+        expires_at: admitted.expires_at,
+        ..NewRun::default()
+    };
+    let written = runs::insert_many_in(conn, std::slice::from_ref(&new)).await?;
+    Ok(match written.into_iter().next() {
+        Some((run, created)) => Ok(Fired::Job(Box::new(run), created)),
+        None => Err("the run could not be written".into()),
+    })
+}
+
+async fn fire_workflow_in(
+    conn: &mut PgConnection,
+    event: &EventRow,
+    source: &EventSourceRow,
+    key: String,
+) -> Result<Result<Fired, String>, sqlx::Error> {
+    let Some(wf) = workflows::get_in(conn, Tenant::Project(&event.project_id), &source.target_id).await? else {
+        return Ok(Err(format!("the workflow {} does not exist any more", source.target_id)));
+    };
+    if !wf.enabled {
+        return Ok(Err("the workflow is disabled; enable it to trigger runs".into()));
+    }
+    let new = NewWorkflowRun {
+        payload: event.payload.as_ref().map(|p| p.0.clone()),
+        idempotency_key: Some(key),
+        triggered_by: "event".into(),
+        created_by: event.created_by.clone(),
+        ..NewWorkflowRun::default()
+    };
+    Ok(Ok(Fired::Workflow(Box::new(workflow_runs::trigger_in(conn, &wf, &new).await?))))
 }
 
 /// The event, if `tenant` may see it.

@@ -29,11 +29,13 @@ use super::transitions::{self, Changed, Staged};
 use super::workflow_runs::{
     self, record, record_many, wake, NewDecision, StepRun, Triggered, WorkflowRun, RUN_COLUMNS, STEP_COLUMNS,
 };
-use super::{jobs, workflows, Tenant};
+use super::{events, jobs, workflows, Tenant};
 use crate::domain::schedule;
 use crate::domain::step_logic::transform_output;
 use crate::domain::workflow::{Step, StepType, MAX_NESTING_DEPTH};
-use crate::domain::workflow_run::{self, Decision, Ending, Inputs, StepNow, StepStatus, WorkflowRunStatus};
+use crate::domain::workflow_run::{
+    self, Compensable, Decision, Ending, Inputs, SagaMove, StepNow, StepStatus, WorkflowRunStatus,
+};
 use crate::domain::RunStatus;
 use crate::queue::Queue;
 
@@ -44,12 +46,15 @@ pub struct Decided {
     pub error: Option<String>,
     pub output: Option<Value>,
     pub reason: String,
+    pub error_class: Option<String>,
+    /// The saga's final record, when the run compensated.
+    pub compensation: Option<Value>,
 }
 
 impl Decided {
     pub fn ended(status: WorkflowRunStatus, reason: &str) -> Decided {
         let error = (status != WorkflowRunStatus::Completed).then(|| reason.to_string());
-        Decided { status, error, output: None, reason: reason.to_string() }
+        Decided { status, error, output: None, reason: reason.to_string(), error_class: None, compensation: None }
     }
 }
 
@@ -111,6 +116,8 @@ struct StepRow {
     child_status: Option<WorkflowRunStatus>,
     child_output: Option<Json<Value>>,
     child_error: Option<String>,
+    /// Its compensation job run's status, once the saga started one.
+    comp_status: Option<RunStatus>,
 }
 
 /// A change to one step row, written with the others in one statement.
@@ -286,11 +293,13 @@ pub async fn advance(
         current,
         max_parallel_steps,
         writes: Vec::new(),
+        flushed: 0,
         new_runs: Vec::new(),
         staged: Vec::new(),
         ended: None,
         decisions: Vec::new(),
         event_notices: Vec::new(),
+        emissions: Vec::new(),
         wake_at: None,
     };
     engine.go(&mut tx).await?;
@@ -345,6 +354,9 @@ struct Pass<'v> {
     current: Option<(String, i32)>,
     max_parallel_steps: Option<i32>,
     writes: Vec<StepWrite>,
+    /// How many of `writes` are written: a pass that begins a saga flushes
+    /// twice, and a write must not undo what the halt did in between.
+    flushed: usize,
     new_runs: Vec<Run>,
     staged: Vec<Staged>,
     ended: Option<WorkflowRunStatus>,
@@ -353,6 +365,9 @@ struct Pass<'v> {
     /// Event waits that timed out and name an event_notify_url:
     /// (url, step run id, step ref, event key).
     event_notices: Vec<(String, String, String, String)>,
+    /// Events to emit with the writes (event_emit_key): step run id, step
+    /// ref, key, the step's output.
+    emissions: Vec<(String, String, String, Option<Value>)>,
     wake_at: Option<DateTime<Utc>>,
 }
 
@@ -376,10 +391,12 @@ impl Pass<'_> {
         }
         let rows: Vec<StepRow> = sqlx::query_as(&format!(
             "SELECT {}, j.status AS job_status, j.result AS job_result, j.error AS job_error,
-                    c.status AS child_status, c.output AS child_output, c.error AS child_error
+                    c.status AS child_status, c.output AS child_output, c.error AS child_error,
+                    cj.status AS comp_status
                FROM workflow_step_runs s
                LEFT JOIN job_runs j ON j.id = s.job_run_id
                LEFT JOIN workflow_runs c ON c.id = s.child_workflow_run_id
+               LEFT JOIN job_runs cj ON cj.id = s.compensation_job_run_id
               WHERE s.workflow_run_id = $1",
             STEP_COLUMNS.split(", ").map(|c| format!("s.{c}")).collect::<Vec<_>>().join(", ")
         ))
@@ -389,10 +406,21 @@ impl Pass<'_> {
         let defs: HashMap<&str, &Step> = steps.iter().map(|s| (s.def.step_ref.as_str(), s)).collect();
         let mut now_of: HashMap<String, StepNow> = HashMap::new();
         let mut rows_by_ref: HashMap<String, StepRun> = HashMap::new();
+        let mut comp_of: HashMap<String, RunStatus> = HashMap::new();
         for row in rows {
             let synced = self.sync(&row, defs.get(row.step.step_ref.as_str()).copied());
             now_of.insert(row.step.step_ref.clone(), synced);
+            if let Some(c) = row.comp_status {
+                comp_of.insert(row.step.step_ref.clone(), c);
+            }
             rows_by_ref.insert(row.step.step_ref.clone(), row.step);
+        }
+
+        // A compensating run answers to its saga only: no step starts, and
+        // its deadline no longer cuts it short (each compensation is
+        // bounded by compensation_timeout_secs and its job's retries).
+        if self.run.compensation.as_ref().is_some_and(|c| c.0["status"] == "running") {
+            return self.saga(tx, &steps, &rows_by_ref, &comp_of).await;
         }
 
         if self.run.deadline_at.is_some_and(|d| d <= self.now) {
@@ -416,7 +444,9 @@ impl Pass<'_> {
                 paused: self.run.status == WorkflowRunStatus::Paused,
                 max_parallel_steps: max_parallel,
             });
-            let mut failed_at_start = false;
+            // A step that ended as it started (its job is gone, a cost gate
+            // under its threshold) lets the rules look again in this pass.
+            let mut settled_at_start = false;
             let mut starts: Vec<(&Step, &StepRun)> = Vec::new();
             for d in &next.decisions {
                 match d {
@@ -450,31 +480,36 @@ impl Pass<'_> {
                 }
             }
             let starts: Vec<(Step, StepRun)> = starts.into_iter().map(|(d, r)| (d.clone(), r.clone())).collect();
-            for (status, step_ref, error) in self.start(tx, &starts).await? {
-                if status == StepStatus::Failed {
-                    failed_at_start = true;
+            for (status, step_ref, output, error) in self.start(tx, &starts).await? {
+                if status.is_terminal() {
+                    settled_at_start = true;
                 }
-                now_of.insert(step_ref, StepNow { status, output: None, error });
+                now_of.insert(step_ref, StepNow { status, output, error });
             }
             if let Some(ending) = next.ending {
+                self.emits(&defs, &rows_by_ref, &now_of);
                 self.flush(tx).await?;
                 let decided = match ending {
                     Ending::Completed => Decided {
-                        status: WorkflowRunStatus::Completed,
-                        error: None,
                         output: Some(workflow_run::run_output(now_of.iter().map(|(r, s)| (r.as_str(), s)))),
-                        reason: "every step ended".into(),
+                        ..Decided::ended(WorkflowRunStatus::Completed, "every step ended")
                     },
                     Ending::Failed { error, .. } => Decided::ended(WorkflowRunStatus::Failed, &error),
+                    Ending::Compensate { step_ref, error } => {
+                        self.begin_saga(tx, &step_ref, &error).await?;
+                        // Steps the halt cancelled are read again by the saga.
+                        return Box::pin(self.go(tx)).await;
+                    }
                 };
                 self.ended = Some(decided.status);
                 self.staged.push(end_run(tx, &self.run, decided).await?);
                 return Ok(());
             }
-            if !failed_at_start {
+            if !settled_at_start {
                 break;
             }
         }
+        self.emits(&defs, &rows_by_ref, &now_of);
         self.flush(tx).await?;
         // The next moment the run must be looked at without an event.
         let wake_at = self.writes.iter().filter_map(|w| w.wake_at).chain(self.run.deadline_at).min();
@@ -491,8 +526,53 @@ impl Pass<'_> {
         Ok(())
     }
 
+    /// Queues the event of each completed step with an event_emit_key that
+    /// has not emitted one for this completion (a step completes in a pass,
+    /// or by a decision or an event between passes).
+    fn emits(
+        &mut self,
+        defs: &HashMap<&str, &Step>,
+        rows: &HashMap<String, StepRun>,
+        now_of: &HashMap<String, StepNow>,
+    ) {
+        let mut due: Vec<(String, String, String, Option<Value>)> = now_of
+            .iter()
+            .filter(|(_, n)| n.status == StepStatus::Completed)
+            .filter_map(|(r, n)| {
+                let key = defs.get(r.as_str())?.def.event_emit_key.clone()?;
+                let row = rows.get(r).filter(|row| row.emitted_event_id.is_none())?;
+                Some((row.id.clone(), r.clone(), key, n.output.clone()))
+            })
+            .collect();
+        due.sort_by(|a, b| a.1.cmp(&b.1));
+        self.emissions.extend(due);
+    }
+
     async fn flush(&mut self, tx: &mut PgConnection) -> Result<(), sqlx::Error> {
-        write_steps(tx, &self.writes).await?;
+        write_steps(tx, &self.writes[self.flushed..]).await?;
+        self.flushed = self.writes.len();
+        for (step_run_id, step_ref, key, output) in std::mem::take(&mut self.emissions) {
+            let new = events::NewEvent {
+                id: crate::ids::event_id(),
+                project_id: self.run.project_id.clone(),
+                event_key: key.clone(),
+                payload: output,
+                idempotency_key: None,
+                created_by: self.run.created_by.clone(),
+            };
+            let (event, made) = events::emit_in(tx, &new).await?;
+            sqlx::query("UPDATE workflow_step_runs SET emitted_event_id = $2 WHERE id = $1")
+                .bind(&step_run_id)
+                .bind(&event.id)
+                .execute(&mut *tx)
+                .await?;
+            self.new_runs.extend(made);
+            let details = json!({
+                "event_id": event.id, "event_key": key, "resumed_steps": event.resumed_steps,
+                "triggered_runs": event.triggered_runs.0.len(),
+            });
+            self.note(Some(&step_ref), "event_emitted", &format!("event {key} emitted on completion"), details);
+        }
         for (url, step_id, step_ref, key) in std::mem::take(&mut self.event_notices) {
             super::deliveries::event_trigger_timed_out(
                 tx,
@@ -541,6 +621,18 @@ impl Pass<'_> {
             match s.step_type.as_str() {
                 "sleep" => (StepStatus::Completed, None, None),
                 "approval" => (StepStatus::TimedOut, None, Some("no decision within approval_timeout_secs".into())),
+                "cost_gate" => match def.and_then(|d| d.def.cost_gate_default_action.as_deref()) {
+                    Some("proceed") => (
+                        StepStatus::Completed,
+                        Some(json!({ "action": "proceeded", "reason": "no decision within cost_gate_timeout_secs" })),
+                        None,
+                    ),
+                    _ => (
+                        StepStatus::Failed,
+                        None,
+                        Some("no decision within cost_gate_timeout_secs (cost_gate_default_action fail)".into()),
+                    ),
+                },
                 "wait_for_event" => {
                     if let Some(url) = def.and_then(|d| d.def.event_notify_url.clone()) {
                         let key = def.and_then(|d| d.def.event_key.clone()).unwrap_or_default();
@@ -571,12 +663,13 @@ impl Pass<'_> {
     }
 
     /// Starts steps; returns each one's status after (running, waiting,
-    /// or failed when it could not start).
+    /// failed when it could not start, completed for a cost gate under its
+    /// threshold) with its output and error.
     async fn start(
         &mut self,
         tx: &mut PgConnection,
         starts: &[(Step, StepRun)],
-    ) -> Result<Vec<(StepStatus, String, Option<String>)>, sqlx::Error> {
+    ) -> Result<Vec<(StepStatus, String, Option<Value>, Option<String>)>, sqlx::Error> {
         let mut out = Vec::with_capacity(starts.len());
         let job_ids: Vec<String> = starts.iter().filter_map(|(d, _)| d.def.job_id.clone()).collect();
         let jobs: HashMap<String, jobs::JobRecord> = if job_ids.is_empty() {
@@ -586,8 +679,10 @@ impl Pass<'_> {
         };
         let payload = self.run.payload.as_ref().map(|p| p.0.clone());
         let mut new_runs: Vec<NewRun> = Vec::new();
+        let mut cost: Option<i64> = None;
         for (def, row) in starts {
             let mut w = StepWrite::start(row, StepStatus::Running);
+            let mut figures = Value::Null;
             let failed = |w: &mut StepWrite, e: String| {
                 w.status = StepStatus::Failed;
                 w.error = Some(e);
@@ -622,28 +717,63 @@ impl Pass<'_> {
                     let secs = def.def.sleep_duration_secs.unwrap_or(0).max(0);
                     w.wake_at = Some(self.now + chrono::Duration::seconds(secs));
                 }
-                // Events, approvals and cost gates wait for what resolves
-                // them, until their timeout (a durable deadline, like a sleep's).
-                StepType::WaitForEvent | StepType::Approval | StepType::CostGate => {
+                // A cost gate compares what the run has spent so far with
+                // its threshold: within it the gate is passed at once, over
+                // it the gate waits for a decision like an approval.
+                StepType::CostGate => {
+                    let spent = match cost {
+                        Some(c) => c,
+                        None => *cost.insert(run_cost(tx, &self.run.id).await?),
+                    };
+                    let threshold = def.def.cost_gate_threshold_microusd.unwrap_or(0);
+                    figures = json!({ "cost_microusd": spent, "threshold_microusd": threshold });
+                    if spent <= threshold {
+                        w.status = StepStatus::Completed;
+                        w.finish = true;
+                        w.output = Some(
+                            json!({ "action": "proceeded", "cost_microusd": spent, "threshold_microusd": threshold }),
+                        );
+                    } else {
+                        w.status = StepStatus::Waiting;
+                        w.wake_at = def
+                            .def
+                            .cost_gate_timeout_secs
+                            .filter(|t| *t > 0)
+                            .map(|t| self.now + chrono::Duration::seconds(t));
+                    }
+                }
+                // Events and approvals wait for what resolves them, until
+                // their timeout (a durable deadline, like a sleep's).
+                StepType::WaitForEvent | StepType::Approval => {
                     w.status = StepStatus::Waiting;
                     let timeout = match def.step_type() {
                         Some(StepType::Approval) => def.def.approval_timeout_secs,
-                        Some(StepType::WaitForEvent) => def.def.event_timeout_secs,
-                        _ => None,
+                        _ => def.def.event_timeout_secs,
                     };
                     w.wake_at = timeout.filter(|t| *t > 0).map(|t| self.now + chrono::Duration::seconds(t));
                 }
             }
+            let gate = def.step_type() == Some(StepType::CostGate);
             let (decision, reason) = match (&w.status, &w.error) {
                 (StepStatus::Failed, Some(e)) => ("failed", e.clone()),
+                (StepStatus::Completed, _) => {
+                    ("cost_gate_passed", "the run's cost so far is within cost_gate_threshold_microusd".into())
+                }
+                (StepStatus::Waiting, _) if gate => (
+                    "waiting",
+                    "the run's cost so far is over cost_gate_threshold_microusd: the gate waits for a decision".into(),
+                ),
                 (StepStatus::Waiting, _) => {
                     ("waiting", format!("{} step waits", def.def.step_type.as_deref().unwrap_or("a")))
                 }
                 _ => ("scheduled", "its dependencies are satisfied".to_string()),
             };
-            let details = json!({ "attempt": row.attempt + 1, "job_run_id": w.job_run_id, "child_workflow_run_id": w.child_id, "wake_at": w.wake_at });
+            let mut details = json!({ "attempt": row.attempt + 1, "job_run_id": w.job_run_id, "child_workflow_run_id": w.child_id, "wake_at": w.wake_at });
+            if let (Value::Object(d), Value::Object(f)) = (&mut details, figures) {
+                d.extend(f);
+            }
             self.note(Some(&row.step_ref), decision, &reason, details);
-            out.push((w.status, row.step_ref.clone(), w.error.clone()));
+            out.push((w.status, row.step_ref.clone(), w.output.clone(), w.error.clone()));
             self.writes.push(w);
         }
         if !new_runs.is_empty() {
@@ -661,14 +791,39 @@ impl Pass<'_> {
         row: &StepRun,
         payload: Option<Value>,
     ) -> Result<NewRun, String> {
+        let d = &def.def;
+        // One job run per start of the step: a second insert for the same
+        // start could only be a bug, and conflicts instead.
+        let key = format!("{}:{}", row.id, row.attempt + 1);
+        let i32_of = |v: Option<i64>| v.map(|n| n.clamp(0, i32::MAX as i64) as i32);
+        Ok(NewRun {
+            concurrency_key: d.concurrency_key.clone(),
+            retry_backoff: d.retry_backoff.clone(),
+            max_attempts_override: i32_of(d.retry_max_attempts),
+            retry_initial_delay_secs: i32_of(d.retry_initial_delay_secs),
+            retry_max_delay_secs: i32_of(d.retry_max_delay_secs),
+            timeout_secs_override: i32_of(d.timeout_secs_override),
+            resource_class: d.resource_class.clone(),
+            ..self.new_run(job, row, key, d.payload.clone().or(payload))?
+        })
+    }
+
+    /// A job run of `job` for the step `row` (its own or its
+    /// compensation), admitted under the job's rules, with the job's
+    /// default metadata and the run and step named in it.
+    fn new_run(
+        &self,
+        job: &jobs::JobRecord,
+        row: &StepRun,
+        idempotency_key: String,
+        payload: Option<Value>,
+    ) -> Result<NewRun, String> {
         let spec = &job.spec.0;
         let admitted = schedule::admission(spec, self.now, None, false)?;
-        let d = &def.def;
         let mut metadata: Map<String, Value> =
             spec.default_run_metadata.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect();
         metadata.insert("workflow_run_id".into(), Value::String(self.run.id.clone()));
         metadata.insert("step_ref".into(), Value::String(row.step_ref.clone()));
-        let i32_of = |v: Option<i64>| v.map(|n| n.clamp(0, i32::MAX as i64) as i32);
         Ok(NewRun {
             id: crate::ids::run_id(),
             project_id: self.run.project_id.clone(),
@@ -678,23 +833,14 @@ impl Pass<'_> {
             status: admitted.status,
             triggered_by: "workflow".into(),
             created_by: self.run.created_by.clone(),
-            payload: d.payload.clone().or(payload),
-            // One job run per start of the step: a second insert for the
-            // same start could only be a bug, and conflicts instead.
-            idempotency_key: Some(format!("{}:{}", row.id, row.attempt + 1)),
-            concurrency_key: d.concurrency_key.clone(),
+            payload,
+            idempotency_key: Some(idempotency_key),
             execution_mode: "sync".into(),
-            retry_backoff: d.retry_backoff.clone(),
-            max_attempts_override: i32_of(d.retry_max_attempts),
-            retry_initial_delay_secs: i32_of(d.retry_initial_delay_secs),
-            retry_max_delay_secs: i32_of(d.retry_max_delay_secs),
-            timeout_secs_override: i32_of(d.timeout_secs_override),
             metadata: Value::Object(metadata),
             tags: serde_json::to_value(&self.run.tags.0).unwrap_or_default(),
             scheduled_at: admitted.scheduled_at,
             expires_at: admitted.expires_at,
             workflow_step_run_id: Some(row.id.clone()),
-            resource_class: d.resource_class.clone(),
             ..NewRun::default()
         })
     }
@@ -740,6 +886,191 @@ impl Pass<'_> {
                 Err(format!("the sub-workflow skips a run while one is active (skip_if_running): {active_run_id}"))
             }
         })
+    }
+
+    /// A step with on_failure `compensate` failed (`error`): the steps under
+    /// way are cancelled with their job runs and child runs, and the run's
+    /// saga begins (its record on the run says so from here on).
+    async fn begin_saga(&mut self, tx: &mut PgConnection, failed_step: &str, error: &str) -> Result<(), sqlx::Error> {
+        let (jobs, children) = halt_steps(tx, &self.run.id, "the workflow run is compensating").await?;
+        for c in children {
+            let d = Decided::ended(WorkflowRunStatus::Cancelled, "its parent workflow run is compensating");
+            self.staged.push(end_runs(tx, &c, d, false).await?);
+        }
+        self.staged.push(transitions::cancel_in(tx, &jobs, "cancelled: its workflow run is compensating").await?);
+        let record = json!({
+            "status": "running", "failed_step": failed_step, "error": error, "started_at": self.now, "steps": [],
+        });
+        sqlx::query("UPDATE workflow_runs SET compensation = $2 WHERE id = $1")
+            .bind(&self.run.id)
+            .bind(Json(&record))
+            .execute(&mut *tx)
+            .await?;
+        self.run.compensation = Some(Json(record));
+        let reason = format!("step {failed_step} failed with on_failure compensate: its completed steps are undone");
+        self.note(Some(failed_step), "compensation_started", &reason, json!({ "error": error }));
+        Ok(())
+    }
+
+    /// One move of a compensating run's saga (`domain::workflow_run::saga`):
+    /// steps whose compensation completed become `compensated`, the next
+    /// compensation job starts, or the run ends failed.
+    async fn saga(
+        &mut self,
+        tx: &mut PgConnection,
+        steps: &[Step],
+        rows: &HashMap<String, StepRun>,
+        comp_of: &HashMap<String, RunStatus>,
+    ) -> Result<(), sqlx::Error> {
+        let list: Vec<Compensable> = steps
+            .iter()
+            .filter(|d| d.def.compensation_job_id.is_some())
+            .filter_map(|d| rows.get(&d.def.step_ref))
+            .filter(|r| matches!(r.status, StepStatus::Completed | StepStatus::Compensated))
+            .map(|r| Compensable {
+                step_ref: r.step_ref.clone(),
+                status: r.status,
+                finished_at: r.finished_at,
+                job: comp_of.get(&r.step_ref).copied(),
+            })
+            .collect();
+        let next = workflow_run::saga(&list);
+        let mut done: HashSet<String> =
+            list.iter().filter(|c| c.status == StepStatus::Compensated).map(|c| c.step_ref.clone()).collect();
+        for r in &next.compensated {
+            let row = &rows[r];
+            let mut w = StepWrite::finish(row, StepStatus::Compensated, row.output.as_ref().map(|o| o.0.clone()), None);
+            // finished_at stays the step's completion: the saga's order.
+            w.finish = false;
+            self.writes.push(w);
+            let details = json!({ "job_run_id": row.compensation_job_run_id });
+            self.note(Some(r), "step_compensated", "its compensation job completed", details);
+            done.insert(r.clone());
+        }
+        let mut then = next.then;
+        if let SagaMove::Start(r) = &then {
+            let def = steps.iter().find(|d| d.def.step_ref == *r).expect("a compensable step is in the version");
+            match self.start_compensation(tx, def, &rows[r]).await? {
+                Ok(job_run_id) => {
+                    let reason = "its compensation job started";
+                    self.note(Some(r), "compensating", reason, json!({ "job_run_id": job_run_id }));
+                }
+                Err(e) => {
+                    self.note(Some(r), "compensation_failed", &e, Value::Null);
+                    then = SagaMove::Failed(r.clone());
+                }
+            }
+        }
+        self.flush(tx).await?;
+        let ending = match &then {
+            SagaMove::Done => None,
+            SagaMove::Failed(r) => Some(r.clone()),
+            SagaMove::Start(_) | SagaMove::Wait => {
+                // Only the compensation jobs' ends move the saga on.
+                sqlx::query("UPDATE workflow_runs SET wake_at = NULL WHERE id = $1 AND wake_at IS NOT NULL")
+                    .bind(&self.run.id)
+                    .execute(&mut *tx)
+                    .await?;
+                return Ok(());
+            }
+        };
+        let record = self.run.compensation.as_ref().map(|c| c.0.clone()).unwrap_or(Value::Null);
+        let error = record["error"].as_str().unwrap_or("a step failed").to_string();
+        let order: Vec<Value> = workflow_run::saga_order(&list)
+            .into_iter()
+            .map(|i| {
+                let c = &list[i];
+                let status = if done.contains(&c.step_ref) {
+                    "compensated"
+                } else if ending.as_deref() == Some(c.step_ref.as_str()) {
+                    "failed"
+                } else {
+                    "not_compensated"
+                };
+                let job_run_id = rows.get(&c.step_ref).and_then(|r| r.compensation_job_run_id.clone());
+                json!({ "step_ref": c.step_ref, "status": status, "job_run_id": job_run_id })
+            })
+            .collect();
+        let compensated: Vec<&str> =
+            order.iter().filter(|s| s["status"] == "compensated").filter_map(|s| s["step_ref"].as_str()).collect();
+        let mut record = record.clone();
+        record["steps"] = Value::Array(order.clone());
+        record["finished_at"] = json!(self.now);
+        let decided = match ending {
+            None => {
+                record["status"] = json!("completed");
+                let undone = if compensated.is_empty() { "nothing to undo".into() } else { compensated.join(", ") };
+                Decided {
+                    error: Some(format!("{error}; compensated: {undone}")),
+                    compensation: Some(record),
+                    ..Decided::ended(WorkflowRunStatus::Failed, "the saga compensated every completed step")
+                }
+            }
+            Some(r) => {
+                record["status"] = json!("failed");
+                Decided {
+                    error: Some(format!("{error}; the compensation of step {r} failed")),
+                    error_class: Some("compensation_failed".into()),
+                    compensation: Some(record),
+                    ..Decided::ended(WorkflowRunStatus::Failed, &format!("the compensation of step {r} failed"))
+                }
+            }
+        };
+        self.ended = Some(WorkflowRunStatus::Failed);
+        self.staged.push(end_run(tx, &self.run, decided).await?);
+        Ok(())
+    }
+
+    /// Starts a step's compensation job (`Err` with the reason when it
+    /// cannot): the job's own retry policy, compensation_timeout_secs as
+    /// its timeout, and a payload naming the step, its payload and output.
+    async fn start_compensation(
+        &mut self,
+        tx: &mut PgConnection,
+        def: &Step,
+        row: &StepRun,
+    ) -> Result<Result<String, String>, sqlx::Error> {
+        let Some(job_id) = def.def.compensation_job_id.clone() else {
+            return Ok(Err("the step names no compensation_job_id".into()));
+        };
+        let job = jobs::get_many_in(tx, std::slice::from_ref(&job_id)).await?.into_iter().next();
+        let job = match job.filter(|j| j.project_id == self.run.project_id) {
+            None => return Ok(Err(format!("the compensation job {job_id} does not exist any more"))),
+            Some(j) if !j.enabled => return Ok(Err(format!("the compensation job {job_id} is disabled"))),
+            Some(j) => j,
+        };
+        let saga = self.run.compensation.as_ref().map(|c| c.0.clone()).unwrap_or(Value::Null);
+        let payload = json!({
+            "workflow_run_id": self.run.id,
+            "step_ref": row.step_ref,
+            "payload": def.def.payload.clone().or_else(|| self.run.payload.as_ref().map(|p| p.0.clone())),
+            "output": row.output.as_ref().map(|o| &o.0),
+            "failed_step": saga["failed_step"],
+            "error": saga["error"],
+        });
+        let key = format!("{}:{}:compensation", row.id, row.attempt);
+        let mut new = match self.new_run(&job, row, key, Some(payload)) {
+            Ok(n) => n,
+            Err(e) => return Ok(Err(e)),
+        };
+        new.timeout_secs_override = def.def.compensation_timeout_secs.map(|t| t.clamp(1, i32::MAX as i64) as i32);
+        if let Value::Object(m) = &mut new.metadata {
+            m.insert("compensation".into(), Value::String("true".into()));
+        }
+        let written = runs::insert_many_in(tx, std::slice::from_ref(&new)).await?;
+        let Some((run, created)) = written.into_iter().next() else {
+            return Ok(Err("the compensation job run could not be written".into()));
+        };
+        sqlx::query("UPDATE workflow_step_runs SET compensation_job_run_id = $2 WHERE id = $1")
+            .bind(&row.id)
+            .bind(&run.id)
+            .execute(&mut *tx)
+            .await?;
+        let id = run.id.clone();
+        if created {
+            self.new_runs.push(run);
+        }
+        Ok(Ok(id))
     }
 
     /// Under version_policy `latest`: the run follows the workflow's newest
@@ -791,43 +1122,43 @@ async fn held_steps(tx: &mut PgConnection, run_id: &str) -> Result<HashSet<Strin
 /// the same workflow waiting for a slot under max_concurrent_runs starts.
 /// The caller holds the run's lock; the job runs cancelled are staged.
 pub async fn end_run(tx: &mut PgConnection, run: &WorkflowRun, d: Decided) -> Result<Staged, sqlx::Error> {
+    end_runs(tx, &run.id, d, true).await
+}
+
+/// [`end_run`] by id; `tell_parent`: the run's parent step is told (not
+/// when the parent is the one ending it).
+async fn end_runs(tx: &mut PgConnection, run_id: &str, d: Decided, tell_parent: bool) -> Result<Staged, sqlx::Error> {
     let mut job_runs: Vec<String> = Vec::new();
-    let mut todo: Vec<(String, Decided)> = vec![(run.id.clone(), d)];
-    let mut first = true;
+    let mut todo: Vec<(String, Decided)> = vec![(run_id.to_string(), d)];
+    let mut first = tell_parent;
     while let Some((id, d)) = todo.pop() {
-        let ended: Vec<(Option<String>, Option<String>)> = sqlx::query_as(
-            "UPDATE workflow_step_runs SET status = 'cancelled', ended_by_run = true, finished_at = now(), wake_at = NULL,
-                error = $2
-             WHERE workflow_run_id = $1 AND status IN ('running', 'waiting')
-             RETURNING job_run_id, child_workflow_run_id",
+        let (jobs, children) = halt_steps(tx, &id, &format!("the workflow run ended ({})", d.status)).await?;
+        job_runs.extend(jobs);
+        for c in children {
+            todo.push((c, Decided::ended(WorkflowRunStatus::Cancelled, "its parent workflow run ended")));
+        }
+        // A compensation under way ends with the run.
+        let compensating: Vec<String> = sqlx::query_scalar(
+            "SELECT compensation_job_run_id FROM workflow_step_runs
+              WHERE workflow_run_id = $1 AND status = 'completed' AND compensation_job_run_id IS NOT NULL",
         )
         .bind(&id)
-        .bind(format!("the workflow run ended ({})", d.status))
         .fetch_all(&mut *tx)
         .await?;
-        for (job, child) in ended {
-            job_runs.extend(job);
-            if let Some(child) = child {
-                // A child that ended already is left as it is.
-                let active: Option<String> = sqlx::query_scalar(
-                    "SELECT id FROM workflow_runs WHERE id = $1 AND status IN ('pending', 'running', 'paused') FOR UPDATE",
-                )
-                .bind(&child)
-                .fetch_optional(&mut *tx)
-                .await?;
-                if let Some(c) = active {
-                    todo.push((c, Decided::ended(WorkflowRunStatus::Cancelled, "its parent workflow run ended")));
-                }
-            }
-        }
+        job_runs.extend(compensating);
         let updated: Option<(String, Option<String>, String)> = sqlx::query_as(
-            "UPDATE workflow_runs SET status = $2, error = $3, output = $4, finished_at = now(), wake_at = NULL
+            "UPDATE workflow_runs SET status = $2, error = $3, output = $4, finished_at = now(), wake_at = NULL,
+                error_class = $5,
+                compensation = coalesce($6, CASE WHEN compensation->>'status' = 'running'
+                    THEN compensation || jsonb_build_object('status', 'interrupted') ELSE compensation END)
              WHERE id = $1 RETURNING workflow_id, parent_step_run_id, project_id",
         )
         .bind(&id)
         .bind(d.status)
         .bind(&d.error)
         .bind(d.output.as_ref().map(Json))
+        .bind(&d.error_class)
+        .bind(d.compensation.as_ref().map(Json))
         .fetch_optional(&mut *tx)
         .await?;
         record(tx, &id, None, "run_ended", &d.reason, json!({ "status": d.status.as_str() })).await?;
@@ -855,6 +1186,63 @@ pub async fn end_run(tx: &mut PgConnection, run: &WorkflowRun, d: Decided) -> Re
         first = false;
     }
     transitions::cancel_in(tx, &job_runs, "cancelled with its workflow run").await
+}
+
+/// Cancels the run's running and waiting steps (`error` says why);
+/// returns their job runs, and their child runs still active (locked),
+/// for the caller to cancel.
+async fn halt_steps(
+    tx: &mut PgConnection,
+    run_id: &str,
+    error: &str,
+) -> Result<(Vec<String>, Vec<String>), sqlx::Error> {
+    let ended: Vec<(Option<String>, Option<String>)> = sqlx::query_as(
+        "UPDATE workflow_step_runs SET status = 'cancelled', ended_by_run = true, finished_at = now(), wake_at = NULL,
+            error = $2
+         WHERE workflow_run_id = $1 AND status IN ('running', 'waiting')
+         RETURNING job_run_id, child_workflow_run_id",
+    )
+    .bind(run_id)
+    .bind(error)
+    .fetch_all(&mut *tx)
+    .await?;
+    let mut jobs = Vec::new();
+    let mut children = Vec::new();
+    for (job, child) in ended {
+        jobs.extend(job);
+        if let Some(child) = child {
+            // A child that ended already is left as it is.
+            let active: Option<String> = sqlx::query_scalar(
+                "SELECT id FROM workflow_runs WHERE id = $1 AND status IN ('pending', 'running', 'paused') FOR UPDATE",
+            )
+            .bind(&child)
+            .fetch_optional(&mut *tx)
+            .await?;
+            children.extend(active);
+        }
+    }
+    Ok((jobs, children))
+}
+
+/// What a workflow run has spent so far: the cost_microusd of the SDK
+/// usage records of every job run of its steps (every attempt of every
+/// start, compensations included) and of its child runs', recursively.
+async fn run_cost(tx: &mut PgConnection, run_id: &str) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(
+        "WITH RECURSIVE tree (id, depth) AS (
+            SELECT $1::text, 0
+            UNION ALL
+            SELECT s.child_workflow_run_id, t.depth + 1 FROM workflow_step_runs s JOIN tree t ON s.workflow_run_id = t.id
+             WHERE s.child_workflow_run_id IS NOT NULL AND t.depth < 64
+         )
+         SELECT coalesce(sum(u.cost_microusd), 0)::bigint
+           FROM tree JOIN workflow_step_runs s ON s.workflow_run_id = tree.id
+           JOIN job_runs j ON j.workflow_step_run_id = s.id
+           JOIN job_run_usage u ON u.run_id = j.id",
+    )
+    .bind(run_id)
+    .fetch_one(tx)
+    .await
 }
 
 /// Starts the oldest runs of the workflow that wait for a slot under its

@@ -39,6 +39,11 @@ pub struct WorkflowRun {
     pub payload: Option<Json<Value>>,
     pub output: Option<Json<Value>>,
     pub error: Option<String>,
+    /// `compensation_failed` when a compensation job failed for good.
+    pub error_class: Option<String>,
+    /// The saga's record once a step with on_failure `compensate` failed
+    /// (migration 0016).
+    pub compensation: Option<Json<Value>>,
     pub idempotency_key: Option<String>,
     pub tags: Json<BTreeMap<String, String>>,
     pub triggered_by: String,
@@ -55,7 +60,7 @@ pub struct WorkflowRun {
 }
 
 pub const RUN_COLUMNS: &str = "id, project_id, workflow_id, version_id, version, started_version_id, version_policy, \
-    status, payload, output, error, idempotency_key, tags, triggered_by, created_by, parent_step_run_id, depth, \
+    status, payload, output, error, error_class, compensation, idempotency_key, tags, triggered_by, created_by, parent_step_run_id, depth, \
     cron_tick, deadline_at, wake_at, created_at, started_at, finished_at, updated_at";
 
 /// One step of a run.
@@ -70,6 +75,10 @@ pub struct StepRun {
     pub attempt: i32,
     pub job_run_id: Option<String>,
     pub child_workflow_run_id: Option<String>,
+    /// The job run of its compensation, once the saga started one.
+    pub compensation_job_run_id: Option<String>,
+    /// The event it emitted on completing (event_emit_key).
+    pub emitted_event_id: Option<String>,
     pub output: Option<Json<Value>>,
     pub error: Option<String>,
     pub wake_at: Option<DateTime<Utc>>,
@@ -86,7 +95,7 @@ pub struct StepRun {
 }
 
 pub const STEP_COLUMNS: &str = "id, workflow_run_id, step_ref, step_id, step_type, status, attempt, job_run_id, \
-    child_workflow_run_id, output, error, wake_at, ended_by_run, decision, decided_by, decision_comment, decided_at, \
+    child_workflow_run_id, compensation_job_run_id, emitted_event_id, output, error, wake_at, ended_by_run, decision, decided_by, decision_comment, decided_at, \
     started_at, finished_at, created_at, updated_at";
 
 /// A decision the engine or a person made about a run, as recorded.
@@ -259,10 +268,14 @@ pub(super) async fn insert_steps(conn: &mut PgConnection, run_id: &str, steps: &
     let refs: Vec<&str> = steps.iter().map(|s| s.def.step_ref.as_str()).collect();
     let step_ids: Vec<&str> = steps.iter().map(|s| s.id.as_str()).collect();
     let types: Vec<&str> = steps.iter().map(|s| s.step_type().map_or("job", |t| t.as_str())).collect();
+    // Copied so that the stage trigger (migration 0016) reads no version.
+    let stages: Vec<Option<Json<&Value>>> =
+        steps.iter().map(|s| s.def.stage_notifications.as_ref().map(Json)).collect();
     sqlx::query(
-        "INSERT INTO workflow_step_runs (id, workflow_run_id, step_ref, step_id, step_type, status)
-         SELECT t.id, $2, t.step_ref, t.step_id, t.step_type, 'pending'
-           FROM UNNEST($1::text[], $3::text[], $4::text[], $5::text[]) AS t (id, step_ref, step_id, step_type)
+        "INSERT INTO workflow_step_runs (id, workflow_run_id, step_ref, step_id, step_type, status, stage_notifications)
+         SELECT t.id, $2, t.step_ref, t.step_id, t.step_type, 'pending', t.stages
+           FROM UNNEST($1::text[], $3::text[], $4::text[], $5::text[], $6::jsonb[])
+                AS t (id, step_ref, step_id, step_type, stages)
          ON CONFLICT (workflow_run_id, step_ref) DO NOTHING",
     )
     .bind(&ids)
@@ -270,6 +283,7 @@ pub(super) async fn insert_steps(conn: &mut PgConnection, run_id: &str, steps: &
     .bind(&refs)
     .bind(&step_ids)
     .bind(&types)
+    .bind(&stages)
     .execute(conn)
     .await?;
     Ok(())
@@ -707,6 +721,13 @@ pub async fn reset_steps(
     if run.status == WorkflowRunStatus::Pending {
         return Ok(Err(Refused::Conflict("the workflow run has not started".into())));
     }
+    if run.compensation.is_some() {
+        // Its completed work was undone (or is being undone): going on
+        // from where it stood would build on steps that no longer hold.
+        return Ok(Err(Refused::Conflict(
+            "the workflow run compensated its completed steps; trigger a new run instead".into(),
+        )));
+    }
     let refs: Vec<String> = if with_descendants {
         let steps = workflow_engine::version_steps(&mut tx, &run.version_id).await?;
         subtree(&steps, step_ref)
@@ -721,7 +742,7 @@ pub async fn reset_steps(
     let ended = run.status.is_terminal();
     sqlx::query(
         "UPDATE workflow_step_runs SET status = 'pending', output = NULL, error = NULL, job_run_id = NULL,
-            child_workflow_run_id = NULL, wake_at = NULL, finished_at = NULL, ended_by_run = false,
+            child_workflow_run_id = NULL, emitted_event_id = NULL, wake_at = NULL, finished_at = NULL, ended_by_run = false,
             decision = NULL, decided_by = NULL, decision_comment = NULL, decided_at = NULL
          WHERE workflow_run_id = $1 AND (step_ref = ANY($2) OR ($3 AND ended_by_run))",
     )
