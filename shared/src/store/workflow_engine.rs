@@ -424,6 +424,7 @@ impl Pass<'_> {
         }
 
         if self.run.deadline_at.is_some_and(|d| d <= self.now) {
+            self.emits(&defs, &rows_by_ref, &now_of);
             self.flush(tx).await?;
             let reason = "the workflow run passed its timeout_secs";
             self.staged.push(end_run(tx, &self.run, Decided::ended(WorkflowRunStatus::TimedOut, reason)).await?);
