@@ -252,8 +252,16 @@ impl From<sqlx::Error> for ApiError {
                 tracing::warn!(error = %e, "no database connection free in time");
                 ApiError::unavailable("the database is busy or unavailable; nothing was changed, retry later")
             }
-            sqlx::Error::Io(_) | sqlx::Error::PoolClosed => {
+            sqlx::Error::Io(_)
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::Protocol(_)
+            | sqlx::Error::WorkerCrashed => {
                 tracing::warn!(error = %e, "postgres unavailable");
+                ApiError::unavailable("the database is unavailable; nothing was changed, retry later")
+            }
+            sqlx::Error::Database(db) if db.code().as_deref().is_some_and(is_transient) => {
+                tracing::warn!(error = %e, "postgres unavailable or contended");
                 ApiError::unavailable("the database is unavailable; nothing was changed, retry later")
             }
             sqlx::Error::Database(db) => match (db.code().as_deref(), db.constraint()) {
@@ -274,6 +282,16 @@ impl From<sqlx::Error> for ApiError {
     }
 }
 
+/// SQLSTATEs that say the database could not do the work now, not that
+/// the request was wrong: the connection failed (class 08), the server is
+/// shutting down or starting (57P01-57P03: a restart, `pg_terminate_backend`),
+/// it is out of resources (class 53), or the transaction lost a
+/// serialization conflict or a deadlock (40001, 40P01). Nothing was
+/// committed, so the client may retry: 503, never 500.
+fn is_transient(code: &str) -> bool {
+    code.starts_with("08") || code.starts_with("53") || matches!(code, "57P01" | "57P02" | "57P03" | "40001" | "40P01")
+}
+
 fn constraint_message(constraint: &str) -> String {
     match constraint {
         "job_groups_project_slug_key" => "a job group with this slug already exists in the project".into(),
@@ -288,6 +306,16 @@ fn constraint_message(constraint: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_outage_or_a_lost_conflict_is_transient_and_a_bad_value_is_not() {
+        for code in ["08006", "08001", "57P01", "57P03", "53300", "40001", "40P01"] {
+            assert!(is_transient(code), "{code}");
+        }
+        for code in ["23505", "22021", "42P01", "XX000"] {
+            assert!(!is_transient(code), "{code}");
+        }
+    }
 
     #[test]
     fn an_unknown_property_is_located_in_the_body() {

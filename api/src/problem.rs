@@ -27,6 +27,9 @@ pub struct ProblemEndpoint<E>(E);
 
 pub const PROBLEM_JSON: &str = "application/problem+json";
 
+/// The `Retry-After` of a 503, in seconds.
+const RETRY_AFTER_SECS: &str = "2";
+
 impl<E: Endpoint> Endpoint for ProblemEndpoint<E> {
     type Output = Response;
 
@@ -71,6 +74,11 @@ impl<E: Endpoint> Endpoint for ProblemEndpoint<E> {
         } else {
             resp
         };
+        // A 503 is an outage the client should wait out (Postgres down or
+        // restarting, no connection free): tell it when to come back.
+        if resp.status().as_u16() == 503 && !resp.headers().contains_key("retry-after") {
+            resp.headers_mut().insert("retry-after", HeaderValue::from_static(RETRY_AFTER_SECS));
+        }
         if let Ok(v) = HeaderValue::from_str(&request_id) {
             resp.headers_mut().insert("x-request-id", v);
         }

@@ -263,3 +263,45 @@ async fn a_scheduler_killed_mid_delivery_loses_no_notification() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// Postgres dropping the api's connections (as a `restart -m fast` or
+/// `pg_terminate_backend` does) is 503 with `Retry-After` on the requests
+/// it catches, never 500, and the api answers normally once it reconnects.
+#[tokio::test]
+async fn connections_dropped_by_postgres_answer_503_with_retry_after_never_500() {
+    let env = TestEnv::start().await;
+    let job = env.job("http://127.0.0.1:9/hook", json!({})).await;
+    let id = job["id"].as_str().unwrap().to_string();
+    let db = env.config.database_url.rsplit('/').next().unwrap().to_string();
+    let admin = sqlx::PgPool::connect(&format!("{}/postgres", crate::harness::pg_base())).await.unwrap();
+    let (mut ok, mut unavailable) = (0, 0);
+    for round in 0..20 {
+        sqlx::query(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()",
+        )
+        .bind(&db)
+        .execute(&admin)
+        .await
+        .unwrap();
+        let resp = env
+            .http
+            .post(format!("{}/v1/jobs/{id}/trigger", env.base))
+            .bearer_auth(crate::harness::SECRET)
+            .json(&json!({"payload": {"round": round}}))
+            .send()
+            .await
+            .unwrap();
+        match resp.status().as_u16() {
+            201 => ok += 1,
+            503 => {
+                assert!(resp.headers().get("retry-after").is_some(), "a 503 says when to come back");
+                unavailable += 1;
+            }
+            s => panic!("round {round}: {s} {}", resp.text().await.unwrap_or_default()),
+        }
+    }
+    assert_eq!(ok + unavailable, 20);
+    let (s, _) = env.get(&format!("/v1/jobs/{id}")).await;
+    assert_eq!(s, 200, "the api is back once its connections are");
+    admin.close().await;
+}
