@@ -31,6 +31,7 @@ for i = 1, #ARGV do
   local c = counts[job]
   local parked = redis.call('ZLEXCOUNT', KEYS[5], '[J|' .. job .. '|', '[J|' .. job .. '|\255')
     + redis.call('ZLEXCOUNT', KEYS[5], '[K|' .. job .. '|', '[K|' .. job .. '|\255')
+    + redis.call('ZLEXCOUNT', KEYS[5], '[U|' .. job .. '|', '[U|' .. job .. '|\255')
   out[#out + 1] = c[1]
   out[#out + 1] = c[2]
   out[#out + 1] = c[3]

@@ -17,16 +17,27 @@
 -- provisional place that is never confirmed (the worker died, the run was
 -- no longer dispatchable) lapses after lease + window + guard.
 --
+-- After Redis lost its data the in-flight counts and rate logs are gone
+-- with it, so nothing that depends on them is decided until they are back:
+-- an entry of a job with no `limits` field (not pushed yet: a job's
+-- limits are always written, "0|0|0|0|0" for none) is parked under
+-- `U|<job>|` until set_limits.lua brings it back, and while the epoch
+-- marker is missing (not rebuilt) or younger than its hold (the workers
+-- re-registering the dispatches they still hold, extend_leases.lua), an
+-- entry of a capped or rate-limited job waits in `throttled`.
+--
 -- A call that stops at its scan limit (max_scan entries parked or
 -- throttled) with entries still in `ready` leaves a wake-up token: a worker
 -- waits for one as soon as a dequeue returns fewer entries than it asked for.
 --
 -- KEYS[1] ready   KEYS[2] leases   KEYS[3] active   KEYS[4] limits
 -- KEYS[5] parked  KEYS[6] throttled  KEYS[7] rate  KEYS[8] signal
+-- KEYS[9] epoch ("<id>|<hold until ms>", set by the reconciler's rebuild)
 -- ARGV[1] now_ms  ARGV[2] max_items  ARGV[3] lease_ms  ARGV[4] max_scan
 -- ARGV[5] rate_guard_ms  ARGV[6] rate_recheck_ms (how soon to look again
 -- when a bucket is full of provisional places)
--- Returns the leased entries (possibly empty).
+-- ARGV[7] how long a held entry waits while the epoch is missing (ms)
+-- Returns the epoch id ('' when missing), then the leased entries.
 local now = tonumber(ARGV[1])
 local want = tonumber(ARGV[2])
 local lease_until = now + tonumber(ARGV[3])
@@ -35,6 +46,16 @@ local lease_ms = tonumber(ARGV[3])
 local guard = tonumber(ARGV[5] or '0')
 local recheck = tonumber(ARGV[6] or '50')
 local OFFSET = 9007199254740992
+local unbuilt_wait = tonumber(ARGV[7] or '250')
+
+-- The epoch: which Redis this is, and until when the workers may still be
+-- re-registering what they held before it was rebuilt.
+local epoch = redis.call('GET', KEYS[9])
+local epoch_id, hold_until = '', now + unbuilt_wait
+if epoch then
+  local id, h = string.match(epoch, '^([^|]*)|?(%d*)$')
+  epoch_id, hold_until = id or epoch, tonumber(h) or 0
+end
 
 -- Entries held by a rate limit whose window has opened go back first.
 local due = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now, 'LIMIT', 0, 256)
@@ -44,7 +65,7 @@ for _, e in ipairs(due) do
   redis.call('ZADD', KEYS[1], tonumber(rankhex, 16) - OFFSET, e)
 end
 
-local out = {}
+local out = { epoch_id }
 local scanned = 0
 local limits_cache = {}
 -- Per job, this call's throttle decision: later entries of a throttled job
@@ -62,7 +83,7 @@ local function limits_of(job)
       for v in string.gmatch(raw, '[^|]+') do p[#p + 1] = v end
     end
     l = { tonumber(p[1] or '0'), tonumber(p[2] or '0'), tonumber(p[3] or '0'), tonumber(p[4] or '0'),
-          tonumber(p[5] or '0'), buckets = {} }
+          tonumber(p[5] or '0'), buckets = {}, known = raw ~= false and raw ~= nil }
     if l[3] > 0 and l[4] > 0 then
       l.buckets[#l.buckets + 1] = { max = l[3], span = l[4] + guard, id = 'j:' .. job }
     end
@@ -102,8 +123,8 @@ local function rate_wait(lim)
   return wait, binding
 end
 
-while #out < want and scanned < max_scan do
-  local batch = redis.call('ZRANGE', KEYS[1], 0, want - #out - 1)
+while #out - 1 < want and scanned < max_scan do
+  local batch = redis.call('ZRANGE', KEYS[1], 0, want - #out)
   if #batch == 0 then break end
   for _, e in ipairs(batch) do
     scanned = scanned + 1
@@ -113,7 +134,13 @@ while #out < want and scanned < max_scan do
     local jfield = 'j:' .. job
     local kfield = 'k:' .. job .. '|' .. ckey
     local jactive = tonumber(redis.call('HGET', KEYS[3], jfield) or '0')
-    if ckey ~= '' and lim[2] > 0 and tonumber(redis.call('HGET', KEYS[3], kfield) or '0') >= lim[2] then
+    if not lim.known then
+      -- Limits unknown: never treated as none. set_limits.lua brings it back.
+      redis.call('ZADD', KEYS[5], 0, 'U|' .. job .. '|' .. rankhex .. '|' .. e)
+    elseif lim[5] ~= 1 and now < hold_until and (lim[1] > 0 or lim[2] > 0 or #lim.buckets > 0) then
+      -- Its counts may not be back yet: look again when they are.
+      redis.call('ZADD', KEYS[6], hold_until, e)
+    elseif ckey ~= '' and lim[2] > 0 and tonumber(redis.call('HGET', KEYS[3], kfield) or '0') >= lim[2] then
       redis.call('ZADD', KEYS[5], 0, 'K|' .. job .. '|' .. #ckey .. ':' .. ckey .. '|' .. rankhex .. '|' .. e)
       -- The job may still have a free slot that a job-parked entry is waiting
       -- for; hand it one so the slot does not idle until the next release.
@@ -151,10 +178,10 @@ while #out < want and scanned < max_scan do
         out[#out + 1] = e
       end
     end
-    if #out >= want or scanned >= max_scan then break end
+    if #out - 1 >= want or scanned >= max_scan then break end
   end
 end
-if #out < want and scanned >= max_scan and redis.call('ZCARD', KEYS[1]) > 0
+if #out - 1 < want and scanned >= max_scan and redis.call('ZCARD', KEYS[1]) > 0
     and redis.call('LLEN', KEYS[8]) < 8 then
   redis.call('RPUSH', KEYS[8], '1')
 end

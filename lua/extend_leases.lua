@@ -1,11 +1,49 @@
 -- extend_leases: push the expiry of leases this worker still holds. A lease
--- that is gone (reaped) is not recreated: XX only updates existing members.
+-- that is gone because it was reaped (in this Redis) is not recreated. A
+-- lease that is gone because Redis lost its data (the entry was leased
+-- under an earlier epoch than the current one) is taken again with its
+-- concurrency slots, and its send is logged now in each rate-limit bucket
+-- of its job (it went out at some moment before: logging it now counts it
+-- for longer, never less): this worker still holds the dispatch, and
+-- dequeue.lua keeps capped and rate-limited jobs' entries back until the
+-- workers had time to say so.
 --
--- KEYS[1] leases
--- ARGV[1] new expiry ms   ARGV[2..] entries
--- Returns how many leases were extended.
-local n = 0
-for i = 2, #ARGV do
-  n = n + redis.call('ZADD', KEYS[1], 'XX', 'CH', ARGV[1], ARGV[i])
+-- KEYS[1] leases  KEYS[2] active  KEYS[3] epoch  KEYS[4] limits  KEYS[5] rate
+-- ARGV[1] new expiry ms  ARGV[2] now ms, then per entry two values: the
+-- entry and the id of the epoch it was leased (or last renewed) under
+-- Returns {leases extended or taken again, the current epoch id ('' when
+-- the epoch is missing: Redis is not rebuilt yet)}.
+local cur = redis.call('GET', KEYS[3])
+local cur_id = cur and string.match(cur, '^([^|]*)') or ''
+local now = tonumber(ARGV[2])
+
+-- The rate-limit buckets of a job (its limits field: see dequeue.lua).
+local function buckets_of(job)
+  local raw = redis.call('HGET', KEYS[4], job)
+  local out = {}
+  if not raw then return out end
+  local p = {}
+  for v in string.gmatch(raw, '[^|]+') do p[#p + 1] = v end
+  if tonumber(p[3] or '0') > 0 and tonumber(p[4] or '0') > 0 then out[#out + 1] = 'j:' .. job end
+  for i = 6, #p - 2, 3 do out[#out + 1] = p[i + 2] end
+  return out
 end
-return n
+
+local n = 0
+for i = 3, #ARGV, 2 do
+  local e, leased_under = ARGV[i], ARGV[i + 1]
+  if redis.call('ZSCORE', KEYS[1], e) then
+    redis.call('ZADD', KEYS[1], ARGV[1], e)
+    n = n + 1
+  elseif cur_id ~= '' and leased_under ~= cur_id then
+    redis.call('ZADD', KEYS[1], ARGV[1], e)
+    local run, job, _, ckey = string.match(e, '^([^|]+)|([^|]+)|([^|]+)|(.*)$')
+    redis.call('HINCRBY', KEYS[2], 'j:' .. job, 1)
+    if ckey ~= '' then redis.call('HINCRBY', KEYS[2], 'k:' .. job .. '|' .. ckey, 1) end
+    for _, b in ipairs(buckets_of(job)) do
+      redis.call('ZADD', KEYS[5], 0, b .. '|' .. string.format('%016x', now) .. '|' .. run)
+    end
+    n = n + 1
+  end
+end
+return { n, cur_id }

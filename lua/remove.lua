@@ -9,6 +9,7 @@ local n = 0
 for i = 1, 3 do n = n + redis.call('ZREM', KEYS[i], e) end
 local run, job, rankhex, ckey = string.match(e, '^([^|]+)|([^|]+)|([^|]+)|(.*)$')
 n = n + redis.call('ZREM', KEYS[4], 'J|' .. job .. '|' .. rankhex .. '|' .. e)
+n = n + redis.call('ZREM', KEYS[4], 'U|' .. job .. '|' .. rankhex .. '|' .. e)
 if ckey ~= '' then
   n = n + redis.call('ZREM', KEYS[4], 'K|' .. job .. '|' .. #ckey .. ':' .. ckey .. '|' .. rankhex .. '|' .. e)
 end

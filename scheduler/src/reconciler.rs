@@ -17,9 +17,21 @@
 //!    life (heartbeat, else start) for longer than the lease: their worker
 //!    died and the lease went with Redis. They go back to `queued` for a
 //!    redelivery of the same attempt;
-//! 4. sets the "initialised" marker if it was missing when the sweep began.
-//!    If the marker vanished during the sweep (Redis lost again), it is left
-//!    unset, so the next check sweeps once more.
+//! 4. sets the "initialised" marker (the epoch) if it was missing when the
+//!    sweep began. If the marker vanished during the sweep (Redis lost
+//!    again), it is left unset, so the next check sweeps once more.
+//!
+//! Caps and rate limits through a loss. The in-flight counts lived in
+//! Redis, and Postgres cannot rebuild them: a worker records `running` only
+//! with the outcome or after 500 ms. The workers can: each renews its
+//! leases with the epoch it leased them under, and takes a lease Redis lost
+//! back with its slots (`lua/extend_leases.lua`). So the new epoch carries
+//! a hold of half a lease (workers renew every third of one), and until it
+//! passes dequeue keeps capped and rate-limited jobs' entries back; before
+//! the epoch exists it keeps them back too, and a job whose limits are not
+//! pushed yet is parked whatever they are (`lua/dequeue.lua`). For the
+//! same reason the sweep that rebuilds leaves `running` runs alone (step 3):
+//! their workers may still hold them, and the next sweep sees their leases.
 //!
 //! When: at start, every `interval`, and within `check_interval` of the
 //! marker disappearing. Leadership is a Redis lock (`SET NX PX`) named
@@ -29,12 +41,13 @@
 //! duplicated work; concurrent sweeps are harmless, since every step is
 //! idempotent or conditional on the run's status.
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use switchyard_shared::domain::RunStatus;
-use switchyard_shared::queue::Queue;
+use switchyard_shared::queue::{Queue, RATE_GUARD_MS};
 use switchyard_shared::shutdown::Shutdown;
 use switchyard_shared::store::{jobs, runs, Run};
 
@@ -91,6 +104,8 @@ pub struct ReconcileReport {
     pub recovered_running: usize,
     /// Jobs whose limits were written to Redis.
     pub limits_pushed: usize,
+    /// Sends put back into rate-limit logs by a rebuild.
+    pub rate_sends_restored: usize,
     /// The sweep set the initialised marker (it was missing at the start).
     pub marked_initialised: bool,
     /// Redis lost its data again during the sweep; another sweep follows.
@@ -124,17 +139,37 @@ impl Reconciler {
         let mut report = ReconcileReport::default();
         let page = self.opts.page_size as i64;
 
+        // Rate-limit buckets to refill when this sweep rebuilds: bucket ->
+        // (max, window ms, the jobs that send into it).
+        let mut buckets: HashMap<String, (i64, i64, Vec<String>)> = HashMap::new();
         let mut after = String::new();
         loop {
             let jobs = jobs::limits_page(&self.pool, &after, page).await?;
             for job in &jobs {
                 self.queue.set_limits(&job.id, job.field().as_deref()).await?;
                 report.limits_pushed += 1;
+                if !was_initialised {
+                    for (b, max, window_ms) in job.spec.rate_buckets(&job.id, &job.project_id) {
+                        let e = buckets.entry(b).or_insert((0, 0, Vec::new()));
+                        (e.0, e.1) = (e.0.max(max), e.1.max(window_ms));
+                        e.2.push(job.id.clone());
+                    }
+                }
             }
             match jobs.last() {
                 Some(last) if jobs.len() as i64 == page => after = last.id.clone(),
                 _ => break,
             }
+        }
+
+        // Each bucket restarts with the sends Postgres recorded in its window
+        // (the newest `max` are all admission looks at); dispatches still in
+        // flight are logged by their workers when they take their leases
+        // back (lua/extend_leases.lua).
+        for (bucket, (max, window_ms, job_ids)) in &buckets {
+            let since = now - chrono::Duration::milliseconds(window_ms + RATE_GUARD_MS);
+            let sends = runs::recent_sends(&self.pool, job_ids, since, *max).await?;
+            report.rate_sends_restored += self.queue.seed_rate(bucket, &sends).await?;
         }
 
         let mut after = String::new();
@@ -148,12 +183,12 @@ impl Reconciler {
                             report.re_enqueued += 1;
                         }
                     }
-                    Placement::Running => {
+                    Placement::Running if was_initialised => {
                         if self.recover_if_lost(run, now).await? {
                             report.recovered_running += 1;
                         }
                     }
-                    Placement::Blocked | Placement::Finished => {}
+                    Placement::Running | Placement::Blocked | Placement::Finished => {}
                 }
             }
             match runs.last() {
@@ -163,7 +198,8 @@ impl Reconciler {
         }
 
         if !was_initialised {
-            self.queue.mark_initialised().await?;
+            let hold_until = now_ms + (self.opts.lease / 2).as_millis() as i64;
+            self.queue.mark_initialised(hold_until).await?;
             report.marked_initialised = true;
         } else if !self.queue.is_initialised().await? {
             report.lost_during_sweep = true;
@@ -173,6 +209,7 @@ impl Reconciler {
                 re_enqueued = report.re_enqueued,
                 recovered_running = report.recovered_running,
                 limits_pushed = report.limits_pushed,
+                rate_sends_restored = report.rate_sends_restored,
                 runs_seen = report.runs_seen,
                 rebuilt = report.marked_initialised,
                 "reconciled redis with postgres"

@@ -152,6 +152,10 @@ pub async fn run(
     let (mut fs, mut fd) = (Filler { job: ids::job_id(), made: 0 }, Filler { job: ids::job_id(), made: 0 });
     let patterns = [format!("{prefix}s:*"), format!("{prefix}d:*")];
     let res = async {
+        // As the api records a job's limits (none here): dequeue parks the
+        // runs of a job whose limits it does not know.
+        qs.set_limits(&fs.job, Some("0|0|0|0|0")).await?;
+        qd.set_limits(&fd.job, Some("0|0|0|0|0")).await?;
         fs.add(&qs, shallow).await?;
         let before = used_memory(&qd).await?;
         fd.add(&qd, deep).await?;

@@ -165,6 +165,7 @@ async fn a_dequeue_stopped_by_its_scan_limit_leaves_a_wake_up() {
     let now_ms = now.timestamp_millis();
     let lease = Duration::from_secs(30);
     q.set_limits("job_capped", Some("1|0|0|0|0")).await.unwrap();
+    q.set_limits("job_free", Some("0|0|0|0|0")).await.unwrap();
     let capped: Vec<Entry> = (0..20)
         .map(|i| Entry::new(&format!("run_c{i}"), "job_capped", 0, now - chrono::Duration::seconds(100 - i), None))
         .collect();

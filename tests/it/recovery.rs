@@ -305,3 +305,73 @@ async fn connections_dropped_by_postgres_answer_503_with_retry_after_never_500()
     assert_eq!(s, 200, "the api is back once its connections are");
     admin.close().await;
 }
+
+/// A concurrency cap holds through Redis losing its data mid-load, with two
+/// workers: the in-flight counts go with Redis, so until the reconciler has
+/// rebuilt it and the workers have taken back the leases they still hold
+/// (`lua/extend_leases.lua`), no run of the capped job is dispatched, and
+/// runs triggered into the empty Redis wait for their job's limits.
+#[tokio::test]
+async fn a_cap_holds_through_a_redis_wipe_with_two_workers() {
+    let env = TestEnv::start().await;
+    let target = Target::start().await;
+    target.set_default(Reply::slow(Duration::from_millis(700)));
+    let job = env.job(&target.url, json!({"max_concurrency": 3})).await;
+    let id = job["id"].as_str().unwrap().to_string();
+    let mut runs = vec![];
+    for _ in 0..12 {
+        runs.push(env.trigger(&id, json!({})).await["id"].as_str().unwrap().to_string());
+    }
+    env.spawn_worker();
+    env.spawn_worker();
+    env.spawn_scheduler();
+    let deadline = tokio::time::Instant::now() + T;
+    while target.spans().len() < 2 {
+        assert!(tokio::time::Instant::now() < deadline, "never got going");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Three requests are in flight at the target when Redis loses everything.
+    env.wipe_redis().await;
+    for _ in 0..6 {
+        runs.push(env.trigger(&id, json!({})).await["id"].as_str().unwrap().to_string());
+    }
+    for rid in &runs {
+        env.wait_status(rid, "completed", Duration::from_secs(60)).await;
+    }
+    assert_eq!(target.max_in_flight(), 3, "the cap is reached and never exceeded");
+    assert!(target.count() >= runs.len(), "every run reached the target");
+}
+
+/// A rate limit holds through Redis losing its data: the rebuild puts the
+/// sends Postgres recorded back into the bucket's log, so the bucket goes
+/// on where it was instead of admitting a full window at once.
+#[tokio::test]
+async fn a_rate_limit_holds_through_a_redis_wipe() {
+    let env = TestEnv::start().await;
+    let target = Target::start().await;
+    let job = env.job(&target.url, json!({"rate_limit_max": 3, "rate_limit_window_secs": 4})).await;
+    let id = job["id"].as_str().unwrap().to_string();
+    env.spawn_worker();
+    env.spawn_scheduler();
+    let mut runs = vec![];
+    for _ in 0..3 {
+        runs.push(env.trigger(&id, json!({})).await["id"].as_str().unwrap().to_string());
+    }
+    for rid in &runs {
+        env.wait_status(rid, "completed", T).await;
+    }
+    env.wipe_redis().await;
+    for _ in 0..3 {
+        runs.push(env.trigger(&id, json!({})).await["id"].as_str().unwrap().to_string());
+    }
+    for rid in &runs {
+        env.wait_status(rid, "completed", T).await;
+    }
+    let mut at: Vec<std::time::Instant> = target.spans().iter().map(|s| s.start).collect();
+    at.sort();
+    assert_eq!(at.len(), 6);
+    for (i, t) in at.iter().enumerate() {
+        let within = at[i..].iter().filter(|u| u.duration_since(*t) < Duration::from_secs(4)).count();
+        assert!(within <= 3, "{within} requests within 4 s of request {i}: {at:?}");
+    }
+}

@@ -128,7 +128,8 @@ async fn handle(w: &Inner, entry: &Entry, key: u64, dequeue: Duration) {
         Ok(spec) => match call_target(w, &run, spec, &extras).await {
             Some(a) => (a, policy_for(spec, &run)),
             None => {
-                let held = crate::leases::Held { entry: entry.clone(), token: Some(run.dispatch_token) };
+                let held =
+                    crate::leases::Held { entry: entry.clone(), epoch: String::new(), token: Some(run.dispatch_token) };
                 record::hand_back(&w.pool, &w.queue, &held).await;
                 return;
             }

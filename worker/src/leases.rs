@@ -17,10 +17,12 @@ use tokio_util::sync::CancellationToken;
 
 use crate::now_ms;
 
-/// One held entry, and the dispatch token of the claim once there is one.
+/// One held entry, the epoch its lease is in (see `Queue::extend_leases`),
+/// and the dispatch token of the claim once there is one.
 #[derive(Clone, Debug)]
 pub struct Held {
     pub entry: Entry,
+    pub epoch: String,
     pub token: Option<i64>,
 }
 
@@ -32,9 +34,9 @@ pub struct InFlight {
 }
 
 impl InFlight {
-    pub fn insert(&self, entry: Entry) -> u64 {
+    pub fn insert(&self, entry: Entry, epoch: &str) -> u64 {
         let key = self.next.fetch_add(1, Ordering::Relaxed);
-        self.lock().insert(key, Held { entry, token: None });
+        self.lock().insert(key, Held { entry, epoch: epoch.to_string(), token: None });
         key
     }
 
@@ -50,8 +52,19 @@ impl InFlight {
         self.lock().remove(&key)
     }
 
-    pub fn entries(&self) -> Vec<Entry> {
-        self.lock().values().map(|h| h.entry.clone()).collect()
+    /// Each held entry with the epoch of its lease.
+    pub fn leases(&self) -> Vec<(Entry, String)> {
+        self.lock().values().map(|h| (h.entry.clone(), h.epoch.clone())).collect()
+    }
+
+    /// After a renewal: every lease held is in `epoch` now (renewed in it,
+    /// taken again in it, or reaped in it).
+    pub fn move_to_epoch(&self, epoch: &str) {
+        for h in self.lock().values_mut() {
+            if h.epoch != epoch {
+                h.epoch = epoch.to_string();
+            }
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -100,18 +113,24 @@ pub async fn renew_loop(queue: &Queue, inflight: &InFlight, lease: Duration, sto
 }
 
 pub async fn renew_once(queue: &Queue, inflight: &InFlight, lease: Duration) {
-    let entries = inflight.entries();
-    if entries.is_empty() {
+    let leases = inflight.leases();
+    if leases.is_empty() {
         return;
     }
     let until = now_ms() + lease.as_millis() as i64;
-    match queue.extend_leases(&entries, until).await {
-        Ok(n) if n < entries.len() => {
-            // Acked a moment ago, or reaped: the dispatch token decides
-            // whether this worker's outcome still lands.
-            tracing::debug!(held = entries.len(), renewed = n, "some leases were already gone");
+    match queue.extend_leases(&leases, until).await {
+        Ok((n, epoch)) => {
+            if n < leases.len() {
+                // Acked a moment ago, or reaped: the dispatch token decides
+                // whether this worker's outcome still lands.
+                tracing::debug!(held = leases.len(), renewed = n, "some leases were already gone");
+            }
+            // Before the rebuild ('') nothing was taken again: keep the
+            // old epoch so that the next renewal does it.
+            if !epoch.is_empty() {
+                inflight.move_to_epoch(&epoch);
+            }
         }
-        Ok(_) => {}
-        Err(e) => tracing::warn!(error = %e, held = entries.len(), "renewing leases failed; retrying next tick"),
+        Err(e) => tracing::warn!(error = %e, held = leases.len(), "renewing leases failed; retrying next tick"),
     }
 }

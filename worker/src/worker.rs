@@ -174,18 +174,18 @@ impl Worker {
             // ran would strand its leases until the reaper.
             let asked = free.min(MAX_BATCH);
             let started = Instant::now();
-            let res = w.queue.dequeue(asked, w.opts.lease, now_ms()).await;
+            let res = w.queue.dequeue_in_epoch(asked, w.opts.lease, now_ms()).await;
             let took = started.elapsed();
             metrics::histogram!(DEQUEUE_DURATION).record(took.as_secs_f64());
             let drained = match res {
-                Ok(entries) => {
+                Ok((epoch, entries)) => {
                     // Fewer than asked: nothing else could be taken. Whatever
                     // becomes ready from now on leaves a wake-up token, so
                     // wait for one rather than ask again (a dequeue that finds
                     // nothing was one Redis round trip per run at moderate rates).
                     let drained = entries.len() < asked;
                     for entry in entries {
-                        tasks.spawn(entry, took, Arc::clone(&permits).try_acquire_owned().ok());
+                        tasks.spawn(entry, &epoch, took, Arc::clone(&permits).try_acquire_owned().ok());
                     }
                     drained
                 }
@@ -245,7 +245,8 @@ impl Worker {
     pub async fn run_once(&self) -> anyhow::Result<usize> {
         let w = &self.inner;
         let started = Instant::now();
-        let entries = w.queue.dequeue(w.opts.concurrency.min(MAX_BATCH), w.opts.lease, now_ms()).await?;
+        let (epoch, entries) =
+            w.queue.dequeue_in_epoch(w.opts.concurrency.min(MAX_BATCH), w.opts.lease, now_ms()).await?;
         let took = started.elapsed();
         metrics::histogram!(DEQUEUE_DURATION).record(took.as_secs_f64());
         let n = entries.len();
@@ -254,7 +255,7 @@ impl Worker {
         }
         let mut tasks = Dispatches::new(Arc::clone(w));
         for entry in entries {
-            tasks.spawn(entry, took, None);
+            tasks.spawn(entry, &epoch, took, None);
         }
         let stop = CancellationToken::new();
         let renew = leases::renew_loop(&w.queue, &w.inflight, w.opts.lease, stop.clone());
@@ -281,8 +282,8 @@ impl Dispatches {
         Dispatches { w, set: JoinSet::new(), keys: HashMap::new() }
     }
 
-    fn spawn(&mut self, entry: Entry, dequeue: Duration, permit: Option<OwnedSemaphorePermit>) {
-        let key = self.w.inflight.insert(entry.clone());
+    fn spawn(&mut self, entry: Entry, epoch: &str, dequeue: Duration, permit: Option<OwnedSemaphorePermit>) {
+        let key = self.w.inflight.insert(entry.clone(), epoch);
         let handle = self.set.spawn(attempt::run(Arc::clone(&self.w), entry, key, dequeue, permit));
         self.keys.insert(handle.id(), key);
     }

@@ -38,19 +38,23 @@ async fn rebuilds_a_lost_redis_once_and_only_once() {
 
         // Redis as the api left it, then lost.
         assert!(env.queue.enqueue(&queued.entry(), 0, now).await?);
-        env.queue.mark_initialised().await?;
+        env.queue.mark_initialised(0).await?;
         env.delete_all_keys().await;
         assert!(!env.queue.is_initialised().await?);
 
         let first = env.scheduler.reconcile_once().await?;
         assert_eq!(first.runs_seen, 7, "{first:?}");
         assert_eq!(first.re_enqueued, 4, "queued, both retrying, delayed: {first:?}");
-        assert_eq!(first.recovered_running, 1, "{first:?}");
+        assert_eq!(first.recovered_running, 0, "the rebuild leaves running runs to the next sweep: {first:?}");
         assert_eq!(first.limits_pushed, 1);
         assert!(first.marked_initialised && !first.lost_during_sweep);
         assert!(env.queue.is_initialised().await?);
 
         let k = env.queue.keys().clone();
+        assert_eq!(env.run(&lost.id).await.status, "running", "its worker may still hold it");
+        // The next sweep: its worker would have taken its lease again by now.
+        let next = env.scheduler.reconcile_once().await?;
+        assert_eq!((next.recovered_running, next.re_enqueued, next.marked_initialised), (1, 0, false), "{next:?}");
         let counts = (env.zcard(&k.ready).await, env.zcard(&k.scheduled).await, env.zcard(&k.leases).await);
         assert_eq!(counts, (2, 3, 0), "ready: queued, lost; scheduled: both retrying, delayed");
         for (r, place) in [

@@ -99,26 +99,37 @@ impl JobSpec {
         }
     }
 
-    /// The value dequeue.lua reads from the `limits` hash, or `None` when the
-    /// job has no limit at all (and is not paused):
+    /// The value dequeue.lua reads from the `limits` hash:
     /// `max_concurrency|max_per_key|rate_max|rate_window_ms|paused`, then
     /// `|max|window_ms|n:<project_id>:<name>` for each named rate limit. The
     /// last part is the bucket the project's jobs share (see lua/README.md);
-    /// neither ids nor names contain `|`.
+    /// neither ids nor names contain `|`. A job without limits has one too
+    /// (`0|0|0|0|0`): dequeue.lua parks the runs of a job it has none for,
+    /// since after a Redis loss "none yet" must not read as "no limits".
     pub fn limits_field(&self, project_id: &str, paused: bool) -> Option<String> {
         let window_ms = self.rate_limit_window_secs.max(0) * 1000;
         let parts = [self.max_concurrency, self.max_concurrency_per_key, self.rate_limit_max, window_ms];
         let named: Vec<&RateLimitKey> =
             self.rate_limit_keys.iter().filter(|k| k.max > 0 && k.window_secs > 0).collect();
-        if parts.iter().all(|v| *v <= 0) && !paused && named.is_empty() {
-            return None;
-        }
         let mut out =
             format!("{}|{}|{}|{}|{}", parts[0].max(0), parts[1].max(0), parts[2].max(0), parts[3], u8::from(paused));
         for k in named {
             out.push_str(&format!("|{}|{}|{}", k.max, k.window_secs * 1000, rate_bucket(project_id, &k.name)));
         }
         Some(out)
+    }
+
+    /// The job's rate-limit buckets as dequeue.lua sees them: (bucket, max,
+    /// window ms), its own `j:<job_id>` first, then its named ones.
+    pub fn rate_buckets(&self, job_id: &str, project_id: &str) -> Vec<(String, i64, i64)> {
+        let mut out = Vec::new();
+        if self.rate_limit_max > 0 && self.rate_limit_window_secs > 0 {
+            out.push((format!("j:{job_id}"), self.rate_limit_max, self.rate_limit_window_secs * 1000));
+        }
+        for k in self.rate_limit_keys.iter().filter(|k| k.max > 0 && k.window_secs > 0) {
+            out.push((rate_bucket(project_id, &k.name), k.max, k.window_secs * 1000));
+        }
+        out
     }
 }
 
@@ -394,7 +405,7 @@ mod tests {
     #[test]
     fn limits_field_encodes_caps_and_pause() {
         let mut s = JobSpec::with_endpoint("http://x");
-        assert_eq!(s.limits_field("p", false), None);
+        assert_eq!(s.limits_field("p", false).as_deref(), Some("0|0|0|0|0"), "none is said, not left out");
         assert_eq!(s.limits_field("p", true).as_deref(), Some("0|0|0|0|1"));
         s.max_concurrency = 3;
         s.rate_limit_max = 10;

@@ -43,6 +43,10 @@ pub const RATE_GUARD_MS: i64 = 200;
 /// of dispatches admitted but not yet sent (they are confirmed within moments).
 pub const RATE_RECHECK_MS: i64 = 50;
 
+/// While Redis is not rebuilt after losing its data, how long dequeue.lua
+/// keeps a capped or rate-limited job's entry back before looking again.
+pub const UNBUILT_WAIT_MS: i64 = 250;
+
 /// The queue of one key prefix: every call goes through a Lua script of `lua/`.
 #[derive(Clone)]
 pub struct Queue {
@@ -92,6 +96,18 @@ impl Queue {
 
     /// Leases up to `max` entries until `now_ms + lease`.
     pub async fn dequeue(&self, max: usize, lease: Duration, now_ms: i64) -> Result<Vec<Entry>, QueueError> {
+        Ok(self.dequeue_in_epoch(max, lease, now_ms).await?.1)
+    }
+
+    /// [`Queue::dequeue`], with the id of the epoch the entries were leased
+    /// under ('' before the reconciler rebuilt Redis): a worker hands it
+    /// back when it renews them ([`Queue::extend_leases`]).
+    pub async fn dequeue_in_epoch(
+        &self,
+        max: usize,
+        lease: Duration,
+        now_ms: i64,
+    ) -> Result<(String, Vec<Entry>), QueueError> {
         let k = &self.keys;
         let mut c = self.conn().await?;
         let raw: Vec<String> = scripts::DEQUEUE
@@ -103,15 +119,20 @@ impl Queue {
             .key(&k.throttled)
             .key(&k.rate)
             .key(&k.signal)
+            .key(&k.epoch)
             .arg(now_ms)
             .arg(max)
             .arg(lease.as_millis() as u64)
             .arg(max * 8)
             .arg(RATE_GUARD_MS)
             .arg(RATE_RECHECK_MS)
+            .arg(UNBUILT_WAIT_MS)
             .invoke_async(&mut c)
             .await?;
-        raw.iter().map(|s| Entry::decode(s).map_err(Into::into)).collect()
+        let mut raw = raw.into_iter();
+        let epoch = raw.next().unwrap_or_default();
+        let entries = raw.map(|s| Entry::decode(&s).map_err(Into::into)).collect::<Result<Vec<_>, QueueError>>()?;
+        Ok((epoch, entries))
     }
 
     /// Ends a dispatch whose outcome is committed; `retry_due_ms` schedules
@@ -251,22 +272,52 @@ impl Queue {
         Ok(n > 0)
     }
 
-    /// Renews the leases a worker holds; returns how many still existed.
-    pub async fn extend_leases(&self, entries: &[Entry], until_ms: i64) -> Result<usize, QueueError> {
+    /// Renews the leases a worker holds, each with the id of the epoch it
+    /// was leased or last renewed under. A lease Redis lost with its data
+    /// (an earlier epoch) is taken again with its concurrency slots; one
+    /// reaped in this epoch is not. Returns how many leases hold now and
+    /// the current epoch id ('' while Redis is not rebuilt).
+    pub async fn extend_leases(
+        &self,
+        entries: &[(Entry, String)],
+        until_ms: i64,
+    ) -> Result<(usize, String), QueueError> {
         if entries.is_empty() {
+            return Ok((0, String::new()));
+        }
+        let k = &self.keys;
+        let mut c = self.conn().await?;
+        let mut inv = scripts::EXTEND_LEASES.key(&k.leases);
+        inv.key(&k.active)
+            .key(&k.epoch)
+            .key(&k.limits)
+            .key(&k.rate)
+            .arg(until_ms)
+            .arg(chrono::Utc::now().timestamp_millis());
+        for (e, epoch) in entries {
+            inv.arg(e.encode()).arg(epoch);
+        }
+        let (n, epoch): (i64, String) = inv.invoke_async(&mut c).await?;
+        Ok((n as usize, epoch))
+    }
+
+    /// Logs in a rate-limit bucket the sends Postgres recorded, (sent ms,
+    /// run id) each: the reconciler's rebuild after Redis lost its data.
+    pub async fn seed_rate(&self, bucket: &str, sends: &[(i64, String)]) -> Result<usize, QueueError> {
+        if sends.is_empty() {
             return Ok(0);
         }
         let mut c = self.conn().await?;
-        let mut inv = scripts::EXTEND_LEASES.key(&self.keys.leases);
-        inv.arg(until_ms);
-        for e in entries {
-            inv.arg(e.encode());
+        let mut inv = scripts::SEED_RATE.key(&self.keys.rate);
+        inv.arg(bucket);
+        for (ms, run) in sends {
+            inv.arg(ms).arg(run);
         }
         let n: i64 = inv.invoke_async(&mut c).await?;
         Ok(n as usize)
     }
 
-    /// Records a job's limits (`None`: no limits) and releases what they no
+    /// Records a job's limits (`None`: the job is gone) and releases what they no
     /// longer hold. Repeats until nothing parked is left to release.
     pub async fn set_limits(&self, job_id: &str, limits: Option<&str>) -> Result<(), QueueError> {
         let k = &self.keys;
@@ -301,9 +352,15 @@ impl Queue {
         Ok(c.exists(&self.keys.epoch).await?)
     }
 
-    pub async fn mark_initialised(&self) -> Result<(), QueueError> {
+    /// Marks the queue rebuilt: a new epoch, whose id tells the workers
+    /// that the leases they held before are gone (they take them again
+    /// when they renew, [`Queue::extend_leases`]), and until `hold_until_ms`
+    /// dequeue keeps capped and rate-limited jobs' entries back while they
+    /// do.
+    pub async fn mark_initialised(&self, hold_until_ms: i64) -> Result<(), QueueError> {
         let mut c = self.conn().await?;
-        let _: () = c.set(&self.keys.epoch, chrono::Utc::now().to_rfc3339()).await?;
+        let id = crate::ids::new_id("ep");
+        let _: () = c.set(&self.keys.epoch, format!("{id}|{hold_until_ms}")).await?;
         Ok(())
     }
 

@@ -35,3 +35,4 @@ script!(SET_LIMITS, "set_limits.lua");
 script!(RESCHEDULE, "reschedule.lua");
 script!(RECORD_DISPATCH, "record_dispatch.lua");
 script!(COUNT_BY_JOB, "count_by_job.lua");
+script!(SEED_RATE, "seed_rate.lua");

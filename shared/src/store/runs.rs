@@ -823,3 +823,26 @@ pub async fn statuses(pool: &PgPool, ids: &[String]) -> Result<std::collections:
         sqlx::query_as("SELECT id, status FROM job_runs WHERE id = ANY($1)").bind(ids).fetch_all(pool).await?;
     Ok(rows.into_iter().collect())
 }
+
+/// The newest `limit` dispatches of the jobs `job_ids` that started after
+/// `since`, as (started ms, run id): what a rate-limit bucket's log held
+/// before Redis lost it (the reconciler's rebuild). Reads the jobs' runs
+/// touched since then; a rebuild is rare, so no index is kept for it.
+pub async fn recent_sends(
+    pool: &PgPool,
+    job_ids: &[String],
+    since: DateTime<Utc>,
+    limit: i64,
+) -> Result<Vec<(i64, String)>, sqlx::Error> {
+    let rows: Vec<(String, DateTime<Utc>)> = sqlx::query_as(
+        "SELECT a.run_id, a.started_at FROM job_run_attempts a JOIN job_runs r ON r.id = a.run_id
+          WHERE r.job_id = ANY($1) AND r.updated_at > $2 AND a.started_at > $2
+          ORDER BY a.started_at DESC LIMIT $3",
+    )
+    .bind(job_ids)
+    .bind(since)
+    .bind(limit)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows.into_iter().map(|(id, at)| (at.timestamp_millis(), id)).collect())
+}
