@@ -8,7 +8,12 @@
 -- dequeue.lua keeps capped and rate-limited jobs' entries back until the
 -- workers had time to say so.
 --
+-- The rebuild may have queued the entry again meanwhile (its run was still
+-- `queued` in Postgres, the worker not having recorded `running` yet): it
+-- is taken out of every waiting set, so it is not dispatched twice.
+--
 -- KEYS[1] leases  KEYS[2] active  KEYS[3] epoch  KEYS[4] limits  KEYS[5] rate
+-- KEYS[6] ready  KEYS[7] scheduled  KEYS[8] throttled  KEYS[9] parked
 -- ARGV[1] new expiry ms  ARGV[2] now ms, then per entry two values: the
 -- entry and the id of the epoch it was leased (or last renewed) under
 -- Returns {leases extended or taken again, the current epoch id ('' when
@@ -37,7 +42,10 @@ for i = 3, #ARGV, 2 do
     n = n + 1
   elseif cur_id ~= '' and leased_under ~= cur_id then
     redis.call('ZADD', KEYS[1], ARGV[1], e)
-    local run, job, _, ckey = string.match(e, '^([^|]+)|([^|]+)|([^|]+)|(.*)$')
+    local run, job, rankhex, ckey = string.match(e, '^([^|]+)|([^|]+)|([^|]+)|(.*)$')
+    for k = 6, 8 do redis.call('ZREM', KEYS[k], e) end
+    redis.call('ZREM', KEYS[9], 'J|' .. job .. '|' .. rankhex .. '|' .. e, 'U|' .. job .. '|' .. rankhex .. '|' .. e,
+      'K|' .. job .. '|' .. #ckey .. ':' .. ckey .. '|' .. rankhex .. '|' .. e)
     redis.call('HINCRBY', KEYS[2], 'j:' .. job, 1)
     if ckey ~= '' then redis.call('HINCRBY', KEYS[2], 'k:' .. job .. '|' .. ckey, 1) end
     for _, b in ipairs(buckets_of(job)) do

@@ -288,12 +288,9 @@ impl Queue {
         let k = &self.keys;
         let mut c = self.conn().await?;
         let mut inv = scripts::EXTEND_LEASES.key(&k.leases);
-        inv.key(&k.active)
-            .key(&k.epoch)
-            .key(&k.limits)
-            .key(&k.rate)
-            .arg(until_ms)
-            .arg(chrono::Utc::now().timestamp_millis());
+        inv.key(&k.active).key(&k.epoch).key(&k.limits).key(&k.rate);
+        inv.key(&k.ready).key(&k.scheduled).key(&k.throttled).key(&k.parked);
+        inv.arg(until_ms).arg(chrono::Utc::now().timestamp_millis());
         for (e, epoch) in entries {
             inv.arg(e.encode()).arg(epoch);
         }
