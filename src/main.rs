@@ -108,12 +108,31 @@ async fn dev() -> anyhow::Result<()> {
         tracing::warn!("SECRETS_KEY is unset; encrypting job secrets with the development key");
         config.secrets_key = Some(Secret::new(DEV_SECRETS_KEY));
     }
+    // Per-client rate limits protect a shared server; on a developer's box
+    // the default 10 triggers a minute would stop the Quickstart's second
+    // loop. Off unless asked for.
+    let mut relaxed = Vec::new();
+    for (var, limit) in [
+        ("RATE_LIMIT_GLOBAL_PER_MIN", &mut config.rate_limit_global_per_min),
+        ("RATE_LIMIT_TRIGGER_PER_MIN", &mut config.rate_limit_trigger_per_min),
+        ("RATE_LIMIT_BULK_PER_MIN", &mut config.rate_limit_bulk_per_min),
+    ] {
+        if std::env::var_os(var).is_none() {
+            *limit = 0;
+            relaxed.push(var);
+        }
+    }
+    if !relaxed.is_empty() {
+        tracing::info!(off = ?relaxed, "per-client rate limits are off under switchyard dev; set them to turn them on");
+    }
     db::prepare(&config.database_url, Duration::from_secs(60))
         .await
         .with_context(|| format!("preparing the database at {}", redact(&config.database_url)))?;
     let stop = shutdown::on_signals();
+    // A line to paste as it is: the development secret spelled out, or the
+    // variable in double quotes so that the shell expands it.
     println!(
-        "switchyard dev: api on http://{}  (docs: http://{}/docs)\n  try: curl -H 'Authorization: Bearer {}' http://{}/v1/projects",
+        "switchyard dev: api on http://{}  (docs: http://{}/docs)\n  try: curl -H \"Authorization: Bearer {}\" http://{}/v1/projects",
         config.api_addr,
         config.api_addr,
         if config.internal_secret.as_ref().is_some_and(|s| s.expose() == DEV_INTERNAL_SECRET) {
