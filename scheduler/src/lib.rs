@@ -16,6 +16,8 @@
 //!   fails them (`dependency_failed`) when one did not.
 //! - [`expirer`]: runs not started within their job's run_ttl_secs become
 //!   `expired`.
+//! - [`pruner`]: deletes finished work older than its project's
+//!   `retention_days`, in small batches.
 //! - [`deliveries`]: sends the notification outbox (terminal webhooks,
 //!   subscription events) with each kind's retries.
 //! - [`drains`]: ships the new run log lines of each log drain to its
@@ -63,6 +65,7 @@ pub mod heartbeats;
 pub mod pace;
 pub mod placement;
 pub mod promoter;
+pub mod pruner;
 pub mod reaper;
 pub mod reconciler;
 pub mod wake;
@@ -84,6 +87,7 @@ pub use error::{Error, OptionsError};
 pub use expirer::{Expirer, ExpirerOptions};
 pub use heartbeats::{HeartbeatOptions, HeartbeatReport, HeartbeatSweeper};
 pub use promoter::{PromoteReport, Promoter, PromoterOptions};
+pub use pruner::{PruneReport, Pruner, PrunerOptions};
 pub use reaper::{ReapReport, Reaper, ReaperOptions};
 pub use reconciler::{ReconcileReport, Reconciler, ReconcilerOptions};
 pub use workflows::{SweepReport, WorkflowEngine, WorkflowOptions};
@@ -98,6 +102,7 @@ pub struct SchedulerOptions {
     pub cron: CronOptions,
     pub dependencies: DependencyOptions,
     pub expirer: ExpirerOptions,
+    pub pruner: PrunerOptions,
     pub workflows: WorkflowOptions,
     pub deliveries: DeliveryOptions,
     pub drains: DrainOptions,
@@ -133,6 +138,7 @@ pub struct Scheduler {
     cron: CronEnqueuer,
     dependencies: DependencyResolver,
     expirer: Expirer,
+    pruner: Pruner,
     workflows: WorkflowEngine,
     deliveries: DeliverySender,
     drains: DrainSender,
@@ -157,6 +163,7 @@ impl Scheduler {
             cron: CronEnqueuer::new(pool.clone(), queue.clone(), options.cron)?,
             dependencies: DependencyResolver::new(pool.clone(), queue.clone(), options.dependencies)?,
             expirer: Expirer::new(pool.clone(), queue.clone(), options.expirer)?,
+            pruner: Pruner::new(pool.clone(), queue.clone(), options.pruner)?,
             workflows: WorkflowEngine::new(pool.clone(), queue.clone(), options.workflows)?,
             deliveries: DeliverySender::new(pool.clone(), options.deliveries)?,
             drains: DrainSender::new(pool.clone(), options.drains)?,
@@ -234,6 +241,11 @@ impl Scheduler {
         self.dependencies.resolve_once(now).await
     }
 
+    /// One retention pass over every project (without the lock).
+    pub async fn prune_once(&self) -> Result<PruneReport, Error> {
+        self.pruner.prune_once().await
+    }
+
     /// One expiry batch at `now`; returns how many runs expired.
     pub async fn expire_once(&self, now: chrono::DateTime<chrono::Utc>) -> Result<usize, Error> {
         self.expirer.expire_once(now).await
@@ -269,6 +281,7 @@ impl Scheduler {
                 self.cron.run(shutdown.clone()),
                 self.dependencies.run(shutdown.clone()),
                 self.expirer.run(shutdown.clone()),
+                self.pruner.run(shutdown.clone()),
                 self.workflows.run(shutdown.clone()),
                 self.deliveries.run(shutdown.clone()),
                 self.drains.run(shutdown.clone()),

@@ -24,6 +24,7 @@ mod log_drains;
 mod metrics_paths;
 mod plans;
 mod recovery;
+mod retention;
 mod run_records;
 mod sdk_client;
 mod secrets_envs;

@@ -47,6 +47,10 @@ pub struct ProjectSettings {
     pub plan_tier: String,
     /// Upper bound of an API key's lifetime in this project.
     pub max_key_lifetime_days: i64,
+    /// Finished runs, workflow runs, delivered or dead webhook deliveries
+    /// and events older than this many days are deleted, with their
+    /// attempts, logs and records (default 30; 1 to 3650).
+    pub retention_days: i64,
 }
 
 /// Change project settings; absent fields keep their value.
@@ -56,6 +60,8 @@ pub struct UpdateProjectSettings {
     pub default_region: Option<String>,
     pub plan_tier: Option<String>,
     pub max_key_lifetime_days: Option<i64>,
+    /// 1 to 3650 days.
+    pub retention_days: Option<i64>,
 }
 
 view_from_row!(ProjectRow => Project { id, name, created_at, updated_at });
@@ -66,6 +72,7 @@ fn settings(r: ProjectRow) -> ProjectSettings {
         default_region: r.default_region,
         plan_tier: r.plan_tier,
         max_key_lifetime_days: r.max_key_lifetime_days.into(),
+        retention_days: r.retention_days.into(),
     }
 }
 
@@ -107,6 +114,7 @@ fn validate_settings(b: &UpdateProjectSettings) -> Result<(), Vec<FieldError>> {
         }
     }
     e.in_range("body.max_key_lifetime_days", b.max_key_lifetime_days, 1, 3650);
+    e.in_range("body.retention_days", b.retention_days, 1, 3650);
     e.finish()
 }
 
@@ -178,6 +186,7 @@ impl ProjectsApi {
             default_region: b.default_region,
             plan_tier: b.plan_tier,
             max_key_lifetime_days: b.max_key_lifetime_days.map(|d| d as i32),
+            retention_days: b.retention_days.map(|d| d as i32),
         };
         let row = store::projects::update_settings(&state.pool, &project_id, change)
             .await?
@@ -186,6 +195,7 @@ impl ProjectsApi {
             "default_region": row.default_region,
             "plan_tier": row.plan_tier,
             "max_key_lifetime_days": row.max_key_lifetime_days,
+            "retention_days": row.retention_days,
         });
         audit::record(
             &state.pool,
@@ -220,12 +230,13 @@ mod tests {
             default_region: region.map(Into::into),
             plan_tier: tier.map(Into::into),
             max_key_lifetime_days: days,
+            retention_days: days.map(|d| d * 2),
         };
         assert_eq!(validate_settings(&settings(None, None, None)), Ok(()));
         assert_eq!(validate_settings(&settings(Some("eu"), Some("pro"), Some(3650))), Ok(()));
         let got = validate_settings(&settings(Some(" "), Some(&"t".repeat(65)), Some(0))).unwrap_err();
         let at: Vec<_> = got.iter().map(|f| f.location.as_str()).collect();
-        assert_eq!(at, ["body.default_region", "body.plan_tier", "body.max_key_lifetime_days"]);
+        assert_eq!(at, ["body.default_region", "body.plan_tier", "body.max_key_lifetime_days", "body.retention_days"]);
         assert_eq!(got[2].message, "must be between 1 and 3650");
     }
 }

@@ -51,6 +51,7 @@ pub mod log_drains;
 pub mod members;
 pub mod policies;
 pub mod projects;
+pub mod retention;
 pub mod roles;
 pub mod run_records;
 pub mod run_updates;

@@ -13,11 +13,13 @@ pub struct ProjectRow {
     pub default_region: String,
     pub plan_tier: String,
     pub max_key_lifetime_days: i32,
+    /// Finished work older than this is pruned (store::retention).
+    pub retention_days: i32,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
 
-const COLS: &str = "id, name, default_region, plan_tier, max_key_lifetime_days, created_at, updated_at";
+const COLS: &str = "id, name, default_region, plan_tier, max_key_lifetime_days, retention_days, created_at, updated_at";
 
 /// Whether the project exists.
 pub async fn exists(pool: &PgPool, id: &str) -> Result<bool, sqlx::Error> {
@@ -59,18 +61,21 @@ pub struct SettingsChange {
     pub default_region: Option<String>,
     pub plan_tier: Option<String>,
     pub max_key_lifetime_days: Option<i32>,
+    pub retention_days: Option<i32>,
 }
 
 pub async fn update_settings(pool: &PgPool, id: &str, c: SettingsChange) -> Result<Option<ProjectRow>, sqlx::Error> {
     sqlx::query_as(&format!(
         "UPDATE projects SET default_region = COALESCE($2, default_region), plan_tier = COALESCE($3, plan_tier),
-            max_key_lifetime_days = COALESCE($4, max_key_lifetime_days)
+            max_key_lifetime_days = COALESCE($4, max_key_lifetime_days),
+            retention_days = COALESCE($5, retention_days)
          WHERE id = $1 RETURNING {COLS}"
     ))
     .bind(id)
     .bind(c.default_region)
     .bind(c.plan_tier)
     .bind(c.max_key_lifetime_days)
+    .bind(c.retention_days)
     .fetch_optional(pool)
     .await
 }

@@ -1,0 +1,110 @@
+//! The pruner: deletes finished work older than its project's
+//! `retention_days` (`store::retention`), so the tables stay the size of
+//! the retention window however long the system runs.
+//!
+//! A pass walks every project and every kind, one batch per statement,
+//! until a batch comes back short; it pauses a moment between batches so
+//! that a large backlog (the first pass after a retention is shortened)
+//! never crowds out the hot path. Passes run every `interval`. Whoever
+//! takes the `prune` lock for the interval prunes, the others skip; two
+//! pruners at once would only share the work (`SKIP LOCKED`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use sqlx::PgPool;
+use switchyard_shared::queue::Queue;
+use switchyard_shared::shutdown::Shutdown;
+use switchyard_shared::store::retention::{self, Kind};
+
+use crate::alarm::Alarm;
+use crate::error::{check_batch, check_positive, Error, OptionsError};
+use crate::pace::{self, Next, Pacing};
+
+/// Name of the leadership lock (`<prefix>:lock:prune`).
+pub const LOCK_NAME: &str = "prune";
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PrunerOptions {
+    /// Time between passes (default 10 min).
+    pub interval: Duration,
+    /// Rows deleted per statement (default 1,000).
+    pub batch_size: usize,
+    /// Pause between two batches (default 50 ms).
+    pub breather: Duration,
+}
+
+impl Default for PrunerOptions {
+    fn default() -> Self {
+        PrunerOptions { interval: Duration::from_secs(600), batch_size: 1000, breather: Duration::from_millis(50) }
+    }
+}
+
+impl PrunerOptions {
+    pub fn validate(&self) -> Result<(), OptionsError> {
+        check_positive("pruner.interval", self.interval)?;
+        check_batch("pruner.batch_size", self.batch_size)
+    }
+}
+
+/// What one pass deleted, per kind (`Kind::ALL` order).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PruneReport {
+    pub deleted: [u64; 4],
+}
+
+#[derive(Clone)]
+pub struct Pruner {
+    pool: PgPool,
+    queue: Queue,
+    opts: PrunerOptions,
+    holder: String,
+    alarm: Arc<Alarm>,
+}
+
+impl Pruner {
+    pub fn new(pool: PgPool, queue: Queue, opts: PrunerOptions) -> Result<Pruner, OptionsError> {
+        opts.validate()?;
+        let holder = switchyard_shared::ids::new_id("sched");
+        Ok(Pruner { pool, queue, opts, holder, alarm: Arc::default() })
+    }
+
+    /// One pass over every project, without the lock.
+    pub async fn prune_once(&self) -> Result<PruneReport, Error> {
+        let now = Utc::now();
+        let mut report = PruneReport::default();
+        for (project, days) in retention::projects(&self.pool).await? {
+            let cutoff = now - chrono::Duration::days(days.into());
+            for (i, kind) in Kind::ALL.into_iter().enumerate() {
+                loop {
+                    let n = retention::prune(&self.pool, kind, &project, cutoff, self.opts.batch_size as i64).await?;
+                    report.deleted[i] += n;
+                    if n < self.opts.batch_size as u64 {
+                        break;
+                    }
+                    tokio::time::sleep(self.opts.breather).await;
+                }
+            }
+        }
+        if report.deleted.iter().any(|n| *n > 0) {
+            let by_kind: Vec<String> =
+                Kind::ALL.iter().zip(report.deleted).map(|(k, n)| format!("{}={n}", k.as_str())).collect();
+            tracing::info!(deleted = %by_kind.join(" "), "pruned finished work past its project's retention");
+        }
+        Ok(report)
+    }
+
+    async fn pass(&self) -> Result<Next, Error> {
+        if self.queue.try_lock(LOCK_NAME, &self.holder, self.opts.interval).await? {
+            self.prune_once().await?;
+        }
+        Ok(Next::Idle)
+    }
+
+    /// Passes every `interval` until shutdown.
+    pub async fn run(&self, shutdown: Shutdown) {
+        let pacing = Pacing { min_gap: self.opts.interval, max_sleep: self.opts.interval };
+        pace::paced_passes("prune pass", pacing, &self.alarm, &shutdown, || self.pass()).await
+    }
+}
