@@ -230,7 +230,7 @@ mod tests {
             default_region: region.map(Into::into),
             plan_tier: tier.map(Into::into),
             max_key_lifetime_days: days,
-            retention_days: days.map(|d| d * 2),
+            retention_days: days,
         };
         assert_eq!(validate_settings(&settings(None, None, None)), Ok(()));
         assert_eq!(validate_settings(&settings(Some("eu"), Some("pro"), Some(3650))), Ok(()));
