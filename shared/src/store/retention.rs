@@ -25,60 +25,35 @@ pub enum Kind {
 impl Kind {
     pub const ALL: [Kind; 4] = [Kind::JobRuns, Kind::WorkflowRuns, Kind::Deliveries, Kind::Events];
 
-    fn sql(self) -> (&'static str, &'static str) {
+    /// The kind's table, id prefix, what makes a row ended and old (`$3`
+    /// the cutoff), and what else goes with its rows (CTEs over `gone`).
+    fn parts(self) -> (&'static str, &'static str, &'static str, &'static str) {
         match self {
+            // Attempts and transition events have no foreign key (migration
+            // 0007 dropped them from the hot path): they go in the same
+            // statement. The SDK's records go by ON DELETE CASCADE.
             Kind::JobRuns => (
+                "job_runs",
                 "run",
-                // Attempts and transition events have no foreign key (migration
-                // 0007 dropped them from the hot path): they go in the same
-                // statement. The SDK's records go by ON DELETE CASCADE.
-                "WITH gone AS (
-                    DELETE FROM job_runs WHERE id IN (
-                        SELECT id FROM job_runs WHERE project_id = $1 AND id < $2
-                           AND status IN ('completed', 'failed', 'timed_out', 'cancelled', 'expired') AND finished_at < $3
-                         LIMIT $4 FOR UPDATE SKIP LOCKED)
-                    RETURNING id
-                 ), attempts AS (
-                    DELETE FROM job_run_attempts WHERE run_id IN (SELECT id FROM gone)
-                 ), events AS (
-                    DELETE FROM job_run_events WHERE run_id IN (SELECT id FROM gone)
-                 )
-                 SELECT count(*) FROM gone",
+                "status IN ('completed', 'failed', 'timed_out', 'cancelled', 'expired') AND finished_at < $3",
+                ", attempts AS (DELETE FROM job_run_attempts WHERE run_id IN (SELECT id FROM gone))
+                 , events AS (DELETE FROM job_run_events WHERE run_id IN (SELECT id FROM gone))",
             ),
             Kind::WorkflowRuns => (
+                "workflow_runs",
                 "wfr",
-                "WITH gone AS (DELETE FROM workflow_runs WHERE id IN (
-                    SELECT id FROM workflow_runs WHERE project_id = $1 AND id < $2
-                       AND status IN ('completed', 'failed', 'cancelled', 'timed_out') AND finished_at < $3
-                     LIMIT $4 FOR UPDATE SKIP LOCKED) RETURNING id)
-                 SELECT count(*) FROM gone",
+                "status IN ('completed', 'failed', 'cancelled', 'timed_out') AND finished_at < $3",
+                "",
             ),
-            Kind::Deliveries => (
-                "whd",
-                "WITH gone AS (DELETE FROM webhook_deliveries WHERE id IN (
-                    SELECT id FROM webhook_deliveries WHERE project_id = $1 AND id < $2
-                       AND status IN ('delivered', 'dead') AND created_at < $3
-                     LIMIT $4 FOR UPDATE SKIP LOCKED) RETURNING id)
-                 SELECT count(*) FROM gone",
-            ),
-            Kind::Events => (
-                "evt",
-                "WITH gone AS (DELETE FROM events WHERE id IN (
-                    SELECT id FROM events WHERE project_id = $1 AND id < $2
-                       AND completed_at IS NOT NULL AND created_at < $3
-                     LIMIT $4 FOR UPDATE SKIP LOCKED) RETURNING id)
-                 SELECT count(*) FROM gone",
-            ),
+            Kind::Deliveries => {
+                ("webhook_deliveries", "whd", "status IN ('delivered', 'dead') AND created_at < $3", "")
+            }
+            Kind::Events => ("events", "evt", "completed_at IS NOT NULL AND created_at < $3", ""),
         }
     }
 
     pub fn as_str(self) -> &'static str {
-        match self {
-            Kind::JobRuns => "job_runs",
-            Kind::WorkflowRuns => "workflow_runs",
-            Kind::Deliveries => "webhook_deliveries",
-            Kind::Events => "events",
-        }
+        self.parts().0
     }
 }
 
@@ -96,8 +71,18 @@ pub async fn prune(
     cutoff: DateTime<Utc>,
     batch: i64,
 ) -> Result<u64, sqlx::Error> {
-    let (prefix, sql) = kind.sql();
+    let (table, prefix, ended, with) = kind.parts();
+    let sql = format!(
+        "WITH gone AS (
+            DELETE FROM {table} WHERE id IN (
+                SELECT id FROM {table} WHERE project_id = $1 AND id < $2 AND {ended}
+                 LIMIT $4 FOR UPDATE SKIP LOCKED)
+            RETURNING id
+         ){with}
+         SELECT count(*) FROM gone"
+    );
     let before = format!("{prefix}_{:012x}", cutoff.timestamp_millis().max(0));
-    let n: i64 = sqlx::query_scalar(sql).bind(project_id).bind(before).bind(cutoff).bind(batch).fetch_one(pool).await?;
+    let n: i64 =
+        sqlx::query_scalar(&sql).bind(project_id).bind(before).bind(cutoff).bind(batch).fetch_one(pool).await?;
     Ok(n as u64)
 }
