@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 
 use chrono::Utc;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use switchyard_shared::domain::{schedule, trigger, RunStatus};
 use switchyard_shared::queue::WakeLoop;
 use switchyard_shared::store::flow::{self, CreateOptions};
@@ -53,45 +53,11 @@ pub async fn trigger(
     let refs = references(state, &job.project_id, &b).await?;
     let valid = trigger::validate(&b, &job.spec.0, &refs)?;
     let spec = &job.spec.0;
-    let mut metadata: Map<String, Value> =
-        spec.default_run_metadata.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect();
-    for (k, v) in b.metadata.unwrap_or_default() {
-        metadata.insert(k, Value::String(v));
-    }
     let now = Utc::now();
     let requested = b.scheduled_at.or(valid.delay_secs.map(|d| now + chrono::Duration::seconds(d.into())));
     let awaiting = !valid.depends_on.is_empty() && !valid.dependencies_met;
     let admitted = schedule::admission(spec, now, requested, awaiting).map_err(ApiError::conflict)?;
-    let new = NewRun {
-        id: switchyard_shared::ids::run_id(),
-        project_id: job.project_id.clone(),
-        job_id: job.id.clone(),
-        job_version: job.version,
-        job_version_id: job.version_id.clone(),
-        status: admitted.status,
-        priority: valid.priority,
-        triggered_by: triggered_by.into(),
-        created_by: who.actor(),
-        payload: b.payload,
-        idempotency_key: b.idempotency_key,
-        concurrency_key: b.concurrency_key,
-        batch_id,
-        parent_run_id: b.parent_run_id,
-        lineage_depth: valid.lineage_depth,
-        debug_mode: b.debug_mode.unwrap_or(false),
-        execution_mode: valid.execution_mode.as_str().into(),
-        retry_backoff: b.retry_backoff,
-        max_attempts_override: valid.max_attempts_override,
-        retry_initial_delay_secs: valid.retry_initial_delay_secs,
-        retry_max_delay_secs: valid.retry_max_delay_secs,
-        timeout_secs_override: valid.timeout_secs_override,
-        metadata: Value::Object(metadata),
-        tags: serde_json::to_value(b.tags.unwrap_or_default()).unwrap_or_default(),
-        scheduled_at: admitted.scheduled_at,
-        expires_at: admitted.expires_at,
-        awaiting_dependencies: awaiting,
-        ..NewRun::default()
-    };
+    let new = NewRun::triggered(job, b, &valid, &admitted, triggered_by, who.actor(), batch_id);
     // A replay asks for a new run of an earlier payload on purpose: the
     // dedup window does not fold it into the run it repeats.
     let dedup_window_secs = if triggered_by == "replay" { 0 } else { spec.dedup_window_secs };

@@ -16,8 +16,6 @@ use sqlx::{PgConnection, PgPool};
 
 use std::collections::HashMap;
 
-use serde_json::json;
-
 use super::runs::{self, NewRun, Run};
 use super::workflow_runs::{self, NewWorkflowRun, Triggered};
 use super::{jobs, workflows, Tenant};
@@ -160,15 +158,22 @@ pub async fn live_target(
 /// The project's enabled sources whose pattern matches `key`, oldest
 /// first: an exact pattern equal to it, or a `prefix*` pattern whose prefix
 /// starts it (`domain::event_key::matches` states the same rule).
-pub async fn matching_sources(pool: &PgPool, project_id: &str, key: &str) -> Result<Vec<EventSourceRow>, sqlx::Error> {
-    sqlx::query_as(&format!("{MATCHING_SOURCES} ORDER BY id")).bind(project_id).bind(key).fetch_all(pool).await
+pub async fn matching_sources<'e>(
+    conn: impl sqlx::PgExecutor<'e>,
+    project_id: &str,
+    key: &str,
+) -> Result<Vec<EventSourceRow>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "SELECT {SOURCE_COLS} FROM event_sources
+          WHERE project_id = $1 AND enabled
+            AND (event_key = $2 OR (right(event_key, 1) = '*' AND starts_with($2, left(event_key, -1))))
+          ORDER BY id"
+    ))
+    .bind(project_id)
+    .bind(key)
+    .fetch_all(conn)
+    .await
 }
-
-/// The enabled sources of project $1 whose pattern matches key $2.
-const MATCHING_SOURCES: &str = "SELECT id, project_id, name, description, event_key, target_type, target_id, enabled, \
-    created_by, updated_by, created_at, updated_at FROM event_sources
-    WHERE project_id = $1 AND enabled
-      AND (event_key = $2 OR (right(event_key, 1) = '*' AND starts_with($2, left(event_key, -1))))";
 
 /// What a source's trigger made.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -395,11 +400,7 @@ pub async fn emit_in(conn: &mut PgConnection, e: &NewEvent) -> Result<(EventRow,
     .bind(&e.created_by)
     .fetch_one(&mut *conn)
     .await?;
-    let sources: Vec<EventSourceRow> = sqlx::query_as(&format!("{MATCHING_SOURCES} ORDER BY id"))
-        .bind(&e.project_id)
-        .bind(&e.event_key)
-        .fetch_all(&mut *conn)
-        .await?;
+    let sources = matching_sources(&mut *conn, &e.project_id, &e.event_key).await?;
     let mut triggered = Vec::with_capacity(sources.len());
     let mut made = Vec::new();
     for source in &sources {
@@ -486,30 +487,7 @@ async fn fire_job_in(
         Ok(a) => a,
         Err(why) => return Ok(Err(why)),
     };
-    let mut metadata: serde_json::Map<String, Value> =
-        spec.default_run_metadata.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect();
-    for (k, v) in req.metadata.unwrap_or_default() {
-        metadata.insert(k, Value::String(v));
-    }
-    let new = NewRun {
-        id: crate::ids::run_id(),
-        project_id: job.project_id.clone(),
-        job_id: job.id.clone(),
-        job_version: job.version,
-        job_version_id: job.version_id.clone(),
-        status: admitted.status,
-        priority: valid.priority,
-        triggered_by: "event".into(),
-        created_by: event.created_by.clone(),
-        payload: req.payload,
-        idempotency_key: req.idempotency_key,
-        execution_mode: valid.execution_mode.as_str().into(),
-        metadata: Value::Object(metadata),
-        tags: json!({}),
-        scheduled_at: admitted.scheduled_at,
-        expires_at: admitted.expires_at,
-        ..NewRun::default()
-    };
+    let new = NewRun::triggered(&job, req, &valid, &admitted, "event", event.created_by.clone(), None);
     let written = runs::insert_many_in(conn, std::slice::from_ref(&new)).await?;
     Ok(match written.into_iter().next() {
         Some((run, created)) => Ok(Fired::Job(Box::new(run), created)),

@@ -5,7 +5,7 @@ use serde_json::Value;
 use sqlx::types::Json;
 use sqlx::PgPool;
 
-use crate::domain::RunStatus;
+use crate::domain::{schedule, trigger, RunStatus};
 use crate::queue::Entry;
 
 /// A job run row (the fields `GET /v1/runs/{id}` shows, and the
@@ -121,6 +121,60 @@ pub struct NewRun {
     pub workflow_step_run_id: Option<String>,
     /// small, medium or large (a workflow step may ask for one).
     pub resource_class: Option<String>,
+}
+
+impl NewRun {
+    /// The run a trigger of `job` makes once it passed its checks
+    /// (`valid`) and was admitted: the request's fields, the job's default
+    /// metadata under the request's own, `pending` while it awaits
+    /// dependencies. The one place both triggers build it: the api's and an
+    /// event source's fired by a workflow step's event.
+    pub fn triggered(
+        job: &super::JobRecord,
+        req: trigger::Request,
+        valid: &trigger::Validated,
+        admitted: &schedule::Admission,
+        triggered_by: &str,
+        created_by: Option<String>,
+        batch_id: Option<String>,
+    ) -> NewRun {
+        let spec = &job.spec.0;
+        let mut metadata: serde_json::Map<String, Value> =
+            spec.default_run_metadata.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect();
+        for (k, v) in req.metadata.unwrap_or_default() {
+            metadata.insert(k, Value::String(v));
+        }
+        NewRun {
+            id: crate::ids::run_id(),
+            project_id: job.project_id.clone(),
+            job_id: job.id.clone(),
+            job_version: job.version,
+            job_version_id: job.version_id.clone(),
+            status: admitted.status,
+            priority: valid.priority,
+            triggered_by: triggered_by.into(),
+            created_by,
+            payload: req.payload,
+            idempotency_key: req.idempotency_key,
+            concurrency_key: req.concurrency_key,
+            batch_id,
+            parent_run_id: req.parent_run_id,
+            lineage_depth: valid.lineage_depth,
+            debug_mode: req.debug_mode.unwrap_or(false),
+            execution_mode: valid.execution_mode.as_str().into(),
+            retry_backoff: req.retry_backoff,
+            max_attempts_override: valid.max_attempts_override,
+            retry_initial_delay_secs: valid.retry_initial_delay_secs,
+            retry_max_delay_secs: valid.retry_max_delay_secs,
+            timeout_secs_override: valid.timeout_secs_override,
+            metadata: Value::Object(metadata),
+            tags: serde_json::to_value(req.tags.unwrap_or_default()).unwrap_or_default(),
+            scheduled_at: admitted.scheduled_at,
+            expires_at: admitted.expires_at,
+            awaiting_dependencies: !valid.depends_on.is_empty() && !valid.dependencies_met,
+            ..NewRun::default()
+        }
+    }
 }
 
 /// Inserts a run (with its creation event when it starts `pending`; a
