@@ -22,17 +22,7 @@ local cur = redis.call('GET', KEYS[3])
 local cur_id = cur and string.match(cur, '^([^|]*)') or ''
 local now = tonumber(ARGV[2])
 
--- The rate-limit buckets of a job (its limits field: see dequeue.lua).
-local function buckets_of(job)
-  local raw = redis.call('HGET', KEYS[4], job)
-  local out = {}
-  if not raw then return out end
-  local p = {}
-  for v in string.gmatch(raw, '[^|]+') do p[#p + 1] = v end
-  if tonumber(p[3] or '0') > 0 and tonumber(p[4] or '0') > 0 then out[#out + 1] = 'j:' .. job end
-  for i = 6, #p - 2, 3 do out[#out + 1] = p[i + 2] end
-  return out
-end
+-- rate_buckets: lib/buckets.lua.
 
 local n = 0
 for i = 3, #ARGV, 2 do
@@ -48,7 +38,7 @@ for i = 3, #ARGV, 2 do
       'K|' .. job .. '|' .. #ckey .. ':' .. ckey .. '|' .. rankhex .. '|' .. e)
     redis.call('HINCRBY', KEYS[2], 'j:' .. job, 1)
     if ckey ~= '' then redis.call('HINCRBY', KEYS[2], 'k:' .. job .. '|' .. ckey, 1) end
-    for _, b in ipairs(buckets_of(job)) do
+    for _, b in ipairs(rate_buckets(KEYS[4], job)) do
       redis.call('ZADD', KEYS[5], 0, b .. '|' .. string.format('%016x', now) .. '|' .. run)
     end
     n = n + 1

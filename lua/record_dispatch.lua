@@ -7,14 +7,9 @@
 -- KEYS[1] limits  KEYS[2] rate
 -- ARGV[1] job_id  ARGV[2] run_id  ARGV[3] now_ms
 -- Returns the number of buckets the send was logged in.
+-- rate_buckets: lib/buckets.lua.
 local job, run, now = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local raw = redis.call('HGET', KEYS[1], job)
-if not raw then return 0 end
-local p = {}
-for v in string.gmatch(raw, '[^|]+') do p[#p + 1] = v end
-local buckets = {}
-if tonumber(p[3] or '0') > 0 and tonumber(p[4] or '0') > 0 then buckets[#buckets + 1] = 'j:' .. job end
-for i = 6, #p - 2, 3 do buckets[#buckets + 1] = p[i + 2] end
+local buckets = rate_buckets(KEYS[1], job)
 local suffix = '|' .. run
 for _, b in ipairs(buckets) do
   local first = b .. '|'
