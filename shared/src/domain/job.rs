@@ -109,11 +109,9 @@ impl JobSpec {
     pub fn limits_field(&self, project_id: &str, paused: bool) -> Option<String> {
         let window_ms = self.rate_limit_window_secs.max(0) * 1000;
         let parts = [self.max_concurrency, self.max_concurrency_per_key, self.rate_limit_max, window_ms];
-        let named: Vec<&RateLimitKey> =
-            self.rate_limit_keys.iter().filter(|k| k.max > 0 && k.window_secs > 0).collect();
         let mut out =
             format!("{}|{}|{}|{}|{}", parts[0].max(0), parts[1].max(0), parts[2].max(0), parts[3], u8::from(paused));
-        for k in named {
+        for k in self.named_rate_limits() {
             out.push_str(&format!("|{}|{}|{}", k.max, k.window_secs * 1000, rate_bucket(project_id, &k.name)));
         }
         Some(out)
@@ -126,10 +124,16 @@ impl JobSpec {
         if self.rate_limit_max > 0 && self.rate_limit_window_secs > 0 {
             out.push((format!("j:{job_id}"), self.rate_limit_max, self.rate_limit_window_secs * 1000));
         }
-        for k in self.rate_limit_keys.iter().filter(|k| k.max > 0 && k.window_secs > 0) {
+        for k in self.named_rate_limits() {
             out.push((rate_bucket(project_id, &k.name), k.max, k.window_secs * 1000));
         }
         out
+    }
+
+    /// The named rate limits that limit anything (a zero max or window
+    /// does not).
+    fn named_rate_limits(&self) -> impl Iterator<Item = &RateLimitKey> {
+        self.rate_limit_keys.iter().filter(|k| k.max > 0 && k.window_secs > 0)
     }
 }
 

@@ -244,6 +244,12 @@ const ONLY_FOR: &[(&str, &[StepType])] = &[
 ];
 
 impl StepRequest {
+    /// Its stage_notifications, when they have the right shape
+    /// (`check_stage_notifications` reports the rest).
+    fn stage_targets(&self) -> Option<StageNotifications> {
+        serde_json::from_value(self.stage_notifications.clone()?).ok()
+    }
+
     /// Whether the named field is set.
     fn has(&self, field: &str) -> bool {
         match field {
@@ -758,10 +764,7 @@ fn check_stage_notifications(e: &mut FieldErrors, at: &str, v: &Value) {
 pub fn subscriptions_to_look_up(steps: &[StepRequest]) -> Vec<String> {
     let mut ids: Vec<String> = Vec::new();
     for s in steps.iter().take(MAX_STEPS) {
-        let Some(n) = s.stage_notifications.clone().and_then(|v| serde_json::from_value::<StageNotifications>(v).ok())
-        else {
-            continue;
-        };
+        let Some(n) = s.stage_targets() else { continue };
         for id in n.subscription_ids.into_iter().filter(|id| crate::ids::is_valid_external_id(id)) {
             if !ids.contains(&id) {
                 ids.push(id);
@@ -781,8 +784,7 @@ fn check_references(e: &mut FieldErrors, i: usize, s: &StepRequest, refs: &Refer
             e.check(refs.jobs.contains(id), at(f), "no such job in this project", Some(id.clone().into()));
         }
     }
-    let named = s.stage_notifications.clone().and_then(|v| serde_json::from_value::<StageNotifications>(v).ok());
-    for (k, id) in named.map(|n| n.subscription_ids).unwrap_or_default().iter().enumerate() {
+    for (k, id) in s.stage_targets().map(|n| n.subscription_ids).unwrap_or_default().iter().enumerate() {
         if crate::ids::is_valid_external_id(id) {
             e.check(
                 refs.subscriptions.contains(id),

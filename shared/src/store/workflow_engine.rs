@@ -975,7 +975,7 @@ impl Pass<'_> {
                 return Ok(());
             }
         };
-        let record = self.run.compensation.as_ref().map(|c| c.0.clone()).unwrap_or(Value::Null);
+        let mut record = self.run.compensation.as_ref().map(|c| c.0.clone()).unwrap_or(Value::Null);
         let error = record["error"].as_str().unwrap_or("a step failed").to_string();
         let order: Vec<Value> = workflow_run::saga_order(&list)
             .into_iter()
@@ -994,13 +994,12 @@ impl Pass<'_> {
             .collect();
         let compensated: Vec<&str> =
             order.iter().filter(|s| s["status"] == "compensated").filter_map(|s| s["step_ref"].as_str()).collect();
-        let mut record = record.clone();
-        record["steps"] = Value::Array(order.clone());
+        let undone = if compensated.is_empty() { "nothing to undo".into() } else { compensated.join(", ") };
+        record["steps"] = Value::Array(order);
         record["finished_at"] = json!(self.now);
         let decided = match ending {
             None => {
                 record["status"] = json!("completed");
-                let undone = if compensated.is_empty() { "nothing to undo".into() } else { compensated.join(", ") };
                 Decided {
                     error: Some(format!("{error}; compensated: {undone}")),
                     compensation: Some(record),
