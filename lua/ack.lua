@@ -9,7 +9,8 @@
 -- KEYS[1] leases  KEYS[2] active  KEYS[3] parked  KEYS[4] ready
 -- KEYS[5] scheduled  KEYS[6] signal
 -- ARGV: per entry two values: entry, retry_due_ms (0 = no retry)
--- Returns how many leases were released.
+-- Returns {how many leases were released, how many parked entries went
+-- back to `ready`}.
 -- free_slots and woke: lib/slots.lua.
 local function release(e)
   if redis.call('ZREM', KEYS[1], e) == 0 then return 0 end
@@ -27,4 +28,4 @@ for i = 1, #ARGV, 2 do
 end
 local wake = math.min(woke, 8 - redis.call('LLEN', KEYS[6]))
 for _ = 1, wake do redis.call('RPUSH', KEYS[6], '1') end
-return released
+return { released, woke }

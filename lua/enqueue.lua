@@ -8,7 +8,8 @@
 -- KEYS[5] parked  KEYS[6] signal
 -- ARGV[1] now_ms, then per entry three values: entry, rank (ready score),
 -- due_ms (0 = now)
--- Returns how many entries were enqueued (the rest were already present).
+-- Returns {how many entries were enqueued (the rest were already present),
+-- how many of them went to `ready`}.
 local now = tonumber(ARGV[1])
 
 local function present(entry)
@@ -38,4 +39,4 @@ end
 -- list's cap of 8 (a woken worker dequeues a whole batch).
 local wake = math.min(ready, 8 - redis.call('LLEN', KEYS[6]))
 for _ = 1, wake do redis.call('RPUSH', KEYS[6], '1') end
-return added
+return { added, ready }

@@ -5,7 +5,7 @@
 --
 -- KEYS[1] leases  KEYS[2] active  KEYS[3] parked  KEYS[4] ready  KEYS[5] signal
 -- ARGV[1] now_ms  ARGV[2] limit
--- Returns the expired entries.
+-- Returns {how many parked entries went back to `ready`, the expired entries}.
 -- free_slots and woke: lib/slots.lua.
 local now = tonumber(ARGV[1])
 local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
@@ -14,4 +14,4 @@ for _, e in ipairs(expired) do
   free_slots(e)
 end
 if woke > 0 and redis.call('LLEN', KEYS[5]) < 8 then redis.call('RPUSH', KEYS[5], '1') end
-return expired
+return { woke, expired }

@@ -141,8 +141,7 @@ const WEBHOOK_CONNECTIONS_PER_HOST: usize = 8;
 /// answers /health/ready with 503) while Postgres or Redis is down.
 pub fn state_from_config(config: Config) -> anyhow::Result<AppState> {
     let pool = db::lazy_pool(&config.database_url, 32)?;
-    let redis = queue::Redis::open(&config.redis_url)?;
-    let queue = queue::Queue::new(redis, &config.redis_key_prefix);
+    let queue = queue::Queue::from_config(&config)?;
     let auth = Arc::new(auth::AuthState::from_config(&config)?);
     let intake = intake::Intake::spawn(pool.clone(), queue.clone());
     let jobs = Arc::new(job_cache::JobCache::default());

@@ -75,7 +75,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use sqlx::PgPool;
-use switchyard_shared::queue::{self, Queue};
+use switchyard_shared::queue::Queue;
 use switchyard_shared::shutdown::Shutdown;
 use switchyard_shared::{db, Config};
 
@@ -303,8 +303,8 @@ impl Scheduler {
 pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
     // The delivery sender's listener holds one of these connections.
     let pool = db::lazy_pool(&config.database_url, 6).context("postgres pool")?;
-    let queue = Queue::new(queue::Redis::open(&config.redis_url).context("redis url")?, &config.redis_key_prefix);
-    let wake_ups = redis::Client::open(config.redis_url.as_str()).context("redis url")?;
+    let queue = Queue::from_config(&config).context("redis url")?;
+    let wake_ups = queue.redis().pubsub_client();
     let options = SchedulerOptions::from_config(&config);
     // The workflow engine reaches every row by id or by a narrow index, like
     // the worker, so it gets the worker's plan settings (db::worker_pool):

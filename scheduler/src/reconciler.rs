@@ -140,17 +140,18 @@ impl Reconciler {
         let page = self.opts.page_size as i64;
 
         // Rate-limit buckets to refill when this sweep rebuilds: bucket ->
-        // (max, window ms, the jobs that send into it).
-        let mut buckets: HashMap<String, (i64, i64, Vec<String>)> = HashMap::new();
+        // (max, window ms, the jobs that send into it, their project: a
+        // bucket belongs to one project).
+        let mut buckets: HashMap<String, (i64, i64, Vec<String>, String)> = HashMap::new();
         let mut after = String::new();
         loop {
             let jobs = jobs::limits_page(&self.pool, &after, page).await?;
             for job in &jobs {
-                self.queue.set_limits(&job.id, job.field().as_deref()).await?;
+                self.queue.set_limits(&job.project_id, &job.id, job.field().as_deref()).await?;
                 report.limits_pushed += 1;
                 if !was_initialised {
                     for (b, max, window_ms) in job.spec.rate_buckets(&job.id, &job.project_id) {
-                        let e = buckets.entry(b).or_insert((0, 0, Vec::new()));
+                        let e = buckets.entry(b).or_insert_with(|| (0, 0, Vec::new(), job.project_id.clone()));
                         (e.0, e.1) = (e.0.max(max), e.1.max(window_ms));
                         e.2.push(job.id.clone());
                     }
@@ -166,10 +167,10 @@ impl Reconciler {
         // (the newest `max` are all admission looks at); dispatches still in
         // flight are logged by their workers when they take their leases
         // back (lua/extend_leases.lua).
-        for (bucket, (max, window_ms, job_ids)) in &buckets {
+        for (bucket, (max, window_ms, job_ids, project_id)) in &buckets {
             let since = now - chrono::Duration::milliseconds(window_ms + RATE_GUARD_MS);
             let sends = runs::recent_sends(&self.pool, job_ids, since, *max).await?;
-            report.rate_sends_restored += self.queue.seed_rate(bucket, &sends).await?;
+            report.rate_sends_restored += self.queue.seed_rate(project_id, bucket, &sends).await?;
         }
 
         let mut after = String::new();

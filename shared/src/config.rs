@@ -41,6 +41,10 @@ pub struct Config {
     pub redis_url: String,
     /// Every Redis key starts with this, so tenants and tests can share a Redis.
     pub redis_key_prefix: String,
+    /// How many partitions the queue has (`shared::queue`): 1 on a single
+    /// node; on Redis Cluster, a few per master spread the queue over them.
+    /// Every process of a prefix must agree on it.
+    pub queue_partitions: usize,
     /// Where the API listens.
     pub api_addr: SocketAddr,
     /// The internal shared secret: full access to every operation (see
@@ -88,6 +92,7 @@ impl Config {
             database_url: "postgres://postgres@127.0.0.1:5432/switchyard".into(),
             redis_url: "redis://127.0.0.1:6379".into(),
             redis_key_prefix: "sy".into(),
+            queue_partitions: 1,
             api_addr: "127.0.0.1:8080".parse().expect("static address"),
             internal_secret: None,
             jwt_signing_key: None,
@@ -123,20 +128,29 @@ impl Config {
             c.database_url = v;
         }
         if let Some(v) = get("REDIS_URL") {
-            if v.starts_with("redis+cluster://") || v.contains(',') {
+            let nodes = crate::queue::cluster_nodes(&v).unwrap_or_else(|| vec![v.clone()]);
+            if nodes.is_empty()
+                || !nodes
+                    .iter()
+                    .all(|n| n.starts_with("redis://") || n.starts_with("rediss://") || n.starts_with("unix://"))
+            {
                 return Err(err(
                     "REDIS_URL",
-                    "Redis Cluster URLs are not supported by this build yet; give a single node redis:// URL",
+                    "must be a redis://, rediss:// or unix:// URL, or a cluster: redis+cluster://host:port,host:port or a comma list of redis:// node URLs",
                 ));
             }
-            if !(v.starts_with("redis://") || v.starts_with("rediss://") || v.starts_with("unix://")) {
-                return Err(err("REDIS_URL", "must start with redis://, rediss:// or unix://"));
+            if nodes.len() > 1 && nodes.iter().any(|n| n.starts_with("unix://")) {
+                return Err(err("REDIS_URL", "a cluster's nodes are reached over TCP, not unix://"));
             }
             c.redis_url = v;
         }
         if let Some(v) = get("REDIS_KEY_PREFIX") {
             validate_prefix(&v).map_err(|r| err("REDIS_KEY_PREFIX", r))?;
             c.redis_key_prefix = v;
+        }
+        c.queue_partitions = parse_num(&get, "QUEUE_PARTITIONS", 1)? as usize;
+        if !(1..=crate::queue::MAX_PARTITIONS).contains(&c.queue_partitions) {
+            return Err(err("QUEUE_PARTITIONS", format!("must be 1 to {}", crate::queue::MAX_PARTITIONS)));
         }
         if let Some(v) = get("API_ADDR") {
             c.api_addr =
@@ -270,11 +284,24 @@ mod tests {
             ("INTERNAL_SECRET", "short"),
             ("LEASE_SECS", "1"),
             ("METRICS_ADDR", "nowhere"),
+            ("QUEUE_PARTITIONS", "0"),
+            ("QUEUE_PARTITIONS", "1000"),
+            ("REDIS_URL", "memcached://x"),
+            ("REDIS_URL", "redis://a:1,unix:///tmp/r.sock"),
         ] {
             let e = load(&[(var, val)]).unwrap_err();
             assert_eq!(e.var, var);
             assert!(e.to_string().contains(var));
         }
+    }
+
+    #[test]
+    fn a_cluster_url_is_taken() {
+        let url = "redis+cluster://127.0.0.1:7000,127.0.0.1:7001";
+        let c = load(&[("REDIS_URL", url), ("QUEUE_PARTITIONS", "12")]).unwrap();
+        assert_eq!((c.redis_url.as_str(), c.queue_partitions), (url, 12));
+        assert!(load(&[("REDIS_URL", "redis://a:7000,redis://b:7001")]).is_ok());
+        assert_eq!(load(&[]).unwrap().queue_partitions, 1);
     }
 
     #[test]

@@ -65,19 +65,24 @@ impl Usage {
 
 pub struct Meter {
     pg_uid: Option<u32>,
-    redis_pid: Option<u32>,
+    /// Every Redis server of the run (each node of a cluster).
+    redis_pids: Vec<u32>,
 }
 
 impl Meter {
     pub async fn new(sys: &System) -> Meter {
-        let redis_pid = async {
-            let client = redis::Client::open(sys.redis_url.as_str()).ok()?;
-            let mut c = client.get_multiplexed_async_connection().await.ok()?;
-            let info: String = redis::cmd("INFO").arg("server").query_async(&mut c).await.ok()?;
-            info.lines().find_map(|l| l.strip_prefix("process_id:")).and_then(|p| p.trim().parse().ok())
+        let url = &sys.redis_url;
+        let mut redis_pids = Vec::new();
+        for node in switchyard_shared::queue::cluster_nodes(url).unwrap_or_else(|| vec![url.clone()]) {
+            let pid = async {
+                let client = redis::Client::open(node.as_str()).ok()?;
+                let mut c = client.get_multiplexed_async_connection().await.ok()?;
+                let info: String = redis::cmd("INFO").arg("server").query_async(&mut c).await.ok()?;
+                info.lines().find_map(|l| l.strip_prefix("process_id:")).and_then(|p| p.trim().parse::<u32>().ok())
+            };
+            redis_pids.extend(pid.await);
         }
-        .await;
-        Meter { pg_uid: cpu::uid_of("postgres"), redis_pid }
+        Meter { pg_uid: cpu::uid_of("postgres"), redis_pids }
     }
 
     pub async fn snapshot(&self, sys: &System) -> Snapshot {
@@ -87,8 +92,8 @@ impl Meter {
                 parts.insert(s.name, v);
             }
         }
-        if let Some(v) = self.redis_pid.and_then(cpu::pid_secs) {
-            parts.insert("redis", v);
+        if !self.redis_pids.is_empty() {
+            parts.insert("redis", self.redis_pids.iter().filter_map(|&p| cpu::pid_secs(p)).sum());
         }
         let target = sys.target().cpu_secs().unwrap_or(0.0);
         parts.insert("target", target);

@@ -24,6 +24,7 @@ mod latency;
 mod meter;
 mod notify;
 mod opts;
+mod partitions;
 mod pg_tables;
 mod queue_depth;
 mod report;
@@ -201,6 +202,13 @@ async fn phases(sys: &System, opts: &Opts) -> anyhow::Result<Report> {
         let r = queue_depth::run(&sys.redis_url, &prefix, opts.shallow, opts.deep, opts.dequeues).await;
         report.queue = keep(&mut report.failures, "(d, e)", r);
         report.phase_secs.insert("d".into(), lap(&mut t));
+    }
+    if opts.wants('p') {
+        eprintln!("bench: (p) queue partitions: 1 and {}, {} entries", opts.partitions, opts.dequeues);
+        let prefix = format!("{}p", sys.prefix);
+        let r = partitions::run(&sys.redis_url, &prefix, opts.partitions, opts.dequeues).await;
+        report.partitions = keep(&mut report.failures, "(p)", r);
+        report.phase_secs.insert("p".into(), lap(&mut t));
     }
     if opts.wants('f') {
         eprintln!("bench: (f) idle for {} s", opts.idle_secs);

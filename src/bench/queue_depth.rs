@@ -64,7 +64,7 @@ impl Filler {
             .map(|_| {
                 self.made += 1;
                 let created = now - chrono::Duration::milliseconds(1_000_000_000 - self.made);
-                Entry::new(&ids::run_id(), &self.job, 0, created, None)
+                Entry::new(&ids::run_id(), &self.job, "bench", 0, created, None)
             })
             .collect()
     }
@@ -154,8 +154,8 @@ pub async fn run(
     let res = async {
         // As the api records a job's limits (none here): dequeue parks the
         // runs of a job whose limits it does not know.
-        qs.set_limits(&fs.job, Some("0|0|0|0|0")).await?;
-        qd.set_limits(&fd.job, Some("0|0|0|0|0")).await?;
+        qs.set_limits("bench", &fs.job, Some("0|0|0|0|0")).await?;
+        qd.set_limits("bench", &fd.job, Some("0|0|0|0|0")).await?;
         fs.add(&qs, shallow).await?;
         let before = used_memory(&qd).await?;
         fd.add(&qd, deep).await?;

@@ -11,6 +11,7 @@ use super::check::Check;
 use super::idle::Idle;
 use super::latency::Latency;
 use super::notify::Notify;
+use super::partitions::PartitionFigures;
 use super::pg_tables::PerRun;
 use super::queue_depth::QueueFigures;
 use super::system::System;
@@ -45,6 +46,7 @@ pub struct Report {
     pub latency: Vec<Latency>,
     pub bulk: Option<Bulk>,
     pub queue: Option<QueueFigures>,
+    pub partitions: Option<PartitionFigures>,
     pub idle: Option<Idle>,
     pub workflows: Option<Workflows>,
     pub notify: Option<Notify>,
@@ -310,6 +312,18 @@ impl Report {
                 "(e) Redis bytes per queued run ({} entries): used_memory {:.0} B, ready zset {:.0} B",
                 q.memory.entries, q.memory.used_memory_bytes_per_run, q.memory.zset_bytes_per_run
             );
+        }
+        if let Some(p) = &self.partitions {
+            let on = if p.cluster { "Redis Cluster" } else { "one Redis node" };
+            let _ = writeln!(
+                o,
+                "\n(p) queue partitions on {on}: dequeue(64) + ack by {} tasks, {} projects, {} entries",
+                p.tasks, p.projects, p.runs[0].count
+            );
+            for r in &p.runs {
+                let _ = writeln!(o, "    {:>3} partition(s)   {:>9.0} /s", r.partitions, r.per_s);
+            }
+            let _ = writeln!(o, "    ratio many/one {:.2}", p.ratio);
         }
         if let Some(i) = &self.idle {
             let per: Vec<String> = i.redis_cmds_per_s.iter().map(|(k, v)| format!("{k} {v:.1}")).collect();

@@ -192,22 +192,34 @@ impl System {
     }
 }
 
-/// UNLINKs every key matching `pattern`.
+/// UNLINKs every key matching `pattern`, on every node of a cluster.
 pub async fn delete_keys(url: &str, pattern: &str) -> anyhow::Result<usize> {
-    let client = redis::Client::open(url)?;
-    let mut c = client.get_multiplexed_async_connection().await?;
-    let mut cursor: u64 = 0;
     let mut n = 0;
-    loop {
-        let (next, keys): (u64, Vec<String>) =
-            redis::cmd("SCAN").arg(cursor).arg("MATCH").arg(pattern).arg("COUNT").arg(1000).query_async(&mut c).await?;
-        if !keys.is_empty() {
+    for node in switchyard_shared::queue::cluster_nodes(url).unwrap_or_else(|| vec![url.to_string()]) {
+        let client = redis::Client::open(node)?;
+        let mut c = client.get_multiplexed_async_connection().await?;
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut c)
+                .await?;
+            // One key per UNLINK: a cluster node refuses keys of several slots in one.
+            let mut pipe = redis::pipe();
+            for k in &keys {
+                pipe.unlink(k).ignore();
+            }
+            let _: () = pipe.query_async(&mut c).await?;
             n += keys.len();
-            let _: i64 = redis::cmd("UNLINK").arg(&keys).query_async(&mut c).await?;
+            if next == 0 {
+                break;
+            }
+            cursor = next;
         }
-        if next == 0 {
-            return Ok(n);
-        }
-        cursor = next;
     }
+    Ok(n)
 }

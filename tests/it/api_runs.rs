@@ -33,7 +33,7 @@ async fn trigger_records_every_field_and_enqueues() {
     assert_eq!(run["concurrency_key"], "tenant-9");
     assert_eq!((run["debug_mode"].as_bool(), run["max_attempts_override"].as_i64()), (Some(true), Some(2)));
     assert_eq!(run["job_version_id"], job["version_id"]);
-    assert_eq!(env.zcard(&env.queue.keys().ready).await, 1, "enqueued in redis");
+    assert_eq!(env.zcard_all(|k| &k.ready).await, 1, "enqueued in redis");
     // The answer is built from the request, not read back: it must be what
     // was stored, field for field.
     assert_eq!(env.run(run["id"].as_str().unwrap()).await, run, "the trigger's answer is the stored run");
@@ -43,7 +43,7 @@ async fn trigger_records_every_field_and_enqueues() {
         env.post(&format!("/v1/jobs/{id}/trigger"), json!({"idempotency_key": "k-1", "payload": {}})).await;
     assert_eq!(s, 200);
     assert_eq!(again["id"], run["id"]);
-    assert_eq!(env.zcard(&env.queue.keys().ready).await, 1);
+    assert_eq!(env.zcard_all(|k| &k.ready).await, 1);
 
     // A child run.
     let child = env.trigger(id, json!({"parent_run_id": run["id"]})).await;
@@ -53,7 +53,7 @@ async fn trigger_records_every_field_and_enqueues() {
     let later = env.trigger(id, json!({"delay_secs": 3600})).await;
     assert_eq!(later["status"], "pending");
     assert!(later["scheduled_at"].is_string());
-    assert_eq!(env.zcard(&env.queue.keys().scheduled).await, 1);
+    assert_eq!(env.zcard_all(|k| &k.scheduled).await, 1);
 }
 
 #[tokio::test]
@@ -137,12 +137,12 @@ async fn cancel_removes_from_queue_and_is_final() {
     let job = env.job("http://127.0.0.1:9/hook", json!({})).await;
     let run = env.trigger(job["id"].as_str().unwrap(), json!({})).await;
     let rid = run["id"].as_str().unwrap();
-    assert_eq!(env.zcard(&env.queue.keys().ready).await, 1);
+    assert_eq!(env.zcard_all(|k| &k.ready).await, 1);
     let (s, c) = env.post(&format!("/v1/runs/{rid}/cancel"), json!({})).await;
     assert_eq!(s, 200, "{c}");
     assert_eq!(c["status"], "cancelled");
     assert!(c["finished_at"].is_string());
-    assert_eq!(env.zcard(&env.queue.keys().ready).await, 0);
+    assert_eq!(env.zcard_all(|k| &k.ready).await, 0);
     assert_problem(409, env.post(&format!("/v1/runs/{rid}/cancel"), json!({})).await, 409);
     assert_problem(404, env.post("/v1/runs/run_missing/cancel", json!({})).await, 404);
 }
@@ -188,5 +188,5 @@ async fn concurrent_triggers_are_committed_together_and_fail_alone() {
     // Alone in its batch, the same payload is the same 422.
     let (s, v) = env.post(&path, json!({"payload": {"s": "nul \u{0}"}})).await;
     assert_eq!(s, 422, "{v}");
-    assert_eq!(env.zcard(&env.queue.keys().ready).await, 20, "each stored run enqueued once");
+    assert_eq!(env.zcard_all(|k| &k.ready).await, 20, "each stored run enqueued once");
 }

@@ -23,7 +23,7 @@ async fn an_accepted_async_run_holds_no_slot_and_completes_over_the_sdk() {
     let hook = format!("{}-done", a.target.url);
     let (s, _) = env.patch(&format!("/v1/jobs/{}", a.job["id"].as_str().unwrap()), json!({"webhook_url": hook})).await;
     assert_eq!(s, 200);
-    assert_eq!(env.zcard(&env.queue.keys().leases).await, 0, "the worker let go of the lease");
+    assert_eq!(env.zcard_all(|k| &k.leases).await, 0, "the worker let go of the lease");
     let accepted_at: Option<chrono::DateTime<Utc>> =
         sqlx::query_scalar("SELECT async_accepted_at FROM job_runs WHERE id = $1")
             .bind(&a.run_id)
@@ -91,7 +91,7 @@ async fn a_retryable_failure_follows_the_policy_and_hands_on_the_checkpoint() {
     assert_eq!(v["status"], "retrying");
     assert_eq!(v["error_class"], "upstream_429");
     assert!(v["next_retry_at"].is_string());
-    assert_eq!(env.zcard(&env.queue.keys().scheduled).await, 1, "the retry is scheduled");
+    assert_eq!(env.zcard_all(|k| &k.scheduled).await, 1, "the retry is scheduled");
 
     // The scheduler brings it back; attempt 2 gets the checkpoint.
     env.spawn_scheduler();

@@ -165,7 +165,7 @@ async fn bulk_cancel_takes_children_and_reports_each_run() {
     let after = metric_sum(&scrape(&env).await, "svc_bulk_child_cancellations_total", &[]);
     assert!(after >= before + 2.0, "{before} -> {after}");
     // Only the stranger's entry is still waiting in Redis.
-    assert_eq!(env.zcard(&env.queue.keys().ready).await, 1);
+    assert_eq!(env.zcard_all(|k| &k.ready).await, 1);
 
     let many: Vec<String> = (0..101).map(|i| format!("run_{i}")).collect();
     assert_problem(422, env.post("/v1/runs/bulk-cancel", json!({"run_ids": many})).await, 422);

@@ -21,7 +21,12 @@ pub fn max_overlap(spans: &[&Span]) -> usize {
 /// Fields of the `active` hash (in-flight counts): empty when no slot leaked.
 pub async fn active_slots(env: &TestEnv) -> HashMap<String, String> {
     let mut c = env.queue.conn().await.unwrap();
-    redis::cmd("HGETALL").arg(&env.queue.keys().active).query_async(&mut c).await.unwrap()
+    let mut slots = HashMap::new();
+    for k in env.queue.partitions() {
+        let part: HashMap<String, String> = redis::cmd("HGETALL").arg(&k.active).query_async(&mut c).await.unwrap();
+        slots.extend(part);
+    }
+    slots
 }
 
 async fn trigger_n(env: &TestEnv, job: &str, n: usize, body: Value) -> Vec<String> {
@@ -79,7 +84,7 @@ async fn a_crashed_workers_slot_comes_back_when_its_lease_expires() {
     target.wait_count(1, T).await;
     // The cap is held by the hanging dispatch: the second run waits parked.
     let deadline = tokio::time::Instant::now() + T;
-    while env.zcard(&env.queue.keys().parked).await != 1 {
+    while env.zcard_all(|k| &k.parked).await != 1 {
         assert!(tokio::time::Instant::now() < deadline, "second run never parked");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -98,8 +103,8 @@ async fn a_crashed_workers_slot_comes_back_when_its_lease_expires() {
     }
     assert_eq!(target.count(), 3, "the first run is redelivered once, the second runs once");
     assert!(active_slots(&env).await.is_empty(), "no slot leaked: {:?}", active_slots(&env).await);
-    assert_eq!(env.zcard(&env.queue.keys().parked).await, 0);
-    assert_eq!(env.zcard(&env.queue.keys().leases).await, 0);
+    assert_eq!(env.zcard_all(|k| &k.parked).await, 0);
+    assert_eq!(env.zcard_all(|k| &k.leases).await, 0);
 }
 
 #[tokio::test]
@@ -115,13 +120,13 @@ async fn cancelling_a_parked_run_frees_nothing_and_dispatches_nothing() {
     let parked = env.trigger(id, json!({})).await;
     let pid = parked["id"].as_str().unwrap();
     let deadline = tokio::time::Instant::now() + T;
-    while env.zcard(&env.queue.keys().parked).await != 1 {
+    while env.zcard_all(|k| &k.parked).await != 1 {
         assert!(tokio::time::Instant::now() < deadline, "the run was never parked");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let (s, c) = env.post(&format!("/v1/runs/{pid}/cancel"), json!({})).await;
     assert_eq!((s, c["status"].as_str()), (200, Some("cancelled")), "{c}");
-    assert_eq!(env.zcard(&env.queue.keys().parked).await, 0, "taken out of `parked`");
+    assert_eq!(env.zcard_all(|k| &k.parked).await, 0, "taken out of `parked`");
     let third = env.trigger(id, json!({})).await;
 
     env.wait_status(first["id"].as_str().unwrap(), "completed", T).await;
@@ -164,12 +169,12 @@ async fn a_dequeue_stopped_by_its_scan_limit_leaves_a_wake_up() {
     let now = chrono::Utc::now();
     let now_ms = now.timestamp_millis();
     let lease = Duration::from_secs(30);
-    q.set_limits("job_capped", Some("1|0|0|0|0")).await.unwrap();
-    q.set_limits("job_free", Some("0|0|0|0|0")).await.unwrap();
+    q.set_limits("p", "job_capped", Some("1|0|0|0|0")).await.unwrap();
+    q.set_limits("p", "job_free", Some("0|0|0|0|0")).await.unwrap();
     let capped: Vec<Entry> = (0..20)
-        .map(|i| Entry::new(&format!("run_c{i}"), "job_capped", 0, now - chrono::Duration::seconds(100 - i), None))
+        .map(|i| Entry::new(&format!("run_c{i}"), "job_capped", "p", 0, now - chrono::Duration::seconds(100 - i), None))
         .collect();
-    let free = Entry::new("run_free", "job_free", 0, now, None);
+    let free = Entry::new("run_free", "job_free", "p", 0, now, None);
     let all: Vec<(&Entry, i64)> = capped.iter().chain([&free]).map(|e| (e, 0)).collect();
     assert_eq!(q.enqueue_many(&all, now_ms).await.unwrap(), 21);
     take_tokens(q).await;
@@ -191,10 +196,12 @@ async fn a_dequeue_stopped_by_its_scan_limit_leaves_a_wake_up() {
     assert_eq!(take_tokens(q).await, 0, "nothing left to wake anyone for");
 }
 
-/// The wake-up tokens waiting in the queue's `signal` list, removed.
+/// The wake-up tokens waiting in the `signal` list of project "p"'s
+/// partition, removed.
 async fn take_tokens(q: &switchyard_shared::queue::Queue) -> i64 {
+    let signal = &q.partitions()[q.partition_of_project("p")].signal;
     let mut c = q.conn().await.unwrap();
-    let n: i64 = redis::cmd("LLEN").arg(&q.keys().signal).query_async(&mut c).await.unwrap();
-    let _: () = redis::cmd("DEL").arg(&q.keys().signal).query_async(&mut c).await.unwrap();
+    let n: i64 = redis::cmd("LLEN").arg(signal).query_async(&mut c).await.unwrap();
+    let _: () = redis::cmd("DEL").arg(signal).query_async(&mut c).await.unwrap();
     n
 }

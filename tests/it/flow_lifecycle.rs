@@ -46,7 +46,7 @@ async fn equal_payloads_inside_the_dedup_window_return_the_first_run() {
     assert_eq!((s, &same["id"]), (200, &first["id"]), "key order does not matter");
     let (s, _) = env.post(&format!("/v1/jobs/{id}/trigger"), json!({"payload": {"a": 2}})).await;
     assert_eq!(s, 201, "another payload is another run");
-    assert_eq!(env.zcard(&env.queue.keys().ready).await, 2, "the duplicate enqueued nothing");
+    assert_eq!(env.zcard_all(|k| &k.ready).await, 2, "the duplicate enqueued nothing");
 
     // Concurrent equal triggers create one run.
     let results = concurrent_triggers(&env, id, json!({"payload": {"burst": true}}), 12).await;
@@ -92,7 +92,7 @@ async fn a_run_not_started_within_its_ttl_expires_in_the_scheduler() {
     assert!(expired["finished_at"].is_string());
     let path = env.transition_path(queued["id"].as_str().unwrap()).await;
     assert_eq!(path, ["queued", "expired"]);
-    assert_eq!(env.zcard(&env.queue.keys().ready).await, 0, "its entry is gone");
+    assert_eq!(env.zcard_all(|k| &k.ready).await, 0, "its entry is gone");
     assert_eq!(env.run(delayed["id"].as_str().unwrap()).await["status"], "pending");
     assert_eq!(sched.expire_once(now + chrono::Duration::seconds(8)).await.unwrap(), 1);
     assert_eq!(env.run(delayed["id"].as_str().unwrap()).await["status"], "expired");
@@ -293,7 +293,7 @@ async fn runs_outside_the_execution_window_wait_pending_until_it_opens() {
     assert_eq!(run["status"], "pending");
     let opens = ts(&run["scheduled_at"]);
     assert_eq!(opens.format("%m-%d %H:%M:%S").to_string(), "01-01 00:00:00", "{run}");
-    assert_eq!(env.zcard(&env.queue.keys().scheduled).await, 1);
+    assert_eq!(env.zcard_all(|k| &k.scheduled).await, 1);
     let sched = env.scheduler();
     let report = sched.promote_once(opens.timestamp_millis() + 30_000).await.unwrap();
     assert_eq!(report.promoted, 1);

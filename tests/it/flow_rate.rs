@@ -92,7 +92,7 @@ async fn throttled_runs_wait_for_their_window_and_are_never_dropped() {
     let throttled = || async {
         let mut c = env.queue.conn().await.unwrap();
         let scores: Vec<(String, f64)> = redis::cmd("ZRANGE")
-            .arg(&env.queue.keys().throttled)
+            .arg(&env.queue.partitions()[env.queue.partition_of_project(job["project_id"].as_str().unwrap())].throttled)
             .arg(0)
             .arg(-1)
             .arg("WITHSCORES")
@@ -105,7 +105,7 @@ async fn throttled_runs_wait_for_their_window_and_are_never_dropped() {
         let q = q.clone();
         async move {
             for e in entries {
-                assert_eq!(q.record_dispatch(&e.job_id, &e.run_id, at).await.unwrap(), 1);
+                assert_eq!(q.record_dispatch(&e, at).await.unwrap(), 1);
             }
         }
     };
@@ -130,6 +130,6 @@ async fn throttled_runs_wait_for_their_window_and_are_never_dropped() {
     sent(second[..1].to_vec(), t0 + 10 + span).await;
     assert!(q.dequeue(10, lease, t0 + RATE_RECHECK_MS + span).await.unwrap().is_empty());
     assert_eq!(q.dequeue(10, lease, t0 + 10 + 2 * span).await.unwrap().len(), 1);
-    assert_eq!(env.zcard(&env.queue.keys().throttled).await, 0);
-    assert_eq!(env.zcard(&env.queue.keys().leases).await, 5, "all five dispatched, none dropped");
+    assert_eq!(env.zcard_all(|k| &k.throttled).await, 0);
+    assert_eq!(env.zcard_all(|k| &k.leases).await, 5, "all five dispatched, none dropped");
 }

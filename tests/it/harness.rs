@@ -18,6 +18,12 @@ pub fn pg_base() -> String {
     std::env::var("TEST_PG_BASE").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into())
 }
 
+/// How many queue partitions every test's queue has: `TEST_QUEUE_PARTITIONS`
+/// runs the suite on a partitioned queue (scripts/test-cluster does, on a cluster).
+pub fn queue_partitions() -> usize {
+    std::env::var("TEST_QUEUE_PARTITIONS").ok().and_then(|v| v.parse().ok()).unwrap_or(1)
+}
+
 pub fn redis_url() -> String {
     std::env::var("TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
 }
@@ -50,6 +56,7 @@ impl TestEnv {
         config.database_url = format!("{}/sy_it_{}", pg_base(), &id[..16]);
         config.redis_url = redis_url();
         config.redis_key_prefix = format!("syt{}", &id[..12]);
+        config.queue_partitions = queue_partitions();
         config.internal_secret = Some(Secret::new(SECRET));
         config.jwt_signing_key = Some(Secret::new("test-jwt-key-0123456789abcdef"));
         config.rate_limit_global_per_min = 0;
@@ -82,7 +89,7 @@ impl TestEnv {
 
     pub fn scheduler(&self) -> switchyard_scheduler::Scheduler {
         let opts = switchyard_scheduler::SchedulerOptions::from_config(&self.config);
-        let wake_ups = redis::Client::open(self.config.redis_url.as_str()).expect("redis url");
+        let wake_ups = queue::Redis::open(&self.config.redis_url).expect("redis url").pubsub_client();
         switchyard_scheduler::Scheduler::new(self.pool.clone(), self.new_queue(), wake_ups, opts).expect("scheduler")
     }
 
@@ -109,6 +116,7 @@ impl TestEnv {
             ("DATABASE_URL", self.config.database_url.clone()),
             ("REDIS_URL", self.config.redis_url.clone()),
             ("REDIS_KEY_PREFIX", self.config.redis_key_prefix.clone()),
+            ("QUEUE_PARTITIONS", self.config.queue_partitions.to_string()),
             ("JWT_SIGNING_KEY", "test-jwt-key-0123456789abcdef".into()),
             ("LEASE_SECS", self.config.lease.as_secs().to_string()),
             ("RUST_LOG", "warn".into()),
@@ -117,7 +125,7 @@ impl TestEnv {
 
     /// A second queue handle on the same prefix (as another process would have).
     pub fn new_queue(&self) -> Queue {
-        Queue::new(queue::Redis::open(&self.config.redis_url).expect("redis url"), &self.config.redis_key_prefix)
+        Queue::from_config(&self.config).expect("redis url")
     }
 
     pub async fn call(&self, method: Method, path: &str, body: Option<Value>) -> (u16, Value) {
@@ -238,6 +246,15 @@ impl TestEnv {
         let _: () = redis::cmd("DEL").arg(keys).query_async(&mut c).await.expect("del");
     }
 
+    /// ZCARD of one of the queue's sets, summed over its partitions.
+    pub async fn zcard_all(&self, set: impl Fn(&queue::Keys) -> &String) -> u64 {
+        let mut n = 0;
+        for k in self.queue.partitions() {
+            n += self.zcard(set(k)).await;
+        }
+        n
+    }
+
     pub async fn zcard(&self, key: &str) -> u64 {
         let mut c = self.queue.conn().await.expect("redis");
         redis::cmd("ZCARD").arg(key).query_async(&mut c).await.expect("zcard")
@@ -262,8 +279,8 @@ impl Drop for TestEnv {
                     let _ =
                         sqlx::query(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)")).execute(&mut c).await;
                 }
-                if let Ok(client) = redis::Client::open(redis_url) {
-                    if let Ok(mut c) = client.get_multiplexed_async_connection().await {
+                if let Ok(redis) = queue::Redis::open(&redis_url) {
+                    if let Ok(mut c) = redis.conn().await {
                         let keys: Vec<String> =
                             redis::cmd("KEYS").arg(format!("{prefix}:*")).query_async(&mut c).await.unwrap_or_default();
                         if !keys.is_empty() {

@@ -22,6 +22,7 @@ mod flow_lifecycle;
 mod flow_rate;
 mod log_drains;
 mod metrics_paths;
+mod partitions;
 mod plans;
 mod recovery;
 mod retention;

@@ -249,7 +249,7 @@ async fn call_target(w: &Inner, run: &Run, spec: &JobSpec, extras: &Extras<'_>) 
     // moment requests leave, not when they were dequeued (lua/README.md).
     // If Redis misses this, the admission's provisional place stands in.
     if spec.rate_limit_max > 0 || !spec.rate_limit_keys.is_empty() {
-        if let Err(e) = w.queue.record_dispatch(&run.job_id, &run.id, crate::now_ms()).await {
+        if let Err(e) = w.queue.record_dispatch(&run.entry(), crate::now_ms()).await {
             tracing::warn!(run_id = %run.id, error = %e, "could not log the dispatch in its rate limit buckets");
         }
     }

@@ -57,11 +57,12 @@ impl InFlight {
         self.lock().values().map(|h| (h.entry.clone(), h.epoch.clone())).collect()
     }
 
-    /// After a renewal: every lease held is in `epoch` now (renewed in it,
-    /// taken again in it, or reaped in it).
-    pub fn move_to_epoch(&self, epoch: &str) {
+    /// After a renewal: every lease held in partition `p` is in the
+    /// partition's `epoch` now (renewed in it, taken again in it, or reaped
+    /// in it).
+    pub fn move_to_epoch(&self, p: usize, epoch: &str, partition_of: impl Fn(&Entry) -> usize) {
         for h in self.lock().values_mut() {
-            if h.epoch != epoch {
+            if h.epoch != epoch && partition_of(&h.entry) == p {
                 h.epoch = epoch.to_string();
             }
         }
@@ -119,7 +120,7 @@ pub async fn renew_once(queue: &Queue, inflight: &InFlight, lease: Duration) {
     }
     let until = now_ms() + lease.as_millis() as i64;
     match queue.extend_leases(&leases, until).await {
-        Ok((n, epoch)) => {
+        Ok((n, epochs)) => {
             if n < leases.len() {
                 // Acked a moment ago, or reaped: the dispatch token decides
                 // whether this worker's outcome still lands.
@@ -127,8 +128,8 @@ pub async fn renew_once(queue: &Queue, inflight: &InFlight, lease: Duration) {
             }
             // Before the rebuild ('') nothing was taken again: keep the
             // old epoch so that the next renewal does it.
-            if !epoch.is_empty() {
-                inflight.move_to_epoch(&epoch);
+            for (p, epoch) in epochs.iter().filter(|(_, e)| !e.is_empty()) {
+                inflight.move_to_epoch(*p, epoch, |e| queue.partition_of(e));
             }
         }
         Err(e) => tracing::warn!(error = %e, held = leases.len(), "renewing leases failed; retrying next tick"),

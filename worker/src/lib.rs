@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use switchyard_shared::config::Secret;
-use switchyard_shared::queue::{self, Queue};
+use switchyard_shared::queue::Queue;
 use switchyard_shared::shutdown::Shutdown;
 use switchyard_shared::{db, Config};
 
@@ -80,8 +80,7 @@ pub async fn run(config: Config, shutdown: Shutdown) -> anyhow::Result<()> {
     // for three short statements, so a fraction of the concurrency suffices.
     let db_conns = (opts.concurrency / 4 + 2).clamp(4, 32) as u32;
     let pool = db::worker_pool(&config.database_url, db_conns).context("postgres pool")?;
-    let redis = queue::Redis::open(&config.redis_url).context("redis url")?;
-    let queue = Queue::new(redis, &config.redis_key_prefix);
+    let queue = Queue::from_config(&config).context("redis url")?;
     tracing::info!(concurrency = opts.concurrency, lease_ms = opts.lease.as_millis() as u64, "worker starting");
     if opts.secrets_key.is_none() {
         tracing::warn!("SECRETS_KEY is not set: runs of jobs that have secrets will fail with secrets_unavailable");

@@ -178,13 +178,13 @@ impl Worker {
             let took = started.elapsed();
             metrics::histogram!(DEQUEUE_DURATION).record(took.as_secs_f64());
             let drained = match res {
-                Ok((epoch, entries)) => {
+                Ok(entries) => {
                     // Fewer than asked: nothing else could be taken. Whatever
                     // becomes ready from now on leaves a wake-up token, so
                     // wait for one rather than ask again (a dequeue that finds
                     // nothing was one Redis round trip per run at moderate rates).
                     let drained = entries.len() < asked;
-                    for entry in entries {
+                    for (entry, epoch) in entries {
                         tasks.spawn(entry, &epoch, took, Arc::clone(&permits).try_acquire_owned().ok());
                     }
                     drained
@@ -245,8 +245,7 @@ impl Worker {
     pub async fn run_once(&self) -> anyhow::Result<usize> {
         let w = &self.inner;
         let started = Instant::now();
-        let (epoch, entries) =
-            w.queue.dequeue_in_epoch(w.opts.concurrency.min(MAX_BATCH), w.opts.lease, now_ms()).await?;
+        let entries = w.queue.dequeue_in_epoch(w.opts.concurrency.min(MAX_BATCH), w.opts.lease, now_ms()).await?;
         let took = started.elapsed();
         metrics::histogram!(DEQUEUE_DURATION).record(took.as_secs_f64());
         let n = entries.len();
@@ -254,7 +253,7 @@ impl Worker {
             return Ok(0);
         }
         let mut tasks = Dispatches::new(Arc::clone(w));
-        for entry in entries {
+        for (entry, epoch) in entries {
             tasks.spawn(entry, &epoch, took, None);
         }
         let stop = CancellationToken::new();

@@ -405,7 +405,7 @@ impl JobsApi {
         let cancelled = cancelled.committed();
         state.jobs.forget(&cur.id);
         transitions::drop_entries(&state.queue, &cancelled).await;
-        let _ = state.queue.set_limits(&cur.id, None).await;
+        let _ = state.queue.set_limits(&cur.project_id, &cur.id, None).await;
         Ok(Deleted::NoContent)
     }
 

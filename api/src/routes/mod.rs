@@ -409,7 +409,7 @@ pub fn wake_cron(state: &AppState, spec: &JobSpec, active: bool) {
 /// Pushes a job's caps and pause state to Redis. A Redis outage is logged,
 /// not failed: the reconciler pushes every job's limits again.
 pub async fn sync_limits(state: &AppState, job_id: &str, project_id: &str, spec: &JobSpec, paused: bool) {
-    if let Err(e) = state.queue.set_limits(job_id, spec.limits_field(project_id, paused).as_deref()).await {
+    if let Err(e) = state.queue.set_limits(project_id, job_id, spec.limits_field(project_id, paused).as_deref()).await {
         tracing::warn!(job_id, error = %e, "could not push job limits to redis; the reconciler will");
     }
 }

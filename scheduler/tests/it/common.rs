@@ -97,7 +97,7 @@ impl Env {
         .expect("job version");
         // As the api does when it saves a job: dequeue parks the runs of a
         // job whose limits Redis does not know.
-        queue.set_limits(&job_id, spec.limits_field(&project_id, false).as_deref()).await.expect("limits");
+        queue.set_limits(&project_id, &job_id, spec.limits_field(&project_id, false).as_deref()).await.expect("limits");
         Env { pool, queue, scheduler, project_id, job_id, version_id, db_name }
     }
 

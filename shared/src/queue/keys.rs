@@ -1,7 +1,11 @@
 //! Every Redis key Switchyard uses, in one place. The queue's keys are
 //! `<prefix>:{main}:<name>`: sharing the `{main}` hash tag puts every queue
-//! script's keys in one slot on Redis Cluster. The other keys stay out of
-//! that slot, since no script mixes them with the queue's: a client's rate
+//! script's keys in one slot on Redis Cluster. A queue of N partitions
+//! (`QUEUE_PARTITIONS`) has N such keyspaces, `<prefix>:{q<i>}:<name>`
+//! (see [`partition_tag`] for the tags), each a whole queue of its own in
+//! its own slot, so a cluster spreads them over its nodes; the one key they
+//! share, the workers' wake-up list, has a tag of its own. The other keys
+//! stay out of those slots, since no script mixes them with the queue's: a client's rate
 //! counters (tag `{rl:<address>}`, so one script checks all buckets of a
 //! client), the auth cache version (`{auth}`) and the maintenance locks
 //! (`<prefix>:lock:<name>`).
@@ -37,9 +41,33 @@ pub struct Keys {
     pub wake: String,
 }
 
+/// The hash tag of partition `i` of `n`: `main` when there is one;
+/// otherwise `q<i>`, or `q<i>.<k>` with the smallest k that puts the tag's
+/// slot in the i-th of n equal slices of the slot range. A cluster assigns
+/// slots to nodes in ranges, so the partitions spread over its nodes as
+/// evenly as its slices allow, instead of as the hash happens to fall.
+pub fn partition_tag(i: usize, n: usize) -> String {
+    if n <= 1 {
+        return "main".into();
+    }
+    let slice = |tag: &str| usize::from(crc16::State::<crc16::XMODEM>::calculate(tag.as_bytes()) % 16384) * n / 16384;
+    let plain = format!("q{i}");
+    if slice(&plain) == i {
+        return plain;
+    }
+    (0..).map(|k| format!("q{i}.{k}")).find(|t| slice(t) == i).expect("some suffix lands in every slice")
+}
+
 impl Keys {
+    /// The keys of a queue of one partition.
     pub fn new(prefix: &str) -> Keys {
-        let k = |name: &str| format!("{prefix}:{{main}}:{name}");
+        Keys::partition(prefix, 0, 1)
+    }
+
+    /// The keys of partition `i` of `n`.
+    pub fn partition(prefix: &str, i: usize, n: usize) -> Keys {
+        let tag = partition_tag(i, n);
+        let k = |name: &str| format!("{prefix}:{{{tag}}}:{name}");
         Keys {
             prefix: prefix.to_string(),
             ready: k("ready"),
@@ -52,8 +80,14 @@ impl Keys {
             rate: k("rate"),
             signal: k("signal"),
             epoch: k("epoch"),
-            wake: k("wake"),
+            wake: format!("{prefix}:{{main}}:wake"),
         }
+    }
+
+    /// list: wake-up tokens for idle workers of a queue of many partitions
+    /// (the partitions' own `signal` lists serve a queue of one).
+    pub fn workers_signal(&self) -> String {
+        format!("{}:{{wake}}:signal", self.prefix)
     }
 
     /// string: a named lock (leadership of a maintenance loop).
@@ -91,5 +125,19 @@ mod tests {
         for key in keys.into_iter().chain([&k.signal, &k.wake]) {
             assert!(key.starts_with("sy:{main}:"), "{key}");
         }
+    }
+
+    #[test]
+    fn partitions_spread_over_the_slot_range() {
+        for n in [2, 3, 8, 16] {
+            let slots: Vec<usize> = (0..n)
+                .map(|i| usize::from(crc16::State::<crc16::XMODEM>::calculate(partition_tag(i, n).as_bytes()) % 16384))
+                .collect();
+            for (i, s) in slots.iter().enumerate() {
+                assert_eq!(s * n / 16384, i, "partition {i} of {n}");
+            }
+        }
+        assert_eq!(Keys::partition("sy", 1, 4).ready, format!("sy:{{{}}}:ready", partition_tag(1, 4)));
+        assert_eq!(Keys::partition("sy", 0, 1).ready, "sy:{main}:ready");
     }
 }

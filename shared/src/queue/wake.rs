@@ -158,7 +158,7 @@ impl Queue {
     /// subscribers (scheduler processes) received it.
     pub async fn publish_wake(&self, msg: WakeUp) -> Result<usize, QueueError> {
         let mut c = self.conn().await?;
-        let n: i64 = redis::cmd("PUBLISH").arg(&self.keys.wake).arg(msg.encode()).query_async(&mut c).await?;
+        let n: i64 = redis::cmd("PUBLISH").arg(&self.keys().wake).arg(msg.encode()).query_async(&mut c).await?;
         Ok(n.max(0) as usize)
     }
 }

@@ -70,7 +70,14 @@ pub struct Run {
 impl Run {
     /// The run's queue entry (stable for the run's whole life).
     pub fn entry(&self) -> Entry {
-        Entry::new(&self.id, &self.job_id, self.priority, self.created_at, self.concurrency_key.as_deref())
+        Entry::new(
+            &self.id,
+            &self.job_id,
+            &self.project_id,
+            self.priority,
+            self.created_at,
+            self.concurrency_key.as_deref(),
+        )
     }
 }
 
