@@ -12,6 +12,11 @@
 //!   takes a credential.
 //! - `additionalProperties: false` on every object a request body holds:
 //!   `strict_json` refuses an unknown property, on this word.
+//! - The closed sets ([`closed_sets`]): each a named string enum whose
+//!   values come from the domain type the handlers parse with, referred to
+//!   by the properties and query parameters that take it. `strict_json`
+//!   refuses a body value outside one (422); a query value is refused by
+//!   the handler's parse of the same type (422).
 
 use serde_json::{json, Map, Value};
 
@@ -75,7 +80,128 @@ fn problem_response(description: &str, header: Option<(&str, &str)>) -> Value {
     r
 }
 
+/// Where a closed set applies: a property of a component schema (or the
+/// items of an array property), or a query parameter of an operation.
+enum Place {
+    Property(&'static str, &'static str),
+    Items(&'static str, &'static str),
+    Query(&'static str, &'static str),
+}
+
+/// Every closed set the API takes or answers with: its name (a component
+/// schema), its values from the domain, where it applies.
+fn closed_sets() -> Vec<(&'static str, Vec<&'static str>, Vec<Place>)> {
+    use switchyard_shared::domain::workflow::StepType;
+    use switchyard_shared::domain::workflow_run::{StepStatus, WorkflowRunStatus};
+    use switchyard_shared::domain::{run_record, ExecutionMode, RetryStrategy, RunStatus};
+    use Place::*;
+    vec![
+        (
+            "RunStatus",
+            RunStatus::ALL.iter().map(|s| s.as_str()).collect(),
+            vec![Property("JobRun", "status"), Query("listRuns", "status")],
+        ),
+        (
+            "WorkflowRunStatus",
+            WorkflowRunStatus::ALL.iter().map(|s| s.as_str()).collect(),
+            vec![Property("WorkflowRun", "status"), Query("listWorkflowRuns", "status")],
+        ),
+        (
+            "StepStatus",
+            StepStatus::ALL.iter().map(|s| s.as_str()).collect(),
+            vec![Property("WorkflowStepRun", "status")],
+        ),
+        (
+            "StepType",
+            StepType::ALL.iter().map(|s| s.as_str()).collect(),
+            vec![
+                Property("WorkflowStepRequest", "step_type"),
+                Property("WorkflowStep", "step_type"),
+                Property("WorkflowStepRun", "step_type"),
+            ],
+        ),
+        (
+            "RetryStrategy",
+            RetryStrategy::NAMES.to_vec(),
+            vec![
+                Property("CreateJob", "retry_strategy"),
+                Property("UpdateJob", "retry_strategy"),
+                Property("Job", "retry_strategy"),
+            ],
+        ),
+        (
+            "ExecutionMode",
+            ExecutionMode::ALL.iter().map(|m| m.as_str()).collect(),
+            vec![Property("TriggerRequest", "execution_mode"), Property("JobRun", "execution_mode")],
+        ),
+        (
+            "LogLevel",
+            run_record::LOG_LEVELS.to_vec(),
+            vec![
+                Property("LogLineIn", "level"),
+                Property("LogLine", "level"),
+                Property("CreateLogDrain", "min_level"),
+                Property("UpdateLogDrain", "min_level"),
+                Property("LogDrain", "min_level"),
+                Query("listRunLogs", "level"),
+            ],
+        ),
+        (
+            "WebhookEventType",
+            crate::routes::webhooks::EVENT_TYPES.to_vec(),
+            vec![
+                Items("CreateSubscription", "event_types"),
+                Items("UpdateSubscription", "event_types"),
+                Items("WebhookSubscription", "event_types"),
+            ],
+        ),
+        (
+            "WebhookDeliveryStatus",
+            crate::routes::webhooks::DELIVERY_STATUSES.to_vec(),
+            vec![Property("WebhookDelivery", "status"), Query("listWebhookDeliveries", "status")],
+        ),
+    ]
+}
+
+/// Names each closed set as a component and points its places at it.
+fn annotate_closed_sets(doc: &mut Value) {
+    for (name, values, places) in closed_sets() {
+        let reference = json!({"$ref": format!("#/components/schemas/{name}")});
+        for place in places {
+            let target = match place {
+                Place::Property(schema, prop) => {
+                    doc.pointer_mut(&format!("/components/schemas/{schema}/properties/{prop}"))
+                }
+                Place::Items(schema, prop) => {
+                    doc.pointer_mut(&format!("/components/schemas/{schema}/properties/{prop}/items"))
+                }
+                Place::Query(op, param) => query_parameter(doc, op, param).map(|p| &mut p["schema"]),
+            };
+            // A place the document does not have is a table out of date.
+            let target = target.unwrap_or_else(|| panic!("closed set {name}: no such place in the document"));
+            let mut with_ref = reference.clone();
+            if let Some(d) = target.get("description") {
+                with_ref["description"] = d.clone();
+            }
+            *target = with_ref;
+        }
+        let values: Vec<Value> = values.into_iter().map(Value::from).collect();
+        doc["components"]["schemas"][name] = json!({"type": "string", "enum": values});
+    }
+}
+
+fn query_parameter<'a>(doc: &'a mut Value, operation_id: &str, name: &str) -> Option<&'a mut Value> {
+    let paths = doc.get_mut("paths")?.as_object_mut()?;
+    let op = paths
+        .values_mut()
+        .filter_map(Value::as_object_mut)
+        .flat_map(|item| item.values_mut())
+        .find(|op| op["operationId"] == operation_id)?;
+    op.get_mut("parameters")?.as_array_mut()?.iter_mut().find(|p| p["in"] == "query" && p["name"] == name)
+}
+
 pub fn annotate(doc: &mut Value) {
+    annotate_closed_sets(doc);
     let server = switchyard_shared::Config::defaults().api_addr;
     doc["servers"] = json!([{"url": format!("http://{server}"), "description": "The default API_ADDR"}]);
     let mut closed = Vec::new();
@@ -162,4 +288,40 @@ fn close(schema: &mut Value, next: &mut Vec<String>) {
         }
     }
     refs(schema, next);
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::Value;
+
+    /// A bound stated by a validator attribute (which cannot name a
+    /// constant) must be the constant the server's own check reads.
+    #[test]
+    fn stated_bounds_are_the_constants_the_checks_read() {
+        use switchyard_shared::queue::{MAX_PRIORITY, MIN_PRIORITY};
+        let doc = crate::openapi_value();
+        let bounds = |s: &Value| (s["minimum"].as_f64(), s["maximum"].as_f64());
+        let p = &doc["components"]["schemas"]["TriggerRequest"]["properties"]["priority"];
+        assert_eq!(bounds(p), (Some(MIN_PRIORITY.into()), Some(MAX_PRIORITY.into())));
+        let mut limits = 0;
+        for item in doc["paths"].as_object().unwrap().values() {
+            for op in item.as_object().unwrap().values() {
+                for p in op["parameters"].as_array().into_iter().flatten().filter(|p| p["name"] == "limit") {
+                    let max = crate::pagination::MAX_LIMIT as f64;
+                    assert_eq!(bounds(&p["schema"]), (Some(1.0), Some(max)), "{}", op["operationId"]);
+                    limits += 1;
+                }
+            }
+        }
+        assert!(limits >= 30, "{limits}");
+    }
+
+    #[test]
+    fn every_closed_set_has_its_places() {
+        // annotate_closed_sets panics on a place the document lacks.
+        let doc = crate::openapi_value();
+        for (name, values, _) in super::closed_sets() {
+            assert_eq!(doc["components"]["schemas"][name]["enum"].as_array().map(Vec::len), Some(values.len()));
+        }
+    }
 }

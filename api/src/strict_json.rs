@@ -7,9 +7,11 @@
 //! [`JsonBody`] is `Json` with the check in front. A body that breaks the
 //! document's shape (a value of the wrong type, `null` where the schema
 //! does not allow it, a missing required property, an unknown property of
-//! a closed object) is 400; a well-formed value outside a stated rule (an
-//! enum, a minimum or maximum, a length, a number of items) is 422. Both
-//! list every failure in `errors[]`, located as `body.<path>`.
+//! a closed object) is 400, with every failure in `errors[]`, located as
+//! `body.<path>`. A well-formed value outside a stated rule (an enum, a
+//! minimum or maximum, a length) is found here too, but answered (422) by
+//! the checks after this one, which read the same sources (see
+//! `check_body`).
 
 use std::ops::{Deref, DerefMut};
 
@@ -104,13 +106,17 @@ enum Class {
 }
 
 /// `value` against `schema` (whose `$ref`s name `components`): `Ok`, or
-/// the refusal listing every failure of the worse class.
+/// the refusal listing every failure of its shape (400).
 pub fn check_body(components: &Map<String, Value>, schema: &Value, value: &Value) -> Result<(), BodyRefused> {
     let mut found = Vec::new();
     check(components, schema, value, "body", &mut found);
-    let shape: Vec<FieldError> = found.iter().filter(|(c, _)| *c == Class::Shape).map(|(_, e)| e.clone()).collect();
-    let (status, errors) =
-        if shape.is_empty() { (422, found.into_iter().map(|(_, e)| e).collect::<Vec<_>>()) } else { (400, shape) };
+    // A value outside a stated rule is left to the checks after this one,
+    // which read the same sources: poem-openapi's validators (bounds,
+    // lengths) and the handlers' parses of the domain's closed sets
+    // (`document::closed_sets`). The handlers report every invalid value
+    // of a request together (422), which a refusal here would cut short.
+    let errors: Vec<FieldError> = found.into_iter().filter(|(c, _)| *c == Class::Shape).map(|(_, e)| e).collect();
+    let status = 400;
     let detail = match errors.as_slice() {
         [] => return Ok(()),
         [one] => format!("{}: {}", one.location, one.message),
@@ -346,10 +352,16 @@ mod tests {
     }
 
     #[test]
-    fn a_value_outside_a_rule_is_422_unless_the_shape_is_wrong_too() {
-        let got = refusal(object(), json!({"name": "abcdef", "mode": "c", "inner": {"n": 0}, "list": ["a", "b", "c"]}));
-        assert_eq!(got.0, 422);
-        let msgs: Vec<_> = got.1.iter().map(|(l, m)| format!("{l}: {m}")).collect();
+    fn a_value_outside_a_rule_is_found_and_left_to_the_later_checks() {
+        let v = json!({"name": "abcdef", "mode": "c", "inner": {"n": 0}, "list": ["a", "b", "c"]});
+        assert_eq!(refusal(object(), v.clone()), (0, vec![]));
+        let components = json!({"Inner": {"type": "object", "properties": {
+            "n": {"type": "integer", "minimum": 1, "maximum": 100}
+        }}});
+        let mut found = Vec::new();
+        check(components.as_object().unwrap(), &object(), &v, "body", &mut found);
+        assert!(found.iter().all(|(c, _)| *c == Class::Value));
+        let msgs: Vec<_> = found.into_iter().map(|(_, e)| format!("{}: {}", e.location, e.message)).collect();
         assert_eq!(
             msgs,
             [

@@ -167,6 +167,18 @@ async fn the_document_states_the_rules() {
     for id in ["triggerJob", "listRuns", "cancelRun", "createProject"] {
         assert!(ids.contains(id), "no operation {id}");
     }
+    // Every run status is in the document's enum of statuses.
+    let statuses = &schemas["RunStatus"]["enum"];
+    for s in switchyard_shared::domain::RunStatus::ALL {
+        assert!(statuses.as_array().unwrap().contains(&json!(s.as_str())), "{s:?} missing: {statuses}");
+    }
+    // The filter of listRuns takes the same enum, and the step types are one.
+    let status = list_runs_status(&doc);
+    assert_eq!(status["$ref"], "#/components/schemas/RunStatus", "{status}");
+    let step_types = schemas["StepType"]["enum"].as_array().unwrap();
+    for t in switchyard_shared::domain::workflow::StepType::ALL {
+        assert!(step_types.contains(&json!(t.as_str())), "{t:?}");
+    }
     // The list of runs takes the internal secret's project headers.
     let list_runs = &doc["paths"]["/v1/runs"]["get"];
     let params: Vec<(&str, &str)> = list_runs["parameters"]
@@ -178,4 +190,24 @@ async fn the_document_states_the_rules() {
     assert!(params.contains(&("header", "X-Project-Id")), "{params:?}");
     let limit = list_runs["parameters"].as_array().unwrap().iter().find(|p| p["name"] == "limit").unwrap();
     assert_eq!((limit["schema"]["minimum"].as_f64(), limit["schema"]["maximum"].as_f64()), (Some(1.0), Some(100.0)));
+}
+
+fn list_runs_status(doc: &Value) -> Value {
+    let params = doc["paths"]["/v1/runs"]["get"]["parameters"].as_array().unwrap();
+    params.iter().find(|p| p["name"] == "status").unwrap()["schema"].clone()
+}
+
+#[tokio::test]
+async fn a_value_outside_a_documented_enum_or_bound_is_422() {
+    let env = TestEnv::start().await;
+    let project = env.project().await;
+    let job = env.job_in(&project, "http://127.0.0.1:9/x", json!({})).await;
+    let id = job["id"].as_str().unwrap();
+    let p =
+        assert_problem(422, env.patch(&format!("/v1/jobs/{id}"), json!({"retry_strategy": "sometimes"})).await, 422);
+    let e = errors(&p);
+    assert_eq!(e[0].0, "body.retry_strategy", "{p}");
+    assert!(e[0].1.contains("fixed, linear"), "{p}");
+    let p = assert_problem(422, env.get(&format!("/v1/runs?project_id={project}&limit=101")).await, 422);
+    assert_eq!(errors(&p), [("query.limit".to_string(), "must be at most 100".to_string())]);
 }

@@ -43,7 +43,8 @@ pub const CANCEL_ALL_LIMIT: i64 = 1000;
 #[oai(deny_unknown_fields)]
 pub struct BulkTriggerItem {
     pub payload: Option<Value>,
-    /// -1000 to 1000, default 0.
+    /// -1000 to 1000, default 0. Not a validator: an item out of range is
+    /// refused in its own result, the others still run.
     pub priority: Option<i64>,
     /// An item whose key was used before returns that run as `duplicate`.
     pub idempotency_key: Option<String>,

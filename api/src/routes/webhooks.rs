@@ -37,6 +37,8 @@ pub const EVENT_TYPES: [&str; 9] = [
     "workflow_run.cancelled",
     "*",
 ];
+/// The statuses of a webhook delivery, the `status` filter of the list.
+pub const DELIVERY_STATUSES: [&str; 4] = ["pending", "delivered", "failed", "dead"];
 const MAX_SECRET: usize = 256;
 const MAX_DESCRIPTION: usize = 1000;
 
@@ -364,8 +366,9 @@ impl WebhooksApi {
         let project_id = project_of(&auth.0, "query", project_id.0.as_deref())?;
         let mut e = FieldErrors::new();
         if let Some(s) = status.0.as_deref() {
-            let ok = ["pending", "delivered", "failed", "dead"].contains(&s);
-            e.check(ok, "query.status", "must be one of pending, delivered, failed, dead", Some(s.into()));
+            let ok = DELIVERY_STATUSES.contains(&s);
+            let message = format!("must be one of {}", DELIVERY_STATUSES.join(", "));
+            e.check(ok, "query.status", message, Some(s.into()));
         }
         if let Some(k) = kind.0.as_deref() {
             let ok = deliveries::Kind::parse(k).is_some();
