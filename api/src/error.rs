@@ -86,7 +86,10 @@ impl Problem {
 #[derive(ApiResponse, Debug)]
 #[oai(bad_request_handler = "bad_request")]
 pub enum ApiError {
-    /// Malformed request: bad JSON, wrong content type, unknown property.
+    /// The request cannot be read as the operation's input: malformed JSON,
+    /// a missing or wrong Content-Type (not `application/json`; 400, never
+    /// 415), a value of the wrong type, `null` for a field that is not
+    /// nullable, a missing required or an unknown property, an unknown scope.
     #[oai(status = 400, content_type = "application/problem+json")]
     BadRequest(Json<Box<Problem>>),
     /// Missing or invalid credentials.
@@ -120,9 +123,43 @@ fn bad_request(err: poem::Error) -> ApiError {
         403 => ApiError::Forbidden(doc(p)),
         404 => ApiError::NotFound(doc(p)),
         503 => ApiError::Unavailable(doc(p)),
-        // 413, 415 and friends: the problem middleware keeps the status.
-        _ => ApiError::bad_request_at(err.to_string(), vec![located(&err)]),
+        _ => refused(&err),
     }
+}
+
+/// The answer to a request the framework refused before the handler ran
+/// (a parameter or a body that does not parse or breaks a stated rule), as
+/// `problem::ProblemMiddleware` and `bad_request` give it: a body the
+/// document's schema refuses (`strict_json`) with its status and
+/// `errors[]`; a value breaking a validator or an enum, 422; anything else,
+/// a missing or wrong Content-Type included, 400 (the request cannot be
+/// read as the operation's input).
+pub(crate) fn refused(err: &poem::Error) -> ApiError {
+    if let Some(r) = err.downcast_ref::<crate::strict_json::BodyRefused>() {
+        return match r.status {
+            422 => ApiError::unprocessable(r.detail.clone(), r.errors.clone()),
+            _ => ApiError::bad_request_at(r.detail.clone(), r.errors.clone()),
+        };
+    }
+    let at = located(err);
+    if breaks_a_stated_rule(err) {
+        return ApiError::unprocessable(format!("{}: {}", at.location, at.message), vec![at]);
+    }
+    ApiError::bad_request_at(err.to_string(), vec![at])
+}
+
+/// Whether the framework refused a well-formed value because it breaks a
+/// rule the document states for it (a validator's bound, length or
+/// pattern, or a value outside an enum): a 422, as a body's is
+/// (`strict_json`), not the 400 of a value that does not parse.
+fn breaks_a_stated_rule(err: &poem::Error) -> bool {
+    use poem_openapi::error::{ParseParamError, ParseRequestPayloadError};
+    let reason = match (err.downcast_ref::<ParseParamError>(), err.downcast_ref::<ParseRequestPayloadError>()) {
+        (Some(e), _) => e.reason.as_str(),
+        (_, Some(e)) => e.reason.as_str(),
+        _ => return false,
+    };
+    reason.contains("verification failed") || reason.contains("Expect a valid enumeration value")
 }
 
 /// Where a request the framework could not parse went wrong: the parameter
@@ -134,15 +171,16 @@ pub(crate) fn located(err: &poem::Error) -> FieldError {
         return FieldError::new(format!("path.{}", e.name), e.reason.clone(), None);
     }
     if let Some(e) = err.downcast_ref::<ParseParamError>() {
-        return FieldError::new(format!("query.{}", e.name), e.reason.clone(), None);
+        return FieldError::new(format!("query.{}", e.name), in_words(&e.reason), None);
     }
     let reason = match err.downcast_ref::<ParseRequestPayloadError>() {
         Some(e) => e.reason.clone(),
         None => err.to_string(),
     };
-    match unknown_property(&reason) {
-        Some(name) => FieldError::new(format!("body.{name}"), "unknown property", None),
-        None => FieldError::new("body", reason, None),
+    match (unknown_property(&reason), failed_field(&reason)) {
+        (Some(name), _) => FieldError::new(format!("body.{name}"), "unknown property", None),
+        (None, Some(name)) => FieldError::new(format!("body.{name}"), in_words(&reason), None),
+        (None, None) => FieldError::new("body", reason, None),
     }
 }
 
@@ -150,6 +188,33 @@ pub(crate) fn located(err: &poem::Error) -> FieldError {
 fn unknown_property(reason: &str) -> Option<&str> {
     let rest = &reason[reason.find("unknown field `")? + "unknown field `".len()..];
     rest.split_once('`').map(|(name, _)| name).filter(|n| !n.is_empty())
+}
+
+/// poem-openapi's "verification failed. maximum(100, exclusive: false)" as
+/// the rest of the API says it ("must be at most 100"); any other reason
+/// as it is.
+fn in_words(reason: &str) -> String {
+    let Some(rule) = reason.split("verification failed. ").nth(1) else { return reason.to_string() };
+    let arg = |name: &str| rule.strip_prefix(name)?.strip_prefix('(')?.split([',', ')']).next().map(str::to_string);
+    if let Some(n) = arg("maximum") {
+        format!("must be at most {n}")
+    } else if let Some(n) = arg("minimum") {
+        format!("must be at least {n}")
+    } else if let Some(n) = arg("maxLength") {
+        format!("must be at most {n} characters")
+    } else if let Some(n) = arg("minLength") {
+        format!("must be at least {n} characters")
+    } else if let Some(p) = rule.strip_prefix("pattern(").and_then(|p| p.strip_suffix(')')) {
+        format!("must match the pattern {p}")
+    } else {
+        rule.to_string()
+    }
+}
+
+/// The field of poem-openapi's "field `name` verification failed." message.
+fn failed_field(reason: &str) -> Option<&str> {
+    let rest = &reason[reason.find("field `")? + "field `".len()..];
+    rest.split_once("` verification failed").map(|(name, _)| name).filter(|n| !n.is_empty())
 }
 
 pub type ApiResult<T> = Result<T, ApiError>;
@@ -197,6 +262,13 @@ impl ApiError {
         };
         let mut p = Problem::new(422, detail);
         p.errors = Some(errors);
+        ApiError::Unprocessable(doc(p))
+    }
+    /// 422 with a detail of its own, for failures that belong together
+    /// (two values that contradict each other).
+    pub fn unprocessable(detail: impl Into<String>, errors: Vec<FieldError>) -> ApiError {
+        let mut p = Problem::new(422, detail);
+        p.errors = Some(errors.into_iter().map(ErrorDetail::from).collect());
         ApiError::Unprocessable(doc(p))
     }
     pub fn invalid_field(location: &str, message: impl Into<String>, value: Option<Value>) -> ApiError {
@@ -315,6 +387,15 @@ mod tests {
         for code in ["23505", "22021", "42P01", "XX000"] {
             assert!(!is_transient(code), "{code}");
         }
+    }
+
+    #[test]
+    fn a_broken_validator_is_said_in_words() {
+        assert_eq!(in_words("verification failed. maximum(100, exclusive: false)"), "must be at most 100");
+        assert_eq!(in_words("verification failed. minimum(1, exclusive: false)"), "must be at least 1");
+        assert_eq!(in_words("field `id` verification failed. maxLength(64)"), "must be at most 64 characters");
+        assert_eq!(in_words(r#"verification failed. pattern("^a$")"#), r#"must match the pattern "^a$""#);
+        assert_eq!(in_words("failed to parse"), "failed to parse");
     }
 
     #[test]

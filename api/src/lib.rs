@@ -12,7 +12,10 @@
 //! - [`error`]: the one error type, rendered as problem+json.
 //! - [`problem`]: turns every other error response into problem+json.
 //! - [`pagination`]: limit and cursor.
-//! - [`openapi31`]: the served document as OpenAPI 3.1.
+//! - [`openapi31`]: the served document as OpenAPI 3.1; [`document`]: what
+//!   the generated document cannot say by itself (servers, the statuses
+//!   and headers of the layers around the handlers, closed request bodies).
+//! - [`strict_json`]: request bodies read strictly, against the document.
 //! - [`state`]: what handlers share.
 //! - [`views`]: response objects several route files return.
 //! - [`run_actions`]: triggering and cancelling runs, shared by several routes.
@@ -22,6 +25,7 @@
 pub mod audit;
 pub mod auth;
 pub mod body_limit;
+pub mod document;
 pub mod error;
 pub mod intake;
 pub mod job_cache;
@@ -32,6 +36,7 @@ pub mod rate_limit;
 pub mod routes;
 pub mod run_actions;
 pub mod state;
+pub mod strict_json;
 pub mod views;
 
 use std::sync::Arc;
@@ -102,12 +107,22 @@ pub fn routed_operations() -> Vec<(String, String)> {
     out
 }
 
-/// The OpenAPI 3.1 document, as served at /openapi.json.
+/// The OpenAPI 3.1 document, as served at /openapi.json: built once, and
+/// read by the checks that enforce what it states (`strict_json`).
+pub fn openapi_value() -> &'static serde_json::Value {
+    static DOC: std::sync::OnceLock<serde_json::Value> = std::sync::OnceLock::new();
+    DOC.get_or_init(|| {
+        let generated: serde_json::Value = serde_json::from_str(&api_service().spec()).unwrap_or_default();
+        let mut doc = openapi31::convert(generated);
+        auth::scopes::annotate(&mut doc);
+        document::annotate(&mut doc);
+        doc
+    })
+}
+
+/// The OpenAPI 3.1 document as served, pretty-printed.
 pub fn openapi_json() -> String {
-    let generated: serde_json::Value = serde_json::from_str(&api_service().spec()).unwrap_or_default();
-    let mut doc = openapi31::convert(generated);
-    auth::scopes::annotate(&mut doc);
-    serde_json::to_string_pretty(&doc).unwrap_or_default()
+    serde_json::to_string_pretty(openapi_value()).unwrap_or_default()
 }
 
 #[poem::handler]

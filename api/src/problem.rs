@@ -3,11 +3,12 @@
 //! unparsable body, body too large, wrong content type), and gives every
 //! response an `X-Request-Id`.
 
-use poem::http::header::{HeaderValue, CONTENT_TYPE};
+use poem::http::header::{HeaderValue, ALLOW, CONTENT_TYPE};
 use poem::{Endpoint, IntoResponse, Middleware, Request, Response};
 use switchyard_shared::domain::FieldError;
 
 use crate::error::{ErrorDetail, Problem};
+use crate::strict_json::BodyRefused;
 
 pub struct ProblemMiddleware;
 
@@ -40,20 +41,25 @@ impl<E: Endpoint> Endpoint for ProblemEndpoint<E> {
             .map(str::to_string)
             .unwrap_or_else(|| uuid::Uuid::now_v7().simple().to_string());
         req.set_data(RequestId(request_id.clone()));
+        let path = req.uri().path().to_string();
         // An error that carries a response (our ApiError) keeps it; the
-        // framework's own errors come as text and are wrapped below.
-        // A framework refusal of the request's form (a body or parameter
-        // that does not parse) is located before it becomes plain text.
-        let mut located = None;
+        // framework's own errors come as text and are wrapped below. A
+        // refusal of the request's form (a body or parameter that does not
+        // parse or breaks a rule the document states) is answered as
+        // `error::refused` locates and classes it (400 or 422).
         let resp = match self.0.call(req).await {
             Ok(r) => r.into_response(),
-            Err(e) => {
-                if e.status().as_u16() == 400 {
-                    located = Some(crate::error::located(&e));
-                }
-                e.into_response()
+            Err(e)
+                if !e.is_from_response()
+                    && (e.status().as_u16() == 400 || e.downcast_ref::<BodyRefused>().is_some()) =>
+            {
+                crate::error::refused(&e).into_response()
             }
+            Err(e) => e.into_response(),
         };
+        // A wrong method names the right ones (RFC 9110 §15.5.6), read
+        // from the route table the router is built from.
+        let allow = (resp.status().as_u16() == 405).then(|| allowed_methods(&path)).filter(|m| !m.is_empty());
         let mut resp = if resp.status().as_u16() >= 400 && !is_json(&resp) {
             let status = resp.status().as_u16();
             let headers = resp.headers().clone();
@@ -66,7 +72,7 @@ impl<E: Endpoint> Endpoint for ProblemEndpoint<E> {
             } else {
                 body
             };
-            let mut r = problem_response_at(status, detail, located);
+            let mut r = problem_response(status, detail);
             if let Some(v) = headers.get("retry-after") {
                 r.headers_mut().insert("retry-after", v.clone());
             }
@@ -79,11 +85,38 @@ impl<E: Endpoint> Endpoint for ProblemEndpoint<E> {
         if resp.status().as_u16() == 503 && !resp.headers().contains_key("retry-after") {
             resp.headers_mut().insert("retry-after", HeaderValue::from_static(RETRY_AFTER_SECS));
         }
+        if let Some(v) = allow.and_then(|m| HeaderValue::from_str(&m.join(", ")).ok()) {
+            resp.headers_mut().insert(ALLOW, v);
+        }
         if let Ok(v) = HeaderValue::from_str(&request_id) {
             resp.headers_mut().insert("x-request-id", v);
         }
         Ok(resp)
     }
+}
+
+/// The methods the API routes for `path`: those of its most specific
+/// route (static segments win over parameters, as in the router).
+fn allowed_methods(path: &str) -> Vec<String> {
+    static ROUTES: std::sync::OnceLock<Vec<(String, String)>> = std::sync::OnceLock::new();
+    let routes = ROUTES.get_or_init(crate::routed_operations);
+    let segs: Vec<&str> = path.trim_end_matches('/').split('/').collect();
+    // Per matching route, which of its segments are static (1) or a
+    // parameter (0): the router prefers the greater one.
+    let specificity = |route: &str| -> Option<Vec<u8>> {
+        let r: Vec<&str> = route.split('/').collect();
+        (r.len() == segs.len()).then_some(())?;
+        r.iter().zip(&segs).map(|(a, b)| if *a == "{}" { Some(0) } else { (a == b).then_some(1) }).collect()
+    };
+    let best = routes.iter().filter_map(|(_, route)| specificity(route)).max();
+    let mut methods: Vec<String> = routes
+        .iter()
+        .filter(|(_, route)| best.is_some() && specificity(route) == best)
+        .map(|(method, _)| method.clone())
+        .collect();
+    methods.sort();
+    methods.dedup();
+    methods
 }
 
 /// problem+json, or a JSON body an operation chose on purpose (the 503 of
@@ -95,18 +128,13 @@ fn is_json(resp: &Response) -> bool {
         .is_some_and(|v| v.starts_with(PROBLEM_JSON) || v.starts_with("application/json"))
 }
 
-pub fn problem_response(status: u16, detail: String) -> Response {
-    problem_response_at(status, detail, None)
-}
-
 /// A problem+json response. A validation-class one (400, 422) always
-/// carries `errors[]`: `at` when the refusal was located, else one entry
-/// for the request as a whole.
-fn problem_response_at(status: u16, detail: String, at: Option<FieldError>) -> Response {
+/// carries `errors[]`, here one entry for the request as a whole.
+pub fn problem_response(status: u16, detail: String) -> Response {
     let status = if (400..600).contains(&status) { status } else { 500 };
     let mut p = Problem::new(status, detail.clone());
     if status == 400 || status == 422 {
-        let e = at.unwrap_or_else(|| FieldError::new("request", detail, None));
+        let e = FieldError::new("request", detail, None);
         p.errors = Some(vec![ErrorDetail::from(e)]);
     }
     Response::builder()

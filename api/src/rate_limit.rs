@@ -22,6 +22,10 @@ static HIT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../../
 
 const WINDOW: Duration = Duration::from_secs(60);
 
+/// The paths no limit applies to, so probes and scrapers never see 429
+/// (the document lists 429 on every other operation).
+pub const EXEMPT: [&str; 3] = ["/health", "/health/ready", "/metrics"];
+
 fn is_trigger(path: &str) -> Option<&'static str> {
     let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
     match segs.as_slice() {
@@ -34,7 +38,7 @@ fn is_trigger(path: &str) -> Option<&'static str> {
 /// The buckets a request counts against, with their limits.
 fn buckets(state: &AppState, req: &Request) -> Vec<(&'static str, u32)> {
     let path = req.uri().path();
-    if matches!(path, "/health" | "/health/ready" | "/metrics") {
+    if EXEMPT.contains(&path) {
         return Vec::new();
     }
     let c = &state.config;

@@ -208,9 +208,10 @@ async fn every_validation_error_lists_its_errors() {
     // An unknown property: located at it.
     let p = assert_problem(400, env.post(&trigger, json!({"payload": 1, "priorty": 5})).await, 400);
     assert_eq!(first_error(&p)["location"], "body.priorty", "{p}");
-    // A value of the wrong type, and a body that is not JSON: the body.
+    // A value of the wrong type: located at it. A body that is not JSON:
+    // the body.
     let p = assert_problem(400, env.post(&trigger, json!({"priority": "high"})).await, 400);
-    assert_eq!(first_error(&p)["location"], "body", "{p}");
+    assert_eq!(first_error(&p)["location"], "body.priority", "{p}");
     let resp = env
         .http
         .post(format!("{}{trigger}", env.base))

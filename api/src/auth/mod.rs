@@ -48,6 +48,27 @@ use self::scopes::{Operation, Requirement};
 use crate::problem::RequestId;
 use crate::state::AppState;
 
+/// The project an internal-secret caller (or an OIDC token without a
+/// `project_id` claim) acts in.
+pub const PROJECT_HEADER: &str = "X-Project-Id";
+/// The person an internal-secret caller acts for, and their profile.
+pub const ACTOR_ID_HEADER: &str = "X-Actor-Id";
+pub const ACTOR_EMAIL_HEADER: &str = "X-Actor-Email";
+pub const ACTOR_NAME_HEADER: &str = "X-Actor-Name";
+
+/// The headers above as the document states them, on every operation that
+/// takes a credential (`crate::contract`): name and description.
+pub const CALLER_HEADERS: [(&str, &str); 4] = [
+    (
+        PROJECT_HEADER,
+        "The project the call acts in, for the internal secret (and an OIDC token without a project_id claim). \
+         A project_id in the query or body that names another project is 422.",
+    ),
+    (ACTOR_ID_HEADER, "Internal secret only: the person the call acts for, recorded as created_by / updated_by."),
+    (ACTOR_EMAIL_HEADER, "Internal secret only, with X-Actor-Id: the person's email, kept in their profile."),
+    (ACTOR_NAME_HEADER, "Internal secret only, with X-Actor-Id: the person's name, kept in their profile."),
+];
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CredentialKind {
     InternalSecret,
@@ -187,7 +208,7 @@ async fn resolve(state: &AppState, req: &Request, token: &str) -> poem::Result<P
             if let Some(verifier) = &state.auth.oidc {
                 let claims = verifier.verify(token).map_err(|e| unauthorized(&e))?;
                 let mut p = Principal::new(CredentialKind::InternalSecret, ActorType::User);
-                p.project_id = claims.project_id.clone().or_else(|| header(req, "x-project-id"));
+                p.project_id = claims.project_id.clone().or_else(|| header(req, PROJECT_HEADER));
                 state.auth.actors.observe(&state.pool, &claims.sub, claims.email, claims.name);
                 p.actor_id = Some(claims.sub);
                 return Ok(p);
@@ -220,16 +241,16 @@ async fn resolve(state: &AppState, req: &Request, token: &str) -> poem::Result<P
 /// Only the internal secret trusts the actor headers: an API key or a
 /// token names its own actor, and cannot act as someone else.
 fn internal_principal(state: &AppState, req: &Request) -> Principal {
-    let actor_id = header(req, "x-actor-id");
+    let actor_id = header(req, ACTOR_ID_HEADER);
     let mut p = Principal::new(
         CredentialKind::InternalSecret,
         if actor_id.is_some() { ActorType::User } else { ActorType::Service },
     );
     if let Some(id) = &actor_id {
-        state.auth.actors.observe(&state.pool, id, header(req, "x-actor-email"), header(req, "x-actor-name"));
+        state.auth.actors.observe(&state.pool, id, header(req, ACTOR_EMAIL_HEADER), header(req, ACTOR_NAME_HEADER));
     }
     p.actor_id = actor_id;
-    p.project_id = header(req, "x-project-id");
+    p.project_id = header(req, PROJECT_HEADER);
     p
 }
 
@@ -267,7 +288,7 @@ async fn api_key_principal(state: &AppState, token: &str) -> poem::Result<Princi
 }
 
 async fn oidc_principal(state: &AppState, req: &Request, claims: oidc::OidcClaims) -> poem::Result<Principal> {
-    let header_project = header(req, "x-project-id");
+    let header_project = header(req, PROJECT_HEADER);
     let project = match (&claims.project_id, header_project) {
         (Some(c), Some(h)) if *c != h => {
             return Err(forbidden("X-Project-Id names another project than the token's project_id claim"))

@@ -17,6 +17,7 @@ use crate::auth::{cache, keys, rbac, Auth};
 use crate::error::{ApiError, ApiResult};
 use crate::pagination::{Page, Window};
 use crate::state::AppState;
+use crate::strict_json::JsonBody;
 
 pub struct ApiKeysApi;
 
@@ -169,10 +170,10 @@ async fn load(state: &AppState, auth: &Auth, id: &str) -> ApiResult<ApiKeyRow> {
 #[OpenApi(tag = "Tag::ApiKeys")]
 impl ApiKeysApi {
     /// Create an API key. The response carries the raw key, once.
-    #[oai(path = "/v1/api-keys", method = "post")]
-    async fn create(&self, state: Data<&AppState>, auth: Auth, body: Json<CreateApiKey>) -> ApiResult<CreatedKey> {
+    #[oai(path = "/v1/api-keys", method = "post", operation_id = "createApiKey")]
+    async fn create(&self, state: Data<&AppState>, auth: Auth, body: JsonBody<CreateApiKey>) -> ApiResult<CreatedKey> {
         let b = body.0;
-        let project_id = project_of(&auth.0, b.project_id.as_deref())?;
+        let project_id = project_of(&auth.0, "body", b.project_id.as_deref())?;
         let wanted = check_scopes("body.scopes", &b.scopes)?;
         validate_create(&b)?;
         if !rbac::grantable(&auth.0, &wanted) {
@@ -201,29 +202,29 @@ impl ApiKeysApi {
     }
 
     /// List a project's API keys, newest first (raw keys are never listed).
-    #[oai(path = "/v1/api-keys", method = "get")]
+    #[oai(path = "/v1/api-keys", method = "get", operation_id = "listApiKeys")]
     async fn list(
         &self,
         state: Data<&AppState>,
         auth: Auth,
         project_id: Query<Option<String>>,
-        limit: Query<Option<i64>>,
+        #[oai(validator(minimum(value = "1"), maximum(value = "100")))] limit: Query<Option<i64>>,
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<Page<ApiKey>>> {
-        let project_id = project_of(&auth.0, project_id.0.as_deref())?;
+        let project_id = project_of(&auth.0, "query", project_id.0.as_deref())?;
         let w = Window::parse(limit.0, cursor.0)?;
         let rows = store::api_keys::list(&state.pool, &project_id, w.after(), w.fetch()).await?;
         Ok(Json(w.page(rows, |r| r.id.clone(), |r| view(r, None))))
     }
 
     /// Get an API key (without its raw value).
-    #[oai(path = "/v1/api-keys/:key_id", method = "get")]
+    #[oai(path = "/v1/api-keys/:key_id", method = "get", operation_id = "getApiKey")]
     async fn get(&self, state: Data<&AppState>, auth: Auth, key_id: Path<String>) -> ApiResult<Json<ApiKey>> {
         Ok(Json(view(load(&state, &auth, &key_id).await?, None)))
     }
 
     /// Revoke an API key: every api process refuses it (401) from the next request on.
-    #[oai(path = "/v1/api-keys/:key_id", method = "delete")]
+    #[oai(path = "/v1/api-keys/:key_id", method = "delete", operation_id = "revokeApiKey")]
     async fn revoke(&self, state: Data<&AppState>, auth: Auth, key_id: Path<String>) -> ApiResult<Revoked> {
         let key = load(&state, &auth, &key_id).await?;
         let mut tx = state.pool.begin().await?;
@@ -240,13 +241,13 @@ impl ApiKeysApi {
     /// Rotate an API key: a new key (same scopes, full lifetime) is returned
     /// with its raw value; the old key keeps working until grace_expires_at.
     /// 409 when the key is revoked, expired or already rotated.
-    #[oai(path = "/v1/api-keys/:key_id/rotate", method = "post")]
+    #[oai(path = "/v1/api-keys/:key_id/rotate", method = "post", operation_id = "rotateApiKey")]
     async fn rotate(
         &self,
         state: Data<&AppState>,
         auth: Auth,
         key_id: Path<String>,
-        body: Json<RotateApiKey>,
+        body: JsonBody<RotateApiKey>,
     ) -> ApiResult<CreatedKey> {
         let old = load(&state, &auth, &key_id).await?;
         let b = body.0;

@@ -81,7 +81,7 @@ impl AuditApi {
     /// The project's audit events in `[from, to)`, newest first unless
     /// `order=asc`; `action`, `resource_type`, `resource_id` and `actor_id`
     /// narrow the list.
-    #[oai(path = "/v1/audit-events", method = "get")]
+    #[oai(path = "/v1/audit-events", method = "get", operation_id = "listAuditEvents")]
     #[allow(clippy::too_many_arguments)]
     async fn list(
         &self,
@@ -98,10 +98,10 @@ impl AuditApi {
         resource_type: Query<Option<String>>,
         resource_id: Query<Option<String>>,
         actor_id: Query<Option<String>>,
-        limit: Query<Option<i64>>,
+        #[oai(validator(minimum(value = "1"), maximum(value = "100")))] limit: Query<Option<i64>>,
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<Page<AuditEvent>>> {
-        let project_id = project_of(&auth.0, project_id.0.as_deref())?;
+        let project_id = project_of(&auth.0, "query", project_id.0.as_deref())?;
         let w = Window::parse(limit.0, cursor.0)?;
         let Range { from, to, ascending } = validate_range(from.0.as_deref(), to.0.as_deref(), order.0.as_deref())?;
         let filter = store::audit::Filter {

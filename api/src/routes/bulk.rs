@@ -27,6 +27,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::pagination::{Page, Window};
 use crate::run_actions::{self, cancel_reason};
 use crate::state::AppState;
+use crate::strict_json::JsonBody;
 use crate::views::TriggerRequest;
 
 pub struct BulkApi;
@@ -42,7 +43,8 @@ pub const CANCEL_ALL_LIMIT: i64 = 1000;
 #[oai(deny_unknown_fields)]
 pub struct BulkTriggerItem {
     pub payload: Option<Value>,
-    /// -1000 to 1000, default 0.
+    /// -1000 to 1000, default 0. Not a validator: an item out of range is
+    /// refused in its own result, the others still run.
     pub priority: Option<i64>,
     /// An item whose key was used before returns that run as `duplicate`.
     pub idempotency_key: Option<String>,
@@ -223,13 +225,13 @@ impl BulkApi {
     /// every run created carries the answer's `batch_id`. Results come in
     /// request order; an invalid item is `error` and the others still run.
     /// An empty list or more than 100 items is 422; a disabled job is 409.
-    #[oai(path = "/v1/jobs/:job_id/trigger/bulk", method = "post")]
+    #[oai(path = "/v1/jobs/:job_id/trigger/bulk", method = "post", operation_id = "triggerJobBulk")]
     async fn trigger_bulk(
         &self,
         state: Data<&AppState>,
         auth: Auth,
         job_id: Path<String>,
-        body: Json<BulkTriggerRequest>,
+        body: JsonBody<BulkTriggerRequest>,
     ) -> ApiResult<Json<BulkTriggerResponse>> {
         let job = load_for_trigger(&state, &auth, &job_id).await?;
         let items = body.0.items;
@@ -296,12 +298,12 @@ impl BulkApi {
     /// (parent_run_id, recursively) with it. A run already finished is
     /// `not_cancellable`; one that does not exist or belongs to another
     /// project is `not_found`.
-    #[oai(path = "/v1/runs/bulk-cancel", method = "post")]
+    #[oai(path = "/v1/runs/bulk-cancel", method = "post", operation_id = "bulkCancelRuns")]
     async fn bulk_cancel(
         &self,
         state: Data<&AppState>,
         auth: Auth,
-        body: Json<BulkRunIds>,
+        body: JsonBody<BulkRunIds>,
     ) -> ApiResult<Json<BulkCancelResponse>> {
         let ids = body.0.run_ids;
         check_size(ids.len(), "run_ids")?;
@@ -343,12 +345,12 @@ impl BulkApi {
 
     /// Replay up to 100 runs: each becomes a new run as by
     /// `POST /v1/runs/{run_id}/replay`.
-    #[oai(path = "/v1/runs/bulk-replay", method = "post")]
+    #[oai(path = "/v1/runs/bulk-replay", method = "post", operation_id = "bulkReplayRuns")]
     async fn bulk_replay(
         &self,
         state: Data<&AppState>,
         auth: Auth,
-        body: Json<BulkRunIds>,
+        body: JsonBody<BulkRunIds>,
     ) -> ApiResult<Json<BulkReplayResponse>> {
         let ids = body.0.run_ids;
         check_size(ids.len(), "run_ids")?;
@@ -377,15 +379,15 @@ impl BulkApi {
     /// its retry strategy is `none`) and that were not replayed before,
     /// oldest first, at most `limit` (default and maximum 100) per call.
     /// Runs of deleted jobs are skipped.
-    #[oai(path = "/v1/runs/bulk-dlq-replay", method = "post")]
+    #[oai(path = "/v1/runs/bulk-dlq-replay", method = "post", operation_id = "replayDeadLetterRuns")]
     async fn bulk_dlq_replay(
         &self,
         state: Data<&AppState>,
         auth: Auth,
-        body: Json<DlqReplayRequest>,
+        body: JsonBody<DlqReplayRequest>,
     ) -> ApiResult<Json<BulkReplayResponse>> {
         let b = body.0;
-        let project_id = project_of(&auth.0, b.project_id.as_deref())?;
+        let project_id = project_of(&auth.0, "body", b.project_id.as_deref())?;
         let limit = match b.limit {
             None => MAX_ITEMS as i64,
             Some(n) if (1..=MAX_ITEMS as i64).contains(&n) => n,
@@ -411,15 +413,15 @@ impl BulkApi {
     /// Cancel the unfinished runs of a project (optionally one job's, or
     /// one status), with their child runs, at most 1000 per call, oldest
     /// first; `has_more` says to call again.
-    #[oai(path = "/v1/runs/bulk-cancel-all", method = "post")]
+    #[oai(path = "/v1/runs/bulk-cancel-all", method = "post", operation_id = "cancelRunsByFilter")]
     async fn bulk_cancel_all(
         &self,
         state: Data<&AppState>,
         auth: Auth,
-        body: Json<CancelAllRequest>,
+        body: JsonBody<CancelAllRequest>,
     ) -> ApiResult<Json<CancelAllResponse>> {
         let b = body.0;
-        let project_id = project_of(&auth.0, b.project_id.as_deref())?;
+        let project_id = project_of(&auth.0, "body", b.project_id.as_deref())?;
         let statuses: Vec<RunStatus> = match &b.status {
             None => RunStatus::ACTIVE.to_vec(),
             Some(s) => match s.parse::<RunStatus>() {
@@ -467,24 +469,24 @@ impl BulkApi {
 
     /// Bulk trigger batches of a project, newest first, with their runs'
     /// counts by status.
-    #[oai(path = "/v1/batch-operations", method = "get")]
+    #[oai(path = "/v1/batch-operations", method = "get", operation_id = "listBatchOperations")]
     async fn batches(
         &self,
         state: Data<&AppState>,
         auth: Auth,
         project_id: Query<Option<String>>,
         job_id: Query<Option<String>>,
-        limit: Query<Option<i64>>,
+        #[oai(validator(minimum(value = "1"), maximum(value = "100")))] limit: Query<Option<i64>>,
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<Page<BatchOperation>>> {
-        let project_id = project_of(&auth.0, project_id.0.as_deref())?;
+        let project_id = project_of(&auth.0, "query", project_id.0.as_deref())?;
         let w = Window::parse(limit.0, cursor.0)?;
         let rows = batches::list(&state.pool, &project_id, job_id.0.as_deref(), w.after(), w.fetch()).await?;
         Ok(Json(w.page(rows, |r| r.id.clone(), batch_view)))
     }
 
     /// One bulk trigger batch.
-    #[oai(path = "/v1/batch-operations/:batch_id", method = "get")]
+    #[oai(path = "/v1/batch-operations/:batch_id", method = "get", operation_id = "getBatchOperation")]
     async fn batch(
         &self,
         state: Data<&AppState>,

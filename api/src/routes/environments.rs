@@ -17,6 +17,7 @@ use crate::auth::Auth;
 use crate::error::{ApiError, ApiResult};
 use crate::pagination::{Page, Window};
 use crate::state::AppState;
+use crate::strict_json::JsonBody;
 
 pub struct EnvironmentsApi;
 
@@ -61,15 +62,15 @@ async fn load(state: &AppState, auth: &Auth, id: &str) -> ApiResult<Environment>
 #[OpenApi(tag = "Tag::Environments")]
 impl EnvironmentsApi {
     /// Create an environment. A name already used in the project is 409.
-    #[oai(path = "/v1/environments", method = "post")]
+    #[oai(path = "/v1/environments", method = "post", operation_id = "createEnvironment")]
     async fn create(
         &self,
         state: Data<&AppState>,
         auth: Auth,
-        body: Json<CreateEnvironment>,
+        body: JsonBody<CreateEnvironment>,
     ) -> ApiResult<Created<Environment>> {
         let b = body.0;
-        let project_id = project_of(&auth.0, b.project_id.as_deref())?;
+        let project_id = project_of(&auth.0, "body", b.project_id.as_deref())?;
         validate_environment(&b)?;
         super::project_exists(&state, &project_id).await?;
         let env: Environment = store::environments::create(
@@ -94,23 +95,23 @@ impl EnvironmentsApi {
     }
 
     /// Environments of a project, newest first.
-    #[oai(path = "/v1/environments", method = "get")]
+    #[oai(path = "/v1/environments", method = "get", operation_id = "listEnvironments")]
     async fn list(
         &self,
         state: Data<&AppState>,
         auth: Auth,
         project_id: Query<Option<String>>,
-        limit: Query<Option<i64>>,
+        #[oai(validator(minimum(value = "1"), maximum(value = "100")))] limit: Query<Option<i64>>,
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<Page<Environment>>> {
-        let project_id = project_of(&auth.0, project_id.0.as_deref())?;
+        let project_id = project_of(&auth.0, "query", project_id.0.as_deref())?;
         let w = Window::parse(limit.0, cursor.0)?;
         let rows = store::environments::list(&state.pool, &project_id, w.after(), w.fetch()).await?;
         Ok(Json(w.page(rows, |r| r.id.clone(), Environment::from)))
     }
 
     /// Get an environment.
-    #[oai(path = "/v1/environments/:environment_id", method = "get")]
+    #[oai(path = "/v1/environments/:environment_id", method = "get", operation_id = "getEnvironment")]
     async fn get(
         &self,
         state: Data<&AppState>,
@@ -121,7 +122,7 @@ impl EnvironmentsApi {
     }
 
     /// Delete an environment. 409 while a job names it.
-    #[oai(path = "/v1/environments/:environment_id", method = "delete")]
+    #[oai(path = "/v1/environments/:environment_id", method = "delete", operation_id = "deleteEnvironment")]
     async fn delete(&self, state: Data<&AppState>, auth: Auth, environment_id: Path<String>) -> ApiResult<Done> {
         let env = load(&state, &auth, &environment_id).await?;
         match store::environments::delete_unused(&state.pool, &env.project_id, &env.id).await? {

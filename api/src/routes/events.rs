@@ -34,6 +34,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::pagination::{Page, Window};
 use crate::run_actions;
 use crate::state::AppState;
+use crate::strict_json::JsonBody;
 use crate::views::TriggerRequest;
 
 pub struct EventsApi;
@@ -161,6 +162,7 @@ pub struct CreateEventSource {
 #[oai(deny_unknown_fields)]
 pub struct UpdateEventSource {
     pub name: Option<String>,
+    #[oai(nullable)]
     pub description: MaybeUndefined<String>,
     pub event_key: Option<String>,
     pub target_type: Option<String>,
@@ -369,15 +371,15 @@ impl EventsApi {
     /// event's payload as its output). Needs `jobs:trigger`, the scope of triggering runs,
     /// whatever the targets: whoever may point a source at a workflow
     /// holds `workflows:trigger`.
-    #[oai(path = "/v1/events/dispatch", method = "post")]
+    #[oai(path = "/v1/events/dispatch", method = "post", operation_id = "dispatchEvent")]
     async fn dispatch(
         &self,
         state: Data<&AppState>,
         auth: Auth,
-        body: Json<DispatchEvent>,
+        body: JsonBody<DispatchEvent>,
     ) -> ApiResult<Json<DispatchedEvent>> {
         let b = body.0;
-        let project_id = project_of(&auth.0, b.project_id.as_deref())?;
+        let project_id = project_of(&auth.0, "body", b.project_id.as_deref())?;
         let mut e = FieldErrors::new();
         event_key::check_key(&mut e, "body.event_key", &b.event_key);
         e.text("body.idempotency_key", b.idempotency_key.as_deref(), MAX_IDEMPOTENCY_KEY);
@@ -407,17 +409,17 @@ impl EventsApi {
     /// List a project's events, newest first, optionally only those of one
     /// event_key. Needs `runs:read`: an event is the record of the runs it
     /// triggered.
-    #[oai(path = "/v1/events", method = "get")]
+    #[oai(path = "/v1/events", method = "get", operation_id = "listEvents")]
     async fn list(
         &self,
         state: Data<&AppState>,
         auth: Auth,
         project_id: Query<Option<String>>,
         event_key: Query<Option<String>>,
-        limit: Query<Option<i64>>,
+        #[oai(validator(minimum(value = "1"), maximum(value = "100")))] limit: Query<Option<i64>>,
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<Page<Event>>> {
-        let project_id = project_of(&auth.0, project_id.0.as_deref())?;
+        let project_id = project_of(&auth.0, "query", project_id.0.as_deref())?;
         let w = Window::parse(limit.0, cursor.0)?;
         let rows = events::list(&state.pool, &project_id, event_key.0.as_deref(), w.after(), w.fetch()).await?;
         Ok(Json(w.page(rows, |r| r.id.clone(), event_view)))
@@ -425,7 +427,7 @@ impl EventsApi {
 
     /// Get an event: what arrived, and what it triggered. Needs
     /// `runs:read`, as the runs do.
-    #[oai(path = "/v1/events/:event_id", method = "get")]
+    #[oai(path = "/v1/events/:event_id", method = "get", operation_id = "getEvent")]
     async fn get(&self, state: Data<&AppState>, auth: Auth, event_id: Path<String>) -> ApiResult<Json<Event>> {
         let row = found("event", &event_id, events::get(&state.pool, tenant(&auth.0), &event_id)).await?;
         Ok(Json(event_view(row)))
@@ -437,15 +439,15 @@ impl EventsApi {
     /// workflow; 403 otherwise), and event_key a key or a prefix pattern
     /// with one `*` at its end (422 otherwise). Needs `jobs:write`:
     /// sources are definitions, kept with the jobs.
-    #[oai(path = "/v1/event-sources", method = "post")]
+    #[oai(path = "/v1/event-sources", method = "post", operation_id = "createEventSource")]
     async fn create_source(
         &self,
         state: Data<&AppState>,
         auth: Auth,
-        body: Json<CreateEventSource>,
+        body: JsonBody<CreateEventSource>,
     ) -> ApiResult<Created<EventSource>> {
         let b = body.0;
-        let project_id = project_of(&auth.0, b.project_id.as_deref())?;
+        let project_id = project_of(&auth.0, "body", b.project_id.as_deref())?;
         project_exists(&state, &project_id).await?;
         let mut e = FieldErrors::new();
         check_source(&mut e, &b.name, b.description.as_deref(), &b.event_key, &b.target_type);
@@ -471,23 +473,23 @@ impl EventsApi {
     }
 
     /// List a project's event sources, newest first. Needs `jobs:read`.
-    #[oai(path = "/v1/event-sources", method = "get")]
+    #[oai(path = "/v1/event-sources", method = "get", operation_id = "listEventSources")]
     async fn list_sources(
         &self,
         state: Data<&AppState>,
         auth: Auth,
         project_id: Query<Option<String>>,
-        limit: Query<Option<i64>>,
+        #[oai(validator(minimum(value = "1"), maximum(value = "100")))] limit: Query<Option<i64>>,
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<Page<EventSource>>> {
-        let project_id = project_of(&auth.0, project_id.0.as_deref())?;
+        let project_id = project_of(&auth.0, "query", project_id.0.as_deref())?;
         let w = Window::parse(limit.0, cursor.0)?;
         let rows = events::list_sources(&state.pool, &project_id, w.after(), w.fetch()).await?;
         Ok(Json(w.page(rows, |r| r.id.clone(), source_view)))
     }
 
     /// Get an event source. Needs `jobs:read`.
-    #[oai(path = "/v1/event-sources/:event_source_id", method = "get")]
+    #[oai(path = "/v1/event-sources/:event_source_id", method = "get", operation_id = "getEventSource")]
     async fn get_source(
         &self,
         state: Data<&AppState>,
@@ -500,13 +502,13 @@ impl EventsApi {
     /// Change an event source; the checks of a create apply to the new
     /// values, the target's only when target_type or target_id is sent.
     /// Needs `jobs:write`.
-    #[oai(path = "/v1/event-sources/:event_source_id", method = "patch")]
+    #[oai(path = "/v1/event-sources/:event_source_id", method = "patch", operation_id = "updateEventSource")]
     async fn update_source(
         &self,
         state: Data<&AppState>,
         auth: Auth,
         event_source_id: Path<String>,
-        body: Json<UpdateEventSource>,
+        body: JsonBody<UpdateEventSource>,
     ) -> ApiResult<Json<EventSource>> {
         let cur = load_source(&state, &auth, &event_source_id).await?;
         let b = body.0;
@@ -545,7 +547,7 @@ impl EventsApi {
 
     /// Delete an event source; the events it triggered keep its id. Needs
     /// `jobs:write`.
-    #[oai(path = "/v1/event-sources/:event_source_id", method = "delete")]
+    #[oai(path = "/v1/event-sources/:event_source_id", method = "delete", operation_id = "deleteEventSource")]
     async fn delete_source(
         &self,
         state: Data<&AppState>,

@@ -22,6 +22,7 @@ use crate::auth::Auth;
 use crate::error::ApiResult;
 use crate::pagination::{Page, Window};
 use crate::state::AppState;
+use crate::strict_json::JsonBody;
 use crate::views::{job_view, Job};
 
 pub struct GroupsApi;
@@ -56,6 +57,7 @@ pub struct CreateGroup {
 pub struct UpdateGroup {
     pub name: Option<String>,
     pub slug: Option<String>,
+    #[oai(nullable)]
     pub description: MaybeUndefined<String>,
 }
 
@@ -132,31 +134,31 @@ async fn set_paused(state: &AppState, group_id: &str, paused: bool) -> ApiResult
 #[OpenApi(tag = "Tag::JobGroups")]
 impl GroupsApi {
     /// List the job groups of a project, newest first.
-    #[oai(path = "/v1/job-groups", method = "get")]
+    #[oai(path = "/v1/job-groups", method = "get", operation_id = "listJobGroups")]
     async fn list(
         &self,
         state: Data<&AppState>,
         auth: Auth,
         project_id: Query<Option<String>>,
-        limit: Query<Option<i64>>,
+        #[oai(validator(minimum(value = "1"), maximum(value = "100")))] limit: Query<Option<i64>>,
         cursor: Query<Option<String>>,
     ) -> ApiResult<ArrayPage<JobGroup>> {
-        let project_id = project_of(&auth.0, project_id.0.as_deref())?;
+        let project_id = project_of(&auth.0, "query", project_id.0.as_deref())?;
         let w = Window::parse(limit.0, cursor.0)?;
         let rows = store::job_groups::list(&state.pool, &project_id, w.after(), w.fetch()).await?;
         Ok(w.page(rows, |g| g.id.clone(), JobGroup::from).into())
     }
 
     /// Create a job group.
-    #[oai(path = "/v1/job-groups", method = "post")]
+    #[oai(path = "/v1/job-groups", method = "post", operation_id = "createJobGroup")]
     async fn create(
         &self,
         state: Data<&AppState>,
         auth: Auth,
-        body: Json<CreateGroup>,
+        body: JsonBody<CreateGroup>,
     ) -> ApiResult<Created<JobGroup>> {
         let b = body.0;
-        let project_id = project_of(&auth.0, b.project_id.as_deref())?;
+        let project_id = project_of(&auth.0, "body", b.project_id.as_deref())?;
         validate_group(&b.name, &b.slug, b.description.as_deref())?;
         super::project_exists(&state, &project_id).await?;
         let fields = store::job_groups::GroupFields {
@@ -170,19 +172,19 @@ impl GroupsApi {
     }
 
     /// Get a job group.
-    #[oai(path = "/v1/job-groups/:group_id", method = "get")]
+    #[oai(path = "/v1/job-groups/:group_id", method = "get", operation_id = "getJobGroup")]
     async fn get(&self, state: Data<&AppState>, auth: Auth, group_id: Path<String>) -> ApiResult<Json<JobGroup>> {
         Ok(Json(load(&state, &auth, &group_id).await?))
     }
 
     /// Change a job group.
-    #[oai(path = "/v1/job-groups/:group_id", method = "patch")]
+    #[oai(path = "/v1/job-groups/:group_id", method = "patch", operation_id = "updateJobGroup")]
     async fn update(
         &self,
         state: Data<&AppState>,
         auth: Auth,
         group_id: Path<String>,
-        body: Json<UpdateGroup>,
+        body: JsonBody<UpdateGroup>,
     ) -> ApiResult<Json<JobGroup>> {
         let cur = load(&state, &auth, &group_id).await?;
         let b = body.0;
@@ -198,7 +200,7 @@ impl GroupsApi {
     }
 
     /// Delete a job group. Its jobs stay, outside any group.
-    #[oai(path = "/v1/job-groups/:group_id", method = "delete")]
+    #[oai(path = "/v1/job-groups/:group_id", method = "delete", operation_id = "deleteJobGroup")]
     async fn delete(&self, state: Data<&AppState>, auth: Auth, group_id: Path<String>) -> ApiResult<Empty> {
         let g = load(&state, &auth, &group_id).await?;
         store::job_groups::delete(&state.pool, &g.id).await?;
@@ -207,13 +209,13 @@ impl GroupsApi {
     }
 
     /// The jobs of a group, newest first.
-    #[oai(path = "/v1/job-groups/:group_id/jobs", method = "get")]
+    #[oai(path = "/v1/job-groups/:group_id/jobs", method = "get", operation_id = "listJobGroupJobs")]
     async fn jobs(
         &self,
         state: Data<&AppState>,
         auth: Auth,
         group_id: Path<String>,
-        limit: Query<Option<i64>>,
+        #[oai(validator(minimum(value = "1"), maximum(value = "100")))] limit: Query<Option<i64>>,
         cursor: Query<Option<String>>,
     ) -> ApiResult<ArrayPage<Job>> {
         let g = load(&state, &auth, &group_id).await?;
@@ -224,7 +226,7 @@ impl GroupsApi {
 
     /// Pause every job of the group: triggers are still accepted, and no
     /// run of these jobs is dispatched until resume-all.
-    #[oai(path = "/v1/job-groups/:group_id/pause-all", method = "post")]
+    #[oai(path = "/v1/job-groups/:group_id/pause-all", method = "post", operation_id = "pauseJobGroup")]
     async fn pause_all(&self, state: Data<&AppState>, auth: Auth, group_id: Path<String>) -> ApiResult<Empty> {
         let g = load(&state, &auth, &group_id).await?;
         set_paused(&state, &g.id, true).await?;
@@ -234,7 +236,7 @@ impl GroupsApi {
 
     /// Resume every job of the group; waiting runs are dispatched again.
     /// Jobs disabled one by one stay disabled.
-    #[oai(path = "/v1/job-groups/:group_id/resume-all", method = "post")]
+    #[oai(path = "/v1/job-groups/:group_id/resume-all", method = "post", operation_id = "resumeJobGroup")]
     async fn resume_all(&self, state: Data<&AppState>, auth: Auth, group_id: Path<String>) -> ApiResult<Empty> {
         let g = load(&state, &auth, &group_id).await?;
         set_paused(&state, &g.id, false).await?;
@@ -243,7 +245,7 @@ impl GroupsApi {
     }
 
     /// Run counts by status over the group's jobs.
-    #[oai(path = "/v1/job-groups/:group_id/stats", method = "get")]
+    #[oai(path = "/v1/job-groups/:group_id/stats", method = "get", operation_id = "getJobGroupStats")]
     async fn stats(&self, state: Data<&AppState>, auth: Auth, group_id: Path<String>) -> ApiResult<Json<GroupStats>> {
         let g = load(&state, &auth, &group_id).await?;
         let rows = store::job_groups::run_counts(&state.pool, &g.id).await?;

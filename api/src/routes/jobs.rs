@@ -26,6 +26,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::pagination::{Page, Window};
 use crate::run_actions;
 use crate::state::AppState;
+use crate::strict_json::JsonBody;
 use crate::views::{job_view, Job, JobRun, RateLimitKeyBody, TriggerRequest};
 
 pub struct JobsApi;
@@ -101,15 +102,22 @@ pub struct CreateJob {
 #[derive(Object)]
 #[oai(deny_unknown_fields)]
 pub struct UpdateJob {
+    #[oai(nullable)]
     pub group_id: MaybeUndefined<String>,
     pub name: Option<String>,
     pub slug: Option<String>,
+    #[oai(nullable)]
     pub description: MaybeUndefined<String>,
     pub endpoint_url: Option<String>,
+    #[oai(nullable)]
     pub fallback_endpoint_url: MaybeUndefined<String>,
+    #[oai(nullable)]
     pub cron: MaybeUndefined<String>,
+    #[oai(nullable)]
     pub timezone: MaybeUndefined<String>,
+    #[oai(nullable)]
     pub execution_window_cron: MaybeUndefined<String>,
+    #[oai(nullable)]
     pub payload_schema: MaybeUndefined<Value>,
     pub tags: Option<HashMap<String, String>>,
     pub max_attempts: Option<i64>,
@@ -123,12 +131,15 @@ pub struct UpdateJob {
     pub dedup_window_secs: Option<i64>,
     pub run_ttl_secs: Option<i64>,
     pub enabled: Option<bool>,
+    #[oai(nullable)]
     pub webhook_url: MaybeUndefined<String>,
+    #[oai(nullable)]
     pub webhook_secret: MaybeUndefined<String>,
     pub retry_strategy: Option<String>,
     pub retry_delays_secs: Option<Vec<i64>>,
     pub retry_initial_delay_secs: Option<i64>,
     pub retry_max_delay_secs: Option<i64>,
+    #[oai(nullable)]
     pub environment_id: MaybeUndefined<String>,
     pub version_policy: Option<String>,
     pub backwards_compatible: Option<bool>,
@@ -193,10 +204,10 @@ async fn check_group(state: &AppState, project_id: &str, group_id: &str) -> ApiR
 #[OpenApi(tag = "Tag::Jobs")]
 impl JobsApi {
     /// Create a job.
-    #[oai(path = "/v1/jobs", method = "post")]
-    async fn create(&self, state: Data<&AppState>, auth: Auth, body: Json<CreateJob>) -> ApiResult<Created<Job>> {
+    #[oai(path = "/v1/jobs", method = "post", operation_id = "createJob")]
+    async fn create(&self, state: Data<&AppState>, auth: Auth, body: JsonBody<CreateJob>) -> ApiResult<Created<Job>> {
         let b = body.0;
-        let project_id = project_of(&auth.0, b.project_id.as_deref())?;
+        let project_id = project_of(&auth.0, "body", b.project_id.as_deref())?;
         let mut errors = FieldErrors::new();
         name_rule(&mut errors, &b.name);
         let slug = b.slug.clone().unwrap_or_else(|| slugify(&b.name));
@@ -267,36 +278,36 @@ impl JobsApi {
     }
 
     /// List jobs of a project, newest first; `group_id` narrows to one group.
-    #[oai(path = "/v1/jobs", method = "get")]
+    #[oai(path = "/v1/jobs", method = "get", operation_id = "listJobs")]
     async fn list(
         &self,
         state: Data<&AppState>,
         auth: Auth,
         project_id: Query<Option<String>>,
         group_id: Query<Option<String>>,
-        limit: Query<Option<i64>>,
+        #[oai(validator(minimum(value = "1"), maximum(value = "100")))] limit: Query<Option<i64>>,
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<Page<Job>>> {
-        let project_id = project_of(&auth.0, project_id.0.as_deref())?;
+        let project_id = project_of(&auth.0, "query", project_id.0.as_deref())?;
         let w = Window::parse(limit.0, cursor.0)?;
         let rows = store::jobs::list(&state.pool, &project_id, group_id.0.as_deref(), w.after(), w.fetch()).await?;
         Ok(Json(w.page(rows, |r| r.id.clone(), job_view)))
     }
 
     /// Get a job.
-    #[oai(path = "/v1/jobs/:job_id", method = "get")]
+    #[oai(path = "/v1/jobs/:job_id", method = "get", operation_id = "getJob")]
     async fn get(&self, state: Data<&AppState>, auth: Auth, job_id: Path<String>) -> ApiResult<Json<Job>> {
         Ok(Json(job_view(load_job(&state, &auth, &job_id).await?)))
     }
 
     /// Change a job. Makes a new version; runs pinned to older versions keep theirs.
-    #[oai(path = "/v1/jobs/:job_id", method = "patch")]
+    #[oai(path = "/v1/jobs/:job_id", method = "patch", operation_id = "updateJob")]
     async fn update(
         &self,
         state: Data<&AppState>,
         auth: Auth,
         job_id: Path<String>,
-        body: Json<UpdateJob>,
+        body: JsonBody<UpdateJob>,
     ) -> ApiResult<Json<Job>> {
         let cur = load_job(&state, &auth, &job_id).await?;
         let b = body.0;
@@ -392,7 +403,7 @@ impl JobsApi {
     }
 
     /// Delete a job. Its runs that have not finished are cancelled.
-    #[oai(path = "/v1/jobs/:job_id", method = "delete")]
+    #[oai(path = "/v1/jobs/:job_id", method = "delete", operation_id = "deleteJob")]
     async fn delete(&self, state: Data<&AppState>, auth: Auth, job_id: Path<String>) -> ApiResult<Deleted> {
         let cur = load_job(&state, &auth, &job_id).await?;
         let mut tx = state.pool.begin().await?;
@@ -410,13 +421,13 @@ impl JobsApi {
     }
 
     /// Every version of a job, newest first.
-    #[oai(path = "/v1/jobs/:job_id/versions", method = "get")]
+    #[oai(path = "/v1/jobs/:job_id/versions", method = "get", operation_id = "listJobVersions")]
     async fn versions(
         &self,
         state: Data<&AppState>,
         auth: Auth,
         job_id: Path<String>,
-        limit: Query<Option<i64>>,
+        #[oai(validator(minimum(value = "1"), maximum(value = "100")))] limit: Query<Option<i64>>,
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<Page<JobVersion>>> {
         let job = load_job(&state, &auth, &job_id).await?;
@@ -446,13 +457,13 @@ impl JobsApi {
 
     /// Trigger a run. With an `idempotency_key` already used for this job the
     /// earlier run is returned with 200 and nothing is created.
-    #[oai(path = "/v1/jobs/:job_id/trigger", method = "post")]
+    #[oai(path = "/v1/jobs/:job_id/trigger", method = "post", operation_id = "triggerJob")]
     async fn trigger(
         &self,
         state: Data<&AppState>,
         auth: Auth,
         job_id: Path<String>,
-        body: Json<TriggerRequest>,
+        body: JsonBody<TriggerRequest>,
     ) -> ApiResult<Triggered> {
         let job = load_for_trigger(&state, &auth, &job_id).await?;
         let (run, created) = run_actions::trigger(&state, &auth.0, &job, body.0, "api", None).await?;

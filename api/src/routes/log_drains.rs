@@ -22,6 +22,7 @@ use crate::auth::Auth;
 use crate::error::{ApiError, ApiResult};
 use crate::pagination::{Page, Window};
 use crate::state::AppState;
+use crate::strict_json::JsonBody;
 
 /// Most jobs one drain may name.
 const MAX_JOB_IDS: usize = 100;
@@ -109,6 +110,7 @@ pub struct UpdateLogDrain {
     pub name: Option<String>,
     pub url: Option<String>,
     /// A value replaces the key, `null` removes it (batches go unsigned).
+    #[oai(nullable)]
     pub secret: MaybeUndefined<String>,
     /// Replaces the list; empty: every job.
     pub job_ids: Option<Vec<String>>,
@@ -185,15 +187,15 @@ fn details(d: &LogDrain) -> serde_json::Value {
 impl LogDrainsApi {
     /// Create a log drain. It ships the lines written from now on, not the
     /// project's earlier logs.
-    #[oai(path = "/v1/log-drains", method = "post")]
+    #[oai(path = "/v1/log-drains", method = "post", operation_id = "createLogDrain")]
     async fn create(
         &self,
         state: Data<&AppState>,
         auth: Auth,
-        body: Json<CreateLogDrain>,
+        body: JsonBody<CreateLogDrain>,
     ) -> ApiResult<Created<LogDrain>> {
         let b = body.0;
-        let project_id = project_of(&auth.0, b.project_id.as_deref())?;
+        let project_id = project_of(&auth.0, "body", b.project_id.as_deref())?;
         let s = Settings {
             name: b.name.trim().to_string(),
             url: b.url,
@@ -212,16 +214,16 @@ impl LogDrainsApi {
     }
 
     /// Log drains of a project, newest first.
-    #[oai(path = "/v1/log-drains", method = "get")]
+    #[oai(path = "/v1/log-drains", method = "get", operation_id = "listLogDrains")]
     async fn list(
         &self,
         state: Data<&AppState>,
         auth: Auth,
         project_id: Query<Option<String>>,
-        limit: Query<Option<i64>>,
+        #[oai(validator(minimum(value = "1"), maximum(value = "100")))] limit: Query<Option<i64>>,
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<Page<LogDrain>>> {
-        let project_id = project_of(&auth.0, project_id.0.as_deref())?;
+        let project_id = project_of(&auth.0, "query", project_id.0.as_deref())?;
         let w = Window::parse(limit.0, cursor.0)?;
         let rows = log_drains::list(&state.pool, &project_id, w.after(), w.fetch()).await?;
         Ok(Json(w.page(rows, |r| r.id.clone(), LogDrain::from)))
@@ -229,20 +231,20 @@ impl LogDrainsApi {
 
     /// Get a log drain, with its progress (lines dropped, last error, last
     /// success).
-    #[oai(path = "/v1/log-drains/:log_drain_id", method = "get")]
+    #[oai(path = "/v1/log-drains/:log_drain_id", method = "get", operation_id = "getLogDrain")]
     async fn get(&self, state: Data<&AppState>, auth: Auth, log_drain_id: Path<String>) -> ApiResult<Json<LogDrain>> {
         Ok(Json(load(&state, &auth, &log_drain_id).await?.into()))
     }
 
     /// Change a log drain. Its progress stays; a change makes it due at
     /// once and forgets its back-off.
-    #[oai(path = "/v1/log-drains/:log_drain_id", method = "patch")]
+    #[oai(path = "/v1/log-drains/:log_drain_id", method = "patch", operation_id = "updateLogDrain")]
     async fn update(
         &self,
         state: Data<&AppState>,
         auth: Auth,
         log_drain_id: Path<String>,
-        body: Json<UpdateLogDrain>,
+        body: JsonBody<UpdateLogDrain>,
     ) -> ApiResult<Json<LogDrain>> {
         let cur = load(&state, &auth, &log_drain_id).await?;
         let b = body.0;
@@ -265,7 +267,7 @@ impl LogDrainsApi {
     }
 
     /// Delete a log drain. Lines it had not shipped stay in the run logs.
-    #[oai(path = "/v1/log-drains/:log_drain_id", method = "delete")]
+    #[oai(path = "/v1/log-drains/:log_drain_id", method = "delete", operation_id = "deleteLogDrain")]
     async fn delete(&self, state: Data<&AppState>, auth: Auth, log_drain_id: Path<String>) -> ApiResult<Done> {
         let d = load(&state, &auth, &log_drain_id).await?;
         if !log_drains::delete(&state.pool, &d.project_id, &d.id).await? {

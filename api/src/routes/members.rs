@@ -17,6 +17,7 @@ use crate::auth::{cache, rbac, Auth};
 use crate::error::{ApiError, ApiResult};
 use crate::pagination::{Page, Window};
 use crate::state::AppState;
+use crate::strict_json::JsonBody;
 
 pub struct MembersApi;
 
@@ -186,10 +187,10 @@ async fn assign(
 impl MembersApi {
     /// Assign a role to a user in a project, or change the role it has.
     /// Nobody assigns (or takes away) a role granting scopes they lack (403).
-    #[oai(path = "/v1/members", method = "post")]
-    async fn assign(&self, state: Data<&AppState>, auth: Auth, body: Json<AssignMember>) -> ApiResult<Assigned> {
+    #[oai(path = "/v1/members", method = "post", operation_id = "assignMember")]
+    async fn assign(&self, state: Data<&AppState>, auth: Auth, body: JsonBody<AssignMember>) -> ApiResult<Assigned> {
         let b = body.0;
-        let project_id = project_of(&auth.0, b.project_id.as_deref())?;
+        let project_id = project_of(&auth.0, "body", b.project_id.as_deref())?;
         super::project_exists(&state, &project_id).await?;
         let (member, status) = assign(&state, &auth, &project_id, &b.user_id, &b.role_id, "body.").await?;
         if status != "unchanged" {
@@ -200,15 +201,15 @@ impl MembersApi {
 
     /// Assign up to 100 members in one request. Each item succeeds or fails
     /// on its own; `results` has one entry per item, in order.
-    #[oai(path = "/v1/members/bulk", method = "post")]
+    #[oai(path = "/v1/members/bulk", method = "post", operation_id = "bulkAssignMembers")]
     async fn bulk(
         &self,
         state: Data<&AppState>,
         auth: Auth,
-        body: Json<BulkAssign>,
+        body: JsonBody<BulkAssign>,
     ) -> ApiResult<Json<BulkAssignResult>> {
         let b = body.0;
-        let project_id = project_of(&auth.0, b.project_id.as_deref())?;
+        let project_id = project_of(&auth.0, "body", b.project_id.as_deref())?;
         validate_bulk(&b)?;
         super::project_exists(&state, &project_id).await?;
         let mut results = Vec::with_capacity(b.members.len());
@@ -242,24 +243,24 @@ impl MembersApi {
     }
 
     /// The members of a project, oldest first; `role_id` narrows to one role.
-    #[oai(path = "/v1/members", method = "get")]
+    #[oai(path = "/v1/members", method = "get", operation_id = "listMembers")]
     async fn list(
         &self,
         state: Data<&AppState>,
         auth: Auth,
         project_id: Query<Option<String>>,
         role_id: Query<Option<String>>,
-        limit: Query<Option<i64>>,
+        #[oai(validator(minimum(value = "1"), maximum(value = "100")))] limit: Query<Option<i64>>,
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<Page<Member>>> {
-        let project_id = project_of(&auth.0, project_id.0.as_deref())?;
+        let project_id = project_of(&auth.0, "query", project_id.0.as_deref())?;
         let w = Window::parse(limit.0, cursor.0)?;
         let rows = store::members::list(&state.pool, &project_id, role_id.0.as_deref(), w.after(), w.fetch()).await?;
         Ok(Json(w.page(rows, |m| m.id.clone(), Member::from)))
     }
 
     /// Remove a member from a project.
-    #[oai(path = "/v1/members/:user_id", method = "delete")]
+    #[oai(path = "/v1/members/:user_id", method = "delete", operation_id = "removeMember")]
     async fn remove(
         &self,
         state: Data<&AppState>,
@@ -267,7 +268,7 @@ impl MembersApi {
         user_id: Path<String>,
         project_id: Query<Option<String>>,
     ) -> ApiResult<Removed> {
-        let project_id = project_of(&auth.0, project_id.0.as_deref())?;
+        let project_id = project_of(&auth.0, "query", project_id.0.as_deref())?;
         let user_id = user_id.0;
         let gone = || ApiError::not_found("member", &user_id);
         if validate_user_id(&user_id, "path.user_id").is_err() {

@@ -107,18 +107,30 @@ pub enum Tag {
 }
 
 /// The project a project-scoped call acts in: the credential's own project,
-/// or for the internal secret the one named in the request (query or body
-/// `project_id`, else `X-Project-Id`).
-pub fn project_of(p: &Principal, named: Option<&str>) -> ApiResult<String> {
+/// or for the internal secret the one named in the request (`project_id` in
+/// the query or body, found `at` `"query"` or `"body"`, else `X-Project-Id`).
+/// An internal-secret request naming two different projects (`project_id`
+/// and `X-Project-Id`) is 422 naming both, never one of them silently.
+pub fn project_of(p: &Principal, at: &str, named: Option<&str>) -> ApiResult<String> {
     let named = named.map(str::trim).filter(|s| !s.is_empty());
+    let location = format!("{at}.project_id");
     match (p.scopes.is_none(), named, p.project_id.as_deref()) {
-        (_, Some(n), Some(own)) if p.scopes.is_some() && n != own => {
+        (false, Some(n), Some(own)) if n != own => {
             Err(ApiError::forbidden("the credential is not valid for this project"))
+        }
+        (true, Some(n), Some(own)) if n != own => {
+            let header = crate::auth::PROJECT_HEADER;
+            let mut e = FieldErrors::new();
+            e.push(&location, format!("names another project than {header}"), Some(n.into()));
+            e.push(format!("header.{header}"), format!("names another project than {location}"), Some(own.into()));
+            let detail =
+                format!("{location} {n:?} and {header} {own:?} name different projects; send one, or both alike");
+            Err(ApiError::unprocessable(detail, e.into_vec()))
         }
         (_, Some(n), _) => Ok(n.to_string()),
         (_, None, Some(own)) => Ok(own.to_string()),
         (_, None, None) => Err(ApiError::invalid_field(
-            "query.project_id",
+            &location,
             "project_id is required (query, body, or the X-Project-Id header)",
             None,
         )),

@@ -30,6 +30,17 @@ pub enum ReadyResponse {
     NotReady(Json<Readiness>),
 }
 
+/// The Prometheus text exposition format, with its version, so a scraper
+/// reads it as that format and not as arbitrary text.
+pub const EXPOSITION_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+#[derive(ApiResponse)]
+pub enum MetricsResponse {
+    /// Every metric, in the text exposition format 0.0.4.
+    #[oai(status = 200, content_type = "text/plain; version=0.0.4; charset=utf-8")]
+    Metrics(PlainText<String>),
+}
+
 /// Liveness.
 #[derive(Object)]
 pub struct Health {
@@ -40,13 +51,13 @@ pub struct Health {
 #[OpenApi(tag = "Tag::Platform")]
 impl PlatformApi {
     /// Liveness: 200 while the process is alive.
-    #[oai(path = "/health", method = "get")]
+    #[oai(path = "/health", method = "get", operation_id = "getHealth")]
     async fn health(&self) -> Json<Health> {
         Json(Health { status: "ok".into() })
     }
 
     /// Readiness: 200 when Postgres and Redis both answer, else 503.
-    #[oai(path = "/health/ready", method = "get")]
+    #[oai(path = "/health/ready", method = "get", operation_id = "getReadiness")]
     async fn ready(&self, state: Data<&AppState>) -> ReadyResponse {
         let timeout = Duration::from_secs(2);
         let pg = tokio::time::timeout(timeout, switchyard_shared::store::ping(&state.pool));
@@ -67,8 +78,19 @@ impl PlatformApi {
     }
 
     /// Prometheus metrics in the text exposition format.
-    #[oai(path = "/metrics", method = "get")]
-    async fn metrics(&self) -> PlainText<String> {
-        PlainText(switchyard_shared::telemetry::render_metrics())
+    #[oai(path = "/metrics", method = "get", operation_id = "getMetrics")]
+    async fn metrics(&self) -> MetricsResponse {
+        MetricsResponse::Metrics(PlainText(switchyard_shared::telemetry::render_metrics()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The attribute of `MetricsResponse` must spell the constant (an
+    /// attribute cannot name a constant).
+    #[test]
+    fn the_metrics_content_type_is_the_exposition_format() {
+        let meta = <super::MetricsResponse as poem_openapi::ApiResponse>::meta();
+        assert_eq!(meta.responses[0].content[0].content_type, super::EXPOSITION_CONTENT_TYPE);
     }
 }

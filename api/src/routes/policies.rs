@@ -21,6 +21,7 @@ use crate::auth::{cache, Auth};
 use crate::error::{ApiError, ApiResult};
 use crate::pagination::{Page, Window};
 use crate::state::AppState;
+use crate::strict_json::JsonBody;
 
 pub struct PoliciesApi;
 
@@ -77,6 +78,7 @@ pub struct CreateResourcePolicy {
 #[oai(deny_unknown_fields)]
 pub struct UpdateResourcePolicy {
     pub name: Option<String>,
+    #[oai(nullable)]
     pub description: MaybeUndefined<String>,
     pub effect: Option<String>,
     pub principal_type: Option<String>,
@@ -123,6 +125,7 @@ pub struct CreateTagPolicy {
 #[derive(Object)]
 #[oai(deny_unknown_fields)]
 pub struct UpdateTagPolicy {
+    #[oai(nullable)]
     pub description: MaybeUndefined<String>,
     pub required_keys: Option<Vec<String>>,
     pub allowed_values: Option<HashMap<String, Vec<String>>>,
@@ -297,15 +300,15 @@ async fn commit_change(
 #[OpenApi(tag = "Tag::Policies")]
 impl PoliciesApi {
     /// Create a resource policy.
-    #[oai(path = "/v1/resource-policies", method = "post")]
+    #[oai(path = "/v1/resource-policies", method = "post", operation_id = "createResourcePolicy")]
     async fn create_resource_policy(
         &self,
         state: Data<&AppState>,
         auth: Auth,
-        body: Json<CreateResourcePolicy>,
+        body: JsonBody<CreateResourcePolicy>,
     ) -> ApiResult<Created<ResourcePolicy>> {
         let b = body.0;
-        let project_id = project_of(&auth.0, b.project_id.as_deref())?;
+        let project_id = project_of(&auth.0, "body", b.project_id.as_deref())?;
         let f = RpFields {
             name: b.name.trim().to_string(),
             effect: b.effect,
@@ -334,23 +337,23 @@ impl PoliciesApi {
     }
 
     /// List a project's resource policies, newest first.
-    #[oai(path = "/v1/resource-policies", method = "get")]
+    #[oai(path = "/v1/resource-policies", method = "get", operation_id = "listResourcePolicies")]
     async fn list_resource_policies(
         &self,
         state: Data<&AppState>,
         auth: Auth,
         project_id: Query<Option<String>>,
-        limit: Query<Option<i64>>,
+        #[oai(validator(minimum(value = "1"), maximum(value = "100")))] limit: Query<Option<i64>>,
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<Page<ResourcePolicy>>> {
-        let project_id = project_of(&auth.0, project_id.0.as_deref())?;
+        let project_id = project_of(&auth.0, "query", project_id.0.as_deref())?;
         let w = Window::parse(limit.0, cursor.0)?;
         let rows = stored::list_resource_policies(&state.pool, &project_id, w.after(), w.fetch()).await?;
         Ok(Json(w.page(rows, |r| r.id.clone(), ResourcePolicy::from)))
     }
 
     /// Get a resource policy.
-    #[oai(path = "/v1/resource-policies/:policy_id", method = "get")]
+    #[oai(path = "/v1/resource-policies/:policy_id", method = "get", operation_id = "getResourcePolicy")]
     async fn get_resource_policy(
         &self,
         state: Data<&AppState>,
@@ -361,13 +364,13 @@ impl PoliciesApi {
     }
 
     /// Change a resource policy; it applies from the next request on.
-    #[oai(path = "/v1/resource-policies/:policy_id", method = "patch")]
+    #[oai(path = "/v1/resource-policies/:policy_id", method = "patch", operation_id = "updateResourcePolicy")]
     async fn update_resource_policy(
         &self,
         state: Data<&AppState>,
         auth: Auth,
         policy_id: Path<String>,
-        body: Json<UpdateResourcePolicy>,
+        body: JsonBody<UpdateResourcePolicy>,
     ) -> ApiResult<Json<ResourcePolicy>> {
         let cur = load_rp(&state, &auth, &policy_id).await?;
         let b = body.0;
@@ -401,7 +404,7 @@ impl PoliciesApi {
     }
 
     /// Delete a resource policy permanently.
-    #[oai(path = "/v1/resource-policies/:policy_id", method = "delete")]
+    #[oai(path = "/v1/resource-policies/:policy_id", method = "delete", operation_id = "deleteResourcePolicy")]
     async fn delete_resource_policy(
         &self,
         state: Data<&AppState>,
@@ -418,15 +421,15 @@ impl PoliciesApi {
     }
 
     /// Create a tag policy.
-    #[oai(path = "/v1/tag-policies", method = "post")]
+    #[oai(path = "/v1/tag-policies", method = "post", operation_id = "createTagPolicy")]
     async fn create_tag_policy(
         &self,
         state: Data<&AppState>,
         auth: Auth,
-        body: Json<CreateTagPolicy>,
+        body: JsonBody<CreateTagPolicy>,
     ) -> ApiResult<Created<TagPolicy>> {
         let b = body.0;
-        let project_id = project_of(&auth.0, b.project_id.as_deref())?;
+        let project_id = project_of(&auth.0, "body", b.project_id.as_deref())?;
         let resource_type = b.resource_type.unwrap_or_else(|| "job".into());
         let required = b.required_keys.unwrap_or_default();
         let allowed = b.allowed_values.unwrap_or_default();
@@ -450,23 +453,23 @@ impl PoliciesApi {
     }
 
     /// List a project's tag policies, newest first.
-    #[oai(path = "/v1/tag-policies", method = "get")]
+    #[oai(path = "/v1/tag-policies", method = "get", operation_id = "listTagPolicies")]
     async fn list_tag_policies(
         &self,
         state: Data<&AppState>,
         auth: Auth,
         project_id: Query<Option<String>>,
-        limit: Query<Option<i64>>,
+        #[oai(validator(minimum(value = "1"), maximum(value = "100")))] limit: Query<Option<i64>>,
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<Page<TagPolicy>>> {
-        let project_id = project_of(&auth.0, project_id.0.as_deref())?;
+        let project_id = project_of(&auth.0, "query", project_id.0.as_deref())?;
         let w = Window::parse(limit.0, cursor.0)?;
         let rows = stored::list_tag_policies(&state.pool, &project_id, w.after(), w.fetch()).await?;
         Ok(Json(w.page(rows, |r| r.id.clone(), TagPolicy::from)))
     }
 
     /// Get a tag policy.
-    #[oai(path = "/v1/tag-policies/:policy_id", method = "get")]
+    #[oai(path = "/v1/tag-policies/:policy_id", method = "get", operation_id = "getTagPolicy")]
     async fn get_tag_policy(
         &self,
         state: Data<&AppState>,
@@ -478,13 +481,13 @@ impl PoliciesApi {
 
     /// Change a tag policy. Existing resources are not re-checked; their
     /// next create or update is.
-    #[oai(path = "/v1/tag-policies/:policy_id", method = "patch")]
+    #[oai(path = "/v1/tag-policies/:policy_id", method = "patch", operation_id = "updateTagPolicy")]
     async fn update_tag_policy(
         &self,
         state: Data<&AppState>,
         auth: Auth,
         policy_id: Path<String>,
-        body: Json<UpdateTagPolicy>,
+        body: JsonBody<UpdateTagPolicy>,
     ) -> ApiResult<Json<TagPolicy>> {
         let cur = load_tp(&state, &auth, &policy_id).await?;
         let b = body.0;
@@ -512,7 +515,7 @@ impl PoliciesApi {
     }
 
     /// Delete a tag policy permanently.
-    #[oai(path = "/v1/tag-policies/:policy_id", method = "delete")]
+    #[oai(path = "/v1/tag-policies/:policy_id", method = "delete", operation_id = "deleteTagPolicy")]
     async fn delete_tag_policy(
         &self,
         state: Data<&AppState>,

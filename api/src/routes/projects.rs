@@ -18,6 +18,7 @@ use crate::auth::Auth;
 use crate::error::{ApiError, ApiResult};
 use crate::pagination::{Page, Window};
 use crate::state::AppState;
+use crate::strict_json::JsonBody;
 
 pub struct ProjectsApi;
 
@@ -121,12 +122,12 @@ fn validate_settings(b: &UpdateProjectSettings) -> Result<(), Vec<FieldError>> {
 #[OpenApi(tag = "Tag::Projects")]
 impl ProjectsApi {
     /// Create a project (internal secret only).
-    #[oai(path = "/v1/projects", method = "post")]
+    #[oai(path = "/v1/projects", method = "post", operation_id = "createProject")]
     async fn create(
         &self,
         state: Data<&AppState>,
         auth: Auth,
-        body: Json<CreateProject>,
+        body: JsonBody<CreateProject>,
     ) -> ApiResult<Created<Project>> {
         internal_only(&auth)?;
         let (id, name) = validate_project(&body.0)?;
@@ -138,12 +139,12 @@ impl ProjectsApi {
     }
 
     /// List projects (internal secret only), oldest first.
-    #[oai(path = "/v1/projects", method = "get")]
+    #[oai(path = "/v1/projects", method = "get", operation_id = "listProjects")]
     async fn list(
         &self,
         state: Data<&AppState>,
         auth: Auth,
-        limit: Query<Option<i64>>,
+        #[oai(validator(minimum(value = "1"), maximum(value = "100")))] limit: Query<Option<i64>>,
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<Page<Project>>> {
         internal_only(&auth)?;
@@ -153,13 +154,13 @@ impl ProjectsApi {
     }
 
     /// Get a project.
-    #[oai(path = "/v1/projects/:project_id", method = "get")]
+    #[oai(path = "/v1/projects/:project_id", method = "get", operation_id = "getProject")]
     async fn get(&self, state: Data<&AppState>, auth: Auth, project_id: Path<String>) -> ApiResult<Json<Project>> {
         Ok(Json(Project::from(load(&state, &auth, &project_id).await?)))
     }
 
     /// Get a project's settings.
-    #[oai(path = "/v1/projects/:project_id/settings", method = "get")]
+    #[oai(path = "/v1/projects/:project_id/settings", method = "get", operation_id = "getProjectSettings")]
     async fn settings(
         &self,
         state: Data<&AppState>,
@@ -170,13 +171,13 @@ impl ProjectsApi {
     }
 
     /// Change a project's settings (internal secret only).
-    #[oai(path = "/v1/projects/:project_id/settings", method = "patch")]
+    #[oai(path = "/v1/projects/:project_id/settings", method = "patch", operation_id = "updateProjectSettings")]
     async fn update_settings(
         &self,
         state: Data<&AppState>,
         auth: Auth,
         project_id: Path<String>,
-        body: Json<UpdateProjectSettings>,
+        body: JsonBody<UpdateProjectSettings>,
     ) -> ApiResult<Json<ProjectSettings>> {
         internal_only(&auth)?;
         load(&state, &auth, &project_id).await?;

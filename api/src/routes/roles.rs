@@ -22,6 +22,7 @@ use crate::auth::{cache, rbac, Auth};
 use crate::error::{ApiError, ApiResult};
 use crate::pagination::{Page, Window};
 use crate::state::AppState;
+use crate::strict_json::JsonBody;
 
 pub struct RolesApi;
 
@@ -83,9 +84,11 @@ pub struct CreateRole {
 #[oai(deny_unknown_fields)]
 pub struct UpdateRole {
     pub name: Option<String>,
+    #[oai(nullable)]
     pub description: MaybeUndefined<String>,
     pub permissions: Option<Vec<String>>,
     /// A chain that would come back to this role is 422.
+    #[oai(nullable)]
     pub inherits: MaybeUndefined<String>,
 }
 
@@ -187,10 +190,10 @@ fn check_grantable(auth: &Auth, all: &[String]) -> ApiResult<()> {
 #[OpenApi(tag = "Tag::Roles")]
 impl RolesApi {
     /// Create a custom role in a project.
-    #[oai(path = "/v1/roles", method = "post")]
-    async fn create(&self, state: Data<&AppState>, auth: Auth, body: Json<CreateRole>) -> ApiResult<Created<Role>> {
+    #[oai(path = "/v1/roles", method = "post", operation_id = "createRole")]
+    async fn create(&self, state: Data<&AppState>, auth: Auth, body: JsonBody<CreateRole>) -> ApiResult<Created<Role>> {
         let b = body.0;
-        let project_id = project_of(&auth.0, b.project_id.as_deref())?;
+        let project_id = project_of(&auth.0, "body", b.project_id.as_deref())?;
         let permissions = check_scopes("body.permissions", &b.permissions)?;
         validate_role(&b.name, b.description.as_deref())?;
         super::project_exists(&state, &project_id).await?;
@@ -215,16 +218,16 @@ impl RolesApi {
     }
 
     /// The system roles and the project's custom roles, by id.
-    #[oai(path = "/v1/roles", method = "get")]
+    #[oai(path = "/v1/roles", method = "get", operation_id = "listRoles")]
     async fn list(
         &self,
         state: Data<&AppState>,
         auth: Auth,
         project_id: Query<Option<String>>,
-        limit: Query<Option<i64>>,
+        #[oai(validator(minimum(value = "1"), maximum(value = "100")))] limit: Query<Option<i64>>,
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<Page<Role>>> {
-        let project_id = project_of(&auth.0, project_id.0.as_deref())?;
+        let project_id = project_of(&auth.0, "query", project_id.0.as_deref())?;
         let w = Window::parse(limit.0, cursor.0)?;
         let rows = store::roles::list(&state.pool, &project_id, w.after(), w.fetch()).await?;
         Ok(Json(w.page(rows, |r| r.id.clone(), Role::from)))
@@ -232,7 +235,7 @@ impl RolesApi {
 
     /// Get a role; `include_lineage=true` adds the inheritance chain and the
     /// effective permissions.
-    #[oai(path = "/v1/roles/:role_id", method = "get")]
+    #[oai(path = "/v1/roles/:role_id", method = "get", operation_id = "getRole")]
     async fn get(
         &self,
         state: Data<&AppState>,
@@ -249,13 +252,13 @@ impl RolesApi {
 
     /// Change a custom role; members holding it get the change at once.
     /// System roles are immutable (403).
-    #[oai(path = "/v1/roles/:role_id", method = "patch")]
+    #[oai(path = "/v1/roles/:role_id", method = "patch", operation_id = "updateRole")]
     async fn update(
         &self,
         state: Data<&AppState>,
         auth: Auth,
         role_id: Path<String>,
-        body: Json<UpdateRole>,
+        body: JsonBody<UpdateRole>,
     ) -> ApiResult<Json<Role>> {
         let cur = load(&state, &auth, &role_id).await?;
         let Some(project_id) = cur.project_id.clone().filter(|_| !cur.system) else {
@@ -295,7 +298,7 @@ impl RolesApi {
 
     /// Delete a custom role. 409 while members hold it or roles inherit it;
     /// system roles are immutable (403).
-    #[oai(path = "/v1/roles/:role_id", method = "delete")]
+    #[oai(path = "/v1/roles/:role_id", method = "delete", operation_id = "deleteRole")]
     async fn delete(&self, state: Data<&AppState>, auth: Auth, role_id: Path<String>) -> ApiResult<Deleted> {
         let cur = load(&state, &auth, &role_id).await?;
         let Some(project_id) = cur.project_id.clone().filter(|_| !cur.system) else {

@@ -17,6 +17,7 @@ use crate::auth::Auth;
 use crate::error::{ApiError, ApiResult};
 use crate::run_actions::replay_run;
 use crate::state::AppState;
+use crate::strict_json::JsonBody;
 use crate::views::{run_view, JobRun};
 
 pub struct RunOpsApi;
@@ -60,7 +61,7 @@ impl RunOpsApi {
     /// The original may be in any status. It goes through the trigger's
     /// checks (a disabled job is 409, a payload that no longer fits the
     /// job's payload_schema 422).
-    #[oai(path = "/v1/runs/:run_id/replay", method = "post")]
+    #[oai(path = "/v1/runs/:run_id/replay", method = "post", operation_id = "replayRun")]
     async fn replay(&self, state: Data<&AppState>, auth: Auth, run_id: Path<String>) -> ApiResult<Replayed> {
         let orig = load_run(&state, &auth, &run_id).await?;
         let run = replay_run(&state, &auth.0, &orig).await?;
@@ -74,13 +75,13 @@ impl RunOpsApi {
     /// history). `machine_preset` becomes its `resource_class`. A run that
     /// has not finished (pending, queued, running, retrying) is 409: cancel
     /// it first. So is a run of a disabled or deleted job.
-    #[oai(path = "/v1/runs/:run_id/restart", method = "post")]
+    #[oai(path = "/v1/runs/:run_id/restart", method = "post", operation_id = "restartRun")]
     async fn restart(
         &self,
         state: Data<&AppState>,
         auth: Auth,
         run_id: Path<String>,
-        body: Json<RestartRequest>,
+        body: JsonBody<RestartRequest>,
     ) -> ApiResult<Json<JobRun>> {
         let preset = body.0.machine_preset;
         if !MACHINE_PRESETS.contains(&preset.as_str()) {
@@ -129,13 +130,13 @@ impl RunOpsApi {
     /// Change a run's metadata, in any status: string values set keys,
     /// `null` removes them. At most 64 keys; keys 1 to 128 characters,
     /// values at most 1024.
-    #[oai(path = "/v1/runs/:run_id/metadata", method = "patch")]
+    #[oai(path = "/v1/runs/:run_id/metadata", method = "patch", operation_id = "updateRunMetadata")]
     async fn metadata(
         &self,
         state: Data<&AppState>,
         auth: Auth,
         run_id: Path<String>,
-        body: Json<MetadataPatch>,
+        body: JsonBody<MetadataPatch>,
     ) -> ApiResult<Json<JobRun>> {
         let run = load_run(&state, &auth, &run_id).await?;
         let run_metadata::MetadataChange { set, remove } = run_metadata::change(body.0.metadata)?;
@@ -152,13 +153,13 @@ impl RunOpsApi {
     }
 
     /// Turn a run's debug mode on or off.
-    #[oai(path = "/v1/runs/:run_id/debug-mode", method = "put")]
+    #[oai(path = "/v1/runs/:run_id/debug-mode", method = "put", operation_id = "setRunDebugMode")]
     async fn debug_mode(
         &self,
         state: Data<&AppState>,
         auth: Auth,
         run_id: Path<String>,
-        body: Json<DebugModeRequest>,
+        body: JsonBody<DebugModeRequest>,
     ) -> ApiResult<Json<JobRun>> {
         let run = load_run(&state, &auth, &run_id).await?;
         let updated = store::run_updates::set_debug_mode(&state.pool, &run.id, body.0.enabled).await?;

@@ -191,13 +191,13 @@ async fn listing(
 #[OpenApi(tag = "Tag::Runs")]
 impl RunRecordsApi {
     /// The run's structured outputs, newest first.
-    #[oai(path = "/v1/runs/:run_id/outputs", method = "get")]
+    #[oai(path = "/v1/runs/:run_id/outputs", method = "get", operation_id = "listRunOutputs")]
     async fn outputs(
         &self,
         state: Data<&AppState>,
         auth: Auth,
         run_id: Path<String>,
-        limit: Query<Option<i64>>,
+        #[oai(validator(minimum(value = "1"), maximum(value = "100")))] limit: Query<Option<i64>>,
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<Page<RunOutput>>> {
         let (run, w) = listing(&state, &auth, &run_id, limit.0, cursor.0).await?;
@@ -206,7 +206,7 @@ impl RunRecordsApi {
     }
 
     /// Every key-value pair of the run's state store.
-    #[oai(path = "/v1/runs/:run_id/state", method = "get")]
+    #[oai(path = "/v1/runs/:run_id/state", method = "get", operation_id = "getRunState")]
     async fn state(&self, state: Data<&AppState>, auth: Auth, run_id: Path<String>) -> ApiResult<Json<RunState>> {
         let run = load_run(&state, &auth, &run_id).await?;
         let pairs = rec::state(&state.pool, &run.id).await?;
@@ -214,13 +214,13 @@ impl RunRecordsApi {
     }
 
     /// The run's checkpoints, newest first.
-    #[oai(path = "/v1/runs/:run_id/checkpoints", method = "get")]
+    #[oai(path = "/v1/runs/:run_id/checkpoints", method = "get", operation_id = "listRunCheckpoints")]
     async fn checkpoints(
         &self,
         state: Data<&AppState>,
         auth: Auth,
         run_id: Path<String>,
-        limit: Query<Option<i64>>,
+        #[oai(validator(minimum(value = "1"), maximum(value = "100")))] limit: Query<Option<i64>>,
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<Page<Checkpoint>>> {
         let (run, w) = listing(&state, &auth, &run_id, limit.0, cursor.0).await?;
@@ -229,13 +229,13 @@ impl RunRecordsApi {
     }
 
     /// The run's usage records, newest first, with the totals of all of them.
-    #[oai(path = "/v1/runs/:run_id/usage", method = "get")]
+    #[oai(path = "/v1/runs/:run_id/usage", method = "get", operation_id = "getRunUsage")]
     async fn usage(
         &self,
         state: Data<&AppState>,
         auth: Auth,
         run_id: Path<String>,
-        limit: Query<Option<i64>>,
+        #[oai(validator(minimum(value = "1"), maximum(value = "100")))] limit: Query<Option<i64>>,
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<RunUsage>> {
         let (run, w) = listing(&state, &auth, &run_id, limit.0, cursor.0).await?;
@@ -252,13 +252,13 @@ impl RunRecordsApi {
     }
 
     /// The run's tool calls, newest first.
-    #[oai(path = "/v1/runs/:run_id/tool-calls", method = "get")]
+    #[oai(path = "/v1/runs/:run_id/tool-calls", method = "get", operation_id = "listRunToolCalls")]
     async fn tool_calls(
         &self,
         state: Data<&AppState>,
         auth: Auth,
         run_id: Path<String>,
-        limit: Query<Option<i64>>,
+        #[oai(validator(minimum(value = "1"), maximum(value = "100")))] limit: Query<Option<i64>>,
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<Page<ToolCall>>> {
         let (run, w) = listing(&state, &auth, &run_id, limit.0, cursor.0).await?;
@@ -270,13 +270,13 @@ impl RunRecordsApi {
     /// transition`, with its reason) and every finished dispatch attempt
     /// (`type: attempt`, with the target's answer and duration), in the
     /// order they happened. The cursor is a position in this history.
-    #[oai(path = "/v1/runs/:run_id/events", method = "get")]
+    #[oai(path = "/v1/runs/:run_id/events", method = "get", operation_id = "listRunEvents")]
     async fn events(
         &self,
         state: Data<&AppState>,
         auth: Auth,
         run_id: Path<String>,
-        limit: Query<Option<i64>>,
+        #[oai(validator(minimum(value = "1"), maximum(value = "100")))] limit: Query<Option<i64>>,
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<Page<RunEvent>>> {
         let run = load_run(&state, &auth, &run_id).await?;
@@ -290,7 +290,7 @@ impl RunRecordsApi {
     }
 
     /// The run's log lines, oldest first; `level` keeps one level.
-    #[oai(path = "/v1/runs/:run_id/logs", method = "get")]
+    #[oai(path = "/v1/runs/:run_id/logs", method = "get", operation_id = "listRunLogs")]
     async fn logs(
         &self,
         state: Data<&AppState>,
@@ -298,7 +298,7 @@ impl RunRecordsApi {
         run_id: Path<String>,
         /// debug, info, warn or error.
         level: Query<Option<String>>,
-        limit: Query<Option<i64>>,
+        #[oai(validator(minimum(value = "1"), maximum(value = "100")))] limit: Query<Option<i64>>,
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<Page<LogLine>>> {
         let (run, w) = listing(&state, &auth, &run_id, limit.0, cursor.0).await?;
@@ -318,7 +318,7 @@ impl RunRecordsApi {
     /// One JSON document for debugging a run: the run, the job version it
     /// ran (without secrets), its history (transitions and attempts), its
     /// last logs, checkpoints, state, outputs, usage totals and tool calls.
-    #[oai(path = "/v1/runs/:run_id/debug-bundle", method = "get")]
+    #[oai(path = "/v1/runs/:run_id/debug-bundle", method = "get", operation_id = "getRunDebugBundle")]
     async fn debug_bundle(
         &self,
         state: Data<&AppState>,

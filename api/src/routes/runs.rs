@@ -44,7 +44,7 @@ pub struct DependencyState {
 #[OpenApi(tag = "Tag::Runs")]
 impl RunsApi {
     /// List runs of a project, newest first.
-    #[oai(path = "/v1/runs", method = "get")]
+    #[oai(path = "/v1/runs", method = "get", operation_id = "listRuns")]
     #[allow(clippy::too_many_arguments)]
     async fn list(
         &self,
@@ -57,10 +57,10 @@ impl RunsApi {
         /// A JSON document the payload must contain (jsonb `@>`), e.g. `{"user":"42"}`.
         payload_contains: Query<Option<String>>,
         batch_id: Query<Option<String>>,
-        limit: Query<Option<i64>>,
+        #[oai(validator(minimum(value = "1"), maximum(value = "100")))] limit: Query<Option<i64>>,
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<Page<JobRun>>> {
-        let project_id = project_of(&auth.0, project_id.0.as_deref())?;
+        let project_id = project_of(&auth.0, "query", project_id.0.as_deref())?;
         let w = Window::parse(limit.0, cursor.0)?;
         if let Some(s) = &status.0 {
             if let Err(m) = s.parse::<RunStatus>() {
@@ -85,7 +85,7 @@ impl RunsApi {
     }
 
     /// Get a run.
-    #[oai(path = "/v1/runs/:run_id", method = "get")]
+    #[oai(path = "/v1/runs/:run_id", method = "get", operation_id = "getRun")]
     async fn get(&self, state: Data<&AppState>, auth: Auth, run_id: Path<String>) -> ApiResult<Json<JobRun>> {
         Ok(Json(run_view(load_run(&state, &auth, &run_id).await?)))
     }
@@ -95,7 +95,7 @@ impl RunsApi {
     /// (and for a run without dependencies); a dependency that ends
     /// `failed`, `cancelled`, `timed_out` or `expired` fails the run with
     /// error_class `dependency_failed`.
-    #[oai(path = "/v1/runs/:run_id/dependency-status", method = "get")]
+    #[oai(path = "/v1/runs/:run_id/dependency-status", method = "get", operation_id = "getRunDependencyStatus")]
     async fn dependency_status(
         &self,
         state: Data<&AppState>,
@@ -114,7 +114,7 @@ impl RunsApi {
     /// Cancel a run that has not finished, and its unfinished child runs
     /// (parent_run_id, recursively). A running dispatch is not interrupted,
     /// but its outcome is discarded. 409 when already finished.
-    #[oai(path = "/v1/runs/:run_id/cancel", method = "post")]
+    #[oai(path = "/v1/runs/:run_id/cancel", method = "post", operation_id = "cancelRun")]
     async fn cancel(&self, state: Data<&AppState>, auth: Auth, run_id: Path<String>) -> ApiResult<Json<JobRun>> {
         let run = load_run(&state, &auth, &run_id).await?;
         let reason = run_actions::cancel_reason(&auth.0);

@@ -20,6 +20,7 @@ use super::{sdk_run, Tag};
 use crate::auth::Auth;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
+use crate::strict_json::JsonBody;
 
 pub struct SdkApi;
 
@@ -43,13 +44,13 @@ pub struct HeartbeatResponse {
 impl SdkApi {
     /// Record a heartbeat (sets the run's heartbeat_at while it is not
     /// finished) and learn whether the run was cancelled.
-    #[oai(path = "/sdk/v1/runs/:run_id/heartbeat", method = "post")]
+    #[oai(path = "/sdk/v1/runs/:run_id/heartbeat", method = "post", operation_id = "sdkHeartbeat")]
     async fn heartbeat(
         &self,
         state: Data<&AppState>,
         auth: Auth,
         run_id: Path<String>,
-        body: Json<HeartbeatRequest>,
+        body: JsonBody<HeartbeatRequest>,
     ) -> ApiResult<Json<HeartbeatResponse>> {
         let run = sdk_run(&state, &auth, &run_id).await?;
         let b = body.0;

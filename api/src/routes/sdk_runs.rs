@@ -38,6 +38,7 @@ use super::{sdk_run, Created, Done, Tag};
 use crate::auth::{Auth, CredentialKind};
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
+use crate::strict_json::JsonBody;
 use crate::views::{run_view, Checkpoint, JobRun, RunOutput, ToolCall, UsageRecord};
 
 pub struct SdkRunsApi;
@@ -204,13 +205,13 @@ pub struct FailRequest {
 impl SdkRunsApi {
     /// Append 1 to 100 log lines to the run's log. Accepted in any status
     /// (a target may flush its logs after finishing).
-    #[oai(path = "/sdk/v1/runs/:run_id/logs", method = "post")]
+    #[oai(path = "/sdk/v1/runs/:run_id/logs", method = "post", operation_id = "sdkWriteLogs")]
     async fn logs(
         &self,
         state: Data<&AppState>,
         auth: Auth,
         run_id: Path<String>,
-        body: Json<LogsRequest>,
+        body: JsonBody<LogsRequest>,
     ) -> ApiResult<Json<LogsAccepted>> {
         let run = sdk_run(&state, &auth, &run_id).await?;
         let lines = body.0.lines;
@@ -263,13 +264,13 @@ impl SdkRunsApi {
 
     /// Save a checkpoint. The newest checkpoint of the run is handed to its
     /// next attempt in the dispatch body (`checkpoint`); the 100 newest are kept.
-    #[oai(path = "/sdk/v1/runs/:run_id/checkpoints", method = "post")]
+    #[oai(path = "/sdk/v1/runs/:run_id/checkpoints", method = "post", operation_id = "sdkSaveCheckpoint")]
     async fn checkpoint(
         &self,
         state: Data<&AppState>,
         auth: Auth,
         run_id: Path<String>,
-        body: Json<CheckpointRequest>,
+        body: JsonBody<CheckpointRequest>,
     ) -> ApiResult<Created<Checkpoint>> {
         let run = sdk_run(&state, &auth, &run_id).await?;
         let b = body.0;
@@ -288,7 +289,7 @@ impl SdkRunsApi {
     }
 
     /// The run's newest checkpoint; 404 when it has none.
-    #[oai(path = "/sdk/v1/runs/:run_id/checkpoints/latest", method = "get")]
+    #[oai(path = "/sdk/v1/runs/:run_id/checkpoints/latest", method = "get", operation_id = "sdkGetLatestCheckpoint")]
     async fn latest_checkpoint(
         &self,
         state: Data<&AppState>,
@@ -304,13 +305,13 @@ impl SdkRunsApi {
 
     /// Report progress (0 to 1) with an optional message; shown on the run
     /// as `progress` and `progress_message`.
-    #[oai(path = "/sdk/v1/runs/:run_id/progress", method = "post")]
+    #[oai(path = "/sdk/v1/runs/:run_id/progress", method = "post", operation_id = "sdkReportProgress")]
     async fn progress(
         &self,
         state: Data<&AppState>,
         auth: Auth,
         run_id: Path<String>,
-        body: Json<ProgressRequest>,
+        body: JsonBody<ProgressRequest>,
     ) -> ApiResult<Json<ProgressResponse>> {
         let run = sdk_run(&state, &auth, &run_id).await?;
         let b = body.0;
@@ -335,13 +336,13 @@ impl SdkRunsApi {
     }
 
     /// Record a named structured output of the run.
-    #[oai(path = "/sdk/v1/runs/:run_id/outputs", method = "post")]
+    #[oai(path = "/sdk/v1/runs/:run_id/outputs", method = "post", operation_id = "sdkWriteOutput")]
     async fn output(
         &self,
         state: Data<&AppState>,
         auth: Auth,
         run_id: Path<String>,
-        body: Json<OutputRequest>,
+        body: JsonBody<OutputRequest>,
     ) -> ApiResult<Created<RunOutput>> {
         let run = sdk_run(&state, &auth, &run_id).await?;
         let b = body.0;
@@ -363,13 +364,13 @@ impl SdkRunsApi {
     /// Record resources a step of the run used (cost in micro-dollars,
     /// tokens, CPU time). Accepted in any status; `GET /v1/runs/{run_id}/usage`
     /// sums them.
-    #[oai(path = "/sdk/v1/runs/:run_id/usage", method = "post")]
+    #[oai(path = "/sdk/v1/runs/:run_id/usage", method = "post", operation_id = "sdkReportUsage")]
     async fn usage(
         &self,
         state: Data<&AppState>,
         auth: Auth,
         run_id: Path<String>,
-        body: Json<UsageRequest>,
+        body: JsonBody<UsageRequest>,
     ) -> ApiResult<Created<UsageRecord>> {
         let run = sdk_run(&state, &auth, &run_id).await?;
         let b = body.0;
@@ -399,13 +400,13 @@ impl SdkRunsApi {
 
     /// Record a tool the run called, with its input, output and duration.
     /// Accepted in any status.
-    #[oai(path = "/sdk/v1/runs/:run_id/tool-calls", method = "post")]
+    #[oai(path = "/sdk/v1/runs/:run_id/tool-calls", method = "post", operation_id = "sdkRecordToolCall")]
     async fn tool_call(
         &self,
         state: Data<&AppState>,
         auth: Auth,
         run_id: Path<String>,
-        body: Json<ToolCallRequest>,
+        body: JsonBody<ToolCallRequest>,
     ) -> ApiResult<Created<ToolCall>> {
         let run = sdk_run(&state, &auth, &run_id).await?;
         let b = body.0;
@@ -437,7 +438,7 @@ impl SdkRunsApi {
     }
 
     /// One key of the run's state store; 404 when unset.
-    #[oai(path = "/sdk/v1/runs/:run_id/state/:key", method = "get")]
+    #[oai(path = "/sdk/v1/runs/:run_id/state/:key", method = "get", operation_id = "sdkGetState")]
     async fn state_get(
         &self,
         state: Data<&AppState>,
@@ -453,14 +454,14 @@ impl SdkRunsApi {
 
     /// Set one key of the run's state store (keys: 1 to 128 of
     /// `A-Z a-z 0-9 _ - . :`; values up to 256 KiB of JSON; 1000 keys per run).
-    #[oai(path = "/sdk/v1/runs/:run_id/state/:key", method = "put")]
+    #[oai(path = "/sdk/v1/runs/:run_id/state/:key", method = "put", operation_id = "sdkPutState")]
     async fn state_put(
         &self,
         state: Data<&AppState>,
         auth: Auth,
         run_id: Path<String>,
         key: Path<String>,
-        body: Json<StatePut>,
+        body: JsonBody<StatePut>,
     ) -> ApiResult<Json<StateEntry>> {
         let run = sdk_run(&state, &auth, &run_id).await?;
         let mut errors = FieldErrors::new();
@@ -480,7 +481,7 @@ impl SdkRunsApi {
     }
 
     /// Remove one key of the run's state store; 404 when unset.
-    #[oai(path = "/sdk/v1/runs/:run_id/state/:key", method = "delete")]
+    #[oai(path = "/sdk/v1/runs/:run_id/state/:key", method = "delete", operation_id = "sdkDeleteState")]
     async fn state_delete(
         &self,
         state: Data<&AppState>,
@@ -501,13 +502,13 @@ impl SdkRunsApi {
     /// Finish the attempt successfully with `result` (an async run after
     /// its 202, or any running run). 409 unless the run is running on the
     /// token's attempt.
-    #[oai(path = "/sdk/v1/runs/:run_id/complete", method = "post")]
+    #[oai(path = "/sdk/v1/runs/:run_id/complete", method = "post", operation_id = "sdkCompleteRun")]
     async fn complete(
         &self,
         state: Data<&AppState>,
         auth: Auth,
         run_id: Path<String>,
-        body: Json<CompleteRequest>,
+        body: JsonBody<CompleteRequest>,
     ) -> ApiResult<Json<JobRun>> {
         let run = sdk_run(&state, &auth, &run_id).await?;
         let result = scrub(body.0.result.unwrap_or(Value::Null));
@@ -523,13 +524,13 @@ impl SdkRunsApi {
     /// policy applies as for a failed dispatch (`retrying` with
     /// next_retry_at while attempts remain, then `failed`); otherwise the
     /// run fails now. 409 unless the run is running on the token's attempt.
-    #[oai(path = "/sdk/v1/runs/:run_id/fail", method = "post")]
+    #[oai(path = "/sdk/v1/runs/:run_id/fail", method = "post", operation_id = "sdkFailRun")]
     async fn fail(
         &self,
         state: Data<&AppState>,
         auth: Auth,
         run_id: Path<String>,
-        body: Json<FailRequest>,
+        body: JsonBody<FailRequest>,
     ) -> ApiResult<Json<JobRun>> {
         let run = sdk_run(&state, &auth, &run_id).await?;
         let b = body.0;

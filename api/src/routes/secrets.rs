@@ -22,6 +22,7 @@ use crate::auth::Auth;
 use crate::error::{ApiError, ApiResult};
 use crate::pagination::{Page, Window};
 use crate::state::AppState;
+use crate::strict_json::JsonBody;
 
 pub struct SecretsApi;
 
@@ -74,13 +75,13 @@ fn validate_secret(b: &PutSecret) -> Result<(), Vec<FieldError>> {
 #[OpenApi(tag = "Tag::Jobs")]
 impl SecretsApi {
     /// The names of a job's secrets, in name order (values are never returned).
-    #[oai(path = "/v1/jobs/:job_id/secrets", method = "get")]
+    #[oai(path = "/v1/jobs/:job_id/secrets", method = "get", operation_id = "listJobSecrets")]
     async fn list(
         &self,
         state: Data<&AppState>,
         auth: Auth,
         job_id: Path<String>,
-        limit: Query<Option<i64>>,
+        #[oai(validator(minimum(value = "1"), maximum(value = "100")))] limit: Query<Option<i64>>,
         /// The last name of the previous page.
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<Page<JobSecret>>> {
@@ -93,13 +94,13 @@ impl SecretsApi {
     /// Set a job secret. It is encrypted before it is stored and reaches
     /// the job's target only in the dispatch body (`secrets.<name>`). 503
     /// when the server has no SECRETS_KEY. At most 100 secrets per job.
-    #[oai(path = "/v1/jobs/:job_id/secrets", method = "post")]
+    #[oai(path = "/v1/jobs/:job_id/secrets", method = "post", operation_id = "putJobSecret")]
     async fn put(
         &self,
         state: Data<&AppState>,
         auth: Auth,
         job_id: Path<String>,
-        body: Json<PutSecret>,
+        body: JsonBody<PutSecret>,
     ) -> ApiResult<SecretSaved> {
         let job = load_job(&state, &auth, &job_id).await?;
         let b = body.0;
@@ -135,7 +136,7 @@ impl SecretsApi {
     }
 
     /// Delete a job secret.
-    #[oai(path = "/v1/jobs/:job_id/secrets/:name", method = "delete")]
+    #[oai(path = "/v1/jobs/:job_id/secrets/:name", method = "delete", operation_id = "deleteJobSecret")]
     async fn delete(
         &self,
         state: Data<&AppState>,

@@ -72,7 +72,7 @@ impl StatsApi {
     /// an outage, until the reconciler has re-enqueued what it missed.
     /// Counting walks the queue: poll every few seconds, not faster. 503
     /// when Redis is unavailable.
-    #[oai(path = "/v1/stats/queues", method = "get")]
+    #[oai(path = "/v1/stats/queues", method = "get", operation_id = "getQueueStats")]
     async fn queues(
         &self,
         state: Data<&AppState>,
@@ -80,7 +80,7 @@ impl StatsApi {
         /// The project (a key's own project when omitted).
         project_id: Query<Option<String>>,
     ) -> ApiResult<Json<QueueStats>> {
-        let project_id = project_of(&auth.0, project_id.0.as_deref())?;
+        let project_id = project_of(&auth.0, "query", project_id.0.as_deref())?;
         let backlog = store::stats::backlog(&state.pool, &project_id).await?;
         let ids: Vec<String> = backlog.iter().map(|j| j.job_id.clone()).collect();
         let depths = state.queue.depths_by_job(&ids).await.map_err(|e| {

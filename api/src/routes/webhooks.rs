@@ -21,6 +21,7 @@ use crate::auth::Auth;
 use crate::error::{ApiError, ApiResult};
 use crate::pagination::{Page, Window};
 use crate::state::AppState;
+use crate::strict_json::JsonBody;
 
 pub struct WebhooksApi;
 
@@ -36,6 +37,8 @@ pub const EVENT_TYPES: [&str; 9] = [
     "workflow_run.cancelled",
     "*",
 ];
+/// The statuses of a webhook delivery, the `status` filter of the list.
+pub const DELIVERY_STATUSES: [&str; 4] = ["pending", "delivered", "failed", "dead"];
 const MAX_SECRET: usize = 256;
 const MAX_DESCRIPTION: usize = 1000;
 
@@ -64,6 +67,7 @@ pub struct UpdateSubscription {
     /// A new signing key; absent keeps the old one.
     pub secret: Option<String>,
     pub active: Option<bool>,
+    #[oai(nullable)]
     pub description: MaybeUndefined<String>,
 }
 
@@ -201,15 +205,15 @@ impl WebhooksApi {
     /// subscription (the secret is never returned). Each event it names is
     /// POSTed to it, signed with its secret, with up to 5 attempts (5 s,
     /// 25 s, 125 s, 625 s apart); a 4xx makes the delivery `dead` at once.
-    #[oai(path = "/v1/webhooks/subscriptions", method = "post")]
+    #[oai(path = "/v1/webhooks/subscriptions", method = "post", operation_id = "createWebhookSubscription")]
     async fn create(
         &self,
         state: Data<&AppState>,
         auth: Auth,
-        body: Json<CreateSubscription>,
+        body: JsonBody<CreateSubscription>,
     ) -> ApiResult<Json<WebhookSubscription>> {
         let b = body.0;
-        let project_id = project_of(&auth.0, b.project_id.as_deref())?;
+        let project_id = project_of(&auth.0, "body", b.project_id.as_deref())?;
         super::project_exists(&state, &project_id).await?;
         let mut e = FieldErrors::new();
         check(&state, &mut e, &b.webhook_url, &b.event_types, Some(&b.secret), b.description.as_deref());
@@ -238,22 +242,26 @@ impl WebhooksApi {
     }
 
     /// A project's subscriptions, newest first.
-    #[oai(path = "/v1/webhooks/subscriptions", method = "get")]
+    #[oai(path = "/v1/webhooks/subscriptions", method = "get", operation_id = "listWebhookSubscriptions")]
     async fn list(
         &self,
         state: Data<&AppState>,
         auth: Auth,
         project_id: Query<Option<String>>,
-        limit: Query<Option<i64>>,
+        #[oai(validator(minimum(value = "1"), maximum(value = "100")))] limit: Query<Option<i64>>,
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<Page<WebhookSubscription>>> {
-        let project_id = project_of(&auth.0, project_id.0.as_deref())?;
+        let project_id = project_of(&auth.0, "query", project_id.0.as_deref())?;
         let w = Window::parse(limit.0, cursor.0)?;
         let rows = deliveries::list_subscriptions(&state.pool, &project_id, w.after(), w.fetch()).await?;
         Ok(Json(w.page(rows, |r| r.id.clone(), subscription_view)))
     }
 
-    #[oai(path = "/v1/webhooks/subscriptions/:subscription_id", method = "get")]
+    #[oai(
+        path = "/v1/webhooks/subscriptions/:subscription_id",
+        method = "get",
+        operation_id = "getWebhookSubscription"
+    )]
     async fn get(
         &self,
         state: Data<&AppState>,
@@ -265,13 +273,17 @@ impl WebhooksApi {
 
     /// Change a subscription's URL, event types, activity, description or
     /// secret. Deliveries already written keep the URL they were made for.
-    #[oai(path = "/v1/webhooks/subscriptions/:subscription_id", method = "patch")]
+    #[oai(
+        path = "/v1/webhooks/subscriptions/:subscription_id",
+        method = "patch",
+        operation_id = "updateWebhookSubscription"
+    )]
     async fn update(
         &self,
         state: Data<&AppState>,
         auth: Auth,
         subscription_id: Path<String>,
-        body: Json<UpdateSubscription>,
+        body: JsonBody<UpdateSubscription>,
     ) -> ApiResult<Json<WebhookSubscription>> {
         let cur = load_subscription(&state, &auth, &subscription_id).await?;
         let b = body.0;
@@ -308,7 +320,11 @@ impl WebhooksApi {
     }
 
     /// Delete a subscription. Its deliveries already written are kept.
-    #[oai(path = "/v1/webhooks/subscriptions/:subscription_id", method = "delete")]
+    #[oai(
+        path = "/v1/webhooks/subscriptions/:subscription_id",
+        method = "delete",
+        operation_id = "deleteWebhookSubscription"
+    )]
     async fn delete(
         &self,
         state: Data<&AppState>,
@@ -335,7 +351,7 @@ impl WebhooksApi {
     /// subscription delivery and event-trigger notification, and the job-run
     /// webhooks still in flight (a job-run webhook leaves no record once it
     /// is delivered or dropped).
-    #[oai(path = "/v1/webhook-deliveries", method = "get")]
+    #[oai(path = "/v1/webhook-deliveries", method = "get", operation_id = "listWebhookDeliveries")]
     #[allow(clippy::too_many_arguments)]
     async fn deliveries(
         &self,
@@ -344,14 +360,15 @@ impl WebhooksApi {
         project_id: Query<Option<String>>,
         status: Query<Option<String>>,
         kind: Query<Option<String>>,
-        limit: Query<Option<i64>>,
+        #[oai(validator(minimum(value = "1"), maximum(value = "100")))] limit: Query<Option<i64>>,
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<Page<WebhookDelivery>>> {
-        let project_id = project_of(&auth.0, project_id.0.as_deref())?;
+        let project_id = project_of(&auth.0, "query", project_id.0.as_deref())?;
         let mut e = FieldErrors::new();
         if let Some(s) = status.0.as_deref() {
-            let ok = ["pending", "delivered", "failed", "dead"].contains(&s);
-            e.check(ok, "query.status", "must be one of pending, delivered, failed, dead", Some(s.into()));
+            let ok = DELIVERY_STATUSES.contains(&s);
+            let message = format!("must be one of {}", DELIVERY_STATUSES.join(", "));
+            e.check(ok, "query.status", message, Some(s.into()));
         }
         if let Some(k) = kind.0.as_deref() {
             let ok = deliveries::Kind::parse(k).is_some();
@@ -370,7 +387,7 @@ impl WebhooksApi {
         Ok(Json(w.page(rows, |r| r.id.clone(), delivery_view)))
     }
 
-    #[oai(path = "/v1/webhook-deliveries/:delivery_id", method = "get")]
+    #[oai(path = "/v1/webhook-deliveries/:delivery_id", method = "get", operation_id = "getWebhookDelivery")]
     async fn delivery(
         &self,
         state: Data<&AppState>,
@@ -388,7 +405,7 @@ impl WebhooksApi {
     /// attempts counted from zero. Any other status is 409: a pending one is
     /// on its way, a delivered one arrived, and a dead one was refused by
     /// its receiver (a 4xx) or used all its attempts.
-    #[oai(path = "/v1/webhook-deliveries/:delivery_id/retry", method = "post")]
+    #[oai(path = "/v1/webhook-deliveries/:delivery_id/retry", method = "post", operation_id = "retryWebhookDelivery")]
     async fn retry(
         &self,
         state: Data<&AppState>,

@@ -23,12 +23,13 @@ use super::{found, Tag};
 use crate::auth::Auth;
 use crate::error::ApiResult;
 use crate::state::AppState;
+use crate::strict_json::JsonBody;
 
 pub struct WorkflowPlansApi;
 
 /// A JSON body the client may leave out: a request that sends none (no
 /// Content-Type, no length) reads as `None`, so `curl -X POST .../plan`
-/// needs no `-d '{}'`. A body that is sent is read as `Json` reads it.
+/// needs no `-d '{}'`. A body that is sent is read as `JsonBody` reads it.
 pub struct OptionalBody<T>(pub Option<T>);
 
 impl<'a, T: ParseFromJSON + Send> ApiExtractor<'a> for OptionalBody<T> {
@@ -37,11 +38,11 @@ impl<'a, T: ParseFromJSON + Send> ApiExtractor<'a> for OptionalBody<T> {
     type ParamRawType = ();
 
     fn register(registry: &mut Registry) {
-        <Json<Option<T>> as ApiExtractor>::register(registry);
+        <JsonBody<Option<T>> as ApiExtractor>::register(registry);
     }
 
     fn request_meta() -> Option<MetaRequest> {
-        <Json<Option<T>> as ApiExtractor>::request_meta()
+        <JsonBody<Option<T>> as ApiExtractor>::request_meta()
     }
 
     async fn from_request(
@@ -53,7 +54,7 @@ impl<'a, T: ParseFromJSON + Send> ApiExtractor<'a> for OptionalBody<T> {
         if request.content_type().is_none() && no_length {
             return Ok(OptionalBody(None));
         }
-        let Json(v) = <Json<Option<T>> as ApiExtractor>::from_request(request, body, opts).await?;
+        let JsonBody(v) = <JsonBody<Option<T>> as ApiExtractor>::from_request(request, body, opts).await?;
         Ok(OptionalBody(v))
     }
 }
@@ -192,7 +193,7 @@ impl WorkflowPlansApi {
     /// `overrides` skips steps (removed from the plan; their dependents
     /// wait for what they waited for) or replaces expected durations. The
     /// body may be left out.
-    #[oai(path = "/v1/workflows/:workflow_id/plan", method = "post")]
+    #[oai(path = "/v1/workflows/:workflow_id/plan", method = "post", operation_id = "planWorkflow")]
     async fn plan(
         &self,
         state: Data<&AppState>,
@@ -239,7 +240,7 @@ impl WorkflowPlansApi {
     /// Every step completes unless `outcomes` says otherwise; `outputs`
     /// are what steps produce, before their output_transform. Nothing is
     /// run or stored. The body may be left out.
-    #[oai(path = "/v1/workflows/:workflow_id/simulate", method = "post")]
+    #[oai(path = "/v1/workflows/:workflow_id/simulate", method = "post", operation_id = "simulateWorkflow")]
     async fn simulate(
         &self,
         state: Data<&AppState>,
@@ -292,7 +293,11 @@ impl WorkflowPlansApi {
     /// definition fields whose value differs (a step's id is not compared;
     /// depends_on is compared as a set). Either version may be the older.
     /// A version of another workflow is 404.
-    #[oai(path = "/v1/workflows/:workflow_id/versions/:from_version_id/diff/:to_version_id", method = "get")]
+    #[oai(
+        path = "/v1/workflows/:workflow_id/versions/:from_version_id/diff/:to_version_id",
+        method = "get",
+        operation_id = "diffWorkflowVersions"
+    )]
     async fn diff(
         &self,
         state: Data<&AppState>,

@@ -25,6 +25,7 @@ use crate::auth::{Auth, Principal};
 use crate::error::{ApiError, ApiResult};
 use crate::pagination::{Page, Window};
 use crate::state::AppState;
+use crate::strict_json::JsonBody;
 
 pub struct WorkflowRunsApi;
 
@@ -391,13 +392,13 @@ impl WorkflowRunsApi {
     /// matches one. A workflow with skip_if_running and an active run
     /// answers 409 naming that run, and nothing is created. A disabled
     /// workflow is 409.
-    #[oai(path = "/v1/workflows/:workflow_id/trigger", method = "post")]
+    #[oai(path = "/v1/workflows/:workflow_id/trigger", method = "post", operation_id = "triggerWorkflow")]
     async fn trigger(
         &self,
         state: Data<&AppState>,
         auth: Auth,
         workflow_id: Path<String>,
-        body: Json<TriggerWorkflowRequest>,
+        body: JsonBody<TriggerWorkflowRequest>,
     ) -> ApiResult<TriggeredRun> {
         let wf = load_workflow(&state, &auth, &workflow_id).await?;
         if !wf.enabled {
@@ -424,7 +425,7 @@ impl WorkflowRunsApi {
 
     /// List workflow runs of a project, newest first, optionally of one
     /// workflow and in one status. Steps are not listed; get a run for them.
-    #[oai(path = "/v1/workflow-runs", method = "get")]
+    #[oai(path = "/v1/workflow-runs", method = "get", operation_id = "listWorkflowRuns")]
     // Each query parameter is an argument: that is how the document learns them.
     #[allow(clippy::too_many_arguments)]
     async fn list(
@@ -434,10 +435,10 @@ impl WorkflowRunsApi {
         project_id: Query<Option<String>>,
         workflow_id: Query<Option<String>>,
         status: Query<Option<String>>,
-        limit: Query<Option<i64>>,
+        #[oai(validator(minimum(value = "1"), maximum(value = "100")))] limit: Query<Option<i64>>,
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<Page<WorkflowRun>>> {
-        let project_id = project_of(&auth.0, project_id.0.as_deref())?;
+        let project_id = project_of(&auth.0, "query", project_id.0.as_deref())?;
         let status = match status.0.as_deref() {
             None => None,
             Some(s) => Some(s.parse::<WorkflowRunStatus>().map_err(|m| {
@@ -455,7 +456,7 @@ impl WorkflowRunsApi {
     }
 
     /// Get a workflow run with its steps.
-    #[oai(path = "/v1/workflow-runs/:workflow_run_id", method = "get")]
+    #[oai(path = "/v1/workflow-runs/:workflow_run_id", method = "get", operation_id = "getWorkflowRun")]
     async fn get(
         &self,
         state: Data<&AppState>,
@@ -468,7 +469,7 @@ impl WorkflowRunsApi {
 
     /// Cancel a run that has not ended: its running steps are cancelled
     /// with their job runs and child workflow runs. 409 when it has ended.
-    #[oai(path = "/v1/workflow-runs/:workflow_run_id/cancel", method = "post")]
+    #[oai(path = "/v1/workflow-runs/:workflow_run_id/cancel", method = "post", operation_id = "cancelWorkflowRun")]
     async fn cancel(
         &self,
         state: Data<&AppState>,
@@ -483,7 +484,7 @@ impl WorkflowRunsApi {
 
     /// Pause a running run: no step starts until it is resumed; steps
     /// under way finish. 409 unless it is running.
-    #[oai(path = "/v1/workflow-runs/:workflow_run_id/pause", method = "post")]
+    #[oai(path = "/v1/workflow-runs/:workflow_run_id/pause", method = "post", operation_id = "pauseWorkflowRun")]
     async fn pause(
         &self,
         state: Data<&AppState>,
@@ -497,7 +498,7 @@ impl WorkflowRunsApi {
 
     /// Resume a paused run: steps that became ready meanwhile start. 409
     /// unless it is paused.
-    #[oai(path = "/v1/workflow-runs/:workflow_run_id/resume", method = "post")]
+    #[oai(path = "/v1/workflow-runs/:workflow_run_id/resume", method = "post", operation_id = "resumeWorkflowRun")]
     async fn resume(
         &self,
         state: Data<&AppState>,
@@ -513,7 +514,11 @@ impl WorkflowRunsApi {
     /// (a run that had ended runs again, with the steps its ending
     /// cancelled). 409 when the step has not ended; 404 for an unknown
     /// step_ref.
-    #[oai(path = "/v1/workflow-runs/:workflow_run_id/steps/:step_ref/retry", method = "post")]
+    #[oai(
+        path = "/v1/workflow-runs/:workflow_run_id/steps/:step_ref/retry",
+        method = "post",
+        operation_id = "retryWorkflowStep"
+    )]
     async fn retry_step(
         &self,
         state: Data<&AppState>,
@@ -526,7 +531,11 @@ impl WorkflowRunsApi {
 
     /// Replay a step and every step below it: all go back to pending and
     /// the run goes on. 409 when one of them is running or waiting.
-    #[oai(path = "/v1/workflow-runs/:workflow_run_id/steps/:step_ref/replay-subtree", method = "post")]
+    #[oai(
+        path = "/v1/workflow-runs/:workflow_run_id/steps/:step_ref/replay-subtree",
+        method = "post",
+        operation_id = "replayWorkflowSubtree"
+    )]
     async fn replay_subtree(
         &self,
         state: Data<&AppState>,
@@ -541,42 +550,54 @@ impl WorkflowRunsApi {
     /// run goes on. When the step names `approval_approvers` (user ids or
     /// role names), only those may decide: anyone else is 403, whatever
     /// their scopes. A step that is not waiting is 409.
-    #[oai(path = "/v1/workflow-runs/:workflow_run_id/steps/:step_ref/approve", method = "post")]
+    #[oai(
+        path = "/v1/workflow-runs/:workflow_run_id/steps/:step_ref/approve",
+        method = "post",
+        operation_id = "approveWorkflowStep"
+    )]
     async fn approve(
         &self,
         state: Data<&AppState>,
         auth: Auth,
         workflow_run_id: Path<String>,
         step_ref: Path<String>,
-        body: Json<StepDecisionRequest>,
+        body: JsonBody<StepDecisionRequest>,
     ) -> ApiResult<Json<WorkflowRun>> {
         self.decide(&state, &auth, &workflow_run_id, &step_ref, StepDecision::Approve, body.0).await
     }
 
     /// Reject a waiting approval (or cost-gate) step: it fails, and its
     /// on_failure decides what the run does. Same rules as approve.
-    #[oai(path = "/v1/workflow-runs/:workflow_run_id/steps/:step_ref/reject", method = "post")]
+    #[oai(
+        path = "/v1/workflow-runs/:workflow_run_id/steps/:step_ref/reject",
+        method = "post",
+        operation_id = "rejectWorkflowStep"
+    )]
     async fn reject(
         &self,
         state: Data<&AppState>,
         auth: Auth,
         workflow_run_id: Path<String>,
         step_ref: Path<String>,
-        body: Json<StepDecisionRequest>,
+        body: JsonBody<StepDecisionRequest>,
     ) -> ApiResult<Json<WorkflowRun>> {
         self.decide(&state, &auth, &workflow_run_id, &step_ref, StepDecision::Reject, body.0).await
     }
 
     /// Skip a waiting step (any kind): it ends `skipped` and its dependents
     /// run. An approval step's approvers rule applies.
-    #[oai(path = "/v1/workflow-runs/:workflow_run_id/steps/:step_ref/skip", method = "post")]
+    #[oai(
+        path = "/v1/workflow-runs/:workflow_run_id/steps/:step_ref/skip",
+        method = "post",
+        operation_id = "skipWorkflowStep"
+    )]
     async fn skip(
         &self,
         state: Data<&AppState>,
         auth: Auth,
         workflow_run_id: Path<String>,
         step_ref: Path<String>,
-        body: Json<StepDecisionRequest>,
+        body: JsonBody<StepDecisionRequest>,
     ) -> ApiResult<Json<WorkflowRun>> {
         self.decide(&state, &auth, &workflow_run_id, &step_ref, StepDecision::Skip, body.0).await
     }
@@ -586,7 +607,7 @@ impl WorkflowRunsApi {
     /// the input it was evaluated over), held by max_parallel_steps,
     /// waiting, completed, failed, retried, the run paused, resumed or
     /// ended. Narrow with `step_ref` and `decision_type`.
-    #[oai(path = "/v1/workflow-runs/:workflow_run_id/explain", method = "get")]
+    #[oai(path = "/v1/workflow-runs/:workflow_run_id/explain", method = "get", operation_id = "explainWorkflowRun")]
     #[allow(clippy::too_many_arguments)]
     async fn explain(
         &self,
@@ -595,7 +616,7 @@ impl WorkflowRunsApi {
         workflow_run_id: Path<String>,
         step_ref: Query<Option<String>>,
         decision_type: Query<Option<String>>,
-        limit: Query<Option<i64>>,
+        #[oai(validator(minimum(value = "1"), maximum(value = "100")))] limit: Query<Option<i64>>,
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<Explanation>> {
         let run = load(&state, &auth, &workflow_run_id).await?;
@@ -640,7 +661,7 @@ impl WorkflowRunsApi {
     /// dependency edges, the steps runnable now, and the critical path
     /// estimated from observed durations where steps ran and
     /// expected_duration_secs where they have not.
-    #[oai(path = "/v1/workflow-runs/:workflow_run_id/graph", method = "get")]
+    #[oai(path = "/v1/workflow-runs/:workflow_run_id/graph", method = "get", operation_id = "getWorkflowRunGraph")]
     async fn graph(
         &self,
         state: Data<&AppState>,
@@ -723,7 +744,11 @@ impl WorkflowRunsApi {
 
     /// Every version of the workflow that active runs follow, with how many
     /// are pending, running and paused on each.
-    #[oai(path = "/v1/workflows/:workflow_id/active-versions", method = "get")]
+    #[oai(
+        path = "/v1/workflows/:workflow_id/active-versions",
+        method = "get",
+        operation_id = "listActiveWorkflowVersions"
+    )]
     async fn active_versions(
         &self,
         state: Data<&AppState>,
@@ -749,7 +774,11 @@ impl WorkflowRunsApi {
 
     /// How many active runs follow one version of the workflow, with a
     /// sample of them. 404 for a version of another workflow.
-    #[oai(path = "/v1/workflows/:workflow_id/versions/:version_id/impact", method = "get")]
+    #[oai(
+        path = "/v1/workflows/:workflow_id/versions/:version_id/impact",
+        method = "get",
+        operation_id = "getWorkflowVersionImpact"
+    )]
     async fn impact(
         &self,
         state: Data<&AppState>,

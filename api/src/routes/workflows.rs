@@ -24,6 +24,7 @@ use crate::auth::Auth;
 use crate::error::{ApiError, ApiResult};
 use crate::pagination::{Page, Window};
 use crate::state::AppState;
+use crate::strict_json::JsonBody;
 
 pub struct WorkflowsApi;
 
@@ -287,17 +288,23 @@ pub struct UpdateWorkflow {
     pub backwards_compatible: Option<bool>,
     /// Acknowledges a breaking change; recorded in the audit event.
     pub breaking_change: Option<bool>,
+    #[oai(nullable)]
     pub cron: MaybeUndefined<String>,
+    #[oai(nullable)]
     pub cron_timezone: MaybeUndefined<String>,
+    #[oai(nullable)]
     pub description: MaybeUndefined<String>,
     pub enabled: Option<bool>,
+    #[oai(nullable)]
     pub max_concurrent_runs: MaybeUndefined<i64>,
+    #[oai(nullable)]
     pub max_parallel_steps: MaybeUndefined<i64>,
     pub name: Option<String>,
     pub skip_if_running: Option<bool>,
     pub slug: Option<String>,
     pub steps: Option<Vec<WorkflowStepRequest>>,
     pub tags: Option<HashMap<String, String>>,
+    #[oai(nullable)]
     pub timeout_secs: MaybeUndefined<i64>,
     pub version_policy: Option<String>,
 }
@@ -566,15 +573,15 @@ impl WorkflowsApi {
     /// output_transform that is not JMESPath, and each rule of the
     /// project's workflow policy is a 422 located at the step
     /// (`body.steps/3/depends_on`).
-    #[oai(path = "/v1/workflows", method = "post")]
+    #[oai(path = "/v1/workflows", method = "post", operation_id = "createWorkflow")]
     async fn create(
         &self,
         state: Data<&AppState>,
         auth: Auth,
-        body: Json<CreateWorkflow>,
+        body: JsonBody<CreateWorkflow>,
     ) -> ApiResult<Created<Workflow>> {
         let b = body.0;
-        let project_id = project_of(&auth.0, b.project_id.as_deref())?;
+        let project_id = project_of(&auth.0, "body", b.project_id.as_deref())?;
         super::project_exists(&state, &project_id).await?;
         let mut errors = FieldErrors::new();
         name_rule(&mut errors, &b.name);
@@ -639,23 +646,23 @@ impl WorkflowsApi {
     }
 
     /// List the workflows of a project, newest first.
-    #[oai(path = "/v1/workflows", method = "get")]
+    #[oai(path = "/v1/workflows", method = "get", operation_id = "listWorkflows")]
     async fn list(
         &self,
         state: Data<&AppState>,
         auth: Auth,
         project_id: Query<Option<String>>,
-        limit: Query<Option<i64>>,
+        #[oai(validator(minimum(value = "1"), maximum(value = "100")))] limit: Query<Option<i64>>,
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<Page<Workflow>>> {
-        let project_id = project_of(&auth.0, project_id.0.as_deref())?;
+        let project_id = project_of(&auth.0, "query", project_id.0.as_deref())?;
         let w = Window::parse(limit.0, cursor.0)?;
         let rows = store::workflows::list(&state.pool, &project_id, w.after(), w.fetch()).await?;
         Ok(Json(w.page(rows, |r| r.id.clone(), workflow_view)))
     }
 
     /// Get a workflow with the steps of its current version.
-    #[oai(path = "/v1/workflows/:workflow_id", method = "get")]
+    #[oai(path = "/v1/workflows/:workflow_id", method = "get", operation_id = "getWorkflow")]
     async fn get(&self, state: Data<&AppState>, auth: Auth, workflow_id: Path<String>) -> ApiResult<Json<Workflow>> {
         Ok(Json(workflow_view(load(&state, &auth, &workflow_id).await?)))
     }
@@ -669,13 +676,13 @@ impl WorkflowsApi {
     /// `workflow.updated_breaking` is recorded as well (runs under
     /// version_policy `pin` keep the old version; under `latest` they move
     /// to the new one at their next step).
-    #[oai(path = "/v1/workflows/:workflow_id", method = "patch")]
+    #[oai(path = "/v1/workflows/:workflow_id", method = "patch", operation_id = "updateWorkflow")]
     async fn update(
         &self,
         state: Data<&AppState>,
         auth: Auth,
         workflow_id: Path<String>,
-        body: Json<UpdateWorkflow>,
+        body: JsonBody<UpdateWorkflow>,
     ) -> ApiResult<Json<Workflow>> {
         let cur = load(&state, &auth, &workflow_id).await?;
         let b = body.0;
@@ -779,7 +786,7 @@ impl WorkflowsApi {
     }
 
     /// Delete a workflow; its slug is free again.
-    #[oai(path = "/v1/workflows/:workflow_id", method = "delete")]
+    #[oai(path = "/v1/workflows/:workflow_id", method = "delete", operation_id = "deleteWorkflow")]
     async fn delete(&self, state: Data<&AppState>, auth: Auth, workflow_id: Path<String>) -> ApiResult<Deleted> {
         let cur = load(&state, &auth, &workflow_id).await?;
         let mut tx = state.pool.begin().await?;
@@ -802,13 +809,13 @@ impl WorkflowsApi {
     }
 
     /// Every version of a workflow, newest first, with its steps.
-    #[oai(path = "/v1/workflows/:workflow_id/versions", method = "get")]
+    #[oai(path = "/v1/workflows/:workflow_id/versions", method = "get", operation_id = "listWorkflowVersions")]
     async fn versions(
         &self,
         state: Data<&AppState>,
         auth: Auth,
         workflow_id: Path<String>,
-        limit: Query<Option<i64>>,
+        #[oai(validator(minimum(value = "1"), maximum(value = "100")))] limit: Query<Option<i64>>,
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<Page<WorkflowVersion>>> {
         let cur = load(&state, &auth, &workflow_id).await?;
@@ -829,7 +836,7 @@ impl WorkflowsApi {
     }
 
     /// The project's workflow policy (no rules while none was set).
-    #[oai(path = "/v1/workflow-policies/:project_id", method = "get")]
+    #[oai(path = "/v1/workflow-policies/:project_id", method = "get", operation_id = "getWorkflowPolicy")]
     async fn get_policy(
         &self,
         state: Data<&AppState>,
@@ -847,13 +854,13 @@ impl WorkflowsApi {
     /// that break a rule are 422, the message naming the rule
     /// (`workflow policy max_fan_out: ...`) at the offending step; saved
     /// workflows are not re-checked.
-    #[oai(path = "/v1/workflow-policies/:project_id", method = "put")]
+    #[oai(path = "/v1/workflow-policies/:project_id", method = "put", operation_id = "putWorkflowPolicy")]
     async fn put_policy(
         &self,
         state: Data<&AppState>,
         auth: Auth,
         project_id: Path<String>,
-        body: Json<WorkflowPolicyBody>,
+        body: JsonBody<WorkflowPolicyBody>,
     ) -> ApiResult<Json<WorkflowPolicy>> {
         let project_id = policy_project(&state, &auth, &project_id).await?;
         let b = body.0;

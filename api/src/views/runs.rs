@@ -171,6 +171,7 @@ pub struct TriggerRequest {
     /// per violation, located at `body.payload/<json pointer>`).
     pub payload: Option<Value>,
     /// Higher runs first; -1000 to 1000, default 0.
+    #[oai(validator(minimum(value = "-1000"), maximum(value = "1000")))]
     pub priority: Option<i64>,
     /// A second trigger of the job with the same key returns the first run
     /// (200) and creates nothing.

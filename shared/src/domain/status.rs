@@ -140,6 +140,8 @@ pub enum ExecutionMode {
 }
 
 impl ExecutionMode {
+    pub const ALL: [ExecutionMode; 2] = [ExecutionMode::Sync, ExecutionMode::Async];
+
     pub fn as_str(self) -> &'static str {
         match self {
             ExecutionMode::Sync => "sync",

@@ -1,0 +1,376 @@
+//! Request bodies are read strictly, against the schema the served document
+//! states for them (`crate::openapi_value`): the document is the one source
+//! of the rules, and this is their check. poem-openapi's own `Json` is
+//! lenient where the contract is not: it reads `{"name": 5}` as the string
+//! `"5"`, and `null` for a field that is not nullable as absent.
+//!
+//! [`JsonBody`] is `Json` with the check in front. A body that breaks the
+//! document's shape (a value of the wrong type, `null` where the schema
+//! does not allow it, a missing required property, an unknown property of
+//! a closed object) is 400, with every failure in `errors[]`, located as
+//! `body.<path>`. A well-formed value outside a stated rule (an enum, a
+//! minimum or maximum, a length) is found here too, but answered (422) by
+//! the checks after this one, which read the same sources (see
+//! `check_body`).
+
+use std::ops::{Deref, DerefMut};
+
+use poem::http::StatusCode;
+use poem::{FromRequest, Request, RequestBody};
+use poem_openapi::error::ParseRequestPayloadError;
+use poem_openapi::payload::{Json, ParsePayload, Payload};
+use poem_openapi::registry::{MetaSchemaRef, Registry};
+use poem_openapi::types::{ParseFromJSON, Type};
+use serde_json::{Map, Value};
+use switchyard_shared::domain::FieldError;
+
+/// A JSON request body, checked against its documented schema before it is
+/// parsed (see the module doc).
+#[derive(Debug, Clone, Default)]
+pub struct JsonBody<T>(pub T);
+
+impl<T> Deref for JsonBody<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<T> DerefMut for JsonBody<T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.0
+    }
+}
+
+impl<T: Type> Payload for JsonBody<T> {
+    const CONTENT_TYPE: &'static str = <Json<T> as Payload>::CONTENT_TYPE;
+
+    fn check_content_type(content_type: &str) -> bool {
+        <Json<T> as Payload>::check_content_type(content_type)
+    }
+
+    fn schema_ref() -> MetaSchemaRef {
+        T::schema_ref()
+    }
+
+    fn register(registry: &mut Registry) {
+        T::register(registry);
+    }
+}
+
+impl<T: ParseFromJSON> ParsePayload for JsonBody<T> {
+    const IS_REQUIRED: bool = T::IS_REQUIRED;
+
+    async fn from_request(request: &Request, body: &mut RequestBody) -> poem::Result<Self> {
+        let data = Vec::<u8>::from_request(request, body).await?;
+        let value = if data.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&data).map_err(|err| ParseRequestPayloadError { reason: err.to_string() })?
+        };
+        // An optional body that is not sent reads as absent.
+        if !value.is_null() || T::IS_REQUIRED {
+            let schema = serde_json::to_value(T::schema_ref()).unwrap_or(Value::Null);
+            static NONE: std::sync::LazyLock<Map<String, Value>> = std::sync::LazyLock::new(Map::new);
+            let components = crate::openapi_value()["components"]["schemas"].as_object().unwrap_or(&NONE);
+            check_body(components, &schema, &value)?;
+        }
+        let value =
+            T::parse_from_json(Some(value)).map_err(|err| ParseRequestPayloadError { reason: err.into_message() })?;
+        Ok(JsonBody(value))
+    }
+}
+
+poem_openapi::impl_apirequest_for_payload!(JsonBody<T>, T: ParseFromJSON);
+
+/// A body refused by its schema: 400 for its shape, 422 for its values.
+#[derive(Debug, thiserror::Error)]
+#[error("{detail}")]
+pub struct BodyRefused {
+    pub status: u16,
+    pub detail: String,
+    pub errors: Vec<FieldError>,
+}
+
+impl poem::error::ResponseError for BodyRefused {
+    fn status(&self) -> StatusCode {
+        StatusCode::from_u16(self.status).unwrap_or(StatusCode::BAD_REQUEST)
+    }
+}
+
+/// Whether a failure is of the request's shape (400) or of a value (422).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Class {
+    Shape,
+    Value,
+}
+
+/// `value` against `schema` (whose `$ref`s name `components`): `Ok`, or
+/// the refusal listing every failure of its shape (400).
+pub fn check_body(components: &Map<String, Value>, schema: &Value, value: &Value) -> Result<(), BodyRefused> {
+    let mut found = Vec::new();
+    check(components, schema, value, "body", &mut found);
+    // A value outside a stated rule is left to the checks after this one,
+    // which read the same sources: poem-openapi's validators (bounds,
+    // lengths) and the handlers' parses of the domain's closed sets
+    // (`document::closed_sets`). The handlers report every invalid value
+    // of a request together (422), which a refusal here would cut short.
+    let errors: Vec<FieldError> = found.into_iter().filter(|(c, _)| *c == Class::Shape).map(|(_, e)| e).collect();
+    let status = 400;
+    let detail = match errors.as_slice() {
+        [] => return Ok(()),
+        [one] => format!("{}: {}", one.location, one.message),
+        many => format!("{} invalid values", many.len()),
+    };
+    Err(BodyRefused { status, detail, errors })
+}
+
+fn resolve<'a>(components: &'a Map<String, Value>, mut schema: &'a Value) -> &'a Value {
+    // A chain of references ends (poem-openapi names each schema once);
+    // the bound keeps a broken document from looping.
+    for _ in 0..16 {
+        match schema.get("$ref").and_then(Value::as_str) {
+            Some(r) => schema = components.get(r.rsplit('/').next().unwrap_or_default()).unwrap_or(&Value::Null),
+            None => break,
+        }
+    }
+    schema
+}
+
+fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+fn is_type(v: &Value, ty: &str) -> bool {
+    match ty {
+        "number" => v.is_number(),
+        other => json_type(v) == other,
+    }
+}
+
+/// 1000.0 as `1000`, 0.5 as `0.5`.
+fn num(n: f64) -> String {
+    if n.fract() == 0.0 && n.abs() < 1e15 {
+        format!("{}", n as i64)
+    } else {
+        n.to_string()
+    }
+}
+
+fn check(components: &Map<String, Value>, schema: &Value, v: &Value, at: &str, out: &mut Vec<(Class, FieldError)>) {
+    let schema = resolve(components, schema);
+    let Some(s) = schema.as_object() else { return };
+    let mut fail =
+        |class, message: String, value: Option<Value>| out.push((class, FieldError::new(at, message, value)));
+
+    if let Some(all) = s.get("allOf").and_then(Value::as_array) {
+        for sub in all {
+            check(components, sub, v, at, out);
+        }
+        return;
+    }
+    if let Some(any) = s.get("anyOf").and_then(Value::as_array) {
+        let mut first = None;
+        for sub in any {
+            let mut found = Vec::new();
+            check(components, sub, v, at, &mut found);
+            if found.is_empty() {
+                return;
+            }
+            // The alternative that is not just `null` explains best.
+            let only_null = resolve(components, sub).get("type") == Some(&Value::from("null"));
+            if first.is_none() && !only_null {
+                first = Some(found);
+            }
+        }
+        out.extend(first.unwrap_or_default());
+        return;
+    }
+
+    let types: Vec<&str> = match s.get("type") {
+        Some(Value::String(t)) => vec![t.as_str()],
+        Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).collect(),
+        _ => Vec::new(),
+    };
+    if v.is_null() {
+        if !types.is_empty() && !types.contains(&"null") {
+            fail(Class::Shape, "must not be null".into(), None);
+        }
+        return;
+    }
+    if !types.is_empty() && !types.iter().any(|t| is_type(v, t)) {
+        let want = types.iter().filter(|t| **t != "null").copied().collect::<Vec<_>>().join(" or ");
+        fail(Class::Shape, format!("expected {want}, got {}", json_type(v)), Some(v.clone()));
+        return;
+    }
+
+    if let Some(allowed) = s.get("enum").and_then(Value::as_array) {
+        if !allowed.contains(v) {
+            let list = allowed.iter().map(|a| a.as_str().map(str::to_string).unwrap_or(a.to_string()));
+            fail(Class::Value, format!("must be one of: {}", list.collect::<Vec<_>>().join(", ")), Some(v.clone()));
+        }
+    }
+    if let Some(n) = v.as_f64() {
+        let min = s.get("minimum").and_then(Value::as_f64);
+        let max = s.get("maximum").and_then(Value::as_f64);
+        if min.is_some_and(|m| n < m) || max.is_some_and(|m| n > m) {
+            let message = match (min, max) {
+                (Some(a), Some(b)) => format!("must be between {} and {}", num(a), num(b)),
+                (Some(a), None) => format!("must be at least {}", num(a)),
+                (_, Some(b)) => format!("must be at most {}", num(b)),
+                (None, None) => unreachable!(),
+            };
+            fail(Class::Value, message, Some(v.clone()));
+        }
+    }
+    if let Some(text) = v.as_str() {
+        let len = text.chars().count() as u64;
+        let min = s.get("minLength").and_then(Value::as_u64);
+        let max = s.get("maxLength").and_then(Value::as_u64);
+        if min.is_some_and(|m| len < m) || max.is_some_and(|m| len > m) {
+            let message = match (min, max) {
+                (Some(a), Some(b)) => format!("must be {a} to {b} characters"),
+                (Some(a), None) => format!("must be at least {a} characters"),
+                (_, Some(b)) => format!("must be at most {b} characters"),
+                (None, None) => unreachable!(),
+            };
+            // A long text is not echoed back.
+            let echo = (len <= 200).then(|| v.clone());
+            fail(Class::Value, message, echo);
+        }
+    }
+    if let Some(items) = v.as_array() {
+        let n = items.len() as u64;
+        let min = s.get("minItems").and_then(Value::as_u64);
+        let max = s.get("maxItems").and_then(Value::as_u64);
+        if min.is_some_and(|m| n < m) || max.is_some_and(|m| n > m) {
+            let message = match (min, max) {
+                (Some(a), Some(b)) => format!("must hold {a} to {b} items"),
+                (Some(a), None) => format!("must hold at least {a} items"),
+                (_, Some(b)) => format!("must hold at most {b} items"),
+                (None, None) => unreachable!(),
+            };
+            fail(Class::Value, message, None);
+        }
+        if let Some(item) = s.get("items") {
+            for (i, x) in items.iter().enumerate() {
+                check(components, item, x, &format!("{at}[{i}]"), out);
+            }
+        }
+    }
+    if let Some(obj) = v.as_object() {
+        let props = s.get("properties").and_then(Value::as_object);
+        let extra = s.get("additionalProperties");
+        for (k, x) in obj {
+            let place = format!("{at}.{k}");
+            match (props.and_then(|p| p.get(k)), extra) {
+                (Some(p), _) => check(components, p, x, &place, out),
+                (None, Some(Value::Bool(false))) => {
+                    out.push((Class::Shape, FieldError::new(place, "unknown property", None)))
+                }
+                (None, Some(extra)) if extra.is_object() => check(components, extra, x, &place, out),
+                (None, _) => {}
+            }
+        }
+        // A required property of any type (a JSON value of the client's)
+        // is left to the operation: it says which values it takes (most
+        // refuse null, with a 422).
+        let typed = |r: &str| {
+            let p = props.and_then(|p| p.get(r)).map(|p| resolve(components, p));
+            p.is_none_or(|p| p.get("type").is_some() || p.get("$ref").is_some())
+        };
+        for r in s.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str) {
+            if !obj.contains_key(r) && typed(r) {
+                out.push((Class::Shape, FieldError::new(format!("{at}.{r}"), "is required", None)));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn refusal(schema: Value, v: Value) -> (u16, Vec<(String, String)>) {
+        let components = json!({
+            "Inner": {"type": "object", "additionalProperties": false, "required": ["n"],
+                      "properties": {"n": {"type": "integer", "minimum": 1, "maximum": 100}}}
+        });
+        match check_body(components.as_object().unwrap(), &schema, &v) {
+            Ok(()) => (0, Vec::new()),
+            Err(r) => (r.status, r.errors.into_iter().map(|e| (e.location, e.message)).collect()),
+        }
+    }
+
+    fn object() -> Value {
+        json!({"type": "object", "additionalProperties": false, "required": ["name", "any"], "properties": {
+            "name": {"type": "string", "maxLength": 5},
+            "mode": {"type": "string", "enum": ["a", "b"]},
+            "flag": {"type": "boolean"},
+            "clear": {"type": ["string", "null"]},
+            "inner": {"$ref": "#/components/schemas/Inner"},
+            "maybe": {"anyOf": [{"$ref": "#/components/schemas/Inner"}, {"type": "null"}]},
+            "list": {"type": "array", "maxItems": 2, "items": {"type": "string"}},
+            "map": {"type": "object", "additionalProperties": {"type": "integer"}},
+            "any": {}
+        }})
+    }
+
+    #[test]
+    fn a_well_formed_body_passes() {
+        let v = json!({"name": "ab", "mode": "a", "flag": true, "clear": null, "inner": {"n": 3}, "maybe": null,
+                       "list": ["x"], "map": {"k": 1}, "any": [1, "x", null]});
+        assert_eq!(refusal(object(), v), (0, vec![]));
+    }
+
+    #[test]
+    fn a_wrong_type_null_missing_or_unknown_property_is_400() {
+        let at = |loc: &str, msg: &str| (loc.to_string(), msg.to_string());
+        assert_eq!(refusal(object(), json!({"name": 5})), (400, vec![at("body.name", "expected string, got integer")]));
+        assert_eq!(refusal(object(), json!({"name": "a", "flag": "true"})).0, 400);
+        assert_eq!(refusal(object(), json!({"name": null})), (400, vec![at("body.name", "must not be null")]));
+        assert_eq!(refusal(object(), json!({})), (400, vec![at("body.name", "is required")]));
+        assert_eq!(
+            refusal(object(), json!({"name": "a", "colour": 1})),
+            (400, vec![at("body.colour", "unknown property")])
+        );
+        let nested = refusal(object(), json!({"name": "a", "inner": {"n": "1"}, "maybe": {"x": 1}, "map": {"k": "v"}}));
+        let at_: Vec<_> = nested.1.iter().map(|(l, _)| l.as_str()).collect();
+        assert_eq!(nested.0, 400);
+        assert_eq!(at_, ["body.inner.n", "body.map.k", "body.maybe.x", "body.maybe.n"]);
+        assert_eq!(refusal(json!({"type": "object"}), json!([1])).0, 400);
+    }
+
+    #[test]
+    fn a_value_outside_a_rule_is_found_and_left_to_the_later_checks() {
+        let v = json!({"name": "abcdef", "mode": "c", "inner": {"n": 0}, "list": ["a", "b", "c"]});
+        assert_eq!(refusal(object(), v.clone()), (0, vec![]));
+        let components = json!({"Inner": {"type": "object", "properties": {
+            "n": {"type": "integer", "minimum": 1, "maximum": 100}
+        }}});
+        let mut found = Vec::new();
+        check(components.as_object().unwrap(), &object(), &v, "body", &mut found);
+        assert!(found.iter().all(|(c, _)| *c == Class::Value));
+        let msgs: Vec<_> = found.into_iter().map(|(_, e)| format!("{}: {}", e.location, e.message)).collect();
+        assert_eq!(
+            msgs,
+            [
+                "body.inner.n: must be between 1 and 100",
+                "body.list: must hold at most 2 items",
+                "body.mode: must be one of: a, b",
+                "body.name: must be at most 5 characters",
+            ]
+        );
+        assert_eq!(refusal(object(), json!({"name": "abcdef", "flag": 1})).0, 400);
+    }
+}
