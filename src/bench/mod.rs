@@ -28,6 +28,7 @@ mod partitions;
 mod pg_tables;
 mod queue_depth;
 mod report;
+mod retention;
 mod settle;
 mod stats;
 mod system;
@@ -209,6 +210,19 @@ async fn phases(sys: &System, opts: &Opts) -> anyhow::Result<Report> {
         let r = partitions::run(&sys.redis_url, &prefix, opts.partitions, opts.dequeues).await;
         report.partitions = keep(&mut report.failures, "(p)", r);
         report.phase_secs.insert("p".into(), lap(&mut t));
+    }
+    // Only when asked for by name: it writes millions of rows.
+    if opts.only.as_ref().is_some_and(|o| o.contains(&'r')) {
+        let rate = opts.rates.first().copied().unwrap_or(500);
+        eprintln!("bench: (r) retention: latency at {rate}/s with none and with {} old runs", opts.history);
+        let notices = latency::Notices::start(sys).await?;
+        let (j, history_job) = (job("retention".into()).await?, job("history".into()).await?);
+        let measured = Duration::from_secs(opts.rate_secs);
+        let r =
+            retention::run(sys, &notices, project, &j, &history_job, opts.history, rate, opts.rate_warmup(), measured);
+        report.retention = keep(&mut report.failures, "(r)", r.await);
+        notices.stop(sys).await;
+        report.phase_secs.insert("r".into(), lap(&mut t));
     }
     if opts.wants('f') {
         eprintln!("bench: (f) idle for {} s", opts.idle_secs);

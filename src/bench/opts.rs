@@ -17,6 +17,7 @@ pub const USAGE: &str = "usage: switchyard-bench [options]   (normally run throu
   --dequeues N        dequeues timed per queue depth in phase (d) (default 50000)
   --deep N            the deep queue of phase (d) and (e) (default 1000000)
   --partitions N      the partitioned queue of phase (p), against one partition (default 8)
+  --history N         old runs written into the tables by phase (r) (default 10000000)
   --idle-secs S       idle window of phase (f) (default 10)
   --wf-rate R         workflow runs/s of the 3-step chain in phase (w) (default 100)
   --wf-secs S         measured seconds of the chain (default 10, after 2 s warm-up)
@@ -27,7 +28,8 @@ pub const USAGE: &str = "usage: switchyard-bench [options]   (normally run throu
   --notify-runs N     closed-loop runs of phase (n), each with a terminal webhook and a
                       subscription event (default 4000, after 200 warm-up)
   --wait-quiet S      wait up to S seconds for a quiet box (<15 % busy) before starting (default 30)
-  --only a,b,c,d,f,w,n,p  run only these phases ((g) comes with (a), (e) with (d))
+  --only a,b,c,d,f,w,n,p,r  run only these phases ((r) is not in the default set: it
+                      writes --history old runs, minutes of work) ((g) comes with (a), (e) with (d))
   --pg-base URL       Postgres server (default postgres://postgres@127.0.0.1:5432)
   --redis URL         Redis (default redis://127.0.0.1:6379; a cluster: redis+cluster://host:port,...)
   --bin PATH          the switchyard binary (default: next to this one)
@@ -48,6 +50,7 @@ pub struct Opts {
     pub bulk_clients: usize,
     pub dequeues: usize,
     pub partitions: usize,
+    pub history: usize,
     pub shallow: usize,
     pub deep: usize,
     pub idle_secs: u64,
@@ -82,6 +85,7 @@ impl Default for Opts {
             bulk_clients: 4,
             dequeues: 50_000,
             partitions: 8,
+            history: 10_000_000,
             shallow: 1_000,
             deep: 1_000_000,
             idle_secs: 10,
@@ -138,6 +142,7 @@ impl Opts {
                 "--rate-secs" => o.rate_secs = num(&value)?.max(1) as u64,
                 "--bulk-runs" => o.bulk_runs = num(&value)?.max(100),
                 "--dequeues" => o.dequeues = num(&value)?.max(64),
+                "--history" => o.history = num(&value)?.max(1),
                 "--partitions" => o.partitions = num(&value)?.clamp(1, switchyard_shared::queue::MAX_PARTITIONS),
                 "--deep" => o.deep = num(&value)?.max(o.shallow),
                 "--idle-secs" => o.idle_secs = num(&value)?.max(1) as u64,

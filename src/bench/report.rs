@@ -14,6 +14,7 @@ use super::notify::Notify;
 use super::partitions::PartitionFigures;
 use super::pg_tables::PerRun;
 use super::queue_depth::QueueFigures;
+use super::retention::RetentionFigures;
 use super::system::System;
 use super::throughput::Throughput;
 use super::workflows::{Fan, Goal, Workflows};
@@ -47,6 +48,7 @@ pub struct Report {
     pub bulk: Option<Bulk>,
     pub queue: Option<QueueFigures>,
     pub partitions: Option<PartitionFigures>,
+    pub retention: Option<RetentionFigures>,
     pub idle: Option<Idle>,
     pub workflows: Option<Workflows>,
     pub notify: Option<Notify>,
@@ -324,6 +326,25 @@ impl Report {
                 let _ = writeln!(o, "    {:>3} partition(s)   {:>9.0} /s", r.partitions, r.per_s);
             }
             let _ = writeln!(o, "    ratio many/one {:.2}", p.ratio);
+        }
+        if let Some(r) = &self.retention {
+            let _ = writeln!(
+                o,
+                "\n(r) trigger→terminal at {}/s with old runs in the tables ({} written in {:.0} s; tables {:.0} MB)",
+                r.rate, r.history, r.seed_secs, r.tables_mb
+            );
+            for (what, l) in
+                [("empty tables", &r.empty), ("with the history", &r.full), ("while pruning it", &r.pruning)]
+            {
+                let t = &l.to_terminal_ms;
+                let _ =
+                    writeln!(o, "    {what:<18} p50 {:>6.2} ms  p95 {:>6.2} ms  p99 {:>6.2} ms", t.p50, t.p95, t.p99);
+            }
+            let _ = writeln!(
+                o,
+                "    p99 ratios: history/empty {:.2}, pruning/empty {:.2}; pruned {} rows ({:.0}/s), slowest batch {:.1} ms",
+                r.p99_ratio_full, r.p99_ratio_pruning, r.pruned, r.pruned_per_s, r.slowest_prune_ms
+            );
         }
         if let Some(i) = &self.idle {
             let per: Vec<String> = i.redis_cmds_per_s.iter().map(|(k, v)| format!("{k} {v:.1}")).collect();

@@ -1,0 +1,173 @@
+//! Phase (r): is a system that has processed many runs as fast as a new
+//! one? The trigger→terminal latency of phase (b), at one rate, measured
+//! three times on one job: with the tables empty, after `history` finished
+//! runs (and their attempts) of another job of the project are written into
+//! them, and while the pruner's own statement (`store::retention::prune`,
+//! batches of 1,000, paced as the scheduler's pruner paces them) deletes
+//! that history. The old runs are 1 to 29 days
+//! old, inside the default retention, so the scheduler's own pruner leaves
+//! them alone until the third measurement lowers the project's retention.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use switchyard_shared::store::retention::{self, Kind};
+
+use super::latency::{self, Latency, Notices};
+use super::system::System;
+
+/// Rows written per seeding statement.
+const SEED_CHUNK: usize = 500_000;
+
+#[derive(Debug, Serialize)]
+pub struct RetentionFigures {
+    pub rate: u32,
+    pub history: usize,
+    pub seed_secs: f64,
+    /// job_runs + job_run_attempts with their indexes, after seeding.
+    pub tables_mb: f64,
+    pub empty: Latency,
+    pub full: Latency,
+    pub pruning: Latency,
+    /// Rows of history the pruner deleted during the third measurement.
+    pub pruned: u64,
+    pub pruned_per_s: f64,
+    /// Slowest single prune statement.
+    pub slowest_prune_ms: f64,
+    /// p99 trigger→terminal full / empty, and pruning / empty.
+    pub p99_ratio_full: f64,
+    pub p99_ratio_pruning: f64,
+}
+
+/// Writes `n` finished runs of `job`, 1 to 29 days old, with one attempt each.
+async fn seed(sys: &System, project: &str, job: &str, n: usize) -> anyhow::Result<()> {
+    let (version, version_id): (i32, String) =
+        sqlx::query_as("SELECT version, version_id FROM jobs WHERE id = $1").bind(job).fetch_one(sys.pool()).await?;
+    let now_ms = chrono::Utc::now().timestamp_millis();
+    let (oldest, span) = (now_ms - 29 * 86_400_000, 28 * 86_400_000_i64);
+    let mut done = 0;
+    while done < n {
+        let k = SEED_CHUNK.min(n - done);
+        // Ids as the product makes them (UUIDv7: creation ms first), so the
+        // pruner's id bound applies to them as to real runs.
+        sqlx::query(
+            "WITH s AS (
+                SELECT i, $6::bigint + (i * $7::bigint / $8::bigint) AS ms FROM generate_series($4::bigint, $5::bigint) i
+             ), r AS (
+                INSERT INTO job_runs (id, project_id, job_id, job_version, job_version_id, status, attempt,
+                                      triggered_by, payload, created_at, updated_at, started_at, finished_at)
+                SELECT 'run_' || lpad(to_hex(ms), 12, '0') || '7' || substr(md5(i::text), 1, 19), $1, $2, $3, $9,
+                       'completed', 1, 'api', '{\"n\": 1}'::jsonb, to_timestamp(ms / 1000.0), to_timestamp(ms / 1000.0),
+                       to_timestamp(ms / 1000.0), to_timestamp((ms + 5) / 1000.0)
+                  FROM s
+                RETURNING id, created_at
+             )
+             INSERT INTO job_run_attempts (run_id, attempt, outcome, status_code, endpoint_url, started_at, finished_at)
+             SELECT id, 1, 'success', 200, 'http://127.0.0.1/ok', created_at, created_at FROM r",
+        )
+        .bind(project)
+        .bind(job)
+        .bind(version)
+        .bind(done as i64)
+        .bind((done + k - 1) as i64)
+        .bind(oldest)
+        .bind(span)
+        .bind(n as i64)
+        .bind(&version_id)
+        .execute(sys.pool())
+        .await?;
+        done += k;
+        eprintln!("bench: (r) {done} of {n} old runs written");
+    }
+    sqlx::query("ANALYZE job_runs").execute(sys.pool()).await?;
+    sqlx::query("ANALYZE job_run_attempts").execute(sys.pool()).await?;
+    Ok(())
+}
+
+async fn tables_mb(sys: &System) -> anyhow::Result<f64> {
+    let bytes: i64 = sqlx::query_scalar(
+        "SELECT (pg_total_relation_size('job_runs') + pg_total_relation_size('job_run_attempts'))::bigint",
+    )
+    .fetch_one(sys.pool())
+    .await?;
+    Ok((bytes as f64 / 1e6).round())
+}
+
+fn p99_ratio(a: &Latency, b: &Latency) -> f64 {
+    ((a.to_terminal_ms.p99 / b.to_terminal_ms.p99.max(1e-3)) * 100.0).round() / 100.0
+}
+
+#[allow(clippy::too_many_arguments)]
+pub async fn run(
+    sys: &System,
+    notices: &Notices,
+    project: &str,
+    job: &str,
+    history_job: &str,
+    history: usize,
+    rate: u32,
+    warmup: Duration,
+    measured: Duration,
+) -> anyhow::Result<RetentionFigures> {
+    let empty = latency::run(sys, notices, job, rate, warmup, measured).await?;
+
+    let t = Instant::now();
+    seed(sys, project, history_job, history).await?;
+    let seed_secs = (t.elapsed().as_secs_f64() * 10.0).round() / 10.0;
+    let tables_mb = tables_mb(sys).await?;
+    // Let the autovacuum and the checkpoint the bulk write set off pass
+    // before measuring, as they would on a system that had run for days.
+    sqlx::query("CHECKPOINT").execute(sys.pool()).await?;
+    let full = latency::run(sys, notices, job, rate, warmup, measured).await?;
+
+    // The pruner's statement deletes the history while the third measurement runs.
+    let stop = Arc::new(AtomicBool::new(false));
+    let pruned = Arc::new(AtomicU64::new(0));
+    let pruner = tokio::spawn({
+        let (pool, project, stop, pruned) = (sys.pool().clone(), project.to_string(), stop.clone(), pruned.clone());
+        async move {
+            let cutoff = chrono::Utc::now();
+            let mut slowest = Duration::ZERO;
+            while !stop.load(Ordering::Relaxed) {
+                let t = Instant::now();
+                let batch = switchyard_scheduler::PrunerOptions::default().batch_size as i64;
+                let n = retention::prune(&pool, Kind::JobRuns, &project, cutoff, batch).await?;
+                slowest = slowest.max(t.elapsed());
+                pruned.fetch_add(n, Ordering::Relaxed);
+                if n == 0 {
+                    break;
+                }
+                // The pruner's own rest between batches.
+                let rest = switchyard_scheduler::pruner::rest_after(
+                    t.elapsed(),
+                    switchyard_scheduler::PrunerOptions::default().breather,
+                );
+                tokio::time::sleep(rest).await;
+            }
+            anyhow::Ok(slowest)
+        }
+    });
+    let t = Instant::now();
+    let pruning = latency::run(sys, notices, job, rate, warmup, measured).await;
+    stop.store(true, Ordering::Relaxed);
+    let secs = t.elapsed().as_secs_f64();
+    let slowest = pruner.await??;
+    let pruning = pruning?;
+    let pruned = pruned.load(Ordering::Relaxed);
+    Ok(RetentionFigures {
+        rate,
+        history,
+        seed_secs,
+        tables_mb,
+        p99_ratio_full: p99_ratio(&full, &empty),
+        p99_ratio_pruning: p99_ratio(&pruning, &empty),
+        empty,
+        full,
+        pruning,
+        pruned,
+        pruned_per_s: (pruned as f64 / secs.max(1e-3)).round(),
+        slowest_prune_ms: (slowest.as_secs_f64() * 1e4).round() / 10.0,
+    })
+}
