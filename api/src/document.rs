@@ -12,6 +12,9 @@
 //!   takes a credential.
 //! - `additionalProperties: false` on every object a request body holds:
 //!   `strict_json` refuses an unknown property, on this word.
+//! - The form of each list's `cursor` ([`cursors`]): every string of it
+//!   is a position the list takes, so a cursor is refused (422) only when
+//!   the document already says it is not one.
 //! - The closed sets ([`closed_sets`]): each a named string enum whose
 //!   values come from the domain type the handlers parse with, referred to
 //!   by the properties and query parameters that take it. `strict_json`
@@ -200,6 +203,16 @@ fn query_parameter<'a>(doc: &'a mut Value, operation_id: &str, name: &str) -> Op
     op.get_mut("parameters")?.as_array_mut()?.iter_mut().find(|p| p["in"] == "query" && p["name"] == name)
 }
 
+/// The pattern of the `cursor` query parameter of an operation, from the
+/// constants the lists' parses are written against.
+fn cursors(operation_id: &str) -> &'static str {
+    match operation_id {
+        "listRunEvents" => crate::routes::run_records::OFFSET_CURSOR_PATTERN,
+        "explainWorkflowRun" => crate::routes::workflow_runs::DECISION_CURSOR_PATTERN,
+        _ => crate::pagination::CURSOR_PATTERN,
+    }
+}
+
 pub fn annotate(doc: &mut Value) {
     annotate_closed_sets(doc);
     let server = switchyard_shared::Config::defaults().api_addr;
@@ -247,6 +260,12 @@ fn annotate_operation(path: &str, op: &mut Value, closed: &mut Vec<String>) {
     let mut sorted: Vec<(String, Value)> = responses.into_iter().collect();
     sorted.sort_by(|a, b| a.0.cmp(&b.0));
     op["responses"] = Value::Object(sorted.into_iter().collect());
+    let operation_id = op["operationId"].as_str().unwrap_or_default().to_string();
+    for p in op.get_mut("parameters").and_then(Value::as_array_mut).into_iter().flatten() {
+        if p["in"] == "query" && p["name"] == "cursor" {
+            p["schema"]["pattern"] = json!(cursors(&operation_id));
+        }
+    }
     if secured {
         let params = op.as_object_mut().map(|o| o.entry("parameters").or_insert_with(|| json!([])));
         if let Some(Value::Array(params)) = params {

@@ -22,6 +22,11 @@ pub fn limit(raw: Option<i64>) -> ApiResult<i64> {
     }
 }
 
+/// The cursors a list takes, stated in the document (`document::cursors`):
+/// every string matching it is a position (`id < cursor`), so none is
+/// refused; it is `ids::is_valid_external_id`.
+pub const CURSOR_PATTERN: &str = "^[A-Za-z0-9_.-]{1,64}$";
+
 fn cursor(raw: Option<String>) -> ApiResult<Option<String>> {
     match raw {
         None => Ok(None),

@@ -46,12 +46,14 @@ impl<E: Endpoint> Endpoint for ProblemEndpoint<E> {
         // framework's own errors come as text and are wrapped below. A
         // refusal of the request's form (a body or parameter that does not
         // parse or breaks a rule the document states) is answered as
-        // `error::refused` locates and classes it (400 or 422).
+        // `error::refused` locates and classes it (400 or 422). A missing or
+        // wrong Content-Type, which the framework answers 415, is one of
+        // them: 400, as the document states.
         let resp = match self.0.call(req).await {
             Ok(r) => r.into_response(),
             Err(e)
                 if !e.is_from_response()
-                    && (e.status().as_u16() == 400 || e.downcast_ref::<BodyRefused>().is_some()) =>
+                    && (matches!(e.status().as_u16(), 400 | 415) || e.downcast_ref::<BodyRefused>().is_some()) =>
             {
                 crate::error::refused(&e).into_response()
             }

@@ -63,7 +63,7 @@ impl<T: ParseFromJSON> ParsePayload for JsonBody<T> {
 
     async fn from_request(request: &Request, body: &mut RequestBody) -> poem::Result<Self> {
         let data = Vec::<u8>::from_request(request, body).await?;
-        let value = if data.is_empty() {
+        let mut value = if data.is_empty() {
             Value::Null
         } else {
             serde_json::from_slice(&data).map_err(|err| ParseRequestPayloadError { reason: err.to_string() })?
@@ -74,6 +74,7 @@ impl<T: ParseFromJSON> ParsePayload for JsonBody<T> {
             static NONE: std::sync::LazyLock<Map<String, Value>> = std::sync::LazyLock::new(Map::new);
             let components = crate::openapi_value()["components"]["schemas"].as_object().unwrap_or(&NONE);
             check_body(components, &schema, &value)?;
+            integers_as_integers(components, &schema, &mut value);
         }
         let value =
             T::parse_from_json(Some(value)).map_err(|err| ParseRequestPayloadError { reason: err.into_message() })?;
@@ -152,7 +153,59 @@ fn json_type(v: &Value) -> &'static str {
 fn is_type(v: &Value, ty: &str) -> bool {
     match ty {
         "number" => v.is_number(),
+        "integer" => json_type(v) == "integer" || integral(v).is_some(),
         other => json_type(v) == other,
+    }
+}
+
+/// A number with a zero fractional part written as a float (`449.0`,
+/// `1e3`): an integer to JSON Schema (2020-12, section 6.1.1), as `449`.
+fn integral(v: &Value) -> Option<i64> {
+    let f = v.as_f64().filter(|_| v.is_f64())?;
+    (f.fract() == 0.0 && f.abs() < 9.2e18).then_some(f as i64)
+}
+
+/// `value` with every integer the schema states written as a float
+/// (`integral`) rewritten as the integer it is, so that the parse after
+/// the check reads it as one. Nothing else changes: a client's own JSON
+/// (a payload, metadata) keeps its numbers as they were sent.
+fn integers_as_integers(components: &Map<String, Value>, schema: &Value, v: &mut Value) {
+    let schema = resolve(components, schema);
+    let Some(s) = schema.as_object() else { return };
+    for key in ["allOf", "anyOf"] {
+        for sub in s.get(key).and_then(Value::as_array).into_iter().flatten() {
+            integers_as_integers(components, sub, v);
+        }
+    }
+    let integer = match s.get("type") {
+        Some(Value::String(t)) => t == "integer",
+        Some(Value::Array(ts)) => ts.iter().any(|t| t == "integer") && !ts.iter().any(|t| t == "number"),
+        _ => false,
+    };
+    if integer {
+        if let Some(n) = integral(v) {
+            *v = Value::from(n);
+        }
+    }
+    match v {
+        Value::Array(items) => {
+            if let Some(item) = s.get("items") {
+                for x in items {
+                    integers_as_integers(components, item, x);
+                }
+            }
+        }
+        Value::Object(obj) => {
+            let props = s.get("properties").and_then(Value::as_object);
+            for (k, x) in obj.iter_mut() {
+                if let Some(p) =
+                    props.and_then(|p| p.get(k)).or(s.get("additionalProperties").filter(|e| e.is_object()))
+                {
+                    integers_as_integers(components, p, x);
+                }
+            }
+        }
+        _ => {}
     }
 }
 
@@ -324,6 +377,18 @@ mod tests {
             "map": {"type": "object", "additionalProperties": {"type": "integer"}},
             "any": {}
         }})
+    }
+
+    #[test]
+    fn an_integer_written_as_a_float_is_an_integer() {
+        let schema = json!({"type": "object", "properties": {
+            "n": {"type": "integer"}, "m": {"type": ["integer", "null"]}, "x": {"type": "number"}, "any": {}}});
+        let mut v = json!({"n": 449.0, "m": 1e3, "x": 2.0, "any": 3.0});
+        assert!(check_body(&Map::new(), &schema, &v).is_ok());
+        integers_as_integers(&Map::new(), &schema, &mut v);
+        assert_eq!(v, json!({"n": 449, "m": 1000, "x": 2.0, "any": 3.0}));
+        assert!(v["n"].is_i64() && v["m"].is_i64() && v["x"].is_f64() && v["any"].is_f64());
+        assert_eq!(refusal(schema, json!({"n": 0.5})).0, 400);
     }
 
     #[test]

@@ -165,6 +165,10 @@ pub struct DebugBundle {
     pub tool_calls: Vec<ToolCall>,
 }
 
+/// The cursors of a run's events, stated in the document
+/// (`document::cursors`): every one is a position `offset_cursor` takes.
+pub const OFFSET_CURSOR_PATTERN: &str = "^[0-9]{1,7}$";
+
 /// Events are offsets into the run's append-only history, so the cursor is
 /// a position; any other cursor is refused like a bad id.
 fn offset_cursor(raw: Option<String>) -> ApiResult<i64> {

@@ -854,3 +854,8 @@ impl WorkflowRunsApi {
         moved(state, auth, r, run_id, action, serde_json::json!({ "step_ref": step_ref })).await
     }
 }
+
+/// The cursors of a run's decisions (`explainWorkflowRun`), stated in the
+/// document (`document::cursors`): every one is a decision id the listing
+/// parses.
+pub const DECISION_CURSOR_PATTERN: &str = "^-?[0-9]{1,18}$";
