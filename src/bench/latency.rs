@@ -24,6 +24,7 @@ use super::check::{self, Calls, Check};
 use super::client::Sent;
 use super::cpu::BoxTicks;
 use super::settle::settle;
+use super::stalls::{Sampler, StallReport};
 use super::stats::{summarize, Summary};
 use super::system::System;
 
@@ -84,6 +85,8 @@ pub struct Latency {
     pub to_terminal_ms: Summary,
     pub trigger_ms: Summary,
     pub box_busy_pct: f64,
+    /// Where trigger calls slower than 20 ms waited (`stalls`).
+    pub stalls: StallReport,
     /// Measured runs without a target request / a terminal notice.
     pub missing_target: usize,
     pub missing_terminal: usize,
@@ -117,6 +120,7 @@ pub async fn run(
     let hits0 = sys.target().count();
     let mut tasks = JoinSet::new();
     let mut samples = Vec::with_capacity(total);
+    let sampler = Sampler::start(sys).await;
     let start = Instant::now();
     let mut measure_from: Option<BoxTicks> = None;
     let mut issued = 0;
@@ -150,6 +154,8 @@ pub async fn run(
     while let Some(done) = tasks.join_next().await {
         samples.push(done?);
     }
+    let spans: Vec<(Instant, Duration)> = samples.iter().map(|s| (s.sent_at, s.took)).collect();
+    let stalls = sampler.finish(sys, &spans).await;
 
     let mut calls = Calls::default();
     let mut measured_runs: Vec<(String, Instant)> = Vec::new();
@@ -197,6 +203,7 @@ pub async fn run(
         to_terminal_ms: summarize(to_terminal),
         trigger_ms: summarize(trigger_lat),
         box_busy_pct: (busy * 10.0).round() / 10.0,
+        stalls,
         timed_out: settled.timed_out,
         check,
     })

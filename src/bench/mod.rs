@@ -30,6 +30,7 @@ mod queue_depth;
 mod report;
 mod retention;
 mod settle;
+mod stalls;
 mod stats;
 mod system;
 mod target;

@@ -282,6 +282,18 @@ impl Report {
                     let r = self.ratios.get(&format!("p99_terminal_r{}_vs_composite", l.rate)).copied().unwrap_or(0.0);
                     let _ = writeln!(o, "           composite (BullMQ+PG) p99 {p99:.2} ms → ours {r:.2}× lower");
                 }
+                let s = &l.stalls;
+                let top: Vec<String> = s.during_slow.iter().take(3).map(|(w, n)| format!("{w} ×{n}")).collect();
+                let _ = writeln!(
+                    o,
+                    "           trigger calls ≥20 ms: {}; Postgres waits during them: {}; checkpoints {}, WAL segments +{}, WAL buffers full {}{}",
+                    s.slow_triggers,
+                    if top.is_empty() { "-".to_string() } else { top.join(", ") },
+                    s.checkpoints,
+                    s.wal_segments_added,
+                    s.wal_buffers_full,
+                    if s.autovacuum.is_empty() { String::new() } else { format!("; autovacuum: {}", s.autovacuum.join(" | ")) }
+                );
             }
         }
         match &self.bulk {
