@@ -219,8 +219,18 @@ async fn phases(sys: &System, opts: &Opts) -> anyhow::Result<Report> {
         let notices = latency::Notices::start(sys).await?;
         let (j, history_job) = (job("retention".into()).await?, job("history".into()).await?);
         let measured = Duration::from_secs(opts.rate_secs);
-        let r =
-            retention::run(sys, &notices, project, &j, &history_job, opts.history, rate, opts.rate_warmup(), measured);
+        let r = retention::run(
+            sys,
+            &meter,
+            &notices,
+            project,
+            &j,
+            &history_job,
+            opts.history,
+            rate,
+            opts.rate_warmup(),
+            measured,
+        );
         report.retention = keep(&mut report.failures, "(r)", r.await);
         notices.stop(sys).await;
         report.phase_secs.insert("r".into(), lap(&mut t));

@@ -345,12 +345,32 @@ impl Report {
                 "\n(r) trigger→terminal at {}/s with old runs in the tables ({} written in {:.0} s; tables {:.0} MB)",
                 r.rate, r.history, r.seed_secs, r.tables_mb
             );
-            for (what, l) in
-                [("empty tables", &r.empty), ("with the history", &r.full), ("while pruning it", &r.pruning)]
-            {
+            let rows = [
+                ("empty tables", &r.empty),
+                ("with the history", &r.full),
+                ("a minute later", &r.full_again),
+                ("while pruning it", &r.pruning),
+            ];
+            for (i, (what, l)) in rows.into_iter().enumerate() {
                 let t = &l.to_terminal_ms;
-                let _ =
-                    writeln!(o, "    {what:<18} p50 {:>6.2} ms  p95 {:>6.2} ms  p99 {:>6.2} ms", t.p50, t.p95, t.p99);
+                let cpu = r.cpu_us_per_run.get(i).map(|c| {
+                    let get = |k: &str| c.get(k).copied().unwrap_or(0.0);
+                    format!(
+                        "  CPU µs/run api {:.0} worker {:.0} postgres {:.0}, WAL {:.0} B",
+                        get("api"),
+                        get("worker"),
+                        get("postgres"),
+                        get("wal_bytes")
+                    )
+                });
+                let _ = writeln!(
+                    o,
+                    "    {what:<18} p50 {:>6.2} ms  p95 {:>6.2} ms  p99 {:>6.2} ms{}",
+                    t.p50,
+                    t.p95,
+                    t.p99,
+                    cpu.unwrap_or_default()
+                );
             }
             let _ = writeln!(
                 o,

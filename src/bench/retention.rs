@@ -16,6 +16,7 @@ use serde::Serialize;
 use switchyard_shared::store::retention::{self, Kind};
 
 use super::latency::{self, Latency, Notices};
+use super::meter::Meter;
 use super::system::System;
 
 /// Rows written per seeding statement.
@@ -30,7 +31,12 @@ pub struct RetentionFigures {
     pub tables_mb: f64,
     pub empty: Latency,
     pub full: Latency,
+    /// The same again a minute later: whether what `full` shows passes.
+    pub full_again: Latency,
     pub pruning: Latency,
+    /// CPU µs per run of each process over each measurement (empty, full,
+    /// full_again, pruning), and Postgres WAL bytes per run.
+    pub cpu_us_per_run: Vec<std::collections::BTreeMap<String, f64>>,
     /// Rows of history the pruner deleted during the third measurement.
     pub pruned: u64,
     pub pruned_per_s: f64,
@@ -99,9 +105,34 @@ fn p99_ratio(a: &Latency, b: &Latency) -> f64 {
     ((a.to_terminal_ms.p99 / b.to_terminal_ms.p99.max(1e-3)) * 100.0).round() / 100.0
 }
 
+/// One latency measurement, with the CPU it cost per run.
+#[allow(clippy::too_many_arguments)]
+async fn measure(
+    sys: &System,
+    meter: &Meter,
+    notices: &Notices,
+    job: &str,
+    rate: u32,
+    warmup: Duration,
+    measured: Duration,
+    cpu: &mut Vec<std::collections::BTreeMap<String, f64>>,
+) -> anyhow::Result<Latency> {
+    let a = meter.snapshot(sys).await;
+    let l = latency::run(sys, notices, job, rate, warmup, measured).await?;
+    let b = meter.snapshot(sys).await;
+    let usage = meter.usage(&a, &b);
+    let runs = (l.runs + l.warmup_runs).max(1) as f64;
+    let mut per: std::collections::BTreeMap<String, f64> =
+        usage.cpu_secs.iter().map(|(k, s)| (k.clone(), (s * 1e6 / runs).round())).collect();
+    per.insert("wal_bytes".into(), (usage.pg_wal_bytes as f64 / runs).round());
+    cpu.push(per);
+    Ok(l)
+}
+
 #[allow(clippy::too_many_arguments)]
 pub async fn run(
     sys: &System,
+    meter: &Meter,
     notices: &Notices,
     project: &str,
     job: &str,
@@ -111,7 +142,8 @@ pub async fn run(
     warmup: Duration,
     measured: Duration,
 ) -> anyhow::Result<RetentionFigures> {
-    let empty = latency::run(sys, notices, job, rate, warmup, measured).await?;
+    let mut cpu = Vec::new();
+    let empty = measure(sys, meter, notices, job, rate, warmup, measured, &mut cpu).await?;
 
     let t = Instant::now();
     seed(sys, project, history_job, history).await?;
@@ -120,7 +152,9 @@ pub async fn run(
     // Let the autovacuum and the checkpoint the bulk write set off pass
     // before measuring, as they would on a system that had run for days.
     sqlx::query("CHECKPOINT").execute(sys.pool()).await?;
-    let full = latency::run(sys, notices, job, rate, warmup, measured).await?;
+    let full = measure(sys, meter, notices, job, rate, warmup, measured, &mut cpu).await?;
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let full_again = measure(sys, meter, notices, job, rate, warmup, measured, &mut cpu).await?;
 
     // The pruner's statement deletes the history while the third measurement runs.
     let stop = Arc::new(AtomicBool::new(false));
@@ -150,7 +184,7 @@ pub async fn run(
         }
     });
     let t = Instant::now();
-    let pruning = latency::run(sys, notices, job, rate, warmup, measured).await;
+    let pruning = measure(sys, meter, notices, job, rate, warmup, measured, &mut cpu).await;
     stop.store(true, Ordering::Relaxed);
     let secs = t.elapsed().as_secs_f64();
     let slowest = pruner.await??;
@@ -165,7 +199,9 @@ pub async fn run(
         p99_ratio_pruning: p99_ratio(&pruning, &empty),
         empty,
         full,
+        full_again,
         pruning,
+        cpu_us_per_run: cpu,
         pruned,
         pruned_per_s: (pruned as f64 / secs.max(1e-3)).round(),
         slowest_prune_ms: (slowest.as_secs_f64() * 1e4).round() / 10.0,
