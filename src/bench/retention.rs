@@ -56,34 +56,8 @@ async fn seed(sys: &System, project: &str, job: &str, n: usize) -> anyhow::Resul
     let mut done = 0;
     while done < n {
         let k = SEED_CHUNK.min(n - done);
-        // Ids as the product makes them (UUIDv7: creation ms first), so the
-        // pruner's id bound applies to them as to real runs.
-        sqlx::query(
-            "WITH s AS (
-                SELECT i, $6::bigint + (i * $7::bigint / $8::bigint) AS ms FROM generate_series($4::bigint, $5::bigint) i
-             ), r AS (
-                INSERT INTO job_runs (id, project_id, job_id, job_version, job_version_id, status, attempt,
-                                      triggered_by, payload, created_at, updated_at, started_at, finished_at)
-                SELECT 'run_' || lpad(to_hex(ms), 12, '0') || '7' || substr(md5(i::text), 1, 19), $1, $2, $3, $9,
-                       'completed', 1, 'api', '{\"n\": 1}'::jsonb, to_timestamp(ms / 1000.0), to_timestamp(ms / 1000.0),
-                       to_timestamp(ms / 1000.0), to_timestamp((ms + 5) / 1000.0)
-                  FROM s
-                RETURNING id, created_at
-             )
-             INSERT INTO job_run_attempts (run_id, attempt, outcome, status_code, endpoint_url, started_at, finished_at)
-             SELECT id, 1, 'success', 200, 'http://127.0.0.1/ok', created_at, created_at FROM r",
-        )
-        .bind(project)
-        .bind(job)
-        .bind(version)
-        .bind(done as i64)
-        .bind((done + k - 1) as i64)
-        .bind(oldest)
-        .bind(span)
-        .bind(n as i64)
-        .bind(&version_id)
-        .execute(sys.pool())
-        .await?;
+        retention::write_history(sys.pool(), project, job, (version, &version_id), done..done + k, (oldest, span), n)
+            .await?;
         done += k;
         eprintln!("bench: (r) {done} of {n} old runs written");
     }

@@ -86,3 +86,46 @@ pub async fn prune(
         sqlx::query_scalar(&sql).bind(project_id).bind(before).bind(cutoff).bind(batch).fetch_one(pool).await?;
     Ok(n as u64)
 }
+
+/// Writes finished runs `rows` (of `total`) of `job`, with one attempt
+/// each, created evenly over `span_ms` from `oldest_ms`: the history the
+/// benchmark's phase (r) measures latency and pruning against. Ids are
+/// shaped as the product makes them (UUIDv7: creation ms first), so the
+/// pruner's id bound applies to them as to real runs.
+pub async fn write_history(
+    pool: &PgPool,
+    project_id: &str,
+    job_id: &str,
+    (version, version_id): (i32, &str),
+    rows: std::ops::Range<usize>,
+    (oldest_ms, span_ms): (i64, i64),
+    total: usize,
+) -> Result<(), sqlx::Error> {
+    sqlx::query(
+        "WITH s AS (
+            SELECT i, $6::bigint + (i * $7::bigint / $8::bigint) AS ms FROM generate_series($4::bigint, $5::bigint) i
+         ), r AS (
+            INSERT INTO job_runs (id, project_id, job_id, job_version, job_version_id, status, attempt,
+                                  triggered_by, payload, created_at, updated_at, started_at, finished_at)
+            SELECT 'run_' || lpad(to_hex(ms), 12, '0') || '7' || substr(md5(i::text), 1, 19), $1, $2, $3, $9,
+                   'completed', 1, 'api', '{\"n\": 1}'::jsonb, to_timestamp(ms / 1000.0), to_timestamp(ms / 1000.0),
+                   to_timestamp(ms / 1000.0), to_timestamp((ms + 5) / 1000.0)
+              FROM s
+            RETURNING id, created_at
+         )
+         INSERT INTO job_run_attempts (run_id, attempt, outcome, status_code, endpoint_url, started_at, finished_at)
+         SELECT id, 1, 'success', 200, 'http://127.0.0.1/ok', created_at, created_at FROM r",
+    )
+    .bind(project_id)
+    .bind(job_id)
+    .bind(version)
+    .bind(rows.start as i64)
+    .bind(rows.end as i64 - 1)
+    .bind(oldest_ms)
+    .bind(span_ms)
+    .bind(total as i64)
+    .bind(version_id)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
