@@ -209,6 +209,20 @@ fn integers_as_integers(components: &Map<String, Value>, schema: &Value, v: &mut
     }
 }
 
+/// The message for a count `n` outside `min..=max` ("must {verb} 1 to 5
+/// {unit}", "must {verb} at least 1 {unit}", ...), or `None` inside.
+fn count_outside(n: u64, min: Option<u64>, max: Option<u64>, verb: &str, unit: &str) -> Option<String> {
+    if !(min.is_some_and(|m| n < m) || max.is_some_and(|m| n > m)) {
+        return None;
+    }
+    Some(match (min, max) {
+        (Some(a), Some(b)) => format!("must {verb} {a} to {b} {unit}"),
+        (Some(a), None) => format!("must {verb} at least {a} {unit}"),
+        (_, Some(b)) => format!("must {verb} at most {b} {unit}"),
+        (None, None) => unreachable!("outside no bound"),
+    })
+}
+
 /// 1000.0 as `1000`, 0.5 as `0.5`.
 fn num(n: f64) -> String {
     if n.fract() == 0.0 && n.abs() < 1e15 {
@@ -288,13 +302,7 @@ fn check(components: &Map<String, Value>, schema: &Value, v: &Value, at: &str, o
         let len = text.chars().count() as u64;
         let min = s.get("minLength").and_then(Value::as_u64);
         let max = s.get("maxLength").and_then(Value::as_u64);
-        if min.is_some_and(|m| len < m) || max.is_some_and(|m| len > m) {
-            let message = match (min, max) {
-                (Some(a), Some(b)) => format!("must be {a} to {b} characters"),
-                (Some(a), None) => format!("must be at least {a} characters"),
-                (_, Some(b)) => format!("must be at most {b} characters"),
-                (None, None) => unreachable!(),
-            };
+        if let Some(message) = count_outside(len, min, max, "be", "characters") {
             // A long text is not echoed back.
             let echo = (len <= 200).then(|| v.clone());
             fail(Class::Value, message, echo);
@@ -304,13 +312,7 @@ fn check(components: &Map<String, Value>, schema: &Value, v: &Value, at: &str, o
         let n = items.len() as u64;
         let min = s.get("minItems").and_then(Value::as_u64);
         let max = s.get("maxItems").and_then(Value::as_u64);
-        if min.is_some_and(|m| n < m) || max.is_some_and(|m| n > m) {
-            let message = match (min, max) {
-                (Some(a), Some(b)) => format!("must hold {a} to {b} items"),
-                (Some(a), None) => format!("must hold at least {a} items"),
-                (_, Some(b)) => format!("must hold at most {b} items"),
-                (None, None) => unreachable!(),
-            };
+        if let Some(message) = count_outside(n, min, max, "hold", "items") {
             fail(Class::Value, message, None);
         }
         if let Some(item) = s.get("items") {

@@ -128,7 +128,7 @@ impl Config {
             c.database_url = v;
         }
         if let Some(v) = get("REDIS_URL") {
-            let nodes = crate::queue::cluster_nodes(&v).unwrap_or_else(|| vec![v.clone()]);
+            let nodes = crate::queue::node_urls(&v);
             if nodes.is_empty()
                 || !nodes
                     .iter()

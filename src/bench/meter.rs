@@ -73,7 +73,7 @@ impl Meter {
     pub async fn new(sys: &System) -> Meter {
         let url = &sys.redis_url;
         let mut redis_pids = Vec::new();
-        for node in switchyard_shared::queue::cluster_nodes(url).unwrap_or_else(|| vec![url.clone()]) {
+        for node in switchyard_shared::queue::node_urls(url) {
             let pid = async {
                 let client = redis::Client::open(node.as_str()).ok()?;
                 let mut c = client.get_multiplexed_async_connection().await.ok()?;

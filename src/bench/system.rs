@@ -195,7 +195,7 @@ impl System {
 /// UNLINKs every key matching `pattern`, on every node of a cluster.
 pub async fn delete_keys(url: &str, pattern: &str) -> anyhow::Result<usize> {
     let mut n = 0;
-    for node in switchyard_shared::queue::cluster_nodes(url).unwrap_or_else(|| vec![url.to_string()]) {
+    for node in switchyard_shared::queue::node_urls(url) {
         let client = redis::Client::open(node)?;
         let mut c = client.get_multiplexed_async_connection().await?;
         let mut cursor: u64 = 0;

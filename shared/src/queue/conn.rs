@@ -126,6 +126,11 @@ pub fn cluster_nodes(url: &str) -> Option<Vec<String>> {
     Some(nodes)
 }
 
+/// The node URLs `url` names: a cluster's nodes, or `url` itself.
+pub fn node_urls(url: &str) -> Vec<String> {
+    cluster_nodes(url).unwrap_or_else(|| vec![url.to_string()])
+}
+
 impl Redis {
     /// Checks `url`; connects on first use.
     pub fn open(url: &str) -> Result<Redis, QueueError> {

@@ -25,7 +25,7 @@ mod keys;
 mod scripts;
 mod wake;
 
-pub use conn::{cluster_nodes, Conn, Redis};
+pub use conn::{cluster_nodes, node_urls, Conn, Redis};
 pub use entry::{Entry, EntryError, MAX_PRIORITY, MIN_PRIORITY};
 pub use keys::Keys;
 pub use wake::{WakeLoop, WakeUp, WAKE_WINDOW};
@@ -362,21 +362,27 @@ impl Queue {
     /// Moves entries still in `scheduled` to a later due time (an execution
     /// window that is closed). Returns how many moved.
     pub async fn reschedule(&self, entries: &[Entry], due_ms: i64) -> Result<usize, QueueError> {
+        self.on_scheduled(&scripts::RESCHEDULE, due_ms, entries).await
+    }
+
+    /// Runs `script` (KEYS[1] `scheduled`, ARGV[1] `arg`, then the entries)
+    /// once per partition the entries are in; the sum of what it returned.
+    async fn on_scheduled(&self, script: &redis::Script, arg: i64, entries: &[Entry]) -> Result<usize, QueueError> {
         if entries.is_empty() {
             return Ok(0);
         }
         let mut c = self.conn().await?;
-        let mut moved = 0;
+        let mut total = 0;
         for (p, group) in self.grouped(entries, |e| self.partition_of(e)) {
-            let mut inv = scripts::RESCHEDULE.key(&self.parts[p].scheduled);
-            inv.arg(due_ms);
+            let mut inv = script.key(&self.parts[p].scheduled);
+            inv.arg(arg);
             for e in group {
                 inv.arg(e.encode());
             }
             let n: i64 = inv.invoke_async(&mut c).await?;
-            moved += n as usize;
+            total += n as usize;
         }
-        Ok(moved)
+        Ok(total)
     }
 
     /// Moves the given entries from `scheduled` to `ready`, each only if it
@@ -409,21 +415,7 @@ impl Queue {
     /// any more), each only if it is still due by `now_ms`, so a retry
     /// scheduled since the caller looked survives. Returns how many went.
     pub async fn remove_scheduled(&self, entries: &[Entry], now_ms: i64) -> Result<usize, QueueError> {
-        if entries.is_empty() {
-            return Ok(0);
-        }
-        let mut c = self.conn().await?;
-        let mut removed = 0;
-        for (p, group) in self.grouped(entries, |e| self.partition_of(e)) {
-            let mut inv = scripts::REMOVE_SCHEDULED.key(&self.parts[p].scheduled);
-            inv.arg(now_ms);
-            for e in group {
-                inv.arg(e.encode());
-            }
-            let n: i64 = inv.invoke_async(&mut c).await?;
-            removed += n as usize;
-        }
-        Ok(removed)
+        self.on_scheduled(&scripts::REMOVE_SCHEDULED, now_ms, entries).await
     }
 
     /// Removes an entry from every waiting set (not from leases).
