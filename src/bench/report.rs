@@ -345,13 +345,13 @@ impl Report {
                 "\n(r) trigger→terminal at {}/s with old runs in the tables ({} written in {:.0} s; tables {:.0} MB)",
                 r.rate, r.history, r.seed_secs, r.tables_mb
             );
-            let rows = [
-                ("empty tables", &r.empty),
-                ("with the history", &r.full),
-                ("a minute later", &r.full_again),
-                ("while pruning it", &r.pruning),
-            ];
-            for (i, (what, l)) in rows.into_iter().enumerate() {
+            let rows = r
+                .empty
+                .iter()
+                .map(|l| ("empty tables", l))
+                .chain(r.full.iter().map(|l| ("with the history", l)))
+                .chain(std::iter::once(("while pruning it", &r.pruning)));
+            for (i, (what, l)) in rows.enumerate() {
                 let t = &l.to_terminal_ms;
                 let cpu = r.cpu_us_per_run.get(i).map(|c| {
                     let get = |k: &str| c.get(k).copied().unwrap_or(0.0);
@@ -374,8 +374,15 @@ impl Report {
             }
             let _ = writeln!(
                 o,
-                "    p99 ratios: history/empty {:.2}, pruning/empty {:.2}; pruned {} rows ({:.0}/s), slowest batch {:.1} ms",
-                r.p99_ratio_full, r.p99_ratio_pruning, r.pruned, r.pruned_per_s, r.slowest_prune_ms
+                "    median p99 ratios: history/empty {:.2} ({}: the empty tables' own highest is {:.2}× their median), \
+                 pruning/empty {:.2}; pruned {} rows ({:.0}/s), slowest batch {:.1} ms",
+                r.p99_ratio_full,
+                if r.full_within_noise { "within noise" } else { "beyond noise" },
+                r.p99_spread_empty,
+                r.p99_ratio_pruning,
+                r.pruned,
+                r.pruned_per_s,
+                r.slowest_prune_ms
             );
         }
         if let Some(i) = &self.idle {
