@@ -14,6 +14,7 @@ mod api_projects;
 mod api_runs;
 mod async_runs;
 mod bulk_ops;
+mod cli;
 mod crate_boundaries;
 mod events;
 mod execution;
