@@ -24,6 +24,7 @@ mod flow_lifecycle;
 mod flow_rate;
 mod log_drains;
 mod metrics_paths;
+mod monitoring;
 mod partitions;
 mod plans;
 mod recovery;
