@@ -22,6 +22,8 @@
 //!   subscription events) with each kind's retries.
 //! - [`drains`]: ships the new run log lines of each log drain to its
 //!   receiver as NDJSON, with a cursor per drain and a backlog cap.
+//! - [`gauges`]: counts the queued runs of every job, and the oldest one's
+//!   wait, into the `svc_queue_*` gauges that dashboards and autoscalers read.
 //! - [`workflows`]: the workflow engine's loop: advances a workflow run as
 //!   soon as Postgres notifies an event of it, and at its sleeps' ends and
 //!   deadline.
@@ -61,6 +63,7 @@ pub mod dependencies;
 pub mod drains;
 pub mod error;
 pub mod expirer;
+pub mod gauges;
 pub mod heartbeats;
 pub mod pace;
 pub mod placement;
@@ -85,6 +88,7 @@ pub use dependencies::{DependencyOptions, DependencyResolver, ResolveReport};
 pub use drains::{DrainOptions, DrainReport, DrainSender};
 pub use error::{Error, OptionsError};
 pub use expirer::{Expirer, ExpirerOptions};
+pub use gauges::{GaugeOptions, GaugeReport, QueueGauges};
 pub use heartbeats::{HeartbeatOptions, HeartbeatReport, HeartbeatSweeper};
 pub use promoter::{PromoteReport, Promoter, PromoterOptions};
 pub use pruner::{PruneReport, Pruner, PrunerOptions};
@@ -106,6 +110,7 @@ pub struct SchedulerOptions {
     pub workflows: WorkflowOptions,
     pub deliveries: DeliveryOptions,
     pub drains: DrainOptions,
+    pub gauges: GaugeOptions,
 }
 
 impl SchedulerOptions {
@@ -142,6 +147,7 @@ pub struct Scheduler {
     workflows: WorkflowEngine,
     deliveries: DeliverySender,
     drains: DrainSender,
+    gauges: QueueGauges,
     /// The Redis server of `queue`, for the wake-up subscription (a pub/sub
     /// connection cannot come from the queue's pool).
     redis: redis::Client,
@@ -167,6 +173,7 @@ impl Scheduler {
             workflows: WorkflowEngine::new(pool.clone(), queue.clone(), options.workflows)?,
             deliveries: DeliverySender::new(pool.clone(), options.deliveries)?,
             drains: DrainSender::new(pool.clone(), options.drains)?,
+            gauges: QueueGauges::new(pool.clone(), options.gauges)?,
             redis,
             wake_channel: queue.keys().wake.clone(),
             reconciler: Reconciler::new(pool, queue, options.reconciler)?,
@@ -227,6 +234,10 @@ impl Scheduler {
         &self.drains
     }
 
+    pub fn gauges(&self) -> &QueueGauges {
+        &self.gauges
+    }
+
     pub fn cron(&self) -> &CronEnqueuer {
         &self.cron
     }
@@ -285,6 +296,7 @@ impl Scheduler {
                 self.workflows.run(shutdown.clone()),
                 self.deliveries.run(shutdown.clone()),
                 self.drains.run(shutdown.clone()),
+                self.gauges.run(shutdown.clone()),
             )
         };
         tokio::pin!(loops);

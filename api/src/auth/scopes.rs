@@ -122,6 +122,7 @@ pub const OPERATIONS: &[(&str, &str, Requirement)] = &[
     ("PATCH", "/v1/log-drains/{log_drain_id}", Scope("jobs:write")),
     ("DELETE", "/v1/log-drains/{log_drain_id}", Scope("jobs:write")),
     ("GET", "/v1/runs", Scope("runs:read")),
+    ("GET", "/v1/runs/dead-letters", Scope("runs:read")),
     ("GET", "/v1/runs/{run_id}", Scope("runs:read")),
     ("POST", "/v1/runs/{run_id}/cancel", Scope("runs:write")),
     ("POST", "/v1/runs/{run_id}/replay", Scope("runs:write")),
