@@ -18,6 +18,8 @@
 //!   `expired`.
 //! - [`pruner`]: deletes finished work older than its project's
 //!   `retention_days`, in small batches.
+//! - [`rollup`]: once a minute, folds what ended into the reports'
+//!   rollups and samples the queues (analytics, usage, queue history).
 //! - [`deliveries`]: sends the notification outbox (terminal webhooks,
 //!   subscription events) with each kind's retries.
 //! - [`drains`]: ships the new run log lines of each log drain to its
@@ -71,6 +73,7 @@ pub mod promoter;
 pub mod pruner;
 pub mod reaper;
 pub mod reconciler;
+pub mod rollup;
 pub mod wake;
 pub mod workflows;
 
@@ -94,6 +97,7 @@ pub use promoter::{PromoteReport, Promoter, PromoterOptions};
 pub use pruner::{PruneReport, Pruner, PrunerOptions};
 pub use reaper::{ReapReport, Reaper, ReaperOptions};
 pub use reconciler::{ReconcileReport, Reconciler, ReconcilerOptions};
+pub use rollup::{Rollup, RollupOptions};
 pub use workflows::{SweepReport, WorkflowEngine, WorkflowOptions};
 
 /// Options of every loop.
@@ -111,6 +115,7 @@ pub struct SchedulerOptions {
     pub deliveries: DeliveryOptions,
     pub drains: DrainOptions,
     pub gauges: GaugeOptions,
+    pub rollup: RollupOptions,
 }
 
 impl SchedulerOptions {
@@ -148,6 +153,7 @@ pub struct Scheduler {
     deliveries: DeliverySender,
     drains: DrainSender,
     gauges: QueueGauges,
+    rollup: Rollup,
     /// The Redis server of `queue`, for the wake-up subscription (a pub/sub
     /// connection cannot come from the queue's pool).
     redis: redis::Client,
@@ -174,6 +180,7 @@ impl Scheduler {
             deliveries: DeliverySender::new(pool.clone(), options.deliveries)?,
             drains: DrainSender::new(pool.clone(), options.drains)?,
             gauges: QueueGauges::new(pool.clone(), options.gauges)?,
+            rollup: Rollup::new(pool.clone(), options.rollup)?,
             redis,
             wake_channel: queue.keys().wake.clone(),
             reconciler: Reconciler::new(pool, queue, options.reconciler)?,
@@ -257,6 +264,11 @@ impl Scheduler {
         self.pruner.prune_once().await
     }
 
+    /// One analytics rollup pass now (`rollup`).
+    pub async fn roll_up_once(&self) -> Result<switchyard_shared::store::analytics::RollupReport, Error> {
+        self.rollup.roll_up_once().await
+    }
+
     /// One expiry batch at `now`; returns how many runs expired.
     pub async fn expire_once(&self, now: chrono::DateTime<chrono::Utc>) -> Result<usize, Error> {
         self.expirer.expire_once(now).await
@@ -297,6 +309,7 @@ impl Scheduler {
                 self.deliveries.run(shutdown.clone()),
                 self.drains.run(shutdown.clone()),
                 self.gauges.run(shutdown.clone()),
+                self.rollup.run(shutdown.clone()),
             )
         };
         tokio::pin!(loops);

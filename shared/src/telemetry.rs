@@ -111,6 +111,12 @@ pub fn transition(from: Option<&str>, to: &str) {
         .increment(1);
 }
 
+/// Times one analytics query (a report of `period_hours`).
+pub fn analytics_query(period_hours: i64, took: std::time::Duration) {
+    metrics::histogram!(ANALYTICS_QUERY_DURATION, "period_hours" => period_hours.to_string())
+        .record(took.as_secs_f64());
+}
+
 /// Logs to stderr; `RUST_LOG` filters, `LOG_FORMAT=json` switches to JSON lines.
 pub fn init_tracing() {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn"));

@@ -14,6 +14,7 @@ use super::notify::Notify;
 use super::partitions::PartitionFigures;
 use super::pg_tables::PerRun;
 use super::queue_depth::QueueFigures;
+use super::reports::ReportFigures;
 use super::retention::RetentionFigures;
 use super::system::System;
 use super::throughput::Throughput;
@@ -49,6 +50,7 @@ pub struct Report {
     pub queue: Option<QueueFigures>,
     pub partitions: Option<PartitionFigures>,
     pub retention: Option<RetentionFigures>,
+    pub reports: Option<ReportFigures>,
     pub idle: Option<Idle>,
     pub workflows: Option<Workflows>,
     pub notify: Option<Notify>,
@@ -338,6 +340,20 @@ impl Report {
                 let _ = writeln!(o, "    {:>3} partition(s)   {:>9.0} /s", r.partitions, r.per_s);
             }
             let _ = writeln!(o, "    ratio many/one {:.2}", p.ratio);
+        }
+        if let Some(r) = &self.reports {
+            let _ = writeln!(
+                o,
+                "\n(y) reports over {} ended runs of one project (written in {:.0} s, rolled up in {:.1} s, {} rollup rows)",
+                r.runs, r.seed_secs, r.rollup_secs, r.rollup_rows
+            );
+            for (path, s) in &r.queries {
+                let _ = writeln!(o, "    {path:<62} p50 {:>7.2} ms  max {:>7.2} ms", s.p50, s.max);
+            }
+            for (path, s) in &r.without_rollup {
+                let _ = writeln!(o, "    without rollups: {path:<45} p50 {:>7.2} ms  max {:>7.2} ms", s.p50, s.max);
+            }
+            let _ = writeln!(o, "    every report within 200 ms at p50: {}", r.within_200ms);
         }
         if let Some(r) = &self.retention {
             let _ = writeln!(

@@ -6,6 +6,7 @@ mod harness;
 mod target;
 
 mod access;
+mod analytics;
 mod api_contract;
 mod api_groups;
 mod api_jobs;
