@@ -1,4 +1,4 @@
-//! `switchyard`: the operator CLI.
+//! `switchyard`: the services and the operator CLI.
 //!
 //! - `switchyard dev`: api + worker + scheduler in one process, with
 //!   development defaults for the secrets it needs.
@@ -6,10 +6,20 @@
 //! - `switchyard api|worker|scheduler`: run one service alone (the same as
 //!   the `switchyard-api`, `switchyard-worker`, `switchyard-scheduler` binaries).
 //! - `switchyard openapi`: print the OpenAPI document.
+//! - `switchyard runs|jobs|workflows|queues|dlq ...`: operator commands
+//!   over the public HTTP API ([`cli`]).
+//!
+//! The services take their configuration from the environment only; the
+//! operator commands take flags (`--api`, `--token`, `--project`, with
+//! environment fallbacks).
 
+mod cli;
+
+use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
+use clap::{Parser, Subcommand};
 use switchyard_shared::config::Secret;
 use switchyard_shared::{db, shutdown, telemetry, Config};
 
@@ -20,43 +30,75 @@ const DEV_INTERNAL_SECRET: &str = "dev-internal-secret";
 /// so job secrets saved before a restart still decrypt after it.
 const DEV_SECRETS_KEY: &str = "switchyard-dev-secrets-key";
 
-const USAGE: &str = "usage: switchyard <dev|api|worker|scheduler|migrate|openapi>
+#[derive(Parser, Debug)]
+#[command(
+    name = "switchyard",
+    version,
+    about = "Switchyard: run its services, or operate a running one over its HTTP API.",
+    long_about = "Switchyard: run its services, or operate a running one over its HTTP API.\n\n\
+        The services (dev, api, worker, scheduler, migrate) are configured from the environment \
+        (README.md, \"Configuration\"). The operator commands (runs, jobs, workflows, queues, dlq) \
+        call the API at --api with --token; see `switchyard <command> --help`.",
+    after_help = cli::EXIT_CODES,
+    arg_required_else_help = true
+)]
+struct Args {
+    #[command(subcommand)]
+    command: Command,
+}
 
-  dev       run api, worker and scheduler in one process
-  api       run the api alone
-  worker    run a worker alone
-  scheduler run a scheduler alone
-  migrate   create the database if missing and apply migrations
-  openapi   print the OpenAPI document (JSON)
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run api, worker and scheduler in one process.
+    Dev,
+    /// Run the api alone.
+    Api,
+    /// Run a worker alone.
+    Worker,
+    /// Run a scheduler alone.
+    Scheduler,
+    /// Create the database if missing and apply migrations.
+    Migrate,
+    /// Print the OpenAPI document (JSON).
+    Openapi,
+    #[command(flatten)]
+    Operator(cli::Command),
+}
 
-Configuration comes from the environment; see README.md.";
-
+/// Parses the command line (usage errors exit 2, `--help` 0) and runs the
+/// command. A service that fails prints `Error: ...` and exits 1, as a
+/// `main` returning `anyhow::Result` does; an operator command exits with
+/// the codes in [`cli::EXIT_CODES`].
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let cmd = std::env::args().nth(1).unwrap_or_default();
-    match cmd.as_str() {
-        "openapi" => {
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    let service = match args.command {
+        Command::Operator(cmd) => return ExitCode::from(cli::run(cmd).await),
+        Command::Openapi => {
             println!("{}", switchyard_api::openapi_json());
             Ok(())
         }
-        "migrate" => {
-            let config = load_config();
-            telemetry::init_tracing();
-            db::prepare(&config.database_url, Duration::from_secs(60)).await.context("migrating")?;
-            println!("database ready: {}", redact(&config.database_url));
-            Ok(())
-        }
-        "dev" => dev().await,
-        "api" | "worker" | "scheduler" => single(&cmd).await,
-        "-h" | "--help" | "help" => {
-            println!("{USAGE}");
-            Ok(())
-        }
-        other => {
-            eprintln!("switchyard: unknown command {other:?}\n\n{USAGE}");
-            std::process::exit(2);
+        Command::Migrate => migrate().await,
+        Command::Dev => dev().await,
+        Command::Api => single("api").await,
+        Command::Worker => single("worker").await,
+        Command::Scheduler => single("scheduler").await,
+    };
+    match service {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("Error: {e:?}");
+            ExitCode::FAILURE
         }
     }
+}
+
+async fn migrate() -> anyhow::Result<()> {
+    let config = load_config();
+    telemetry::init_tracing();
+    db::prepare(&config.database_url, Duration::from_secs(60)).await.context("migrating")?;
+    println!("database ready: {}", redact(&config.database_url));
+    Ok(())
 }
 
 fn load_config() -> Config {

@@ -93,6 +93,8 @@ enum Place {
     Values(&'static str, &'static str),
     Keys(&'static str, &'static str),
     Query(&'static str, &'static str),
+    /// Every query parameter of a name, on whichever operation takes it.
+    QueryAll(&'static str),
     Path(&'static str),
 }
 
@@ -328,30 +330,8 @@ fn value_rules() -> Vec<(Place, Value)> {
     r.push((Path("key"), text(&rec::STATE_KEY)));
     r.push((Path("name"), text(&switchyard_shared::secrets::NAME)));
     r.push((Path("step_ref"), text(&workflow::STEP_REF)));
-    for op in [
-        "listApiKeys",
-        "listAuditEvents",
-        "listBatchOperations",
-        "listEnvironments",
-        "listEventSources",
-        "listEvents",
-        "listJobGroups",
-        "listJobs",
-        "listLogDrains",
-        "listMembers",
-        "removeMember",
-        "listResourcePolicies",
-        "listRoles",
-        "listRuns",
-        "getQueueStats",
-        "listTagPolicies",
-        "listWebhookDeliveries",
-        "listWebhookSubscriptions",
-        "listWorkflowRuns",
-        "listWorkflows",
-    ] {
-        r.push((Query(op, "project_id"), text(&ID)));
-    }
+    // Every query parameter naming a project (`project_of` checks it).
+    r.push((QueryAll("project_id"), text(&ID)));
     for schema in [
         "AssignMember",
         "BulkAssign",
@@ -383,6 +363,7 @@ fn value_rules() -> Vec<(Place, Value)> {
         ("listAuditEvents", "resource_id"),
         ("listAuditEvents", "actor_id"),
         ("listBatchOperations", "job_id"),
+        ("listDeadLetterRuns", "job_id"),
         ("listRuns", "job_id"),
         ("listRuns", "batch_id"),
         ("listEvents", "event_key"),
@@ -611,6 +592,7 @@ impl Place {
             Place::Values(s, p) => format!("{s}.{p}{{*}}"),
             Place::Keys(s, p) => format!("{s}.{p} keys"),
             Place::Query(o, p) => format!("{o}?{p}"),
+            Place::QueryAll(p) => format!("*?{p}"),
             Place::Path(p) => format!("{{{p}}}"),
         }
     }
@@ -652,7 +634,8 @@ fn targets<'a>(doc: &'a mut Value, place: &Place) -> Vec<&'a mut Value> {
             p.contains_key("additionalProperties").then(|| p.entry("propertyNames").or_insert_with(|| json!({})))
         }),
         Place::Query(op, param) => query_parameter(doc, op, param).map(|p| &mut p["schema"]),
-        Place::Path(name) => {
+        Place::Path(name) | Place::QueryAll(name) => {
+            let within = if matches!(place, Place::Path(_)) { "path" } else { "query" };
             let Some(paths) = doc.get_mut("paths").and_then(Value::as_object_mut) else { return vec![] };
             return paths
                 .values_mut()
@@ -660,7 +643,7 @@ fn targets<'a>(doc: &'a mut Value, place: &Place) -> Vec<&'a mut Value> {
                 .flat_map(|item| item.values_mut())
                 .filter_map(|op| op.get_mut("parameters").and_then(Value::as_array_mut))
                 .flatten()
-                .filter(|p| p["in"] == "path" && p["name"] == *name)
+                .filter(|p| p["in"] == within && p["name"] == *name)
                 .map(|p| &mut p["schema"])
                 .collect();
         }

@@ -2,7 +2,7 @@
 //!
 //! - [`routes`]: one OpenAPI struct per resource (platform, projects, job
 //!   groups, jobs, runs, bulk operations, run records, access control, the
-//!   SDK, stats) and the helpers they share.
+//!   SDK, stats, analytics and usage) and the helpers they share.
 //! - [`auth`]: credentials to a [`auth::Principal`], scopes, roles, policies.
 //! - [`intake`]: group-committed triggers; [`job_cache`]: jobs as triggers
 //!   read them, kept for a second.
@@ -61,7 +61,7 @@ type Apis = (
     routes::runs::RunsApi,
     routes::AccessApis,
     routes::RecordApis,
-    routes::stats::StatsApi,
+    routes::ReportApis,
     routes::WorkflowApis,
     routes::events::EventsApi,
     routes::log_drains::LogDrainsApi,
@@ -76,7 +76,7 @@ fn apis() -> Apis {
         routes::runs::RunsApi,
         routes::access_apis(),
         routes::record_apis(),
-        routes::stats::StatsApi,
+        routes::report_apis(),
         routes::workflow_apis(),
         routes::events::EventsApi,
         routes::log_drains::LogDrainsApi,

@@ -18,10 +18,14 @@
 //!   `expired`.
 //! - [`pruner`]: deletes finished work older than its project's
 //!   `retention_days`, in small batches.
+//! - [`rollup`]: once a minute, folds what ended into the reports'
+//!   rollups and samples the queues (analytics, usage, queue history).
 //! - [`deliveries`]: sends the notification outbox (terminal webhooks,
 //!   subscription events) with each kind's retries.
 //! - [`drains`]: ships the new run log lines of each log drain to its
 //!   receiver as NDJSON, with a cursor per drain and a backlog cap.
+//! - [`gauges`]: counts the queued runs of every job, and the oldest one's
+//!   wait, into the `svc_queue_*` gauges that dashboards and autoscalers read.
 //! - [`workflows`]: the workflow engine's loop: advances a workflow run as
 //!   soon as Postgres notifies an event of it, and at its sleeps' ends and
 //!   deadline.
@@ -61,6 +65,7 @@ pub mod dependencies;
 pub mod drains;
 pub mod error;
 pub mod expirer;
+pub mod gauges;
 pub mod heartbeats;
 pub mod pace;
 pub mod placement;
@@ -68,6 +73,7 @@ pub mod promoter;
 pub mod pruner;
 pub mod reaper;
 pub mod reconciler;
+pub mod rollup;
 pub mod wake;
 pub mod workflows;
 
@@ -85,11 +91,13 @@ pub use dependencies::{DependencyOptions, DependencyResolver, ResolveReport};
 pub use drains::{DrainOptions, DrainReport, DrainSender};
 pub use error::{Error, OptionsError};
 pub use expirer::{Expirer, ExpirerOptions};
+pub use gauges::{GaugeOptions, GaugeReport, QueueGauges};
 pub use heartbeats::{HeartbeatOptions, HeartbeatReport, HeartbeatSweeper};
 pub use promoter::{PromoteReport, Promoter, PromoterOptions};
 pub use pruner::{PruneReport, Pruner, PrunerOptions};
 pub use reaper::{ReapReport, Reaper, ReaperOptions};
 pub use reconciler::{ReconcileReport, Reconciler, ReconcilerOptions};
+pub use rollup::{Rollup, RollupOptions};
 pub use workflows::{SweepReport, WorkflowEngine, WorkflowOptions};
 
 /// Options of every loop.
@@ -106,6 +114,8 @@ pub struct SchedulerOptions {
     pub workflows: WorkflowOptions,
     pub deliveries: DeliveryOptions,
     pub drains: DrainOptions,
+    pub gauges: GaugeOptions,
+    pub rollup: RollupOptions,
 }
 
 impl SchedulerOptions {
@@ -142,6 +152,8 @@ pub struct Scheduler {
     workflows: WorkflowEngine,
     deliveries: DeliverySender,
     drains: DrainSender,
+    gauges: QueueGauges,
+    rollup: Rollup,
     /// The Redis server of `queue`, for the wake-up subscription (a pub/sub
     /// connection cannot come from the queue's pool).
     redis: redis::Client,
@@ -167,6 +179,8 @@ impl Scheduler {
             workflows: WorkflowEngine::new(pool.clone(), queue.clone(), options.workflows)?,
             deliveries: DeliverySender::new(pool.clone(), options.deliveries)?,
             drains: DrainSender::new(pool.clone(), options.drains)?,
+            gauges: QueueGauges::new(pool.clone(), options.gauges)?,
+            rollup: Rollup::new(pool.clone(), options.rollup)?,
             redis,
             wake_channel: queue.keys().wake.clone(),
             reconciler: Reconciler::new(pool, queue, options.reconciler)?,
@@ -227,6 +241,10 @@ impl Scheduler {
         &self.drains
     }
 
+    pub fn gauges(&self) -> &QueueGauges {
+        &self.gauges
+    }
+
     pub fn cron(&self) -> &CronEnqueuer {
         &self.cron
     }
@@ -244,6 +262,11 @@ impl Scheduler {
     /// One retention pass over every project (without the lock).
     pub async fn prune_once(&self) -> Result<PruneReport, Error> {
         self.pruner.prune_once().await
+    }
+
+    /// One analytics rollup pass now (`rollup`).
+    pub async fn roll_up_once(&self) -> Result<switchyard_shared::store::analytics::RollupReport, Error> {
+        self.rollup.roll_up_once().await
     }
 
     /// One expiry batch at `now`; returns how many runs expired.
@@ -285,6 +308,8 @@ impl Scheduler {
                 self.workflows.run(shutdown.clone()),
                 self.deliveries.run(shutdown.clone()),
                 self.drains.run(shutdown.clone()),
+                self.gauges.run(shutdown.clone()),
+                self.rollup.run(shutdown.clone()),
             )
         };
         tokio::pin!(loops);

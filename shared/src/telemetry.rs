@@ -21,9 +21,11 @@ pub const BULK_CHILD_CANCELLATIONS: &str = "svc_bulk_child_cancellations_total";
 pub const WEBHOOK_RETRY_ATTEMPTS: &str = "svc_webhook_retry_attempts_total";
 pub const LOG_DRAIN_LINES_SENT: &str = "svc_log_drain_lines_sent_total";
 pub const LOG_DRAIN_LINES_DROPPED: &str = "svc_log_drain_lines_dropped_total";
+pub const QUEUE_DEPTH: &str = "svc_queue_depth";
+pub const QUEUE_OLDEST_AGE: &str = "svc_queue_oldest_age_seconds";
 
 /// (name, type, labels, help) of every metric `/metrics` shows.
-pub const METRICS: [(&str, &str, &[&str], &str); 12] = [
+pub const METRICS: [(&str, &str, &[&str], &str); 14] = [
     (RUN_TRANSITIONS, "counter", &["from_status", "to_status"], "Run status transitions."),
     (DISPATCH_DURATION, "histogram", &["job_id", "outcome"], "Time from sending a dispatch to its outcome."),
     (DEQUEUE_DURATION, "histogram", &[], "Time of one dequeue call to Redis."),
@@ -36,6 +38,18 @@ pub const METRICS: [(&str, &str, &[&str], &str); 12] = [
     (WEBHOOK_RETRY_ATTEMPTS, "counter", &[], "Webhook delivery attempts after the first."),
     (LOG_DRAIN_LINES_SENT, "counter", &[], "Run log lines a log drain's receiver accepted."),
     (LOG_DRAIN_LINES_DROPPED, "counter", &[], "Run log lines skipped because a log drain's backlog exceeded its cap."),
+    (
+        QUEUE_DEPTH,
+        "gauge",
+        &["project_id", "job_id"],
+        "Runs in status queued per job, as the scheduler last counted them.",
+    ),
+    (
+        QUEUE_OLDEST_AGE,
+        "gauge",
+        &["project_id", "job_id"],
+        "Seconds the longest-waiting queued run of the job has waited since it became due (0 when none).",
+    ),
 ];
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
@@ -95,6 +109,12 @@ pub fn render_metrics() -> String {
 pub fn transition(from: Option<&str>, to: &str) {
     metrics::counter!(RUN_TRANSITIONS, "from_status" => from.unwrap_or("none").to_string(), "to_status" => to.to_string())
         .increment(1);
+}
+
+/// Times one analytics query (a report of `period_hours`).
+pub fn analytics_query(period_hours: i64, took: std::time::Duration) {
+    metrics::histogram!(ANALYTICS_QUERY_DURATION, "period_hours" => period_hours.to_string())
+        .record(took.as_secs_f64());
 }
 
 /// Logs to stderr; `RUST_LOG` filters, `LOG_FORMAT=json` switches to JSON lines.

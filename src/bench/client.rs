@@ -102,6 +102,19 @@ impl Api {
         Ok(serde_json::from_str::<Created>(&text).with_context(|| format!("POST {path}: {}", snippet(&text)))?.id)
     }
 
+    /// A GET with the internal secret: its status and body.
+    pub async fn get(&self, path: &str) -> anyhow::Result<(u16, String)> {
+        let r = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .header(AUTHORIZATION, self.auth.clone())
+            .send()
+            .await
+            .with_context(|| format!("GET {path}"))?;
+        let status = r.status().as_u16();
+        Ok((status, r.text().await.unwrap_or_default()))
+    }
+
     pub async fn create_project(&self, name: &str) -> anyhow::Result<String> {
         self.create("/v1/projects", json!({ "name": name })).await
     }

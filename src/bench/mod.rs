@@ -10,7 +10,8 @@
 //! - [`cpu`], [`meter`]: CPU time from /proc, per part of the system.
 //! - [`settle`]: waiting for a phase's runs to end. [`check`]: their correctness.
 //! - Phases: [`throughput`] (a, g), [`latency`] (b), [`bulk`] (c),
-//!   [`queue_depth`] (d, e), [`idle`] (f), [`workflows`] (w), [`notify`] (n).
+//!   [`queue_depth`] (d, e), [`idle`] (f), [`workflows`] (w), [`notify`] (n),
+//!   [`retention`] (r), [`reports`] (y).
 //! - [`pg_tables`]: Postgres table activity per run, read at the end.
 //! - [`stats`]: percentiles. [`anchors`]: the peer figures. [`report`]: the output.
 
@@ -28,6 +29,7 @@ mod partitions;
 mod pg_tables;
 mod queue_depth;
 mod report;
+mod reports;
 mod retention;
 mod settle;
 mod stalls;
@@ -234,6 +236,13 @@ async fn phases(sys: &System, opts: &Opts) -> anyhow::Result<Report> {
         report.retention = keep(&mut report.failures, "(r)", r.await);
         notices.stop(sys).await;
         report.phase_secs.insert("r".into(), lap(&mut t));
+    }
+    // Only when asked for by name: it writes a million runs.
+    if opts.only.as_ref().is_some_and(|o| o.contains(&'y')) {
+        eprintln!("bench: (y) reports over {} ended runs, {} reads each", opts.report_runs, opts.report_reps);
+        let r = reports::run(sys, opts.report_runs, opts.report_reps).await;
+        report.reports = keep(&mut report.failures, "(y)", r);
+        report.phase_secs.insert("y".into(), lap(&mut t));
     }
     if opts.wants('f') {
         eprintln!("bench: (f) idle for {} s", opts.idle_secs);

@@ -18,6 +18,9 @@ pub const USAGE: &str = "usage: switchyard-bench [options]   (normally run throu
   --deep N            the deep queue of phase (d) and (e) (default 1000000)
   --partitions N      the partitioned queue of phase (p), against one partition (default 8)
   --history N         old runs written into the tables by phase (r) (default 10000000)
+  --report-runs N     ended runs of one project phase (y) writes before timing the reports
+                      (default 1000000)
+  --report-reps N     reads of each report phase (y) times (default 10)
   --idle-secs S       idle window of phase (f) (default 10)
   --wf-rate R         workflow runs/s of the 3-step chain in phase (w) (default 100)
   --wf-secs S         measured seconds of the chain (default 10, after 2 s warm-up)
@@ -28,8 +31,9 @@ pub const USAGE: &str = "usage: switchyard-bench [options]   (normally run throu
   --notify-runs N     closed-loop runs of phase (n), each with a terminal webhook and a
                       subscription event (default 4000, after 200 warm-up)
   --wait-quiet S      wait up to S seconds for a quiet box (<15 % busy) before starting (default 30)
-  --only a,b,c,d,f,w,n,p,r  run only these phases ((r) is not in the default set: it
-                      writes --history old runs, minutes of work) ((g) comes with (a), (e) with (d))
+  --only a,b,c,d,f,w,n,p,r,y  run only these phases ((r) and (y) are not in the default set:
+                      they write --history old runs and --report-runs ended runs, minutes of
+                      work) ((g) comes with (a), (e) with (d))
   --pg-base URL       Postgres server (default postgres://postgres@127.0.0.1:5432)
   --redis URL         Redis (default redis://127.0.0.1:6379; a cluster: redis+cluster://host:port,...)
   --bin PATH          the switchyard binary (default: next to this one)
@@ -51,6 +55,8 @@ pub struct Opts {
     pub dequeues: usize,
     pub partitions: usize,
     pub history: usize,
+    pub report_runs: usize,
+    pub report_reps: usize,
     pub shallow: usize,
     pub deep: usize,
     pub idle_secs: u64,
@@ -86,6 +92,8 @@ impl Default for Opts {
             dequeues: 50_000,
             partitions: 8,
             history: 10_000_000,
+            report_runs: 1_000_000,
+            report_reps: 10,
             shallow: 1_000,
             deep: 1_000_000,
             idle_secs: 10,
@@ -143,6 +151,8 @@ impl Opts {
                 "--bulk-runs" => o.bulk_runs = num(&value)?.max(100),
                 "--dequeues" => o.dequeues = num(&value)?.max(64),
                 "--history" => o.history = num(&value)?.max(1),
+                "--report-runs" => o.report_runs = num(&value)?.max(100),
+                "--report-reps" => o.report_reps = num(&value)?.max(1),
                 "--partitions" => o.partitions = num(&value)?.clamp(1, switchyard_shared::queue::MAX_PARTITIONS),
                 "--deep" => o.deep = num(&value)?.max(o.shallow),
                 "--idle-secs" => o.idle_secs = num(&value)?.max(1) as u64,

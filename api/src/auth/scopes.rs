@@ -122,6 +122,7 @@ pub const OPERATIONS: &[(&str, &str, Requirement)] = &[
     ("PATCH", "/v1/log-drains/{log_drain_id}", Scope("jobs:write")),
     ("DELETE", "/v1/log-drains/{log_drain_id}", Scope("jobs:write")),
     ("GET", "/v1/runs", Scope("runs:read")),
+    ("GET", "/v1/runs/dead-letters", Scope("runs:read")),
     ("GET", "/v1/runs/{run_id}", Scope("runs:read")),
     ("POST", "/v1/runs/{run_id}/cancel", Scope("runs:write")),
     ("POST", "/v1/runs/{run_id}/replay", Scope("runs:write")),
@@ -170,6 +171,13 @@ pub const OPERATIONS: &[(&str, &str, Requirement)] = &[
     ("PATCH", "/v1/tag-policies/{policy_id}", Scope("rbac:manage")),
     ("DELETE", "/v1/tag-policies/{policy_id}", Scope("rbac:manage")),
     ("GET", "/v1/stats/queues", Scope("stats:read")),
+    // Reports are aggregates, with no run's contents: read with the queue
+    // statistics (SPEC 5.2's scope list and system roles are fixed, and
+    // `viewer` and `operator` hold it).
+    ("GET", "/v1/analytics/workflows/summary", Scope("stats:read")),
+    ("GET", "/v1/analytics/jobs/by-version", Scope("stats:read")),
+    ("GET", "/v1/analytics/performance", Scope("stats:read")),
+    ("GET", "/v1/usage/projects", Scope("stats:read")),
     ("POST", "/v1/workflows", Scope("workflows:write")),
     ("GET", "/v1/workflows", Scope("workflows:read")),
     ("GET", "/v1/workflows/{workflow_id}", Scope("workflows:read")),

@@ -20,6 +20,7 @@
 //! `crate::views`; triggering and cancelling runs, which several resources
 //! do, is `crate::run_actions`; SQL stays in `switchyard_shared::store`.
 
+pub mod analytics;
 pub mod api_keys;
 pub mod audit;
 pub mod bulk;
@@ -92,8 +93,13 @@ pub enum Tag {
     Bulk,
     /// Deployment environments of a project, named by jobs.
     Environments,
-    /// Operators' counts: queue depths per job.
+    /// Operators' counts: queue depths per job, with the last hour's history.
     Stats,
+    /// Reports over a period: workflow and job outcomes, durations,
+    /// throughput and health.
+    Analytics,
+    /// Cost, tokens and CPU per project and job for a billing month.
+    Usage,
     /// Workflows: versioned DAGs of steps, and the project's workflow policy.
     Workflows,
     /// Webhook subscriptions and the notification outbox.
@@ -467,6 +473,12 @@ api_group!(
     /// audit trail) and the SDK.
     AccessApis, access_apis:
     api_keys::ApiKeysApi, roles::RolesApi, members::MembersApi, policies::PoliciesApi, audit::AuditApi, sdk::SdkApi,
+);
+
+api_group!(
+    /// Reports: queue statistics, analytics and usage.
+    ReportApis, report_apis:
+    stats::StatsApi, analytics::AnalyticsApi, analytics::UsageApi,
 );
 
 api_group!(

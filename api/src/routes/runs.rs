@@ -84,6 +84,29 @@ impl RunsApi {
         Ok(Json(w.page(rows, |r| r.id.clone(), run_view)))
     }
 
+    /// The dead-letter queue, newest first: `failed` and `timed_out` runs
+    /// whose attempts are exhausted (attempt reached the run's
+    /// max_attempts, or its retry strategy is `none`) and that were not
+    /// replayed, of jobs not deleted. `POST /v1/runs/bulk-dlq-replay`
+    /// replays them.
+    #[oai(path = "/v1/runs/dead-letters", method = "get", operation_id = "listDeadLetterRuns")]
+    async fn dead_letters(
+        &self,
+        state: Data<&AppState>,
+        auth: Auth,
+        project_id: Query<Option<String>>,
+        /// Only this job's runs.
+        job_id: Query<Option<String>>,
+        #[oai(validator(minimum(value = "1"), maximum(value = "100")))] limit: Query<Option<i64>>,
+        cursor: Query<Option<String>>,
+    ) -> ApiResult<Json<Page<JobRun>>> {
+        let project_id = project_of(&auth.0, "query", project_id.0.as_deref())?;
+        let w = Window::parse(limit.0, cursor.0)?;
+        let rows =
+            store::runs::dead_letters(&state.pool, &project_id, job_id.0.as_deref(), w.after(), w.fetch()).await?;
+        Ok(Json(w.page(rows, |r| r.id.clone(), run_view)))
+    }
+
     /// Get a run.
     #[oai(path = "/v1/runs/:run_id", method = "get", operation_id = "getRun")]
     async fn get(&self, state: Data<&AppState>, auth: Auth, run_id: Path<String>) -> ApiResult<Json<JobRun>> {

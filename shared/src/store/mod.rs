@@ -13,6 +13,8 @@
 //!   inbound events and the sources that trigger runs from them: [`events`];
 //! - workflow runs: [`workflow_runs`] (the rows, the reads, the moves people
 //!   ask for), [`workflow_engine`] (the engine's advance of a run);
+//! - reporting: [`analytics`] (the rollups and the reads of the analytics,
+//!   usage and queue-history reports);
 //! - the resources the api manages: [`projects`], [`environments`],
 //!   [`secrets`], [`api_keys`], [`roles`], [`members`], [`policies`],
 //!   [`audit`], [`actors`];
@@ -37,6 +39,7 @@
 //! cannot be handed another project's row by forgetting to check.
 
 pub mod actors;
+pub mod analytics;
 pub mod api_keys;
 pub mod audit;
 pub mod batches;

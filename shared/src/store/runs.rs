@@ -847,11 +847,43 @@ fn qualified_run_columns() -> String {
     RUN_COLUMNS.split(',').map(|c| format!("r.{}", c.trim())).collect::<Vec<_>>().join(", ")
 }
 
-/// The project's dead-lettered runs (of one job if given), oldest first, at
-/// most `limit`, locked until `conn`'s transaction ends (rows another
-/// transaction holds are skipped). Dead-lettered: `failed` or `timed_out`
-/// with no attempt left (attempt reached the run's max_attempts, or its
-/// retry strategy is `none`), never replayed, of a job not deleted.
+/// Which runs `r` (joined to their job version `v` and live job `j`) are
+/// dead-lettered: `failed` or `timed_out` with no attempt left (attempt
+/// reached the run's max_attempts, or its retry strategy is `none`), never
+/// replayed, of a job not deleted. The listing and the replay share it.
+const DEAD_LETTER: &str = "FROM job_runs r
+       JOIN job_versions v ON v.id = r.job_version_id
+       JOIN jobs j ON j.id = r.job_id AND j.deleted_at IS NULL
+     WHERE r.project_id = $1 AND ($2::text IS NULL OR r.job_id = $2)
+       AND r.status IN ('failed', 'timed_out')
+       AND (r.attempt >= COALESCE(NULLIF(r.max_attempts_override, 0), (v.spec->>'max_attempts')::int, 1)
+            OR COALESCE(r.retry_backoff, v.spec->>'retry_strategy') = 'none')
+       AND NOT EXISTS (SELECT 1 FROM job_runs c WHERE c.continuation_of = r.id)";
+
+/// The project's dead-lettered runs (of one job if given; [`DEAD_LETTER`]),
+/// newest first, older than `before`, at most `limit`.
+pub async fn dead_letters(
+    pool: &PgPool,
+    project_id: &str,
+    job_id: Option<&str>,
+    before: Option<&str>,
+    limit: i64,
+) -> Result<Vec<Run>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "SELECT {} {DEAD_LETTER} AND ($3::text IS NULL OR r.id < $3) ORDER BY r.id DESC LIMIT $4",
+        qualified_run_columns()
+    ))
+    .bind(project_id)
+    .bind(job_id)
+    .bind(before)
+    .bind(limit)
+    .fetch_all(pool)
+    .await
+}
+
+/// The project's dead-lettered runs (of one job if given; [`DEAD_LETTER`]),
+/// oldest first, at most `limit`, locked until `conn`'s transaction ends
+/// (rows another transaction holds are skipped).
 pub async fn lock_dead_letters(
     conn: &mut sqlx::PgConnection,
     project_id: &str,
@@ -859,16 +891,7 @@ pub async fn lock_dead_letters(
     limit: i64,
 ) -> Result<Vec<Run>, sqlx::Error> {
     sqlx::query_as(&format!(
-        "SELECT {} FROM job_runs r
-           JOIN job_versions v ON v.id = r.job_version_id
-           JOIN jobs j ON j.id = r.job_id AND j.deleted_at IS NULL
-         WHERE r.project_id = $1 AND ($2::text IS NULL OR r.job_id = $2)
-           AND r.status IN ('failed', 'timed_out')
-           AND (r.attempt >= COALESCE(NULLIF(r.max_attempts_override, 0), (v.spec->>'max_attempts')::int, 1)
-                OR COALESCE(r.retry_backoff, v.spec->>'retry_strategy') = 'none')
-           AND NOT EXISTS (SELECT 1 FROM job_runs c WHERE c.continuation_of = r.id)
-         ORDER BY r.id LIMIT $3
-         FOR UPDATE OF r SKIP LOCKED",
+        "SELECT {} {DEAD_LETTER} ORDER BY r.id LIMIT $3 FOR UPDATE OF r SKIP LOCKED",
         qualified_run_columns()
     ))
     .bind(project_id)

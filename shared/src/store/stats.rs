@@ -39,3 +39,28 @@ pub async fn backlog(pool: &PgPool, project_id: &str) -> Result<Vec<JobBacklog>,
     .fetch_all(pool)
     .await
 }
+
+/// The `queued` runs of one job, for the queue gauges.
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct QueuedByJob {
+    pub project_id: String,
+    pub job_id: String,
+    pub queued: i64,
+    /// When the longest-waiting of them became due (as in [`JobBacklog`]).
+    pub oldest_queued_at: Option<DateTime<Utc>>,
+}
+
+/// Every job, of every project, that has `queued` runs: how many, and the
+/// oldest one's due time. Reads only unfinished runs (through the partial
+/// index `job_runs_active_idx`), so it costs the backlog, not the history.
+pub async fn queued_by_job(pool: &PgPool) -> Result<Vec<QueuedByJob>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT project_id, job_id, count(*) AS queued,
+                min(GREATEST(created_at, scheduled_at, next_retry_at)) AS oldest_queued_at
+           FROM job_runs
+          WHERE status = 'queued'
+          GROUP BY project_id, job_id",
+    )
+    .fetch_all(pool)
+    .await
+}

@@ -1,0 +1,175 @@
+//! `switchyard jobs list|get|trigger|pause|resume`.
+
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use serde_json::{json, Value};
+
+use super::client::Client;
+use super::output::{self, Table};
+use super::{exit, list, print_more, read_payload, runs, seg, wait_until_ended, Failure, Global, Paging};
+
+/// A run's statuses from which it never moves again.
+pub const RUN_TERMINAL: [&str; 5] = ["completed", "failed", "timed_out", "cancelled", "expired"];
+
+#[derive(Args, Debug)]
+#[command(after_help = super::EXIT_CODES)]
+pub struct Jobs {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub cmd: JobsCmd,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum JobsCmd {
+    /// The project's jobs, newest first.
+    List {
+        /// Only the jobs of this group.
+        #[arg(long)]
+        group: Option<String>,
+        #[command(flatten)]
+        paging: Paging,
+    },
+    /// One job's definition.
+    Get { job_id: String },
+    /// Trigger a run of a job; prints the run (with --wait, once it ended).
+    Trigger {
+        job_id: String,
+        /// The run's payload: JSON text, `@file` for a file's content, or
+        /// `@-` for stdin.
+        #[arg(long)]
+        payload: Option<String>,
+        /// A second trigger with the same key returns the first run.
+        #[arg(long)]
+        idempotency_key: Option<String>,
+        /// Higher runs first (-1000 to 1000).
+        #[arg(long, allow_negative_numbers = true)]
+        priority: Option<i64>,
+        /// Poll the run until it ends; exit 0 only if it completed (1 if it
+        /// failed, timed out, was cancelled or expired).
+        #[arg(long)]
+        wait: bool,
+        /// With --wait: give up after this many seconds (exit 6).
+        #[arg(long, default_value_t = 300, requires = "wait")]
+        timeout: u64,
+    },
+    /// Disable a job (`enabled: false`): triggers are refused (409) and its
+    /// cron stops; runs already queued still dispatch. A group's
+    /// pause-all also holds queued runs.
+    #[command(visible_alias = "disable")]
+    Pause { job_id: String },
+    /// Enable a job again (`enabled: true`).
+    #[command(visible_alias = "enable")]
+    Resume { job_id: String },
+}
+
+const HEADERS: [&str; 7] = ["ID", "SLUG", "NAME", "ENABLED", "PAUSED", "VERSION", "ENDPOINT"];
+
+const DETAIL: [&str; 22] = [
+    "id",
+    "project_id",
+    "group_id",
+    "name",
+    "slug",
+    "description",
+    "enabled",
+    "paused",
+    "version",
+    "endpoint_url",
+    "fallback_endpoint_url",
+    "cron",
+    "timezone",
+    "execution_window_cron",
+    "max_attempts",
+    "retry_strategy",
+    "timeout_secs",
+    "max_concurrency",
+    "max_concurrency_per_key",
+    "rate_limit_max",
+    "created_at",
+    "updated_at",
+];
+
+pub async fn run(c: Jobs) -> Result<u8, Failure> {
+    let g = &c.global;
+    let client = Client::new(g)?;
+    match c.cmd {
+        JobsCmd::List { group, paging } => {
+            let mut q = g.project_query();
+            q.extend(group.map(|v| ("group_id", v)));
+            let page = list(&client, "/v1/jobs", &q, &paging).await?;
+            if g.json {
+                output::json(&page);
+                return Ok(exit::OK);
+            }
+            let mut t = Table::new(&HEADERS);
+            for j in page["data"].as_array().into_iter().flatten() {
+                t.row(vec![
+                    output::cell(&j["id"]),
+                    output::cell(&j["slug"]),
+                    output::short(&j["name"], 40),
+                    output::cell(&j["enabled"]),
+                    output::cell(&j["paused"]),
+                    output::cell(&j["version"]),
+                    output::short(&j["endpoint_url"], 60),
+                ]);
+            }
+            t.print();
+            print_more(&page);
+        }
+        JobsCmd::Get { job_id } => {
+            let j = client.get(&format!("/v1/jobs/{}", seg(&job_id)), &[]).await?;
+            if g.json {
+                output::json(&j);
+            } else {
+                print!("{}", output::fields(&j, &DETAIL));
+            }
+        }
+        JobsCmd::Trigger { job_id, payload, idempotency_key, priority, wait, timeout } => {
+            let mut body = json!({});
+            if let Some(p) = payload {
+                body["payload"] = read_payload(&p)?;
+            }
+            if let Some(k) = idempotency_key {
+                body["idempotency_key"] = Value::String(k);
+            }
+            if let Some(p) = priority {
+                body["priority"] = json!(p);
+            }
+            let r = client.post(&format!("/v1/jobs/{}/trigger", seg(&job_id)), Some(body)).await?;
+            if !wait {
+                if g.json {
+                    output::json(&r);
+                } else {
+                    println!("{}  {}", output::cell(&r["id"]), output::cell(&r["status"]));
+                }
+                return Ok(exit::OK);
+            }
+            let id = r["id"].as_str().unwrap_or_default();
+            let path = format!("/v1/runs/{}", seg(id));
+            let done = wait_until_ended(&client, &path, &RUN_TERMINAL, Duration::from_secs(timeout)).await?;
+            if g.json {
+                output::json(&done);
+            } else {
+                runs::show(&done);
+            }
+            return Ok(if done["status"] == "completed" { exit::OK } else { exit::OUTCOME });
+        }
+        JobsCmd::Pause { job_id } => set_enabled(&client, g, &job_id, false).await?,
+        JobsCmd::Resume { job_id } => set_enabled(&client, g, &job_id, true).await?,
+    }
+    Ok(exit::OK)
+}
+
+/// `PATCH /v1/jobs/{id}` with `enabled` alone (the API makes a new version
+/// of the job, as for any change).
+async fn set_enabled(client: &Client, g: &Global, job_id: &str, enabled: bool) -> Result<(), Failure> {
+    let j = client.patch(&format!("/v1/jobs/{}", seg(job_id)), json!({"enabled": enabled})).await?;
+    if g.json {
+        output::json(&j);
+    } else {
+        println!("{}  enabled={}  version={}", output::cell(&j["id"]), output::cell(&j["enabled"]), j["version"]);
+    }
+    Ok(())
+}

@@ -1,0 +1,256 @@
+//! The operator commands of `switchyard`: `runs`, `jobs`, `workflows`,
+//! `queues` and `dlq`. Each talks to the public HTTP API only (the same
+//! calls as curl or an SDK), so it works against any deployment it can
+//! reach with a token.
+//!
+//! - [`client`]: the HTTP call and the exit code a failure maps to.
+//! - [`output`]: tables and `key value` blocks for people, `--json` for scripts.
+//! - [`runs`], [`jobs`], [`workflows`], [`queues`], [`dlq`]: one file per
+//!   resource, each a clap subcommand and its handlers.
+
+pub mod client;
+pub mod dlq;
+pub mod jobs;
+pub mod output;
+pub mod queues;
+pub mod runs;
+pub mod workflows;
+
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use serde_json::{json, Value};
+
+pub use client::exit;
+use client::Client;
+
+/// The exit codes, as `--help` shows them (README, "CLI", says the same).
+pub const EXIT_CODES: &str = "Exit codes:
+  0  success
+  1  the outcome was not success: a run waited on (--wait) did not complete,
+     or an item of a bulk call (dlq replay) failed
+  2  usage error: unknown command or flag, bad --payload JSON, unreadable @file
+  3  the API answered 404: no such run, job or workflow (in this project)
+  4  the API refused the request (another 4xx: 400, 401, 403, 409, 422, 429)
+  5  the API failed (5xx) or could not be reached
+  6  --wait gave up (--timeout) before the run ended
+The API's problem title and detail go to stderr.";
+
+/// The operator commands (flattened into `switchyard`'s own).
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Job runs: list, get, cancel, replay.
+    Runs(runs::Runs),
+    /// Jobs: list, get, trigger (and wait), pause, resume.
+    Jobs(jobs::Jobs),
+    /// Workflows: list, trigger (and wait).
+    Workflows(workflows::Workflows),
+    /// Queue depths per job of a project.
+    Queues(queues::Queues),
+    /// The dead-letter queue: failed and timed-out runs with no attempt left.
+    Dlq(dlq::Dlq),
+}
+
+/// Where the API is and who calls it; every operator command takes these.
+#[derive(Args, Clone, Debug)]
+#[command(next_help_heading = "API")]
+pub struct Global {
+    /// Base URL of the Switchyard API.
+    #[arg(
+        long,
+        global = true,
+        env = "SWITCHYARD_API",
+        hide_env_values = true,
+        default_value = "http://127.0.0.1:8080"
+    )]
+    pub api: String,
+    /// An API key (`svc_...`) or the internal secret, sent as
+    /// `Authorization: Bearer`.
+    #[arg(long, global = true, env = "SWITCHYARD_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// The project to act in: needed with the internal secret, implied by
+    /// an API key.
+    #[arg(long, global = true, env = "SWITCHYARD_PROJECT", hide_env_values = true)]
+    pub project: Option<String>,
+    /// Print the API's JSON as it came instead of a table.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+impl Global {
+    /// `project_id` for a query, when a project was named.
+    fn project_query(&self) -> Vec<(&'static str, String)> {
+        self.project.iter().map(|p| ("project_id", p.clone())).collect()
+    }
+}
+
+/// How much of a list to show.
+#[derive(Args, Clone, Debug)]
+pub struct Paging {
+    /// Show at most this many items; pages of up to 100 are followed
+    /// until there are this many.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..))]
+    pub limit: u32,
+    /// Start after this position: the `next_cursor` an earlier listing
+    /// printed.
+    #[arg(long)]
+    pub cursor: Option<String>,
+}
+
+/// Why a command failed, and the exit code that says so.
+#[derive(Debug)]
+pub struct Failure {
+    pub code: u8,
+    pub message: String,
+}
+
+impl Failure {
+    pub fn new(code: u8, message: impl Into<String>) -> Failure {
+        Failure { code, message: message.into() }
+    }
+
+    pub fn usage(message: impl Into<String>) -> Failure {
+        Failure::new(exit::USAGE, message)
+    }
+}
+
+/// Runs one operator command; returns the process's exit code, having
+/// printed any failure on stderr.
+pub async fn run(cmd: Command) -> u8 {
+    let outcome = match cmd {
+        Command::Runs(c) => runs::run(c).await,
+        Command::Jobs(c) => jobs::run(c).await,
+        Command::Workflows(c) => workflows::run(c).await,
+        Command::Queues(c) => queues::run(c).await,
+        Command::Dlq(c) => dlq::run(c).await,
+    };
+    match outcome {
+        Ok(code) => code,
+        Err(f) => {
+            eprintln!("switchyard: {}", f.message);
+            f.code
+        }
+    }
+}
+
+/// Up to `paging.limit` items of a list endpoint, following its cursor.
+/// One page is returned exactly as the API sent it; several are joined
+/// into one page of the same shape (`data`, `has_more`, `next_cursor` of
+/// the last one).
+pub async fn list(client: &Client, path: &str, query: &[(&str, String)], paging: &Paging) -> Result<Value, Failure> {
+    let mut want = paging.limit as usize;
+    let mut cursor = paging.cursor.clone();
+    let mut data = Vec::new();
+    let mut pages = 0;
+    loop {
+        let mut q = query.to_vec();
+        q.push(("limit", want.min(100).to_string()));
+        if let Some(c) = &cursor {
+            q.push(("cursor", c.clone()));
+        }
+        let page = client.get(path, &q).await?;
+        pages += 1;
+        let items = page["data"].as_array().cloned().unwrap_or_default();
+        want = want.saturating_sub(items.len());
+        let next = page["next_cursor"].as_str().map(str::to_string);
+        let more = page["has_more"].as_bool().unwrap_or(false);
+        if pages == 1 && (want == 0 || !more || next.is_none()) {
+            return Ok(page);
+        }
+        data.extend(items);
+        if want == 0 || !more || next.is_none() {
+            let mut out = json!({"data": data, "has_more": more});
+            if let Some(n) = next.filter(|_| more) {
+                out["next_cursor"] = Value::String(n);
+            }
+            return Ok(out);
+        }
+        cursor = next;
+    }
+}
+
+/// Tells people where the next page starts (on stderr: stdout keeps the
+/// table alone).
+pub fn print_more(page: &Value) {
+    if page["has_more"].as_bool() == Some(true) {
+        if let Some(c) = page["next_cursor"].as_str() {
+            eprintln!("more: --cursor {c}");
+        }
+    }
+}
+
+/// A `--payload`: JSON text, `@path` for a file's content, `@-` for stdin.
+pub fn read_payload(arg: &str) -> Result<Value, Failure> {
+    let (text, from) = match arg.strip_prefix('@') {
+        Some("-") => {
+            let mut s = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)
+                .map_err(|e| Failure::usage(format!("--payload @-: cannot read stdin: {e}")))?;
+            (s, "stdin".to_string())
+        }
+        Some(path) => (
+            std::fs::read_to_string(path).map_err(|e| Failure::usage(format!("--payload @{path}: {e}")))?,
+            path.to_string(),
+        ),
+        None => (arg.to_string(), "--payload".to_string()),
+    };
+    serde_json::from_str(&text).map_err(|e| Failure::usage(format!("{from} is not JSON: {e}")))
+}
+
+/// Polls `path` (a run) until its `status` is one of `terminal`, or
+/// `timeout` passes (exit code 6).
+pub async fn wait_until_ended(
+    client: &Client,
+    path: &str,
+    terminal: &[&str],
+    timeout: Duration,
+) -> Result<Value, Failure> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut pause = Duration::from_millis(100);
+    loop {
+        let v = client.get(path, &[]).await?;
+        let status = v["status"].as_str().unwrap_or_default();
+        if terminal.contains(&status) {
+            return Ok(v);
+        }
+        if tokio::time::Instant::now() + pause > deadline {
+            return Err(Failure::new(
+                exit::WAIT_TIMEOUT,
+                format!(
+                    "{} is still {status} after {}s (--timeout)",
+                    v["id"].as_str().unwrap_or(path),
+                    timeout.as_secs()
+                ),
+            ));
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_secs(1));
+    }
+}
+
+/// Path segments come from the command line: keep them one segment.
+pub fn seg(s: &str) -> String {
+    url::form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>().replace('+', "%20")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_payload_is_json_a_file_or_a_usage_error() {
+        assert_eq!(read_payload(r#"{"to":"ada"}"#).unwrap(), json!({"to": "ada"}));
+        let dir = std::env::temp_dir().join(format!("sy-cli-{}", std::process::id()));
+        std::fs::write(&dir, "[1, 2]").unwrap();
+        assert_eq!(read_payload(&format!("@{}", dir.display())).unwrap(), json!([1, 2]));
+        std::fs::remove_file(&dir).unwrap();
+        assert_eq!(read_payload("{nope").unwrap_err().code, exit::USAGE);
+        assert_eq!(read_payload("@/no/such/file").unwrap_err().code, exit::USAGE);
+    }
+
+    #[test]
+    fn a_path_segment_stays_one_segment() {
+        assert_eq!(seg("run_01"), "run_01");
+        assert_eq!(seg("a/b c"), "a%2Fb%20c");
+    }
+}

@@ -1,0 +1,143 @@
+//! `switchyard runs list|get|cancel|replay`.
+
+use clap::{Args, Subcommand};
+use serde_json::Value;
+
+use super::client::Client;
+use super::output::{self, Table};
+use super::{exit, list, print_more, seg, Failure, Global, Paging};
+
+#[derive(Args, Debug)]
+#[command(after_help = super::EXIT_CODES)]
+pub struct Runs {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub cmd: RunsCmd,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum RunsCmd {
+    /// The project's runs, newest first.
+    List {
+        /// Only this job's runs.
+        #[arg(long)]
+        job: Option<String>,
+        /// Only runs in this status (pending, queued, running, retrying,
+        /// completed, failed, timed_out, cancelled, expired).
+        #[arg(long)]
+        status: Option<String>,
+        #[command(flatten)]
+        paging: Paging,
+    },
+    /// One run, with its payload, result and error.
+    Get { run_id: String },
+    /// Cancel a run that has not finished (and its unfinished child runs).
+    Cancel { run_id: String },
+    /// A new run of the same job with the same payload; the original stays.
+    Replay { run_id: String },
+}
+
+/// The columns of a run in a listing.
+pub const HEADERS: [&str; 7] = ["ID", "JOB", "STATUS", "ATTEMPT", "CREATED", "FINISHED", "ERROR"];
+
+pub fn row(r: &Value) -> Vec<String> {
+    vec![
+        output::cell(&r["id"]),
+        output::cell(&r["job_id"]),
+        output::cell(&r["status"]),
+        output::cell(&r["attempt"]),
+        output::cell(&r["created_at"]),
+        output::cell(&r["finished_at"]),
+        output::short(&r["error"], 60),
+    ]
+}
+
+/// The fields `runs get` shows, in this order.
+const DETAIL: [&str; 22] = [
+    "id",
+    "project_id",
+    "job_id",
+    "job_version",
+    "status",
+    "attempt",
+    "max_attempts_override",
+    "priority",
+    "triggered_by",
+    "continuation_of",
+    "parent_run_id",
+    "idempotency_key",
+    "created_at",
+    "scheduled_at",
+    "started_at",
+    "next_retry_at",
+    "finished_at",
+    "error_class",
+    "error",
+    "payload",
+    "result",
+    "metadata",
+];
+
+/// Prints one run for people.
+pub fn show(r: &Value) {
+    print!("{}", output::fields(r, &DETAIL));
+}
+
+pub async fn run(c: Runs) -> Result<u8, Failure> {
+    let g = &c.global;
+    let client = Client::new(g)?;
+    match c.cmd {
+        RunsCmd::List { job, status, paging } => {
+            let mut q = g.project_query();
+            q.extend(job.map(|j| ("job_id", j)));
+            q.extend(status.map(|s| ("status", s)));
+            let page = list(&client, "/v1/runs", &q, &paging).await?;
+            if g.json {
+                output::json(&page);
+            } else {
+                print_runs(&page);
+            }
+        }
+        RunsCmd::Get { run_id } => {
+            let r = client.get(&format!("/v1/runs/{}", seg(&run_id)), &[]).await?;
+            if g.json {
+                output::json(&r);
+            } else {
+                show(&r);
+            }
+        }
+        RunsCmd::Cancel { run_id } => {
+            let r = client.post(&format!("/v1/runs/{}/cancel", seg(&run_id)), None).await?;
+            if g.json {
+                output::json(&r);
+            } else {
+                println!("{}  {}", output::cell(&r["id"]), output::cell(&r["status"]));
+            }
+        }
+        RunsCmd::Replay { run_id } => {
+            let r = client.post(&format!("/v1/runs/{}/replay", seg(&run_id)), None).await?;
+            if g.json {
+                output::json(&r);
+            } else {
+                println!(
+                    "{}  {}  (replay of {})",
+                    output::cell(&r["id"]),
+                    output::cell(&r["status"]),
+                    output::cell(&r["continuation_of"])
+                );
+            }
+        }
+    }
+    Ok(exit::OK)
+}
+
+/// A page of runs as a table, and where the next page starts.
+pub fn print_runs(page: &Value) {
+    let mut t = Table::new(&HEADERS);
+    for r in page["data"].as_array().into_iter().flatten() {
+        t.row(row(r));
+    }
+    t.print();
+    print_more(page);
+}

@@ -1,0 +1,254 @@
+//! The operator CLI (`switchyard runs|jobs|workflows|queues|dlq`) run as a
+//! separate process against a test system's API: what it prints, and the
+//! exit codes scripts rely on (README, "CLI").
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::harness::{TestEnv, SECRET};
+use crate::target::{refused_url, Reply, Target};
+
+const T: Duration = Duration::from_secs(20);
+
+struct Out {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Out {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.stdout))
+    }
+}
+
+impl std::fmt::Debug for Out {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "exit {}\n--- stdout\n{}--- stderr\n{}", self.code, self.stdout, self.stderr)
+    }
+}
+
+/// `switchyard <args>` with the API and token from the environment
+/// variables the CLI reads.
+async fn cli(env: &TestEnv, args: &[&str]) -> Out {
+    cli_with(args, &[("SWITCHYARD_API", env.base.as_str()), ("SWITCHYARD_TOKEN", SECRET)]).await
+}
+
+async fn cli_with(args: &[&str], vars: &[(&str, &str)]) -> Out {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args(args)
+        .env_remove("SWITCHYARD_API")
+        .env_remove("SWITCHYARD_TOKEN")
+        .env_remove("SWITCHYARD_PROJECT")
+        .envs(vars.iter().copied())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(T * 2, out).await.expect("the CLI finishes").expect("the CLI starts");
+    Out {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+fn id(v: &Value) -> &str {
+    v["id"].as_str().unwrap()
+}
+
+#[tokio::test]
+async fn trigger_wait_get_list_and_not_found() {
+    let env = TestEnv::start().await;
+    let target = Target::start().await;
+    target.set_default(Reply::json(200, r#"{"sent":true}"#));
+    let project = env.project().await;
+    let job = env.job_in(&project, &target.url, json!({})).await;
+    env.spawn_worker();
+
+    let o = cli(&env, &["jobs", "trigger", id(&job), "--payload", r#"{"to":"ada"}"#, "--wait"]).await;
+    assert_eq!(o.code, 0, "{o:?}");
+    assert!(o.stdout.contains("completed"), "{o:?}");
+    let run_id = o.stdout.lines().find_map(|l| l.strip_prefix("id")).map(str::trim).expect("an id line").to_string();
+    assert_eq!(target.requests()[0].body["payload"], json!({"to": "ada"}));
+
+    let o = cli(&env, &["runs", "get", &run_id]).await;
+    assert_eq!(o.code, 0, "{o:?}");
+    assert!(o.stdout.lines().any(|l| l.starts_with("status") && l.ends_with("completed")), "{o:?}");
+    assert!(o.stdout.contains(r#"{"sent":true}"#), "the result is shown: {o:?}");
+    let o = cli(&env, &["runs", "get", &run_id, "--json"]).await;
+    assert_eq!(o.code, 0, "{o:?}");
+    let v = o.json();
+    assert_eq!((v["id"].as_str(), v["status"].as_str()), (Some(run_id.as_str()), Some("completed")));
+
+    // A listing as a table (header first) and as the API's page.
+    let o = cli(&env, &["runs", "list", "--project", &project]).await;
+    assert_eq!(o.code, 0, "{o:?}");
+    let mut lines = o.stdout.lines();
+    assert!(lines.next().unwrap().starts_with("ID "), "{o:?}");
+    assert!(lines.next().unwrap().starts_with(&run_id), "{o:?}");
+    let o = cli(&env, &["runs", "list", "--project", &project, "--status", "completed", "--json"]).await;
+    assert_eq!(o.json()["data"][0]["id"], json!(run_id), "{o:?}");
+    let o = cli(&env, &["jobs", "list", "--project", &project]).await;
+    assert!(o.code == 0 && o.stdout.contains(id(&job)), "{o:?}");
+    let o = cli(&env, &["jobs", "get", id(&job), "--json"]).await;
+    assert_eq!(o.json()["endpoint_url"], json!(target.url), "{o:?}");
+
+    // Not found is 3, with the problem on stderr; a refused request is 4.
+    let o = cli(&env, &["runs", "get", "run_does_not_exist"]).await;
+    assert_eq!(o.code, 3, "{o:?}");
+    assert!(o.stderr.contains("404"), "{o:?}");
+    assert!(o.stdout.is_empty(), "{o:?}");
+    let o = cli(&env, &["runs", "cancel", &run_id]).await;
+    assert_eq!(o.code, 4, "a finished run cannot be cancelled (409): {o:?}");
+    assert!(o.stderr.contains("409"), "{o:?}");
+    let o = cli(&env, &["runs", "list", "--project", &project, "--status", "nonsense"]).await;
+    assert_eq!(o.code, 4, "422: {o:?}");
+    let o = cli_with(&["runs", "list", "--project", &project], &[("SWITCHYARD_API", env.base.as_str())]).await;
+    assert_eq!(o.code, 4, "no token is 401: {o:?}");
+
+    // Replay: a new run of the same job.
+    let o = cli(&env, &["runs", "replay", &run_id, "--json"]).await;
+    assert_eq!(o.code, 0, "{o:?}");
+    let replay = o.json();
+    assert_eq!(replay["continuation_of"], json!(run_id));
+    env.wait_status(id(&replay), "completed", T).await;
+}
+
+#[tokio::test]
+async fn flags_usage_errors_and_an_unreachable_api() {
+    let env = TestEnv::start().await;
+    let project = env.project().await;
+    // --api and --token as flags, after the subcommand.
+    let o = cli_with(&["jobs", "list", "--api", &env.base, "--token", SECRET, "--project", &project], &[]).await;
+    assert_eq!(o.code, 0, "{o:?}");
+    assert!(o.stdout.starts_with("ID "), "an empty table keeps its header: {o:?}");
+
+    let o = cli(&env, &["jobs", "trigger", "job_x", "--payload", "{not json"]).await;
+    assert_eq!(o.code, 2, "{o:?}");
+    assert!(o.stderr.contains("not JSON"), "{o:?}");
+    let o = cli(&env, &["jobs", "trigger", "job_x", "--payload", "@/no/such/file"]).await;
+    assert_eq!(o.code, 2, "{o:?}");
+    let o = cli(&env, &["runs", "frobnicate"]).await;
+    assert_eq!(o.code, 2, "{o:?}");
+    let o = cli(&env, &["runs", "list", "--limit", "0"]).await;
+    assert_eq!(o.code, 2, "{o:?}");
+
+    let nowhere = refused_url().await.trim_end_matches("/hook").to_string();
+    let o = cli_with(&["runs", "get", "run_1", "--api", &nowhere, "--token", SECRET], &[]).await;
+    assert_eq!(o.code, 5, "{o:?}");
+    assert!(o.stderr.contains("cannot reach the API"), "{o:?}");
+
+    let o = cli_with(&["--help"], &[]).await;
+    assert_eq!(o.code, 0);
+    for line in ["runs", "jobs", "workflows", "queues", "dlq", "dev", "scheduler", "Exit codes:"] {
+        assert!(o.stdout.contains(line), "{line}: {o:?}");
+    }
+}
+
+#[tokio::test]
+async fn pause_refuses_triggers_until_resume() {
+    let env = TestEnv::start().await;
+    let target = Target::start().await;
+    let job = env.job(&target.url, json!({})).await;
+    let o = cli(&env, &["jobs", "pause", id(&job)]).await;
+    assert_eq!(o.code, 0, "{o:?}");
+    assert!(o.stdout.contains("enabled=false"), "{o:?}");
+    assert_eq!(env.get(&format!("/v1/jobs/{}", id(&job))).await.1["enabled"], json!(false));
+    let o = cli(&env, &["jobs", "trigger", id(&job)]).await;
+    assert_eq!(o.code, 4, "a disabled job's trigger is 409: {o:?}");
+
+    let o = cli(&env, &["jobs", "resume", id(&job), "--json"]).await;
+    assert_eq!(o.code, 0, "{o:?}");
+    assert_eq!(o.json()["enabled"], json!(true));
+    let o = cli(&env, &["jobs", "trigger", id(&job), "--json"]).await;
+    assert_eq!(o.code, 0, "{o:?}");
+    assert_eq!(o.json()["status"], json!("queued"));
+}
+
+#[tokio::test]
+async fn a_failed_run_lands_in_the_dlq_and_is_replayed() {
+    let env = TestEnv::start().await;
+    let target = Target::start().await;
+    target.set_default(Reply::json(422, r#"{"error":"bad address"}"#));
+    let project = env.project().await;
+    let job = env.job_in(&project, &target.url, json!({"max_attempts": 1})).await;
+    env.spawn_worker();
+
+    let o = cli(&env, &["jobs", "trigger", id(&job), "--wait", "--project", &project]).await;
+    assert_eq!(o.code, 1, "the run failed: {o:?}");
+    assert!(o.stdout.lines().any(|l| l.starts_with("status") && l.ends_with("failed")), "{o:?}");
+    let failed = env.get(&format!("/v1/runs?project_id={project}")).await.1["data"][0].clone();
+
+    let o = cli(&env, &["dlq", "list", "--project", &project]).await;
+    assert_eq!(o.code, 0, "{o:?}");
+    assert!(o.stdout.lines().nth(1).unwrap_or_default().starts_with(id(&failed)), "{o:?}");
+    let o = cli(&env, &["dlq", "list", "--project", &project, "--json"]).await;
+    assert_eq!(o.json()["data"].as_array().unwrap().len(), 1, "{o:?}");
+
+    target.set_default(Reply::status(200));
+    let o = cli(&env, &["dlq", "replay", "--project", &project]).await;
+    assert_eq!(o.code, 0, "{o:?}");
+    assert!(o.stdout.contains("replayed") && o.stdout.contains("1 replayed, 0 not"), "{o:?}");
+    let o = cli(&env, &["dlq", "list", "--project", &project, "--json"]).await;
+    assert_eq!(o.json()["data"], json!([]), "a replayed run leaves the queue: {o:?}");
+    let newest = env.get(&format!("/v1/runs?project_id={project}")).await.1["data"][0].clone();
+    assert_eq!(newest["continuation_of"], failed["id"]);
+    env.wait_status(id(&newest), "completed", T).await;
+}
+
+#[tokio::test]
+async fn queue_stats_and_a_list_longer_than_a_page() {
+    let env = TestEnv::start().await;
+    let target = Target::start().await;
+    let project = env.project().await;
+    let job = env.job_in(&project, &target.url, json!({})).await;
+    // No worker: 101 runs wait, more than one page of the API.
+    let items: Vec<Value> = (0..100).map(|i| json!({"payload": {"i": i}})).collect();
+    let (s, v) = env.post(&format!("/v1/jobs/{}/trigger/bulk", id(&job)), json!({"items": items})).await;
+    assert_eq!(s, 200, "{v}");
+    env.trigger(id(&job), json!({})).await;
+
+    let o = cli(&env, &["queues", "stats", "--project", &project]).await;
+    assert_eq!(o.code, 0, "{o:?}");
+    let header: Vec<&str> = o.stdout.lines().next().unwrap().split_whitespace().collect();
+    let row: Vec<&str> = o.stdout.lines().nth(1).unwrap().split_whitespace().collect();
+    let queued = header.iter().position(|h| *h == "QUEUED").unwrap();
+    assert_eq!((row[0], row[queued]), (id(&job), "101"), "{o:?}");
+    let o = cli(&env, &["queues", "stats", "--project", &project, "--json"]).await;
+    assert_eq!(o.json()["jobs"][0]["queued"], json!(101), "{o:?}");
+
+    let o = cli(&env, &["runs", "list", "--project", &project, "--limit", "101", "--json"]).await;
+    assert_eq!(o.code, 0, "{o:?}");
+    let page = o.json();
+    assert_eq!(page["data"].as_array().unwrap().len(), 101, "two pages followed");
+    assert_eq!(page["has_more"], json!(false));
+    let o = cli(&env, &["runs", "list", "--project", &project, "--limit", "100"]).await;
+    let cursor = o.stderr.trim().strip_prefix("more: --cursor ").expect("the next page's cursor").to_string();
+    let o = cli(&env, &["runs", "list", "--project", &project, "--cursor", &cursor, "--json"]).await;
+    assert_eq!(o.json()["data"].as_array().unwrap().len(), 1, "{o:?}");
+}
+
+#[tokio::test]
+async fn workflows_list_and_trigger_wait() {
+    let env = TestEnv::start().await;
+    let target = Target::start().await;
+    let project = env.project().await;
+    let job = env.job_in(&project, &target.url, json!({})).await;
+    let (s, wf) = env
+        .post(
+            "/v1/workflows",
+            json!({"project_id": project, "name": "one step", "steps": [{"step_ref": "a", "job_id": id(&job)}]}),
+        )
+        .await;
+    assert_eq!(s, 201, "{wf}");
+    env.spawn_worker();
+    env.spawn_scheduler();
+
+    let o = cli(&env, &["workflows", "list", "--project", &project]).await;
+    assert!(o.code == 0 && o.stdout.contains(id(&wf)), "{o:?}");
+    let o = cli(&env, &["workflows", "trigger", id(&wf), "--payload", "{}", "--wait", "--json"]).await;
+    assert_eq!(o.code, 0, "{o:?}");
+    assert_eq!(o.json()["status"], json!("completed"), "{o:?}");
+    let o = cli(&env, &["workflows", "trigger", "wf_missing"]).await;
+    assert_eq!(o.code, 3, "{o:?}");
+}

@@ -1,0 +1,116 @@
+//! What dashboards and autoscalers read: the scheduler's queue gauges, and
+//! every metric the Grafana dashboard (deploy/grafana/dashboards) queries,
+//! found with samples in a scrape of a system that ran a few runs, so the
+//! dashboard cannot silently name a metric nobody exports.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::harness::TestEnv;
+use crate::sdk_client::{metric_sum, scrape};
+use crate::target::Target;
+
+const T: Duration = Duration::from_secs(20);
+const DASHBOARD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/grafana/dashboards/switchyard.json");
+
+#[tokio::test]
+async fn the_scheduler_exports_queue_depth_and_oldest_age_per_job() {
+    let env = TestEnv::start().await;
+    let target = Target::start().await;
+    let job = env.job(&target.url, json!({})).await;
+    let job_id = job["id"].as_str().unwrap();
+    let project = job["project_id"].as_str().unwrap();
+    let runs = [env.trigger(job_id, json!({})).await, env.trigger(job_id, json!({})).await];
+    let gauges = env.scheduler().gauges().clone();
+
+    // Counted as if five seconds had passed: the age is at least that.
+    let report = gauges.measure_once(chrono::Utc::now() + chrono::Duration::seconds(5)).await.unwrap();
+    assert!(report.queued >= 2, "{report:?}");
+    let text = scrape(&env).await;
+    let labels = [format!("project_id=\"{project}\""), format!("job_id=\"{job_id}\"")];
+    let labels: Vec<&str> = labels.iter().map(String::as_str).collect();
+    assert_eq!(metric_sum(&text, "svc_queue_depth", &labels), 2.0, "{text}");
+    let age = metric_sum(&text, "svc_queue_oldest_age_seconds", &labels);
+    assert!((5.0..60.0).contains(&age), "oldest queued age {age}");
+    assert!(text.contains("# TYPE svc_queue_depth gauge"));
+
+    env.spawn_worker();
+    for r in &runs {
+        env.wait_status(r["id"].as_str().unwrap(), "completed", T).await;
+    }
+    gauges.measure_once(chrono::Utc::now()).await.unwrap();
+    let text = scrape(&env).await;
+    assert_eq!(metric_sum(&text, "svc_queue_depth", &labels), 0.0, "an emptied queue reads 0");
+    assert_eq!(metric_sum(&text, "svc_queue_oldest_age_seconds", &labels), 0.0);
+    assert!(text.lines().any(|l| l.starts_with("svc_queue_depth{") && l.contains(job_id)), "still listed at 0");
+}
+
+/// Every PromQL text of the dashboard: panel targets and variable queries.
+fn queries(v: &Value, out: &mut Vec<String>) {
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m {
+                match (k.as_str(), x) {
+                    ("expr" | "definition", Value::String(s)) => out.push(s.clone()),
+                    ("query", Value::String(s)) if s.contains('(') => out.push(s.clone()),
+                    _ => queries(x, out),
+                }
+            }
+        }
+        Value::Array(a) => a.iter().for_each(|x| queries(x, out)),
+        _ => {}
+    }
+}
+
+/// The metric names in PromQL text: `svc_` identifiers.
+fn metric_names(promql: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    let bytes = promql.as_bytes();
+    let mut i = 0;
+    while let Some(at) = promql[i..].find("svc_") {
+        let start = i + at;
+        let boundary = start == 0 || !(bytes[start - 1].is_ascii_alphanumeric() || bytes[start - 1] == b'_');
+        let end = promql[start..]
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .map(|n| start + n)
+            .unwrap_or(promql.len());
+        if boundary {
+            names.insert(promql[start..end].to_string());
+        }
+        i = end;
+    }
+    names
+}
+
+#[test]
+fn metric_names_are_read_from_promql() {
+    let q = r#"histogram_quantile(0.9, sum by (le) (rate(svc_dispatch_duration_seconds_bucket{job_id=~"$job"}[5m]))) / my_svc_x"#;
+    assert_eq!(metric_names(q), BTreeSet::from(["svc_dispatch_duration_seconds_bucket".to_string()]));
+}
+
+#[tokio::test]
+async fn every_metric_the_dashboard_queries_is_exported() {
+    let dashboard: Value = serde_json::from_str(&std::fs::read_to_string(DASHBOARD).unwrap()).unwrap();
+    let mut promql = Vec::new();
+    queries(&dashboard, &mut promql);
+    let wanted: BTreeSet<String> = promql.iter().flat_map(|q| metric_names(q)).collect();
+    assert!(wanted.len() >= 10, "the dashboard's queries were found: {wanted:?}");
+
+    // A system that did some work: a run counted by the scheduler's gauges
+    // while queued, then dispatched by a worker.
+    let env = TestEnv::start().await;
+    let target = Target::start().await;
+    let job = env.job(&target.url, json!({})).await;
+    let run = env.trigger(job["id"].as_str().unwrap(), json!({})).await;
+    env.scheduler().gauges().measure_once(chrono::Utc::now()).await.unwrap();
+    env.spawn_worker();
+    env.wait_status(run["id"].as_str().unwrap(), "completed", T).await;
+
+    let text = scrape(&env).await;
+    let sampled: BTreeSet<&str> =
+        text.lines().filter(|l| !l.starts_with('#')).filter_map(|l| l.split(['{', ' ']).next()).collect();
+    let missing: Vec<&String> = wanted.iter().filter(|n| !sampled.contains(n.as_str())).collect();
+    assert!(missing.is_empty(), "the dashboard queries metrics /metrics does not export: {missing:?}");
+}
