@@ -809,6 +809,20 @@ mod tests {
     }
 
     #[test]
+    fn every_value_rule_has_its_place() {
+        // annotate_value_rules panics on a place the document lacks; here,
+        // each rule's keywords are in every place it names, as written.
+        let mut doc = crate::openapi_value().clone();
+        for (place, rule) in super::value_rules() {
+            for target in super::targets(&mut doc, &place) {
+                for (k, v) in rule.as_object().unwrap() {
+                    assert_eq!(target.get(k), Some(v), "{}: {k}", place.describe());
+                }
+            }
+        }
+    }
+
+    #[test]
     fn every_closed_set_has_its_places() {
         // annotate_closed_sets panics on a place the document lacks.
         let doc = crate::openapi_value();
