@@ -85,3 +85,49 @@ fn ui_file(req: &Request, poem::web::Path(path): poem::web::Path<String>) -> Res
 pub fn routes() -> Route {
     Route::new().at("/", poem::get(index)).at("/*path", poem::get(ui_file))
 }
+
+#[cfg(test)]
+mod tests {
+    use poem::test::TestClient;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn assets_have_their_types_a_strict_policy_and_revalidate() {
+        let cli = TestClient::new(Route::new().nest("/ui", routes()));
+        for (path, ty) in [
+            ("/ui", "text/html; charset=utf-8"),
+            ("/ui/", "text/html; charset=utf-8"),
+            ("/ui/projects", "text/html; charset=utf-8"),
+            ("/ui/app.js", "text/javascript; charset=utf-8"),
+            ("/ui/app.css", "text/css; charset=utf-8"),
+        ] {
+            let resp = cli.get(path).send().await;
+            resp.assert_status_is_ok();
+            resp.assert_header("content-type", ty);
+            resp.assert_header("cache-control", "no-cache");
+            resp.assert_header("content-security-policy", CONTENT_SECURITY_POLICY);
+            resp.assert_header("x-content-type-options", "nosniff");
+            let tag = resp.0.headers().get("etag").unwrap().to_str().unwrap().to_string();
+            let again = cli.get(path).header("if-none-match", &tag).send().await;
+            again.assert_status(StatusCode::NOT_MODIFIED);
+        }
+        cli.get("/ui/missing.js").send().await.assert_status(StatusCode::NOT_FOUND);
+        assert!(!CONTENT_SECURITY_POLICY.contains("unsafe"), "no inline script or style");
+    }
+
+    #[test]
+    fn the_dashboard_is_not_in_the_api_document() {
+        let doc = crate::openapi_json();
+        assert!(!doc.contains("\"/ui"), "the /ui routes stay outside the OpenAPI service");
+    }
+
+    /// The page sets data as text: the module never assigns HTML.
+    #[test]
+    fn the_module_never_writes_html() {
+        let js = std::str::from_utf8(ASSETS[1].body).unwrap();
+        for sink in ["innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval("] {
+            assert!(!js.contains(sink), "app.js uses {sink}");
+        }
+    }
+}

@@ -66,8 +66,10 @@ function when(ts) {
   const d = new Date(ts);
   if (Number.isNaN(d.getTime())) return ts;
   const secs = Math.round((Date.now() - d.getTime()) / 1000);
-  const ago = secs < 60 ? `${secs}s` : secs < 3600 ? `${Math.round(secs / 60)}m` : `${Math.round(secs / 3600)}h`;
-  return secs >= 0 ? `${ago} ago` : d.toISOString();
+  const abs = Math.abs(secs);
+  const span = abs < 60 ? `${abs}s` : abs < 3600 ? `${Math.round(abs / 60)}m` : abs < 172800 ? `${Math.round(abs / 3600)}h` : null;
+  if (!span) return d.toISOString().slice(0, 19).replace("T", " ");
+  return secs >= 0 ? `${span} ago` : `in ${span}`;
 }
 const time = (ts) => el("time", { datetime: ts || "", title: ts || "" }, when(ts));
 

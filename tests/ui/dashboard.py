@@ -12,7 +12,9 @@ the internal secret, opens the project, creates a job with the form,
 triggers it and waits for its run to show `completed`, and visits every
 page, asserting each renders the data and saving a screenshot of it. Any
 page error or console error (a Content-Security-Policy violation among
-them) fails the test, and so does API data that reached the DOM as HTML.
+them), any failed request, and API data that reached the DOM as HTML fail
+the test. Last, an API key logs in with its project id, and a token the
+API refuses brings the login form back.
 """
 import argparse
 import json
@@ -79,6 +81,8 @@ def main():
         {"step_ref": "validate", "job_id": step_job["id"], "depends_on": ["extract"]},
         {"step_ref": "load", "job_id": step_job["id"], "depends_on": ["transform", "validate"]},
     ]
+    key = api("POST", "/v1/api-keys", {"name": "dashboard", "scopes": ["jobs:read", "runs:read", "jobs:trigger"]},
+              project=project)
     wf = api("POST", "/v1/workflows", {"name": "etl", "steps": steps}, project=project)
     wait_for("the failing run to end", lambda: api("GET", f"/v1/runs/{dead['id']}", project=project)["status"] == "failed")
 
@@ -173,6 +177,14 @@ def main():
         shot("deliveries")
         retry.click()
         expect(page.locator(".flash")).to_contain_text("Retrying delivery")
+
+        # An API key logs in with its project id (it cannot list projects).
+        page.click("#logout")
+        expect(page.locator("form#login")).to_be_visible()
+        page.fill("input[name=token]", key["key"])
+        page.fill("input[name=project]", project)
+        page.click("form#login button[type=submit]")
+        expect(page.locator("button.trigger[data-job='echo-ok']")).to_be_visible()
 
         # A token the API refuses sends back to the login form.
         page.evaluate("sessionStorage.setItem('switchyard.token', 'not-a-valid-token')")
