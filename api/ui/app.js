@@ -652,13 +652,17 @@ function deadLettersPage(main, project) {
   };
   page = poll(async () => {
     try {
-      const d = await api("GET", "/v1/runs/dead-letters?limit=100", undefined, project);
+      const [d, jobs] = await Promise.all([
+        api("GET", "/v1/runs/dead-letters?limit=100", undefined, project),
+        api("GET", "/v1/jobs?limit=100", undefined, project),
+      ]);
+      const jobName = new Map(jobs.data.map((j) => [j.id, j.name]));
       body.replaceChildren(
         table(
           ["Run", "Job", "Status", "Attempt#", "Error", "Finished", ""],
           d.data.map((r) => [
             link(`#/p/${p}/runs/${encodeURIComponent(r.id)}`, short(r.id)),
-            el("code", {}, short(r.job_id)),
+            jobName.get(r.job_id) || el("code", {}, short(r.job_id)),
             status(r.status),
             num(r.attempt),
             [r.error_class ? el("code", {}, r.error_class) : "", " ", r.error || ""],
@@ -720,7 +724,7 @@ function dag(nodes, statusOf) {
       svg("title", {}, `${n.step_ref} (${n.step_type || "job"})${st ? `: ${st}` : ""}`),
       svg("rect", { x, y, width: nw, height: nh, rx: 5 }),
       svg("text", { x: x + 8, y: y + 14 }, label),
-      svg("text", { x: x + 8, y: y + 28, class: "muted" }, st || n.step_type || "job"),
+      svg("text", { x: x + 8, y: y + 28, class: "sub" }, st || n.step_type || "job"),
     );
   });
   return svg(

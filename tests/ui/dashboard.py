@@ -149,6 +149,7 @@ def main():
         row = page.locator("main tbody tr", has=page.locator(f"a[href$='/runs/{dead['id']}']"))
         expect(row).to_be_visible()
         expect(row.locator("[data-status=failed]")).to_be_visible()
+        expect(row.get_by_text(hostile)).to_be_visible()
         shot("dead-letters")
         row.locator("button.replay").click()
         expect(page.locator(".flash")).to_contain_text("Replayed")
