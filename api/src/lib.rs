@@ -19,6 +19,7 @@
 //! - [`state`]: what handlers share.
 //! - [`views`]: response objects several route files return.
 //! - [`run_actions`]: triggering and cancelling runs, shared by several routes.
+//! - [`ui`]: the web dashboard at /ui (static, outside the API document).
 //!
 //! The rules the API promises its clients are in docs/contract.md.
 
@@ -37,6 +38,7 @@ pub mod routes;
 pub mod run_actions;
 pub mod state;
 pub mod strict_json;
+pub mod ui;
 pub mod views;
 
 use std::sync::Arc;
@@ -131,7 +133,8 @@ fn openapi_document() -> poem::Response {
     poem::Response::builder().content_type("application/json").body(DOC.get_or_init(openapi_json).clone())
 }
 
-/// The whole HTTP application: the API, /openapi.json and /docs, wrapped so
+/// The whole HTTP application: the API, /openapi.json, /docs and the
+/// dashboard at /ui, wrapped so
 /// that every error is problem+json and bodies over the limit are refused.
 pub fn app(state: AppState) -> impl poem::Endpoint<Output = poem::Response> {
     let service = api_service();
@@ -141,6 +144,7 @@ pub fn app(state: AppState) -> impl poem::Endpoint<Output = poem::Response> {
         .nest("/", service)
         .at("/openapi.json", poem::get(openapi_document))
         .nest("/docs", docs)
+        .nest("/ui", ui::routes())
         .around(move |ep, req| body_limit::limit_body(ep, req, limit))
         .around(auth::internal_secret_header)
         .around(rate_limit::limit)

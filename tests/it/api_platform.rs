@@ -1,5 +1,5 @@
-//! /health, /health/ready, /metrics, /openapi.json, /docs, and the
-//! problem+json contract for the framework's own errors.
+//! /health, /health/ready, /metrics, /openapi.json, /docs, the dashboard at
+//! /ui, and the problem+json contract for the framework's own errors.
 
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -288,4 +288,30 @@ async fn credentials_are_required_and_checked() {
     for p in ["/health", "/metrics", "/openapi.json"] {
         assert_eq!(env.http.get(format!("{}{p}", env.base)).send().await.unwrap().status(), 200, "{p}");
     }
+}
+
+/// The dashboard is served by the whole application, without credentials
+/// (it asks for them), with its types, a strict CSP and revalidation; its
+/// routes are not operations of the document.
+#[tokio::test]
+async fn the_dashboard_is_served_at_ui() {
+    let env = TestEnv::start().await;
+    for (path, ty) in
+        [("/ui", "text/html"), ("/ui/", "text/html"), ("/ui/app.js", "text/javascript"), ("/ui/app.css", "text/css")]
+    {
+        let resp = env.http.get(format!("{}{path}", env.base)).send().await.unwrap();
+        assert_eq!(resp.status(), 200, "{path}");
+        let h = resp.headers();
+        assert!(h["content-type"].to_str().unwrap().starts_with(ty), "{path}: {:?}", h["content-type"]);
+        assert_eq!(h["cache-control"], "no-cache", "{path}");
+        let csp = h["content-security-policy"].to_str().unwrap();
+        assert!(csp.starts_with("default-src 'none'") && !csp.contains("unsafe"), "{path}: {csp}");
+        let etag = h["etag"].clone();
+        let again = env.http.get(format!("{}{path}", env.base)).header("if-none-match", etag).send().await.unwrap();
+        assert_eq!(again.status(), 304, "{path}");
+    }
+    let page = env.http.get(format!("{}/ui", env.base)).send().await.unwrap().text().await.unwrap();
+    assert!(page.contains(r#"<script type="module" src="/ui/app.js">"#), "{page}");
+    let doc: Value = env.http.get(format!("{}/openapi.json", env.base)).send().await.unwrap().json().await.unwrap();
+    assert!(doc["paths"].as_object().unwrap().keys().all(|p| !p.starts_with("/ui")));
 }

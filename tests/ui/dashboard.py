@@ -1,0 +1,205 @@
+#!/usr/bin/env python3
+"""Drives the dashboard at /ui in a real browser (Playwright, Chromium).
+
+scripts/ui-test starts a private system and runs this against it:
+
+  dashboard.py --base-url URL --secret SECRET --echo URL --hook URL --shots DIR
+
+It sets up data through the API (a project, a failing job whose run ends in
+the dead-letter queue, a workflow of four steps, a webhook subscription to
+a closed port so that a delivery fails), then in the browser: logs in with
+the internal secret, opens the project, creates a job with the form,
+triggers it and waits for its run to show `completed`, and visits every
+page, asserting each renders the data and saving a screenshot of it. Any
+page error or console error (a Content-Security-Policy violation among
+them), any failed request, and API data that reached the DOM as HTML fail
+the test. Last, an API key logs in with its project id, and a token the
+API refuses brings the login form back.
+"""
+import argparse
+import json
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+
+from playwright.sync_api import expect, sync_playwright
+
+TIMEOUT_MS = 30_000
+
+
+def call(base, secret, method, path, body=None, project=None):
+    headers = {"Authorization": f"Bearer {secret}", "Content-Type": "application/json"}
+    if project:
+        headers["X-Project-Id"] = project
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(base + path, data=data, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return json.loads(r.read() or b"null")
+    except urllib.error.HTTPError as e:
+        sys.exit(f"ui-test: {method} {path} -> {e.code}: {e.read()[:400]!r}")
+
+
+def wait_for(what, fn, secs=30):
+    deadline = time.monotonic() + secs
+    while time.monotonic() < deadline:
+        out = fn()
+        if out:
+            return out
+        time.sleep(0.3)
+    sys.exit(f"ui-test: timed out waiting for {what}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--base-url", required=True)
+    ap.add_argument("--secret", required=True)
+    ap.add_argument("--echo", required=True, help="the echo target's base URL")
+    ap.add_argument("--hook", required=True, help="a URL nothing listens on")
+    ap.add_argument("--shots", required=True)
+    ap.add_argument("--chromium", default="/usr/bin/chromium")
+    a = ap.parse_args()
+    base = a.base_url.rstrip("/")
+    api = lambda *args, **kw: call(base, a.secret, *args, **kw)  # noqa: E731
+
+    # --- data, through the API
+    project = f"ui-{uuid.uuid4().hex[:8]}"
+    api("POST", "/v1/projects", {"id": project, "name": "Dashboard test"})
+    hostile = "<img src=x onerror=alert(1)> fail"
+    failing = api("POST", "/v1/jobs", {"name": hostile, "endpoint_url": f"{a.echo}/fail", "max_attempts": 1},
+                  project=project)
+    step_job = api("POST", "/v1/jobs", {"name": "step", "endpoint_url": f"{a.echo}/ok"}, project=project)
+    api("POST", "/v1/webhooks/subscriptions",
+        {"webhook_url": a.hook, "event_types": ["run.completed", "run.failed"], "secret": "ui-test-hook-secret"},
+        project=project)
+    dead = api("POST", f"/v1/jobs/{failing['id']}/trigger", {"payload": {"n": 1}}, project=project)
+    steps = [
+        {"step_ref": "extract", "job_id": step_job["id"]},
+        {"step_ref": "transform", "job_id": step_job["id"], "depends_on": ["extract"]},
+        {"step_ref": "validate", "job_id": step_job["id"], "depends_on": ["extract"]},
+        {"step_ref": "load", "job_id": step_job["id"], "depends_on": ["transform", "validate"]},
+    ]
+    key = api("POST", "/v1/api-keys", {"name": "dashboard", "scopes": ["jobs:read", "runs:read", "jobs:trigger"]},
+              project=project)
+    wf = api("POST", "/v1/workflows", {"name": "etl", "steps": steps}, project=project)
+    wait_for("the failing run to end", lambda: api("GET", f"/v1/runs/{dead['id']}", project=project)["status"] == "failed")
+
+    problems = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=a.chromium, headless=True)
+        page = browser.new_page(viewport={"width": 1280, "height": 860})
+        page.set_default_timeout(TIMEOUT_MS)
+        page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+        page.on("console", lambda m: m.type == "error" and problems.append(f"console: {m.text}"))
+        page.on("response", lambda r: r.status >= 400 and problems.append(f"HTTP {r.status}: {r.request.method} {r.url}"))
+        expect.set_options(timeout=TIMEOUT_MS)
+
+        def shot(name):
+            page.wait_for_timeout(300)
+            page.screenshot(path=f"{a.shots}/{name}.png", full_page=True)
+            print(f"ui-test: {name} ok", flush=True)
+
+        # Login: the form, then the projects list.
+        page.goto(f"{base}/ui/")
+        expect(page.locator("form#login")).to_be_visible()
+        page.fill("input[name=token]", a.secret)
+        shot("login")
+        page.click("form#login button[type=submit]")
+        expect(page.get_by_role("link", name=project)).to_be_visible()
+        shot("projects")
+
+        # Jobs: create one with the form, trigger it, see the run complete.
+        page.get_by_role("link", name=project).click()
+        expect(page.locator("h1")).to_have_text(f"Jobs of {project}")
+        page.fill("#create-job input[name=name]", "echo ok")
+        page.fill("#create-job input[name=endpoint_url]", f"{a.echo}/ok")
+        page.click("#create-job button[type=submit]")
+        trigger = page.locator("button.trigger[data-job='echo-ok']")
+        expect(trigger).to_be_visible()
+        # API data is text: the hostile job name shows as typed, and is no element.
+        expect(page.get_by_text(hostile).first).to_be_visible()
+        if page.locator("main img").count():
+            problems.append("a job name reached the DOM as HTML")
+        page.fill("textarea[name=payload]", '{"from": "ui-test"}')
+        trigger.click()
+        run_link = page.locator(".flash a").first
+        expect(run_link).to_be_visible()
+        run_id = run_link.inner_text()
+        run_link.click()
+        expect(page.locator("#run-status [data-status=completed]")).to_be_visible()
+        expect(page.get_by_text("ui-test").first).to_be_visible()
+        expect(page.locator("svg.bars rect").first).to_be_attached()
+        expect(page.get_by_role("heading", name="Attempts (1)")).to_be_visible()
+        shot("run")
+        page.goto(f"{base}/ui/#/p/{project}/jobs")
+        expect(page.locator(f"a[href$='/runs/{run_id}'] [data-status=completed]").first).to_be_visible()
+        expect(page.locator("svg.spark polyline").first).to_be_attached()
+        shot("jobs")
+
+        # Queue statistics: one row per job, with a history chart.
+        page.get_by_role("link", name="Queues").click()
+        expect(page.locator("main table tbody tr")).to_have_count(3)
+        expect(page.get_by_text("echo-ok")).to_be_visible()
+        shot("queues")
+
+        # Dead letters: the failing run, replayed from the page.
+        page.get_by_role("link", name="Dead letters").click()
+        row = page.locator("main tbody tr", has=page.locator(f"a[href$='/runs/{dead['id']}']"))
+        expect(row).to_be_visible()
+        expect(row.locator("[data-status=failed]")).to_be_visible()
+        expect(row.get_by_text(hostile)).to_be_visible()
+        shot("dead-letters")
+        row.locator("button.replay").click()
+        expect(page.locator(".flash")).to_contain_text("Replayed")
+
+        # Workflows: the list, the DAG, a run triggered from the page.
+        page.get_by_role("link", name="Workflows").click()
+        expect(page.get_by_role("link", name="etl")).to_be_visible()
+        shot("workflows")
+        page.get_by_role("link", name="etl").click()
+        expect(page.locator("svg.dag g.node")).to_have_count(4)
+        expect(page.locator("svg.dag path.edge")).to_have_count(4)
+        shot("workflow")
+        page.click("#trigger-workflow")
+        wf_link = page.locator(".flash a").first
+        expect(wf_link).to_be_visible()
+        wf_link.click()
+        expect(page.locator("#workflow-run-status [data-status=completed]")).to_be_visible()
+        expect(page.locator("svg.dag g.node[data-status=completed]")).to_have_count(4)
+        shot("workflow-run")
+
+        # Webhook deliveries: the hook's port is closed, so they fail; retry one.
+        page.get_by_role("link", name="Deliveries").click()
+        expect(page.locator("main tbody tr").first).to_be_visible()
+        retry = page.locator("button.retry").first
+        expect(retry).to_be_visible(timeout=60_000)
+        shot("deliveries")
+        retry.click()
+        expect(page.locator(".flash")).to_contain_text("Retrying delivery")
+
+        # An API key logs in with its project id (it cannot list projects).
+        page.click("#logout")
+        expect(page.locator("form#login")).to_be_visible()
+        page.fill("input[name=token]", key["key"])
+        page.fill("input[name=project]", project)
+        page.click("form#login button[type=submit]")
+        expect(page.locator("button.trigger[data-job='echo-ok']")).to_be_visible()
+
+        # A token the API refuses sends back to the login form.
+        page.evaluate("sessionStorage.setItem('switchyard.token', 'not-a-valid-token')")
+        page.goto(f"{base}/ui/#/projects")
+        page.reload()
+        expect(page.locator("form#login")).to_be_visible()
+        browser.close()
+
+    # The refused token's 401 (and the console line it logs) is expected.
+    problems = [p for p in problems if "401" not in p]
+    if problems:
+        sys.exit("ui-test: FAILED\n  " + "\n  ".join(problems))
+    print(f"ui-test: every page rendered (project {project}, workflow {wf['id']})")
+
+
+if __name__ == "__main__":
+    main()
