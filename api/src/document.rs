@@ -22,6 +22,7 @@
 //!   the handler's parse of the same type (422).
 
 use serde_json::{json, Map, Value};
+use switchyard_shared::domain::rules::Text;
 
 /// When a layer around the handlers answers an operation.
 #[derive(Clone, Copy)]
@@ -83,18 +84,26 @@ fn problem_response(description: &str, header: Option<(&str, &str)>) -> Value {
     r
 }
 
-/// Where a closed set applies: a property of a component schema (or the
-/// items of an array property), or a query parameter of an operation.
+/// Where a rule applies: a property of a component schema, the items of
+/// an array property, the values or the keys of a map property, a query
+/// parameter of an operation, or every path parameter of a name.
 enum Place {
     Property(&'static str, &'static str),
     Items(&'static str, &'static str),
+    Values(&'static str, &'static str),
+    Keys(&'static str, &'static str),
     Query(&'static str, &'static str),
+    /// Every query parameter of a name, on whichever operation takes it.
+    QueryAll(&'static str),
+    Path(&'static str),
 }
 
 /// Every closed set the API takes or answers with: its name (a component
 /// schema), its values from the domain, where it applies.
 fn closed_sets() -> Vec<(&'static str, Vec<&'static str>, Vec<Place>)> {
-    use switchyard_shared::domain::workflow::StepType;
+    use crate::routes::policies;
+    use switchyard_shared::domain::workflow::{self, StepType};
+    use switchyard_shared::domain::workflow_plan::Outcome;
     use switchyard_shared::domain::workflow_run::{StepStatus, WorkflowRunStatus};
     use switchyard_shared::domain::{run_record, ExecutionMode, RetryStrategy, RunStatus};
     use Place::*;
@@ -163,7 +172,430 @@ fn closed_sets() -> Vec<(&'static str, Vec<&'static str>, Vec<Place>)> {
             crate::routes::webhooks::DELIVERY_STATUSES.to_vec(),
             vec![Property("WebhookDelivery", "status"), Query("listWebhookDeliveries", "status")],
         ),
+        (
+            "WebhookDeliveryKind",
+            switchyard_shared::store::deliveries::Kind::NAMES.to_vec(),
+            vec![Query("listWebhookDeliveries", "kind")],
+        ),
+        (
+            "Scope",
+            crate::auth::scopes::SCOPES.to_vec(),
+            vec![
+                Items("CreateApiKey", "scopes"),
+                Items("CreateRole", "permissions"),
+                Items("UpdateRole", "permissions"),
+                Items("CreateResourcePolicy", "actions"),
+                Items("UpdateResourcePolicy", "actions"),
+            ],
+        ),
+        ("PolicyEffect", policies::EFFECTS.to_vec(), both_policies("effect")),
+        ("PolicyPrincipalType", policies::PRINCIPAL_TYPES.to_vec(), both_policies("principal_type")),
+        ("PolicyResourceType", policies::RESOURCE_TYPES.to_vec(), both_policies("resource_type")),
+        (
+            "TagPolicyResourceType",
+            policies::TAG_RESOURCE_TYPES.to_vec(),
+            vec![Property("CreateTagPolicy", "resource_type"), Property("TagPolicy", "resource_type")],
+        ),
+        (
+            "VersionPolicy",
+            workflow::VERSION_POLICIES.to_vec(),
+            ["CreateJob", "UpdateJob", "Job", "CreateWorkflow", "UpdateWorkflow", "Workflow"]
+                .map(|s| Property(s, "version_policy"))
+                .into(),
+        ),
+        ("StepOnFailure", workflow::ON_FAILURE.to_vec(), vec![Property("WorkflowStepRequest", "on_failure")]),
+        (
+            "CostGateAction",
+            workflow::COST_GATE_ACTIONS.to_vec(),
+            vec![Property("WorkflowStepRequest", "cost_gate_default_action")],
+        ),
+        (
+            "RetryBackoff",
+            RetryStrategy::NAMES.to_vec(),
+            vec![Property("TriggerRequest", "retry_backoff"), Property("WorkflowStepRequest", "retry_backoff")],
+        ),
+        (
+            "MachinePreset",
+            crate::routes::run_ops::MACHINE_PRESETS.to_vec(),
+            vec![Property("RestartRequest", "machine_preset")],
+        ),
+        (
+            "UnfinishedRunStatus",
+            RunStatus::ACTIVE.iter().map(|s| s.as_str()).collect(),
+            vec![Property("CancelAllRequest", "status")],
+        ),
+        (
+            "EventSourceTargetType",
+            crate::routes::events::TARGET_TYPES.to_vec(),
+            ["CreateEventSource", "UpdateEventSource", "EventSource"].map(|s| Property(s, "target_type")).into(),
+        ),
+        (
+            "StepOutcome",
+            Outcome::ALL.iter().map(|o| o.as_str()).collect(),
+            vec![Values("WorkflowSimulateRequest", "outcomes")],
+        ),
+        (
+            "PolicyStepType",
+            StepType::ALL.iter().map(|s| s.as_str()).collect(),
+            vec![
+                Items("WorkflowPolicyBody", "allowed_step_types"),
+                Items("WorkflowPolicyBody", "approval_required_before"),
+            ],
+        ),
+        ("AuditOrder", crate::routes::audit::ORDERS.to_vec(), vec![Query("listAuditEvents", "order")]),
     ]
+}
+
+/// A property of a resource policy, its create and its update.
+fn both_policies(prop: &'static str) -> Vec<Place> {
+    ["CreateResourcePolicy", "UpdateResourcePolicy", "ResourcePolicy"].map(|s| Place::Property(s, prop)).into()
+}
+
+/// The JSON Schema keywords of a text rule.
+fn text(rule: &Text) -> Value {
+    rule.schema()
+}
+
+/// `min..=max`.
+fn range((min, max): (i64, i64)) -> Value {
+    json!({"minimum": min, "maximum": max})
+}
+
+/// At least `min`.
+fn at_least(min: i64) -> Value {
+    json!({"minimum": min})
+}
+
+/// An array of `min..=max` items (`usize::MAX`: no most).
+fn count(min: usize, max: usize) -> Value {
+    let mut v = json!({});
+    if max < usize::MAX {
+        v["maxItems"] = json!(max);
+    }
+    if min > 0 {
+        v["minItems"] = json!(min);
+    }
+    v
+}
+
+/// A map of at most `max` entries.
+fn entries(max: usize) -> Value {
+    json!({"maxProperties": max})
+}
+
+/// Every rule a request's values keep that is not a closed set: lengths,
+/// alphabets, bounds, item and entry counts. Each is the constant or the
+/// [`Text`] rule the handler's check reads, so the two cannot drift; a
+/// place the document lacks panics (`every_value_rule_has_its_place`).
+fn value_rules() -> Vec<(Place, Value)> {
+    use crate::routes::{self, api_keys, environments, events, log_drains, members, policies, projects, secrets};
+    use crate::routes::{bulk, workflow_runs};
+    use switchyard_shared::domain::rules::Text as T;
+    use switchyard_shared::domain::{error_class, event_key, job, run_record as rec, trigger, workflow};
+    use switchyard_shared::ids::EXTERNAL_ID as ID;
+    use Place::*;
+
+    // Free text a filter compares with stored text: any but U+0000.
+    let filter = text(&T::stored(0, usize::MAX));
+    let map = |schema: &'static str, prop: &'static str, max: usize, key: &T, value: &T| {
+        [(Property(schema, prop), entries(max)), (Keys(schema, prop), text(key)), (Values(schema, prop), text(value))]
+    };
+    let mut r: Vec<(Place, Value)> = Vec::new();
+
+    // Ids: in paths, in queries naming a project, in bodies.
+    for name in [
+        "run_id",
+        "key_id",
+        "batch_id",
+        "environment_id",
+        "event_source_id",
+        "event_id",
+        "group_id",
+        "job_id",
+        "log_drain_id",
+        "project_id",
+        "policy_id",
+        "role_id",
+        "delivery_id",
+        "subscription_id",
+        "workflow_run_id",
+        "workflow_id",
+        "from_version_id",
+        "to_version_id",
+        "version_id",
+    ] {
+        r.push((Path(name), text(&ID)));
+    }
+    r.push((Path("user_id"), text(&members::USER_ID)));
+    r.push((Path("key"), text(&rec::STATE_KEY)));
+    r.push((Path("name"), text(&switchyard_shared::secrets::NAME)));
+    r.push((Path("step_ref"), text(&workflow::STEP_REF)));
+    // Every query parameter naming a project (`project_of` checks it).
+    r.push((QueryAll("project_id"), text(&ID)));
+    for schema in [
+        "AssignMember",
+        "BulkAssign",
+        "CancelAllRequest",
+        "CreateApiKey",
+        "CreateEnvironment",
+        "CreateEventSource",
+        "CreateGroup",
+        "CreateJob",
+        "CreateLogDrain",
+        "CreateResourcePolicy",
+        "CreateRole",
+        "CreateSubscription",
+        "CreateTagPolicy",
+        "CreateWorkflow",
+        "DispatchEvent",
+        "DlqReplayRequest",
+    ] {
+        r.push((Property(schema, "project_id"), text(&ID)));
+    }
+    // The time range of the audit trail.
+    for param in ["from", "to"] {
+        r.push((Query("listAuditEvents", param), json!({"format": "date-time", "pattern": routes::audit::RFC3339})));
+    }
+    // Filters: any text but U+0000 (Postgres compares text with them).
+    for (op, param) in [
+        ("listAuditEvents", "action"),
+        ("listAuditEvents", "resource_type"),
+        ("listAuditEvents", "resource_id"),
+        ("listAuditEvents", "actor_id"),
+        ("listBatchOperations", "job_id"),
+        ("listDeadLetterRuns", "job_id"),
+        ("listRuns", "job_id"),
+        ("listRuns", "batch_id"),
+        ("listEvents", "event_key"),
+        ("listJobs", "group_id"),
+        ("listMembers", "role_id"),
+        ("listWorkflowRuns", "workflow_id"),
+        ("explainWorkflowRun", "step_ref"),
+        ("explainWorkflowRun", "decision_type"),
+    ] {
+        r.push((Query(op, param), filter.clone()));
+    }
+
+    // Projects.
+    r.push((Property("CreateProject", "id"), text(&ID)));
+    r.push((Property("CreateProject", "name"), text(&routes::NAME)));
+    for prop in ["default_region", "plan_tier"] {
+        r.push((Property("UpdateProjectSettings", prop), text(&projects::SETTING)));
+    }
+    r.push((Property("UpdateProjectSettings", "max_key_lifetime_days"), range(projects::MAX_KEY_LIFETIME_DAYS)));
+    r.push((Property("UpdateProjectSettings", "retention_days"), range(projects::RETENTION_DAYS)));
+
+    // Job groups, environments, secrets.
+    for schema in ["CreateGroup", "UpdateGroup"] {
+        r.push((Property(schema, "name"), text(&routes::NAME)));
+        r.push((Property(schema, "slug"), text(&routes::SLUG)));
+        r.push((Property(schema, "description"), text(&routes::DESCRIPTION)));
+    }
+    r.push((Property("CreateEnvironment", "name"), text(&routes::SLUG)));
+    r.push((Property("CreateEnvironment", "description"), text(&environments::DESCRIPTION)));
+    r.push((Property("PutSecret", "name"), text(&switchyard_shared::secrets::NAME)));
+    r.push((Property("PutSecret", "value"), text(&secrets::VALUE)));
+
+    // Jobs.
+    for schema in ["CreateJob", "UpdateJob"] {
+        r.push((Property(schema, "group_id"), text(&ID)));
+        r.push((Property(schema, "environment_id"), text(&ID)));
+        r.push((Property(schema, "name"), text(&routes::NAME)));
+        r.push((Property(schema, "slug"), text(&routes::SLUG)));
+        r.push((Property(schema, "description"), text(&job::DESCRIPTION)));
+        for prop in ["endpoint_url", "fallback_endpoint_url", "webhook_url"] {
+            r.push((Property(schema, prop), text(&job::URL)));
+        }
+        r.push((Property(schema, "webhook_secret"), text(&job::WEBHOOK_SECRET)));
+        r.push((Property(schema, "max_attempts"), range((1, job::MAX_ATTEMPTS_LIMIT))));
+        r.push((Property(schema, "timeout_secs"), range((1, job::MAX_TIMEOUT_SECS))));
+        r.push((Property(schema, "rate_limit_window_secs"), range((0, job::MAX_RATE_WINDOW_SECS))));
+        for (prop, bounds) in job::SETTING_BOUNDS {
+            r.push((Property(schema, prop), range(bounds)));
+        }
+        r.push((Items(schema, "retry_delays_secs"), range(job::SECS_BOUNDS)));
+        r.extend(map(schema, "tags", trigger::MAX_MAP_ENTRIES, &trigger::MAP_KEY, &trigger::MAP_VALUE));
+        r.extend(map(schema, "default_run_metadata", trigger::MAX_MAP_ENTRIES, &trigger::MAP_KEY, &trigger::MAP_VALUE));
+    }
+    r.push((Property("RateLimitKeyBody", "name"), text(&job::RATE_LIMIT_NAME)));
+    r.push((Property("RateLimitKeyBody", "max"), range((1, job::COUNT_BOUNDS.1))));
+    r.push((Property("RateLimitKeyBody", "window_secs"), range((1, job::MAX_RATE_WINDOW_SECS))));
+
+    // Triggers.
+    r.push((Property("TriggerRequest", "idempotency_key"), text(&trigger::KEY)));
+    r.push((Property("TriggerRequest", "concurrency_key"), text(&trigger::KEY)));
+    r.push((Property("TriggerRequest", "max_attempts_override"), range(trigger::MAX_ATTEMPTS_OVERRIDE)));
+    r.push((Property("TriggerRequest", "timeout_secs_override"), range(trigger::TIMEOUT_SECS_OVERRIDE)));
+    r.push((Property("TriggerRequest", "retry_initial_delay_secs"), range(trigger::RETRY_INITIAL_DELAY_SECS)));
+    r.push((Property("TriggerRequest", "retry_max_delay_secs"), range(trigger::RETRY_MAX_DELAY_SECS)));
+    r.push((Property("TriggerRequest", "delay_secs"), range(trigger::DELAY_SECS)));
+    r.push((Property("TriggerRequest", "depends_on"), count(0, trigger::MAX_DEPENDENCIES)));
+    r.push((Items("TriggerRequest", "depends_on"), text(&ID)));
+    r.push((Property("TriggerRequest", "parent_run_id"), text(&ID)));
+    for prop in ["tags", "metadata"] {
+        r.extend(map("TriggerRequest", prop, trigger::MAX_MAP_ENTRIES, &trigger::MAP_KEY, &trigger::MAP_VALUE));
+    }
+    r.push((Property("BulkTriggerRequest", "items"), count(1, bulk::MAX_ITEMS)));
+    r.push((Property("BulkRunIds", "run_ids"), count(1, bulk::MAX_ITEMS)));
+    r.push((Property("CancelAllRequest", "job_id"), text(&ID)));
+    r.push((Property("DlqReplayRequest", "job_id"), text(&ID)));
+    r.push((Property("DlqReplayRequest", "limit"), range((1, bulk::MAX_ITEMS as i64))));
+
+    // Access control.
+    r.push((Property("CreateApiKey", "name"), text(&routes::LABEL)));
+    r.push((Property("RotateApiKey", "name"), text(&routes::LABEL)));
+    r.push((Property("RotateApiKey", "grace_period_seconds"), range((0, api_keys::MAX_GRACE_SECS))));
+    for schema in ["CreateRole", "UpdateRole"] {
+        r.push((Property(schema, "name"), text(&routes::roles::name_rule())));
+        r.push((Property(schema, "description"), text(&routes::DESCRIPTION)));
+        r.push((Property(schema, "inherits"), text(&ID)));
+    }
+    // A bulk assignment's own (BulkMember) are checked per item and
+    // answered in its result, so the request is not refused for them.
+    r.push((Property("AssignMember", "user_id"), text(&members::USER_ID)));
+    r.push((Property("AssignMember", "role_id"), text(&ID)));
+    r.push((Property("BulkAssign", "members"), count(members::BULK_MEMBERS.0, members::BULK_MEMBERS.1)));
+    for schema in ["CreateResourcePolicy", "UpdateResourcePolicy"] {
+        r.push((Property(schema, "name"), text(&routes::LABEL)));
+        r.push((Property(schema, "description"), text(&routes::DESCRIPTION)));
+        r.push((Property(schema, "principal_id"), text(&policies::PRINCIPAL_ID)));
+        r.push((Property(schema, "actions"), count(1, usize::MAX)));
+        r.push((Property(schema, "resource_ids"), count(0, policies::MAX_RESOURCE_IDS)));
+        r.push((Items(schema, "resource_ids"), text(&ID)));
+        r.extend(map(schema, "tag_selector", policies::MAX_SELECTOR_PAIRS, &policies::TAG_KEY, &policies::TAG_VALUE));
+    }
+    for schema in ["CreateTagPolicy", "UpdateTagPolicy"] {
+        r.push((Property(schema, "description"), text(&routes::DESCRIPTION)));
+        r.push((Property(schema, "required_keys"), count(0, policies::MAX_TAG_KEYS)));
+        r.push((Items(schema, "required_keys"), text(&policies::TAG_KEY)));
+        r.push((Property(schema, "allowed_values"), entries(policies::MAX_TAG_KEYS)));
+        r.push((Keys(schema, "allowed_values"), text(&policies::TAG_KEY)));
+        let (fewest, most) = policies::ALLOWED_VALUES;
+        let mut values = count(fewest, most);
+        values["items"] = text(&policies::TAG_VALUE);
+        values["items"]["type"] = json!("string");
+        r.push((Values(schema, "allowed_values"), values));
+    }
+
+    // Events, webhooks, log drains.
+    for schema in ["CreateEventSource", "UpdateEventSource"] {
+        r.push((Property(schema, "name"), text(&routes::NAME)));
+        r.push((Property(schema, "description"), text(&events::DESCRIPTION)));
+        r.push((Property(schema, "event_key"), text(&event_key::PATTERN)));
+        r.push((Property(schema, "target_id"), text(&ID)));
+    }
+    r.push((Property("DispatchEvent", "event_key"), text(&event_key::KEY)));
+    r.push((Property("DispatchEvent", "idempotency_key"), text(&events::IDEMPOTENCY_KEY)));
+    for schema in ["CreateSubscription", "UpdateSubscription"] {
+        r.push((Property(schema, "webhook_url"), text(&job::URL)));
+        r.push((Property(schema, "event_types"), count(1, usize::MAX)));
+        r.push((Property(schema, "secret"), text(&crate::routes::webhooks::SECRET)));
+        r.push((Property(schema, "description"), text(&crate::routes::webhooks::DESCRIPTION)));
+    }
+    for schema in ["CreateLogDrain", "UpdateLogDrain"] {
+        r.push((Property(schema, "name"), text(&routes::LABEL)));
+        r.push((Property(schema, "url"), text(&log_drains::URL)));
+        r.push((Property(schema, "secret"), text(&log_drains::SECRET)));
+        r.push((Property(schema, "job_ids"), count(0, log_drains::MAX_JOB_IDS)));
+        r.push((Items(schema, "job_ids"), text(&ID)));
+    }
+
+    // Workflows, their steps, plans and runs.
+    for schema in ["CreateWorkflow", "UpdateWorkflow"] {
+        r.push((Property(schema, "name"), text(&routes::NAME)));
+        r.push((Property(schema, "slug"), text(&routes::SLUG)));
+        r.push((Property(schema, "description"), text(&workflow::DESCRIPTION)));
+        r.push((Property(schema, "max_concurrent_runs"), range((0, workflow::MAX_CONCURRENT_RUNS))));
+        r.push((Property(schema, "max_parallel_steps"), range((0, workflow::MAX_PARALLEL_STEPS))));
+        r.push((Property(schema, "timeout_secs"), range((1, workflow::MAX_WORKFLOW_TIMEOUT_SECS))));
+        r.push((Property(schema, "steps"), count(0, workflow::MAX_STEPS)));
+        r.extend(map(schema, "tags", trigger::MAX_MAP_ENTRIES, &trigger::MAP_KEY, &trigger::MAP_VALUE));
+    }
+    let step = "WorkflowStepRequest";
+    r.push((Property(step, "step_ref"), text(&workflow::STEP_REF)));
+    r.push((Items(step, "depends_on"), text(&workflow::STEP_REF)));
+    for (field, bounds) in workflow::STEP_BOUNDS {
+        r.push((Property(step, field), range(bounds)));
+    }
+    r.push((Property(step, "concurrency_key"), text(&trigger::KEY)));
+    r.push((Property(step, "resource_class"), text(&workflow::RESOURCE_CLASS)));
+    r.push((Property(step, "event_key"), text(&workflow::STEP_EVENT_KEY)));
+    r.push((Property(step, "event_emit_key"), text(&event_key::KEY)));
+    r.push((Property(step, "approval_approvers"), count(1, workflow::MAX_APPROVERS)));
+    r.push((Items(step, "approval_approvers"), text(&workflow::APPROVER)));
+    for prop in ["max_steps", "max_depth", "max_fan_out"] {
+        r.push((Property("WorkflowPolicyBody", prop), range((1, workflow::MAX_STEPS as i64))));
+    }
+    r.push((
+        Property("WorkflowPlanOverride", "expected_duration_secs"),
+        range((0, workflow::MAX_WORKFLOW_TIMEOUT_SECS)),
+    ));
+    r.push((Property("TriggerWorkflowRequest", "idempotency_key"), text(&workflow_runs::IDEMPOTENCY_KEY)));
+    r.extend(map(
+        "TriggerWorkflowRequest",
+        "tags",
+        workflow_runs::MAX_TAGS,
+        &workflow_runs::TAG_TEXT,
+        &workflow_runs::TAG_TEXT,
+    ));
+    r.push((Property("StepDecisionRequest", "comment"), text(&workflow_runs::COMMENT)));
+
+    // Runs and what their targets record.
+    r.push((Keys("MetadataPatch", "metadata"), text(&trigger::MAP_KEY)));
+    let mut value = text(&trigger::MAP_VALUE);
+    value["type"] = json!(["string", "null"]);
+    r.push((Values("MetadataPatch", "metadata"), value));
+    r.push((Property("LogLineIn", "fields"), json!({"type": "object"})));
+    r.push((
+        Property("CheckpointRequest", "data"),
+        json!({"type": ["object", "array", "string", "number", "boolean"], "items": {}}),
+    ));
+    r.push((Property("LogsRequest", "lines"), count(1, crate::routes::sdk_runs::MAX_LINES_PER_CALL)));
+    r.push((Property("LogLineIn", "message"), text(&rec::LOG_MESSAGE)));
+    r.push((Property("CheckpointRequest", "label"), text(&rec::CHECKPOINT_LABEL)));
+    for schema in ["ProgressRequest", "HeartbeatRequest"] {
+        r.push((Property(schema, "progress"), json!({"minimum": 0, "maximum": 1})));
+        r.push((Property(schema, "message"), text(&rec::PROGRESS_MESSAGE)));
+    }
+    r.push((Property("OutputRequest", "name"), text(&rec::NAME)));
+    for prop in ["cost_microusd", "tokens_in", "tokens_out", "cpu_ms"] {
+        r.push((Property("UsageRequest", prop), at_least(0)));
+    }
+    r.push((Property("UsageRequest", "model"), text(&rec::NAME)));
+    r.push((Property("ToolCallRequest", "name"), text(&rec::NAME)));
+    r.push((Property("ToolCallRequest", "status"), text(&rec::TOOL_STATUS)));
+    r.push((Property("ToolCallRequest", "duration_ms"), at_least(0)));
+    r.push((Property("FailRequest", "error"), text(&rec::ERROR)));
+    r.push((Property("FailRequest", "error_class"), text(&error_class::RULE)));
+    r
+}
+
+/// Writes each value rule into its place(s).
+fn annotate_value_rules(doc: &mut Value) {
+    for (place, rule) in value_rules() {
+        let found = targets(doc, &place);
+        assert!(!found.is_empty(), "value rule {rule}: no such place in the document ({})", place.describe());
+        for target in found {
+            let Some(t) = target.as_object_mut() else { continue };
+            for (k, v) in rule.as_object().into_iter().flatten() {
+                t.insert(k.clone(), v.clone());
+            }
+        }
+    }
+}
+
+impl Place {
+    fn describe(&self) -> String {
+        match self {
+            Place::Property(s, p) => format!("{s}.{p}"),
+            Place::Items(s, p) => format!("{s}.{p}[]"),
+            Place::Values(s, p) => format!("{s}.{p}{{*}}"),
+            Place::Keys(s, p) => format!("{s}.{p} keys"),
+            Place::Query(o, p) => format!("{o}?{p}"),
+            Place::QueryAll(p) => format!("*?{p}"),
+            Place::Path(p) => format!("{{{p}}}"),
+        }
+    }
 }
 
 /// Names each closed set as a component and points its places at it.
@@ -171,26 +603,52 @@ fn annotate_closed_sets(doc: &mut Value) {
     for (name, values, places) in closed_sets() {
         let reference = json!({"$ref": format!("#/components/schemas/{name}")});
         for place in places {
-            let target = match place {
-                Place::Property(schema, prop) => {
-                    doc.pointer_mut(&format!("/components/schemas/{schema}/properties/{prop}"))
-                }
-                Place::Items(schema, prop) => {
-                    doc.pointer_mut(&format!("/components/schemas/{schema}/properties/{prop}/items"))
-                }
-                Place::Query(op, param) => query_parameter(doc, op, param).map(|p| &mut p["schema"]),
-            };
             // A place the document does not have is a table out of date.
-            let target = target.unwrap_or_else(|| panic!("closed set {name}: no such place in the document"));
-            let mut with_ref = reference.clone();
-            if let Some(d) = target.get("description") {
-                with_ref["description"] = d.clone();
+            let target = targets(doc, &place);
+            assert!(!target.is_empty(), "closed set {name}: no such place in the document");
+            for target in target {
+                let mut with_ref = reference.clone();
+                if let Some(d) = target.get("description") {
+                    with_ref["description"] = d.clone();
+                }
+                *target = with_ref;
             }
-            *target = with_ref;
         }
         let values: Vec<Value> = values.into_iter().map(Value::from).collect();
         doc["components"]["schemas"][name] = json!({"type": "string", "enum": values});
     }
+}
+
+/// The schemas a place names (every path parameter of a name: many).
+fn targets<'a>(doc: &'a mut Value, place: &Place) -> Vec<&'a mut Value> {
+    let property = |schema: &str, prop: &str| format!("/components/schemas/{schema}/properties/{prop}");
+    let one = match place {
+        Place::Property(schema, prop) => doc.pointer_mut(&property(schema, prop)),
+        Place::Items(schema, prop) => doc.pointer_mut(&format!("{}/items", property(schema, prop))),
+        Place::Values(schema, prop) => doc.pointer_mut(&property(schema, prop)).and_then(|p| {
+            // A map of a type with no rule of its own says `{}`.
+            p.get_mut("additionalProperties").filter(|v| v.is_object())
+        }),
+        Place::Keys(schema, prop) => doc.pointer_mut(&property(schema, prop)).and_then(|p| {
+            let p = p.as_object_mut()?;
+            p.contains_key("additionalProperties").then(|| p.entry("propertyNames").or_insert_with(|| json!({})))
+        }),
+        Place::Query(op, param) => query_parameter(doc, op, param).map(|p| &mut p["schema"]),
+        Place::Path(name) | Place::QueryAll(name) => {
+            let within = if matches!(place, Place::Path(_)) { "path" } else { "query" };
+            let Some(paths) = doc.get_mut("paths").and_then(Value::as_object_mut) else { return vec![] };
+            return paths
+                .values_mut()
+                .filter_map(Value::as_object_mut)
+                .flat_map(|item| item.values_mut())
+                .filter_map(|op| op.get_mut("parameters").and_then(Value::as_array_mut))
+                .flatten()
+                .filter(|p| p["in"] == within && p["name"] == *name)
+                .map(|p| &mut p["schema"])
+                .collect();
+        }
+    };
+    one.into_iter().collect()
 }
 
 fn query_parameter<'a>(doc: &'a mut Value, operation_id: &str, name: &str) -> Option<&'a mut Value> {
@@ -213,7 +671,11 @@ fn cursors(operation_id: &str) -> &'static str {
     }
 }
 
+/// Query parameters whose value is a JSON document: (operation, name).
+const JSON_PARAMETERS: [(&str, &str); 1] = [("listRuns", "payload_contains")];
+
 pub fn annotate(doc: &mut Value) {
+    annotate_value_rules(doc);
     annotate_closed_sets(doc);
     let server = switchyard_shared::Config::defaults().api_addr;
     doc["servers"] = json!([{"url": format!("http://{server}"), "description": "The default API_ADDR"}]);
@@ -265,14 +727,25 @@ fn annotate_operation(path: &str, op: &mut Value, closed: &mut Vec<String>) {
         if p["in"] == "query" && p["name"] == "cursor" {
             p["schema"]["pattern"] = json!(cursors(&operation_id));
         }
+        // A parameter whose value is a JSON document says so (OpenAPI's
+        // `content` form): the handler parses it, 422 when it is not JSON.
+        if p["in"] == "query" && JSON_PARAMETERS.contains(&(operation_id.as_str(), p["name"].as_str().unwrap_or(""))) {
+            if let Some(o) = p.as_object_mut() {
+                o.remove("schema");
+                o.remove("explode");
+                o.remove("style");
+                o.insert("content".into(), json!({"application/json": {"schema": {}}}));
+            }
+        }
     }
     if secured {
         let params = op.as_object_mut().map(|o| o.entry("parameters").or_insert_with(|| json!([])));
         if let Some(Value::Array(params)) = params {
-            for (name, about) in crate::auth::CALLER_HEADERS {
+            for (name, about, rule) in crate::auth::CALLER_HEADERS {
+                let mut schema = rule.schema();
+                schema["type"] = json!("string");
                 params.push(json!({
-                    "name": name, "in": "header", "required": false, "description": about,
-                    "schema": {"type": "string"}
+                    "name": name, "in": "header", "required": false, "description": about, "schema": schema
                 }));
             }
         }
@@ -333,6 +806,20 @@ mod tests {
             }
         }
         assert!(limits >= 30, "{limits}");
+    }
+
+    #[test]
+    fn every_value_rule_has_its_place() {
+        // annotate_value_rules panics on a place the document lacks; here,
+        // each rule's keywords are in every place it names, as written.
+        let mut doc = crate::openapi_value().clone();
+        for (place, rule) in super::value_rules() {
+            for target in super::targets(&mut doc, &place) {
+                for (k, v) in rule.as_object().unwrap() {
+                    assert_eq!(target.get(k), Some(v), "{}: {k}", place.describe());
+                }
+            }
+        }
     }
 
     #[test]

@@ -68,8 +68,9 @@ impl<T: ParseFromJSON> ParsePayload for JsonBody<T> {
         } else {
             serde_json::from_slice(&data).map_err(|err| ParseRequestPayloadError { reason: err.to_string() })?
         };
-        // An optional body that is not sent reads as absent.
-        if !value.is_null() || T::IS_REQUIRED {
+        // An optional body that is not sent reads as absent; one sent as
+        // `null` is checked like any other (the document does not say null).
+        if !data.is_empty() || T::IS_REQUIRED {
             let schema = serde_json::to_value(T::schema_ref()).unwrap_or(Value::Null);
             static NONE: std::sync::LazyLock<Map<String, Value>> = std::sync::LazyLock::new(Map::new);
             let components = crate::openapi_value()["components"]["schemas"].as_object().unwrap_or(&NONE);

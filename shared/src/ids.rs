@@ -4,6 +4,8 @@
 
 use uuid::Uuid;
 
+use crate::domain::rules::Text;
+
 pub fn new_id(prefix: &str) -> String {
     format!("{prefix}_{}", Uuid::now_v7().simple())
 }
@@ -53,15 +55,25 @@ pub fn log_drain_id() -> String {
 
 /// An id supplied by a client (project ids, path parameters) must be short,
 /// printable and free of the characters the Redis entry format reserves.
+/// [`EXTERNAL_ID`] is the same rule as the document states it.
 pub fn is_valid_external_id(id: &str) -> bool {
     !id.is_empty()
         && id.len() <= 64
         && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.')
 }
 
+/// [`is_valid_external_id`] as a rule the document states: every id a
+/// client names (in a path, a query, a body) and a project's own id.
+pub const EXTERNAL_ID: Text = Text::form(1, 64, "^[A-Za-z0-9_.-]+$", is_valid_external_id);
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_external_id_rule_is_its_check() {
+        assert_eq!(crate::domain::rules::agrees(&EXTERNAL_ID, &["run_01abc", "acme-prod_1", "a.b"]), Ok(()));
+    }
 
     #[test]
     fn ids_sort_by_creation() {

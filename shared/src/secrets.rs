@@ -96,9 +96,18 @@ pub fn is_valid_name(name: &str) -> bool {
         && b.all(|c| c.is_ascii_alphanumeric() || c == b'_')
 }
 
+/// [`is_valid_name`] as the document states it.
+pub const NAME: crate::domain::rules::Text =
+    crate::domain::rules::Text::form(1, 128, "^[A-Za-z_][A-Za-z0-9_]*$", is_valid_name);
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_name_rule_is_its_check() {
+        assert_eq!(crate::domain::rules::agrees(&NAME, &["API_TOKEN", "_x1", "1st", "a-b"]), Ok(()));
+    }
 
     fn key(s: &str) -> SecretsKey {
         SecretsKey::from_secret(&Secret::new(s))

@@ -211,3 +211,107 @@ async fn a_value_outside_a_documented_enum_or_bound_is_422() {
     let p = assert_problem(422, env.get(&format!("/v1/runs?project_id={project}&limit=101")).await, 422);
     assert_eq!(errors(&p), [("query.limit".to_string(), "must be at most 100".to_string())]);
 }
+
+/// The document states the value rules (lengths, alphabets, bounds, item
+/// and entry counts, closed sets) from the constants the checks read.
+#[tokio::test]
+async fn the_document_states_value_rules_from_the_checks_constants() {
+    use switchyard_shared::domain::{job, trigger};
+    let doc: Value = serde_json::from_str(&switchyard_api::openapi_json()).unwrap();
+    let schemas = &doc["components"]["schemas"];
+    let name = &schemas["CreateProject"]["properties"]["name"];
+    assert_eq!((name["minLength"].as_u64(), name["maxLength"].as_u64()), (Some(1), Some(200)), "{name}");
+    assert!(name["pattern"].is_string(), "{name}");
+    let id = &schemas["CreateProject"]["properties"]["id"];
+    assert_eq!(id["pattern"], switchyard_shared::ids::EXTERNAL_ID.pattern.unwrap());
+    let job_props = &schemas["CreateJob"]["properties"];
+    assert_eq!(job_props["timeout_secs"]["maximum"].as_i64(), Some(job::MAX_TIMEOUT_SECS));
+    assert_eq!(job_props["tags"]["maxProperties"].as_u64(), Some(trigger::MAX_MAP_ENTRIES as u64));
+    assert_eq!(job_props["tags"]["propertyNames"]["maxLength"].as_u64(), Some(trigger::MAX_MAP_KEY_LEN as u64));
+    let depends_on = &schemas["TriggerRequest"]["properties"]["depends_on"];
+    assert_eq!(depends_on["maxItems"].as_u64(), Some(trigger::MAX_DEPENDENCIES as u64));
+    let scopes: Vec<&str> = schemas["Scope"]["enum"].as_array().unwrap().iter().map(|s| s.as_str().unwrap()).collect();
+    assert_eq!(scopes, switchyard_api::auth::scopes::SCOPES);
+    assert_eq!(schemas["CreateApiKey"]["properties"]["scopes"]["items"]["$ref"], "#/components/schemas/Scope");
+    // Path ids, the caller headers and the audit trail's times.
+    let get_job = &doc["paths"]["/v1/jobs/{job_id}"]["get"]["parameters"];
+    let param = |ps: &Value, name: &str| ps.as_array().unwrap().iter().find(|p| p["name"] == name).unwrap().clone();
+    assert_eq!(param(get_job, "job_id")["schema"]["maxLength"], 64);
+    let actor = param(get_job, "X-Actor-Id");
+    assert_eq!((actor["schema"]["maxLength"].as_u64(), actor["schema"]["pattern"].is_string()), (Some(256), true));
+    let audit = &doc["paths"]["/v1/audit-events"]["get"]["parameters"];
+    assert_eq!(param(audit, "from")["schema"]["format"], "date-time");
+}
+
+/// A caller header the internal secret sends is read as the document says,
+/// or refused (422) at `header.<name>`; it is never silently dropped.
+#[tokio::test]
+async fn a_caller_header_outside_its_rule_is_422() {
+    let env = TestEnv::start().await;
+    let project = env.project().await;
+    let call = |headers: Vec<(&'static str, String)>| {
+        let mut req = env.http.get(format!("{}/v1/jobs?project_id={project}", env.base)).bearer_auth(SECRET);
+        for (k, v) in headers {
+            req = req.header(k, v);
+        }
+        async move {
+            let r = req.send().await.unwrap();
+            (r.status().as_u16(), r.json::<Value>().await.unwrap())
+        }
+    };
+    let p = assert_problem(422, call(vec![("X-Actor-Id", "a".repeat(257))]).await, 422);
+    assert_eq!(errors(&p)[0].0, "header.X-Actor-Id", "{p}");
+    let p = assert_problem(422, call(vec![("X-Project-Id", "a|b".into())]).await, 422);
+    assert_eq!(errors(&p)[0].0, "header.X-Project-Id", "{p}");
+    let (s, v) = call(vec![("X-Actor-Id", "a".repeat(256)), ("X-Project-Id", project.clone())]).await;
+    assert_eq!(s, 200, "{v}");
+    // A project_id that is not an id is refused, not looked up.
+    let p = assert_problem(422, env.get("/v1/jobs?project_id=a%7Cb").await, 422);
+    assert_eq!(errors(&p)[0].0, "query.project_id", "{p}");
+}
+
+/// Lengths count characters, as JSON Schema does; a NUL, which Postgres
+/// cannot store, is refused by the rule that states it.
+#[tokio::test]
+async fn lengths_count_characters_and_names_keep_their_stated_form() {
+    let env = TestEnv::start().await;
+    let project = env.project().await;
+    let group = |name: String| json!({"project_id": project, "name": name, "slug": format!("g{}", rand_suffix())});
+    let (s, v) = env.post("/v1/job-groups", group("é".repeat(200))).await;
+    assert_eq!(s, 201, "{v}");
+    let p = assert_problem(422, env.post("/v1/job-groups", group("é".repeat(201))).await, 422);
+    assert_eq!(errors(&p)[0].0, "body.name", "{p}");
+    let p = assert_problem(422, env.post("/v1/job-groups", group("a\u{0}b".into())).await, 422);
+    assert_eq!(errors(&p)[0].0, "body.name", "{p}");
+    // A job without a slug takes its name's, or "job" when the name has no
+    // letter or digit (a valid name must not make an invalid slug).
+    let (s, v) = env
+        .post("/v1/jobs", json!({"project_id": project, "name": "!!!", "endpoint_url": "http://127.0.0.1:9/x"}))
+        .await;
+    assert_eq!((s, v["slug"].as_str()), (201, Some("job")), "{v}");
+    // A system role's name, in any case, is not a custom role's.
+    let role = |name: &str| json!({"project_id": project, "name": name, "permissions": []});
+    let p = assert_problem(422, env.post("/v1/roles", role(" Admin ")).await, 422);
+    assert_eq!(errors(&p)[0].0, "body.name", "{p}");
+}
+
+/// An optional body sent as JSON `null` is not an absent body: the
+/// document does not allow null there (400).
+#[tokio::test]
+async fn an_optional_body_sent_as_null_is_400() {
+    let env = TestEnv::start().await;
+    let r = env
+        .http
+        .post(format!("{}/v1/workflows/wf_x/plan", env.base))
+        .bearer_auth(SECRET)
+        .header("content-type", "application/json")
+        .body("null")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+}
+
+fn rand_suffix() -> String {
+    uuid::Uuid::now_v7().simple().to_string()[20..].to_string()
+}

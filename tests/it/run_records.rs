@@ -193,9 +193,12 @@ async fn sdk_refuses_wrong_credentials_and_bad_bodies() {
         ("logs", json!({"lines": []}), 422),
         ("logs", json!({"lines": many}), 422),
         ("logs", json!({"lines": [{"message": "x", "level": "fatal"}]}), 422),
-        ("logs", json!({"lines": [{"message": "x", "fields": [1]}]}), 422),
+        // fields is an object and data any JSON but null: the document says
+        // so, and a value of another type is 400, as every wrong type is.
+        ("logs", json!({"lines": [{"message": "x", "fields": [1]}]}), 400),
         ("logs", json!({"lines": [{"msg": "x"}]}), 400),
-        ("checkpoints", json!({"label": "no data"}), 422),
+        ("checkpoints", json!({"label": "no data"}), 400),
+        ("checkpoints", json!({"data": null}), 400),
         ("checkpoints", json!({"data": 1, "labels": "x"}), 400),
         ("progress", json!({"progress": 1.5}), 422),
         ("progress", json!({"progress": "half"}), 400),
@@ -261,7 +264,8 @@ async fn metadata_merges_and_debug_mode_toggles() {
     let (s, v) = env.patch(&url, json!({"metadata": {}})).await;
     assert_eq!((s, &v["metadata"]), (200, &json!({"a": "1", "c": "3", "team": "edge"})));
 
-    let p = assert_problem(422, env.patch(&url, json!({"metadata": {"n": 5}})).await, 422);
+    // A value is a string or null, as the document says: another type is 400.
+    let p = assert_problem(400, env.patch(&url, json!({"metadata": {"n": 5}})).await, 400);
     assert_eq!(p["errors"][0]["location"], "body.metadata.n");
     assert_problem(422, env.patch(&url, json!({"metadata": {"long": "x".repeat(1025)}})).await, 422);
     assert_problem(422, env.patch(&url, json!({"metadata": {"nul": "a\u{0}b"}})).await, 422);

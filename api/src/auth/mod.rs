@@ -39,6 +39,9 @@ use poem::Request;
 use poem_openapi::auth::Bearer;
 use poem_openapi::SecurityScheme;
 use subtle::ConstantTimeEq;
+use switchyard_shared::domain::rules::Text;
+use switchyard_shared::domain::FieldError;
+use switchyard_shared::ids::EXTERNAL_ID;
 use switchyard_shared::store::{self, api_keys::KeyRecord};
 use switchyard_shared::Config;
 
@@ -56,17 +59,31 @@ pub const ACTOR_ID_HEADER: &str = "X-Actor-Id";
 pub const ACTOR_EMAIL_HEADER: &str = "X-Actor-Email";
 pub const ACTOR_NAME_HEADER: &str = "X-Actor-Name";
 
+/// An actor header's value: 1 to 256 visible ASCII characters (spaces
+/// inside only).
+pub const ACTOR: Text = Text::form(1, 256, r"^[\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?$", |v| {
+    let b = v.as_bytes();
+    b.iter().all(|c| (0x20..0x7f).contains(c)) && b.first() != Some(&b' ') && b.last() != Some(&b' ')
+});
+
 /// The headers above as the document states them, on every operation that
-/// takes a credential (`crate::contract`): name and description.
-pub const CALLER_HEADERS: [(&str, &str); 4] = [
+/// takes a credential (`crate::document`): name, description, and the rule
+/// of the value, which a caller the header is read for must keep (400
+/// otherwise).
+pub const CALLER_HEADERS: [(&str, &str, Text); 4] = [
     (
         PROJECT_HEADER,
         "The project the call acts in, for the internal secret (and an OIDC token without a project_id claim). \
          A project_id in the query or body that names another project is 422.",
+        EXTERNAL_ID,
     ),
-    (ACTOR_ID_HEADER, "Internal secret only: the person the call acts for, recorded as created_by / updated_by."),
-    (ACTOR_EMAIL_HEADER, "Internal secret only, with X-Actor-Id: the person's email, kept in their profile."),
-    (ACTOR_NAME_HEADER, "Internal secret only, with X-Actor-Id: the person's name, kept in their profile."),
+    (
+        ACTOR_ID_HEADER,
+        "Internal secret only: the person the call acts for, recorded as created_by / updated_by.",
+        ACTOR,
+    ),
+    (ACTOR_EMAIL_HEADER, "Internal secret only, with X-Actor-Id: the person's email, kept in their profile.", ACTOR),
+    (ACTOR_NAME_HEADER, "Internal secret only, with X-Actor-Id: the person's name, kept in their profile.", ACTOR),
 ];
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -197,7 +214,7 @@ async fn resolve(state: &AppState, req: &Request, token: &str) -> poem::Result<P
     }
     if let Some(secret) = &state.config.internal_secret {
         if bool::from(token.as_bytes().ct_eq(secret.expose().as_bytes())) {
-            return Ok(internal_principal(state, req));
+            return internal_principal(state, req);
         }
         // An OIDC token may travel with the internal secret (a
         // gateway in front): full access, the actor taken from the token.
@@ -208,7 +225,10 @@ async fn resolve(state: &AppState, req: &Request, token: &str) -> poem::Result<P
             if let Some(verifier) = &state.auth.oidc {
                 let claims = verifier.verify(token).map_err(|e| unauthorized(&e))?;
                 let mut p = Principal::new(CredentialKind::InternalSecret, ActorType::User);
-                p.project_id = claims.project_id.clone().or_else(|| header(req, PROJECT_HEADER));
+                p.project_id = match claims.project_id.clone() {
+                    Some(p) => Some(p),
+                    None => header(req, PROJECT_HEADER)?,
+                };
                 state.auth.actors.observe(&state.pool, &claims.sub, claims.email, claims.name);
                 p.actor_id = Some(claims.sub);
                 return Ok(p);
@@ -240,18 +260,19 @@ async fn resolve(state: &AppState, req: &Request, token: &str) -> poem::Result<P
 
 /// Only the internal secret trusts the actor headers: an API key or a
 /// token names its own actor, and cannot act as someone else.
-fn internal_principal(state: &AppState, req: &Request) -> Principal {
-    let actor_id = header(req, ACTOR_ID_HEADER);
+fn internal_principal(state: &AppState, req: &Request) -> poem::Result<Principal> {
+    let actor_id = header(req, ACTOR_ID_HEADER)?;
+    let (email, name) = (header(req, ACTOR_EMAIL_HEADER)?, header(req, ACTOR_NAME_HEADER)?);
     let mut p = Principal::new(
         CredentialKind::InternalSecret,
         if actor_id.is_some() { ActorType::User } else { ActorType::Service },
     );
     if let Some(id) = &actor_id {
-        state.auth.actors.observe(&state.pool, id, header(req, ACTOR_EMAIL_HEADER), header(req, ACTOR_NAME_HEADER));
+        state.auth.actors.observe(&state.pool, id, email, name);
     }
     p.actor_id = actor_id;
-    p.project_id = header(req, PROJECT_HEADER);
-    p
+    p.project_id = header(req, PROJECT_HEADER)?;
+    Ok(p)
 }
 
 async fn api_key_principal(state: &AppState, token: &str) -> poem::Result<Principal> {
@@ -288,7 +309,7 @@ async fn api_key_principal(state: &AppState, token: &str) -> poem::Result<Princi
 }
 
 async fn oidc_principal(state: &AppState, req: &Request, claims: oidc::OidcClaims) -> poem::Result<Principal> {
-    let header_project = header(req, PROJECT_HEADER);
+    let header_project = header(req, PROJECT_HEADER)?;
     let project = match (&claims.project_id, header_project) {
         (Some(c), Some(h)) if *c != h => {
             return Err(forbidden("X-Project-Id names another project than the token's project_id claim"))
@@ -367,8 +388,26 @@ fn authorize(p: &mut Principal, op: Option<Operation>, req: &Request) -> poem::R
     }
 }
 
-fn header(req: &Request, name: &str) -> Option<String> {
-    req.header(name).map(str::trim).filter(|v| !v.is_empty() && v.len() <= 256).map(str::to_string)
+/// A caller header's value: `None` when absent, 422 at `header.<name>`
+/// when it breaks its rule (`CALLER_HEADERS`), as any value breaking a
+/// rule the document states.
+fn header(req: &Request, name: &str) -> poem::Result<Option<String>> {
+    let Some(raw) = req.headers().get(name) else { return Ok(None) };
+    let rule = CALLER_HEADERS.iter().find(|(n, _, _)| *n == name).map(|(_, _, r)| r).unwrap_or(&ACTOR);
+    match raw.to_str() {
+        Ok(v) if rule.ok(v) => Ok(Some(v.to_string())),
+        _ => {
+            let message = if name == PROJECT_HEADER {
+                "1 to 64 letters, digits, '_', '-' or '.'"
+            } else {
+                "1 to 256 visible ASCII characters, no space first or last"
+            };
+            let location = format!("header.{name}");
+            let detail = format!("{location}: {message}");
+            let errors = vec![FieldError::new(location, message, None)];
+            Err(crate::strict_json::BodyRefused { status: 422, detail, errors }.into())
+        }
+    }
 }
 
 fn unauthorized(detail: &str) -> poem::Error {

@@ -125,7 +125,7 @@ fn view(r: ApiKeyRow, raw: Option<String>) -> ApiKey {
 /// A new key's body, but for its scopes (an unknown scope is 400, not 422).
 fn validate_create(b: &CreateApiKey) -> Result<(), Vec<FieldError>> {
     let mut e = FieldErrors::new();
-    label_rule(&mut e, &b.name, 200);
+    label_rule(&mut e, &b.name, &super::LABEL);
     e.finish()
 }
 
@@ -152,7 +152,7 @@ fn validate_expiry(
 /// A rotation's name (the old key's unless given) and grace period.
 fn validate_rotation(name: &str, grace_period_seconds: i64) -> Result<(), Vec<FieldError>> {
     let mut e = FieldErrors::new();
-    label_rule(&mut e, name, 200);
+    label_rule(&mut e, name, &super::LABEL);
     e.in_range("body.grace_period_seconds", Some(grace_period_seconds), 0, MAX_GRACE_SECS);
     e.finish()
 }

@@ -46,6 +46,14 @@ view_from_row!(AuditRow => AuditEvent {
     id, project_id, actor_id, actor_type, action, resource_type, resource_id, request_id, details, created_at
 });
 
+/// The form of an RFC 3339 time, as the document states it for `from` and
+/// `to`; [`time`] reads it (and refuses a date the calendar lacks, such
+/// as 30 February).
+pub const RFC3339: &str = concat!(
+    r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]:([0-5][0-9]|60)",
+    r"(\.[0-9]+)?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$"
+);
+
 /// An RFC 3339 time of the query, if given.
 fn time(field: &str, raw: Option<&str>) -> Result<Option<DateTime<Utc>>, Vec<FieldError>> {
     let Some(s) = raw else { return Ok(None) };
@@ -55,6 +63,9 @@ fn time(field: &str, raw: Option<&str>) -> Result<Option<DateTime<Utc>>, Vec<Fie
     })?;
     Ok(Some(t.with_timezone(&Utc)))
 }
+
+/// The orders a listing takes: newest first (the default) or oldest first.
+pub const ORDERS: [&str; 2] = ["desc", "asc"];
 
 /// The time range and order of a listing.
 #[derive(Debug, PartialEq)]
@@ -69,9 +80,9 @@ struct Range {
 fn validate_range(from: Option<&str>, to: Option<&str>, order: Option<&str>) -> Result<Range, Vec<FieldError>> {
     let (from, to) = (time("from", from)?, time("to", to)?);
     let ascending = match order {
-        None | Some("desc") => false,
-        Some("asc") => true,
-        Some(o) => return Err(vec![FieldError::new("query.order", "asc or desc", Some(o.into()))]),
+        None => false,
+        Some(o) if ORDERS.contains(&o) => o == "asc",
+        Some(o) => return Err(vec![FieldError::new("query.order", ORDERS.join(" or "), Some(o.into()))]),
     };
     Ok(Range { from, to, ascending })
 }
@@ -122,6 +133,33 @@ impl AuditApi {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_stated_time_form_is_what_the_parse_takes() {
+        let pattern = switchyard_shared::domain::rules::validator(&serde_json::json!({"pattern": RFC3339}));
+        for (t, parses) in [
+            ("2025-01-31T12:00:00Z", true),
+            ("2025-01-31t12:00:00z", true),
+            ("2025-01-31 12:00:00+01:00", true),
+            ("2025-01-31T12:00:00.123456789-05:30", true),
+            ("2025-01-31T12:00:00.1234567891234Z", true),
+            ("2016-12-31T23:59:60Z", true),
+            ("0000-01-01T00:00:00Z", true),
+            ("2025-01-31T12:00Z", false),
+            ("2025-1-31T12:00:00Z", false),
+            ("2025-01-31T24:00:00Z", false),
+            ("2025-01-31T12:00:00+24:00", false),
+            ("2025-01-31T12:00:00", false),
+            ("", false),
+            ("yesterday", false),
+        ] {
+            assert_eq!(pattern.is_valid(&serde_json::json!(t)), parses, "{t}");
+            assert_eq!(time("from", Some(t)).is_ok(), parses, "{t}");
+        }
+        // The calendar is the parse's alone.
+        assert!(pattern.is_valid(&serde_json::json!("2025-02-30T00:00:00Z")));
+        assert!(time("from", Some("2025-02-30T00:00:00Z")).is_err());
+    }
 
     #[test]
     fn the_range_reports_the_first_bad_parameter_only() {

@@ -422,6 +422,10 @@ impl BulkApi {
     ) -> ApiResult<Json<CancelAllResponse>> {
         let b = body.0;
         let project_id = project_of(&auth.0, "body", b.project_id.as_deref())?;
+        if let Some(j) = &b.job_id {
+            check_id("job", j)
+                .map_err(|_| ApiError::invalid_field("body.job_id", "not a job id", Some(j.clone().into())))?;
+        }
         let statuses: Vec<RunStatus> = match &b.status {
             None => RunStatus::ACTIVE.to_vec(),
             Some(s) => match s.parse::<RunStatus>() {

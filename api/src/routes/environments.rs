@@ -8,6 +8,7 @@ use poem_openapi::payload::Json;
 use poem_openapi::{Object, OpenApi};
 
 use serde_json::json;
+use switchyard_shared::domain::rules::Text;
 use switchyard_shared::domain::{FieldError, FieldErrors};
 use switchyard_shared::store::{self, environments::EnvironmentRow};
 
@@ -42,12 +43,15 @@ pub struct CreateEnvironment {
     pub description: Option<String>,
 }
 
-/// A new environment's name (a slug) and description (a NUL is refused here
-/// rather than by Postgres).
+/// An environment's description: a NUL is refused here rather than by
+/// Postgres.
+pub const DESCRIPTION: Text = Text::stored(0, 1024);
+
+/// A new environment's name (a slug) and description.
 fn validate_environment(b: &CreateEnvironment) -> Result<(), Vec<FieldError>> {
     let mut e = FieldErrors::new();
     slug_rule(&mut e, "body.name", &b.name);
-    let description_ok = !b.description.as_deref().is_some_and(|d| d.len() > 1024 || d.contains('\0'));
+    let description_ok = b.description.as_deref().is_none_or(|d| DESCRIPTION.ok(d));
     e.check(description_ok, "body.description", "at most 1024 characters", None);
     e.finish()
 }

@@ -18,6 +18,7 @@ use poem_openapi::payload::Json;
 use poem_openapi::types::MaybeUndefined;
 use poem_openapi::{Object, OpenApi};
 use serde_json::{json, Value};
+use switchyard_shared::domain::rules::Text;
 use switchyard_shared::domain::{event_key, FieldErrors};
 use switchyard_shared::store::events::{
     self, EventRow, EventSourceRow, NewEvent, RunKind, SourceWrite, TriggerStatus, TriggeredRun,
@@ -40,8 +41,13 @@ use crate::views::TriggerRequest;
 pub struct EventsApi;
 
 /// Longest idempotency key of a dispatch, and description of a source.
-const MAX_IDEMPOTENCY_KEY: usize = 255;
+/// A dispatched event's idempotency_key.
+pub const IDEMPOTENCY_KEY: Text = Text::printable(1, 255);
 const MAX_DESCRIPTION: usize = 4000;
+/// What an event source triggers.
+pub const TARGET_TYPES: [&str; 2] = ["job", "workflow"];
+/// An event source's description.
+pub const DESCRIPTION: Text = Text::stored(0, MAX_DESCRIPTION);
 
 #[derive(Object)]
 #[oai(deny_unknown_fields)]
@@ -244,14 +250,9 @@ async fn load_source(state: &AppState, auth: &Auth, id: &str) -> ApiResult<Event
 /// The checks of a source's fields that need no database.
 fn check_source(e: &mut FieldErrors, name: &str, description: Option<&str>, pattern: &str, target_type: &str) {
     name_rule(e, name);
-    description_rule(e, description, MAX_DESCRIPTION);
+    description_rule(e, description, &DESCRIPTION);
     event_key::check_pattern(e, "body.event_key", pattern);
-    e.check(
-        matches!(target_type, "job" | "workflow"),
-        "body.target_type",
-        "one of job, workflow",
-        Some(target_type.into()),
-    );
+    e.check(TARGET_TYPES.contains(&target_type), "body.target_type", "one of job, workflow", Some(target_type.into()));
 }
 
 /// 422 at `body.target_id` unless it is a live job or workflow of the
@@ -382,7 +383,7 @@ impl EventsApi {
         let project_id = project_of(&auth.0, "body", b.project_id.as_deref())?;
         let mut e = FieldErrors::new();
         event_key::check_key(&mut e, "body.event_key", &b.event_key);
-        e.text("body.idempotency_key", b.idempotency_key.as_deref(), MAX_IDEMPOTENCY_KEY);
+        e.text("body.idempotency_key", b.idempotency_key.as_deref(), &IDEMPOTENCY_KEY);
         e.finish()?;
         project_exists(&state, &project_id).await?;
         let new = NewEvent {

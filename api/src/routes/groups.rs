@@ -116,7 +116,7 @@ fn validate_group(name: &str, slug: &str, description: Option<&str>) -> Result<(
     let mut e = FieldErrors::new();
     name_rule(&mut e, name);
     slug_rule(&mut e, "body.slug", slug);
-    description_rule(&mut e, description, 2000);
+    description_rule(&mut e, description, &super::DESCRIPTION);
     e.finish()
 }
 

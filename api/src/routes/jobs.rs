@@ -210,7 +210,7 @@ impl JobsApi {
         let project_id = project_of(&auth.0, "body", b.project_id.as_deref())?;
         let mut errors = FieldErrors::new();
         name_rule(&mut errors, &b.name);
-        let slug = b.slug.clone().unwrap_or_else(|| slugify(&b.name));
+        let slug = b.slug.clone().unwrap_or_else(|| slugify(&b.name, "job"));
         slug_rule(&mut errors, "body.slug", &slug);
         let d = JobSpec::with_endpoint(b.endpoint_url);
         let spec = JobSpec {

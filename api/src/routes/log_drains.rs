@@ -12,6 +12,7 @@ use poem_openapi::payload::Json;
 use poem_openapi::types::MaybeUndefined;
 use poem_openapi::{Object, OpenApi};
 use serde_json::json;
+use switchyard_shared::domain::rules::Text;
 use switchyard_shared::domain::{FieldError, FieldErrors};
 use switchyard_shared::outbound::TargetError;
 use switchyard_shared::store::log_drains::{self, LogDrain as DrainRow, Settings, LEVELS};
@@ -25,9 +26,11 @@ use crate::state::AppState;
 use crate::strict_json::JsonBody;
 
 /// Most jobs one drain may name.
-const MAX_JOB_IDS: usize = 100;
-const MAX_URL_LEN: usize = 2048;
-const MAX_SECRET_LEN: usize = 256;
+/// Most jobs a drain names.
+pub const MAX_JOB_IDS: usize = 100;
+/// A drain's URL (checked as a URL too) and signing secret.
+pub const URL: Text = Text::stored(1, 2048);
+pub const SECRET: Text = Text::stored(1, 256);
 
 pub struct LogDrainsApi;
 
@@ -123,11 +126,11 @@ pub struct UpdateLogDrain {
 /// server's private-address policy by [`check_url`].
 fn validate(s: &Settings) -> Result<(), Vec<FieldError>> {
     let mut e = FieldErrors::new();
-    label_rule(&mut e, &s.name, 200);
-    e.check(!s.url.is_empty() && s.url.len() <= MAX_URL_LEN, "body.url", "1 to 2048 characters", None);
-    let secret_ok = s.secret.as_deref().is_none_or(|k| !k.is_empty() && k.len() <= MAX_SECRET_LEN);
+    label_rule(&mut e, &s.name, &super::LABEL);
+    e.check(URL.ok(&s.url), "body.url", URL.length_words(), None);
+    let secret_ok = s.secret.as_deref().is_none_or(|k| SECRET.ok(k));
     // The value is never echoed, even in an error.
-    e.check(secret_ok, "body.secret", format!("1 to {MAX_SECRET_LEN} characters"), None);
+    e.check(secret_ok, "body.secret", SECRET.length_words(), None);
     e.check(
         LEVELS.contains(&s.min_level.as_str()),
         "body.min_level",

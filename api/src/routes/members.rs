@@ -8,6 +8,7 @@ use poem_openapi::param::{Path, Query};
 use poem_openapi::payload::Json;
 use poem_openapi::{ApiResponse, Object, OpenApi};
 use serde_json::json;
+use switchyard_shared::domain::rules::Text;
 use switchyard_shared::domain::{FieldError, FieldErrors};
 use switchyard_shared::store::{self, members::MemberRow, Tenant};
 
@@ -51,7 +52,10 @@ pub struct AssignMember {
     pub role_id: String,
 }
 
-/// One assignment of a bulk request.
+/// One assignment of a bulk request. It keeps the rules of a single
+/// assignment (`user_id` and `role_id` as in AssignMember), but one that
+/// breaks them is refused in its own result (`error`), not with the
+/// request: the document states them on AssignMember only.
 #[derive(Object)]
 #[oai(deny_unknown_fields)]
 pub struct BulkMember {
@@ -110,21 +114,28 @@ view_from_row!(MemberRow => Member {
 
 /// A user id (an OIDC `sub`): 1 to 256 printable characters, no `/` (it
 /// is a path segment) and no spaces.
+pub const USER_ID: Text = Text::form(
+    1,
+    256,
+    r"^[^/\u0000-\u001f\u007f-\u009f\t\n\u000b\f\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+$",
+    |u| !u.contains('/') && !u.chars().any(|c| c.is_control() || c.is_whitespace()),
+);
+
 fn validate_user_id(user_id: &str, location: &str) -> Result<(), Vec<FieldError>> {
-    let ok = !user_id.is_empty()
-        && user_id.len() <= 256
-        && !user_id.contains('/')
-        && !user_id.chars().any(|c| c.is_control() || c.is_whitespace());
     let mut e = FieldErrors::new();
-    e.check(ok, location, "1 to 256 printable characters, no '/' or spaces", Some(user_id.into()));
+    e.check(USER_ID.ok(user_id), location, "1 to 256 printable characters, no '/' or spaces", Some(user_id.into()));
     e.finish()
 }
+
+/// How many assignments a bulk request holds.
+pub const BULK_MEMBERS: (usize, usize) = (1, 100);
 
 /// A bulk request holds 1 to 100 assignments; each is checked on its own.
 fn validate_bulk(b: &BulkAssign) -> Result<(), Vec<FieldError>> {
     let mut e = FieldErrors::new();
     let n = b.members.len();
-    e.check((1..=100).contains(&n), "body.members", "1 to 100 assignments", Some(n.into()));
+    let (min, max) = BULK_MEMBERS;
+    e.check((min..=max).contains(&n), "body.members", format!("{min} to {max} assignments"), Some(n.into()));
     e.finish()
 }
 
@@ -293,6 +304,11 @@ impl MembersApi {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_user_id_rule_is_its_check() {
+        assert_eq!(switchyard_shared::domain::rules::agrees(&USER_ID, &["auth0|abc", "google-oauth2|1"]), Ok(()));
+    }
 
     #[test]
     fn a_user_id_is_printable_without_slash_or_space() {

@@ -53,6 +53,7 @@ use std::sync::Arc;
 use poem_openapi::payload::Json;
 use poem_openapi::types::{MaybeUndefined, ToJSON};
 use poem_openapi::{ApiResponse, Tags};
+use switchyard_shared::domain::rules::Text;
 use switchyard_shared::domain::{FieldError, FieldErrors, JobSpec, RunStatus};
 use switchyard_shared::queue::WakeLoop;
 use switchyard_shared::store::workflow_runs::WorkflowRun;
@@ -115,11 +116,14 @@ pub enum Tag {
 /// The project a project-scoped call acts in: the credential's own project,
 /// or for the internal secret the one named in the request (`project_id` in
 /// the query or body, found `at` `"query"` or `"body"`, else `X-Project-Id`).
+/// A `project_id` that is not an id (`ids::EXTERNAL_ID`) is 422.
 /// An internal-secret request naming two different projects (`project_id`
 /// and `X-Project-Id`) is 422 naming both, never one of them silently.
 pub fn project_of(p: &Principal, at: &str, named: Option<&str>) -> ApiResult<String> {
-    let named = named.map(str::trim).filter(|s| !s.is_empty());
     let location = format!("{at}.project_id");
+    if let Some(n) = named.filter(|n| !switchyard_shared::ids::EXTERNAL_ID.ok(n)) {
+        return Err(ApiError::invalid_field(&location, "1 to 64 letters, digits, '_', '-' or '.'", Some(n.into())));
+    }
     match (p.scopes.is_none(), named, p.project_id.as_deref()) {
         (false, Some(n), Some(own)) if n != own => {
             Err(ApiError::forbidden("the credential is not valid for this project"))
@@ -374,16 +378,19 @@ pub async fn admit_job<J: Borrow<JobRecord>>(state: &AppState, auth: &Auth, id: 
 
 /// A job's or a group's slug (unique in the project, used in URLs), and
 /// an environment's name: 1 to 64 of `a-z 0-9 - _`.
+pub const SLUG: Text = Text::form(1, 64, "^[a-z0-9_-]+$", |s| {
+    s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+});
+
+/// [`SLUG`]'s check, reported at `location`.
 pub fn slug_rule(e: &mut FieldErrors, location: &str, slug: &str) {
-    let ok = !slug.is_empty()
-        && slug.len() <= 64
-        && slug.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
-    e.check(ok, location, "1 to 64 lowercase letters, digits, '-' or '_'", Some(slug.into()));
+    e.check(SLUG.ok(slug), location, "1 to 64 lowercase letters, digits, '-' or '_'", Some(slug.into()));
 }
 
 /// The slug a name gives when none is sent: lowercase letters and digits,
-/// every other run of characters one '-', at most 64.
-pub fn slugify(name: &str) -> String {
+/// every other run of characters one '-', at most 64; `fallback` for a
+/// name without a letter or digit.
+pub fn slugify(name: &str, fallback: &str) -> String {
     let mut s = String::new();
     for c in name.trim().chars() {
         if c.is_ascii_alphanumeric() {
@@ -392,27 +399,43 @@ pub fn slugify(name: &str) -> String {
             s.push('-');
         }
     }
-    s.trim_end_matches('-').chars().take(64).collect()
+    let s: String = s.trim_end_matches('-').chars().take(64).collect();
+    if s.is_empty() {
+        fallback.to_string()
+    } else {
+        s
+    }
 }
 
-/// A job's or a group's name: 1 to 200 characters, not only spaces.
+/// A job's, a group's, a workflow's or an event source's name.
+pub const NAME: Text = Text::not_blank(1, 200);
+
+/// [`NAME`]'s check, at `body.name`.
 pub fn name_rule(e: &mut FieldErrors, name: &str) {
-    let ok = !name.trim().is_empty() && name.len() <= 200;
-    e.check(ok, "body.name", "must be 1 to 200 characters", Some(name.into()));
+    e.check(NAME.ok(name), "body.name", "must be 1 to 200 characters", Some(name.into()));
 }
 
-/// The name of an API key, a role or a policy: 1 to `max` characters, not
-/// only spaces, no control characters.
-pub fn label_rule(e: &mut FieldErrors, name: &str, max: usize) -> bool {
-    let ok = !name.trim().is_empty() && name.len() <= max && !name.chars().any(char::is_control);
-    e.check(ok, "body.name", format!("must be 1 to {max} characters, no control characters"), Some(name.into()));
+/// The name of an API key, a policy or a log drain; a role's is [`ROLE_NAME`].
+pub const LABEL: Text = Text::label(1, 200);
+
+/// A label's check (`rule` is [`LABEL`] or [`ROLE_NAME`]), at `body.name`.
+pub fn label_rule(e: &mut FieldErrors, name: &str, rule: &Text) -> bool {
+    let ok = rule.ok(name);
+    let message = format!("must be {}, no control characters", rule.length_words());
+    e.check(ok, "body.name", message, Some(name.into()));
     ok
 }
 
-/// An optional description of at most `max` bytes (not echoed back).
-pub fn description_rule(e: &mut FieldErrors, description: Option<&str>, max: usize) {
-    let ok = description.is_none_or(|d| d.len() <= max);
-    e.check(ok, "body.description", format!("at most {max} characters"), None);
+/// A custom role's name; also not a system role's (`validate_role`).
+pub const ROLE_NAME: Text = Text::label(1, 100);
+
+/// The descriptions of groups, roles, policies.
+pub const DESCRIPTION: Text = Text::stored(0, 2000);
+
+/// An optional description (`rule` bounds its length; not echoed back).
+pub fn description_rule(e: &mut FieldErrors, description: Option<&str>, rule: &Text) {
+    let ok = description.is_none_or(|d| rule.ok(d));
+    e.check(ok, "body.description", format!("at most {} characters", rule.max), None);
 }
 
 /// Tells the scheduler's cron loop, which sleeps until the next tick it
@@ -488,6 +511,16 @@ mod tests {
     }
 
     #[test]
+    fn the_stated_text_rules_are_the_checks() {
+        use switchyard_shared::domain::rules::agrees;
+        for r in [SLUG, NAME, LABEL, ROLE_NAME, DESCRIPTION] {
+            assert_eq!(agrees(&r, &["billing-v2_a", "Send email"]), Ok(()), "{r:?}");
+        }
+        assert_eq!(slugify("Send email!", "job"), "send-email");
+        assert_eq!(slugify("!!!", "job"), "job");
+    }
+
+    #[test]
     fn slug_rule_allows_lowercase_digits_dash_underscore() {
         assert!(failures(|e| slug_rule(e, "body.slug", "billing-v2_a")).is_empty());
         for bad in ["", "Billing", "a b", "é", &"a".repeat(65)] {
@@ -511,18 +544,20 @@ mod tests {
 
     #[test]
     fn label_rule_also_refuses_control_characters() {
-        assert!(failures(|e| assert!(label_rule(e, "ci key", 100))).is_empty());
+        assert!(failures(|e| assert!(label_rule(e, "ci key", &ROLE_NAME))).is_empty());
         for bad in [" ", "a\tb", &"k".repeat(101)] {
-            let got = failures(|e| assert!(!label_rule(e, bad, 100)));
+            let got = failures(|e| assert!(!label_rule(e, bad, &ROLE_NAME)));
             assert_eq!(got[0].message, "must be 1 to 100 characters, no control characters", "{bad:?}");
         }
     }
 
     #[test]
     fn description_rule_bounds_length_and_never_echoes() {
-        assert!(failures(|e| description_rule(e, None, 5)).is_empty());
-        assert!(failures(|e| description_rule(e, Some("12345"), 5)).is_empty());
-        let got = failures(|e| description_rule(e, Some("123456"), 5));
+        let five = Text::any(0, 5);
+        assert!(failures(|e| description_rule(e, None, &five)).is_empty());
+        assert!(failures(|e| description_rule(e, Some("12345"), &five)).is_empty());
+        assert!(failures(|e| description_rule(e, Some("日本語日本"), &five)).is_empty());
+        let got = failures(|e| description_rule(e, Some("123456"), &five));
         assert_eq!(got, [FieldError::new("body.description", "at most 5 characters", None)]);
     }
 

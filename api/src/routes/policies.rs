@@ -11,6 +11,7 @@ use poem_openapi::payload::Json;
 use poem_openapi::types::MaybeUndefined;
 use poem_openapi::{ApiResponse, Object, OpenApi};
 use serde_json::{json, Value};
+use switchyard_shared::domain::rules::Text;
 use switchyard_shared::domain::{FieldError, FieldErrors};
 use switchyard_shared::store::policies::{self as stored, ResourcePolicyRow, TagPolicyRow};
 use switchyard_shared::store::{self, Tenant};
@@ -148,18 +149,36 @@ view_from_row!(TagPolicyRow => TagPolicy {
     updated_at
 });
 
+/// The closed sets of policies' fields.
+pub const EFFECTS: [&str; 2] = ["allow", "deny"];
+pub const PRINCIPAL_TYPES: [&str; 3] = ["role", "member", "api_key"];
+pub const RESOURCE_TYPES: [&str; 4] = ["job", "job_group", "run", "workflow"];
+pub const TAG_RESOURCE_TYPES: [&str; 2] = ["job", "workflow"];
+/// A tag key (of a selector, a required key, an allowed value's key), a
+/// selector's value, an allowed value, a principal id.
+pub const TAG_KEY: Text = Text::printable(1, 128);
+pub const TAG_VALUE: Text = Text::stored(0, 1024);
+pub const PRINCIPAL_ID: Text = Text::printable(1, 256);
+/// Most resource ids and selector pairs of a resource policy; most
+/// required keys, allowed keys, and values per allowed key of a tag policy.
+pub const MAX_RESOURCE_IDS: usize = 100;
+pub const MAX_SELECTOR_PAIRS: usize = 20;
+pub const MAX_TAG_KEYS: usize = 64;
+pub const ALLOWED_VALUES: (usize, usize) = (1, 100);
+
 fn one_of(e: &mut FieldErrors, field: &str, v: &str, allowed: &[&str]) {
     e.check(allowed.contains(&v), format!("body.{field}"), format!("must be one of {allowed:?}"), Some(v.into()));
 }
 
 /// A policy's description; unlike elsewhere its failure carries `"value": null`.
 fn description_rule(e: &mut FieldErrors, description: Option<&str>) {
-    let ok = description.is_none_or(|d| d.len() <= 2000);
-    e.check(ok, "body.description", "at most 2000 characters", Some(Value::Null));
+    let ok = description.is_none_or(|d| super::DESCRIPTION.ok(d));
+    let message = format!("at most {} characters", super::DESCRIPTION.max);
+    e.check(ok, "body.description", message, Some(Value::Null));
 }
 
 fn tag_key_ok(k: &str) -> bool {
-    !k.is_empty() && k.len() <= 128 && !k.chars().any(char::is_control)
+    TAG_KEY.ok(k)
 }
 
 /// A resource policy as it will be stored: the request's fields over the
@@ -179,17 +198,17 @@ struct RpFields {
 /// the failures are listed.
 fn validate_resource_policy(f: &RpFields, description: Option<&str>) -> Result<(), Vec<FieldError>> {
     let mut e = FieldErrors::new();
-    label_rule(&mut e, &f.name, 200);
+    label_rule(&mut e, &f.name, &super::LABEL);
     description_rule(&mut e, description);
-    one_of(&mut e, "effect", &f.effect, &["allow", "deny"]);
-    one_of(&mut e, "principal_type", &f.principal_type, &["role", "member", "api_key"]);
-    one_of(&mut e, "resource_type", &f.resource_type, &["job", "job_group", "run", "workflow"]);
+    one_of(&mut e, "effect", &f.effect, &EFFECTS);
+    one_of(&mut e, "principal_type", &f.principal_type, &PRINCIPAL_TYPES);
+    one_of(&mut e, "resource_type", &f.resource_type, &RESOURCE_TYPES);
     e.check(!f.actions.is_empty(), "body.actions", "at least one scope", Some(json!([])));
-    let ids_ok =
-        f.resource_ids.len() <= 100 && f.resource_ids.iter().all(|id| switchyard_shared::ids::is_valid_external_id(id));
+    let ids_ok = f.resource_ids.len() <= MAX_RESOURCE_IDS
+        && f.resource_ids.iter().all(|id| switchyard_shared::ids::is_valid_external_id(id));
     e.check(ids_ok, "body.resource_ids", "at most 100 resource ids", Some(json!(f.resource_ids)));
-    let selector_ok =
-        f.tag_selector.len() <= 20 && f.tag_selector.iter().all(|(k, v)| tag_key_ok(k) && v.len() <= 1024);
+    let selector_ok = f.tag_selector.len() <= MAX_SELECTOR_PAIRS
+        && f.tag_selector.iter().all(|(k, v)| tag_key_ok(k) && TAG_VALUE.ok(v));
     e.check(
         selector_ok,
         "body.tag_selector",
@@ -197,7 +216,7 @@ fn validate_resource_policy(f: &RpFields, description: Option<&str>) -> Result<(
         Some(json!(f.tag_selector)),
     );
     let pid = f.principal_id.as_str();
-    let pid_ok = !pid.is_empty() && pid.len() <= 256 && !pid.chars().any(char::is_control);
+    let pid_ok = PRINCIPAL_ID.ok(pid);
     e.check(pid_ok, "body.principal_id", "must be 1 to 256 characters", Some(pid.into()));
     e.finish()
 }
@@ -228,7 +247,7 @@ async fn check_resource_policy(
 /// A tag policy's resource type, checked before its rules.
 fn validate_tag_resource_type(resource_type: &str) -> Result<(), Vec<FieldError>> {
     let mut e = FieldErrors::new();
-    one_of(&mut e, "resource_type", resource_type, &["job", "workflow"]);
+    one_of(&mut e, "resource_type", resource_type, &TAG_RESOURCE_TYPES);
     e.finish()
 }
 
@@ -242,12 +261,13 @@ fn validate_tag_rules(
     description_rule(&mut e, description);
     let some = !required.is_empty() || !allowed.is_empty();
     e.check(some, "body.required_keys", "give required_keys or allowed_values", Some(json!([])));
-    let required_ok = required.len() <= 64 && required.iter().all(|k| tag_key_ok(k));
+    let required_ok = required.len() <= MAX_TAG_KEYS && required.iter().all(|k| tag_key_ok(k));
     e.check(required_ok, "body.required_keys", "at most 64 keys of 1 to 128 characters", Some(json!(required)));
-    let allowed_ok = allowed.len() <= 64
+    let (fewest, most) = ALLOWED_VALUES;
+    let allowed_ok = allowed.len() <= MAX_TAG_KEYS
         && allowed
             .iter()
-            .all(|(k, vs)| tag_key_ok(k) && !vs.is_empty() && vs.len() <= 100 && vs.iter().all(|v| v.len() <= 1024));
+            .all(|(k, vs)| tag_key_ok(k) && (fewest..=most).contains(&vs.len()) && vs.iter().all(|v| TAG_VALUE.ok(v)));
     e.check(
         allowed_ok,
         "body.allowed_values",

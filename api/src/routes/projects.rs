@@ -9,10 +9,11 @@ use poem_openapi::payload::Json;
 use poem_openapi::{Object, OpenApi};
 
 use serde_json::json;
+use switchyard_shared::domain::rules::Text;
 use switchyard_shared::domain::{FieldError, FieldErrors};
 use switchyard_shared::store::{self, projects::ProjectRow};
 
-use super::{found, tenant, view_from_row, Created, Tag};
+use super::{found, name_rule, tenant, view_from_row, Created, Tag};
 use crate::audit::{self, Change};
 use crate::auth::Auth;
 use crate::error::{ApiError, ApiResult};
@@ -89,33 +90,38 @@ async fn load(state: &AppState, auth: &Auth, id: &str) -> ApiResult<ProjectRow> 
     found("project", id, store::projects::get(&state.pool, tenant(&auth.0), id)).await
 }
 
-/// A new project's id when given (trimmed) and its name (trimmed).
+/// A new project's id when given and its name (trimmed).
 fn validate_project(b: &CreateProject) -> Result<(Option<String>, String), Vec<FieldError>> {
     let mut e = FieldErrors::new();
-    let id = b.id.as_deref().map(str::trim);
-    if let Some(id) = id {
-        let ok = switchyard_shared::ids::is_valid_external_id(id);
+    if let Some(id) = b.id.as_deref() {
+        let ok = switchyard_shared::ids::EXTERNAL_ID.ok(id);
         e.check(ok, "body.id", "1 to 64 letters, digits, '_', '-' or '.'", Some(id.into()));
     }
-    let name = b.name.trim();
-    let name_ok = !name.is_empty() && name.len() <= 200;
-    e.check(name_ok, "body.name", "must be 1 to 200 characters", Some(b.name.as_str().into()));
+    name_rule(&mut e, &b.name);
     e.finish()?;
-    Ok((id.map(str::to_string), name.to_string()))
+    Ok((b.id.clone(), b.name.trim().to_string()))
 }
 
+/// A project's region and plan tier.
+pub const SETTING: Text = Text::not_blank(1, 64);
+/// The bounds of a project's key lifetime and retention, in days.
+pub const MAX_KEY_LIFETIME_DAYS: (i64, i64) = (1, 3650);
+pub const RETENTION_DAYS: (i64, i64) = (1, 3650);
+
 /// A settings change: region and plan tier of 1 to 64 characters, a key
-/// lifetime of 1 to 3650 days.
+/// lifetime and a retention of 1 to 3650 days.
 fn validate_settings(b: &UpdateProjectSettings) -> Result<(), Vec<FieldError>> {
     let mut e = FieldErrors::new();
     for (field, v) in [("default_region", &b.default_region), ("plan_tier", &b.plan_tier)] {
         if let Some(v) = v {
-            let ok = !v.trim().is_empty() && v.len() <= 64;
-            e.check(ok, format!("body.{field}"), "must be 1 to 64 characters", Some(v.as_str().into()));
+            let message = format!("must be {}", SETTING.length_words());
+            e.check(SETTING.ok(v), format!("body.{field}"), message, Some(v.as_str().into()));
         }
     }
-    e.in_range("body.max_key_lifetime_days", b.max_key_lifetime_days, 1, 3650);
-    e.in_range("body.retention_days", b.retention_days, 1, 3650);
+    let (min, max) = MAX_KEY_LIFETIME_DAYS;
+    e.in_range("body.max_key_lifetime_days", b.max_key_lifetime_days, min, max);
+    let (min, max) = RETENTION_DAYS;
+    e.in_range("body.retention_days", b.retention_days, min, max);
     e.finish()
 }
 
@@ -213,13 +219,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_project_id_and_name_are_trimmed_then_checked() {
+    fn a_project_id_is_checked_as_sent_and_a_name_trimmed() {
         let project = |id: Option<&str>, name: &str| CreateProject { id: id.map(Into::into), name: name.into() };
         assert_eq!(validate_project(&project(None, " Acme ")), Ok((None, "Acme".to_string())));
         assert_eq!(
-            validate_project(&project(Some(" acme "), "Acme")),
+            validate_project(&project(Some("acme"), "Acme")),
             Ok((Some("acme".to_string()), "Acme".to_string()))
         );
+        // An id is what the document's pattern says: spaces are not trimmed away.
+        assert!(validate_project(&project(Some(" acme "), "Acme")).is_err());
         let got = validate_project(&project(Some("a b"), "  ")).unwrap_err();
         assert_eq!(got[0], FieldError::new("body.id", "1 to 64 letters, digits, '_', '-' or '.'", Some("a b".into())));
         assert_eq!(got[1], FieldError::new("body.name", "must be 1 to 200 characters", Some("  ".into())));

@@ -3,6 +3,8 @@
 //! role; the checks of their bodies. README.md, "Access control", tells
 //! how a member's role becomes permissions.
 
+use std::sync::LazyLock;
+
 use chrono::{DateTime, Utc};
 use poem::web::Data;
 use poem_openapi::param::{Path, Query};
@@ -10,6 +12,7 @@ use poem_openapi::payload::Json;
 use poem_openapi::types::MaybeUndefined;
 use poem_openapi::{ApiResponse, Object, OpenApi};
 use serde_json::json;
+use switchyard_shared::domain::rules::Text;
 use switchyard_shared::domain::{FieldError, FieldErrors};
 use switchyard_shared::store::roles::{ChainLink, RoleRow};
 use switchyard_shared::store::{self};
@@ -108,14 +111,42 @@ async fn load(state: &AppState, auth: &Auth, id: &str) -> ApiResult<RoleRow> {
     found("role", id, store::roles::get(&state.pool, tenant(&auth.0), id)).await
 }
 
+/// Whether `name` is a system role's, whatever its case and spaces.
+fn is_system(name: &str) -> bool {
+    rbac::SYSTEM_ROLES.iter().any(|s| s.eq_ignore_ascii_case(name.trim()))
+}
+
+/// A custom role's name as the document states it: [`super::ROLE_NAME`],
+/// and not a system role's (a lookahead refusing each, any case, any
+/// spaces around it).
+pub fn name_rule() -> Text {
+    static RULE: LazyLock<Text> = LazyLock::new(|| {
+        use switchyard_shared::domain::rules::SPACE;
+        let label = super::ROLE_NAME.pattern.unwrap_or("^.*$");
+        let any_case = |name: &str| -> String {
+            name.chars()
+                .map(|c| match c {
+                    c if c.is_ascii_alphabetic() => format!("[{}{}]", c.to_ascii_uppercase(), c.to_ascii_lowercase()),
+                    c if c.is_ascii_alphanumeric() || c == '_' => c.to_string(),
+                    c => format!("\\{c}"),
+                })
+                .collect()
+        };
+        let system: Vec<String> = rbac::SYSTEM_ROLES.iter().map(|n| any_case(n)).collect();
+        let pattern = format!("^(?![{SPACE}]*(?:{})[{SPACE}]*$){}", system.join("|"), &label[1..]);
+        let (min, max) = (super::ROLE_NAME.min, super::ROLE_NAME.max);
+        Text::form(min, max, Box::leak(pattern.into_boxed_str()), |n| super::ROLE_NAME.ok(n) && !is_system(n))
+    });
+    *RULE
+}
+
 /// A custom role's name (not a system role's) and description.
 fn validate_role(name: &str, description: Option<&str>) -> Result<(), Vec<FieldError>> {
     let mut e = FieldErrors::new();
-    if label_rule(&mut e, name, 100) {
-        let system = rbac::SYSTEM_ROLES.iter().any(|s| s.eq_ignore_ascii_case(name.trim()));
-        e.check(!system, "body.name", "is the name of a system role", Some(name.into()));
+    if label_rule(&mut e, name, &super::ROLE_NAME) {
+        e.check(!is_system(name), "body.name", "is the name of a system role", Some(name.into()));
     }
-    description_rule(&mut e, description, 2000);
+    description_rule(&mut e, description, &super::DESCRIPTION);
     e.finish()
 }
 
@@ -327,6 +358,16 @@ impl RolesApi {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_stated_name_rule_is_the_check() {
+        let rule = name_rule();
+        let extra = ["admin", " Admin ", "ADMIN", "admins", "viewer\t", "triggerer", "operator\u{a0}", "my admin"];
+        assert_eq!(switchyard_shared::domain::rules::agrees(&rule, &extra), Ok(()));
+        for n in switchyard_shared::domain::rules::corpus(&extra) {
+            assert_eq!(rule.ok(&n), validate_role(&n, None).is_ok(), "{n:?}");
+        }
+    }
 
     fn link(id: &str, project_id: Option<&str>) -> ChainLink {
         ChainLink { id: id.into(), project_id: project_id.map(Into::into), name: id.into(), permissions: vec![] }

@@ -60,7 +60,7 @@ impl SdkApi {
             }
         }
         if let Some(m) = &b.message {
-            if m.len() > 1024 {
+            if !switchyard_shared::domain::run_record::PROGRESS_MESSAGE.ok(m) {
                 return Err(ApiError::invalid_field("body.message", "at most 1024 characters", None));
             }
         }

@@ -27,7 +27,7 @@ use poem_openapi::{Object, OpenApi};
 use serde_json::Value;
 use switchyard_shared::domain::result::{scrub, scrub_str, MAX_RESULT_BYTES};
 use switchyard_shared::domain::run_record::{
-    check_not_negative, check_text, check_value_size, is_valid_state_key, json_len, LOG_LEVELS,
+    self as rec_rules, check_not_negative, check_text, check_value_size, is_valid_state_key, json_len, LOG_LEVELS,
 };
 use switchyard_shared::domain::{FieldErrors, JobSpec, RunStatus};
 use switchyard_shared::store::run_records::{self as rec, Kind, NewLogLine, NewToolCall, NewUsage};
@@ -43,14 +43,15 @@ use crate::views::{run_view, Checkpoint, JobRun, RunOutput, ToolCall, UsageRecor
 
 pub struct SdkRunsApi;
 
-const MAX_LINES_PER_CALL: usize = 100;
+pub const MAX_LINES_PER_CALL: usize = 100;
 const MAX_LOG_LINES: i64 = 10_000;
 const MAX_USAGE_RECORDS: i64 = 10_000;
 const MAX_TOOL_CALLS: i64 = 10_000;
 const MAX_OUTPUTS: i64 = 1_000;
 const MAX_STATE_KEYS: i64 = 1_000;
 const KEEP_CHECKPOINTS: i64 = 100;
-const MAX_MESSAGE_BYTES: usize = 16 * 1024;
+/// The most bytes of JSON a log line's `fields` may take.
+const MAX_FIELDS_BYTES: usize = 16 * 1024;
 
 /// The attempt the caller's run token was minted for (the authenticator
 /// read it from the verified claims); other credentials act on the run's
@@ -232,13 +233,13 @@ impl SdkRunsApi {
                     Some(level.clone().into()),
                 );
             }
-            check_text(&mut errors, &format!("body.lines[{i}].message"), &l.message, MAX_MESSAGE_BYTES, false);
+            check_text(&mut errors, &format!("body.lines[{i}].message"), &l.message, &rec_rules::LOG_MESSAGE);
             if let Some(f) = &l.fields {
                 let loc = format!("body.lines[{i}].fields");
                 if !f.is_object() {
                     errors.push(loc, "must be a JSON object", None);
-                } else if json_len(f) > MAX_MESSAGE_BYTES {
-                    errors.push(loc, format!("at most {MAX_MESSAGE_BYTES} bytes of JSON"), None);
+                } else if json_len(f) > MAX_FIELDS_BYTES {
+                    errors.push(loc, format!("at most {MAX_FIELDS_BYTES} bytes of JSON"), None);
                 }
             }
         }
@@ -276,7 +277,7 @@ impl SdkRunsApi {
         let b = body.0;
         let mut errors = FieldErrors::new();
         if let Some(l) = &b.label {
-            check_text(&mut errors, "body.label", l, 256, false);
+            check_text(&mut errors, "body.label", l, &rec_rules::CHECKPOINT_LABEL);
         }
         errors.check(!b.data.is_null(), "body.data", "required: any JSON value but null", None);
         check_value_size(&mut errors, "body.data", &b.data);
@@ -323,7 +324,7 @@ impl SdkRunsApi {
             Some(b.progress.into()),
         );
         if let Some(m) = &b.message {
-            check_text(&mut errors, "body.message", m, 1024, false);
+            check_text(&mut errors, "body.message", m, &rec_rules::PROGRESS_MESSAGE);
         }
         errors.finish()?;
         let attempt = caller_attempt(&auth, &run);
@@ -347,7 +348,7 @@ impl SdkRunsApi {
         let run = sdk_run(&state, &auth, &run_id).await?;
         let b = body.0;
         let mut errors = FieldErrors::new();
-        check_text(&mut errors, "body.name", &b.name, 256, true);
+        check_text(&mut errors, "body.name", &b.name, &rec_rules::NAME);
         if let Some(d) = &b.data {
             check_value_size(&mut errors, "body.data", d);
         }
@@ -380,7 +381,7 @@ impl SdkRunsApi {
         check_not_negative(&mut errors, "body.tokens_out", b.tokens_out);
         check_not_negative(&mut errors, "body.cpu_ms", b.cpu_ms);
         if let Some(m) = &b.model {
-            check_text(&mut errors, "body.model", m, 256, true);
+            check_text(&mut errors, "body.model", m, &rec_rules::NAME);
         }
         errors.finish()?;
         if rec::count(&state.pool, Kind::Usage, &run.id).await? >= MAX_USAGE_RECORDS {
@@ -411,9 +412,9 @@ impl SdkRunsApi {
         let run = sdk_run(&state, &auth, &run_id).await?;
         let b = body.0;
         let mut errors = FieldErrors::new();
-        check_text(&mut errors, "body.name", &b.name, 256, true);
+        check_text(&mut errors, "body.name", &b.name, &rec_rules::NAME);
         if let Some(s) = &b.status {
-            check_text(&mut errors, "body.status", s, 64, true);
+            check_text(&mut errors, "body.status", s, &rec_rules::TOOL_STATUS);
         }
         check_not_negative(&mut errors, "body.duration_ms", b.duration_ms);
         for (location, v) in [("body.input", &b.input), ("body.output", &b.output)] {
@@ -535,7 +536,7 @@ impl SdkRunsApi {
         let run = sdk_run(&state, &auth, &run_id).await?;
         let b = body.0;
         let mut errors = FieldErrors::new();
-        check_text(&mut errors, "body.error", &b.error, 4096, true);
+        check_text(&mut errors, "body.error", &b.error, &rec_rules::ERROR);
         if let Some(c) = &b.error_class {
             if let Err(message) = switchyard_shared::domain::error_class::check(c) {
                 errors.push("body.error_class", message, Some(c.clone().into()));

@@ -12,6 +12,7 @@ use poem_openapi::param::{Path, Query};
 use poem_openapi::payload::Json;
 use poem_openapi::{ApiResponse, Object, OpenApi};
 use serde_json::json;
+use switchyard_shared::domain::rules::Text;
 use switchyard_shared::domain::{FieldError, FieldErrors};
 use switchyard_shared::secrets::{is_valid_name, SecretsKey};
 use switchyard_shared::store::{self, secrets::SecretName};
@@ -28,8 +29,10 @@ pub struct SecretsApi;
 
 /// Secrets per job.
 pub const MAX_SECRETS: i64 = 100;
-/// Bytes of one value.
-pub const MAX_VALUE_BYTES: usize = 64 * 1024;
+/// Characters of one value.
+pub const MAX_VALUE_CHARS: usize = 64 * 1024;
+/// A value.
+pub const VALUE: Text = Text::any(0, MAX_VALUE_CHARS);
 
 /// A secret's name and times; the value is never returned.
 #[derive(Object)]
@@ -47,7 +50,7 @@ view_from_row!(SecretName => JobSecret { name, created_at, updated_at });
 pub struct PutSecret {
     /// Like an environment variable: `[A-Za-z_][A-Za-z0-9_]*`, at most 128.
     pub name: String,
-    /// Write-only; at most 64 KiB.
+    /// Write-only; at most 65536 characters.
     #[oai(write_only)]
     pub value: String,
 }
@@ -68,7 +71,7 @@ fn validate_secret(b: &PutSecret) -> Result<(), Vec<FieldError>> {
     let name_message = "like an environment variable: [A-Za-z_][A-Za-z0-9_]*, at most 128 characters";
     e.check(is_valid_name(&b.name), "body.name", name_message, Some(b.name.as_str().into()));
     // The value itself is never echoed back, not even in an error.
-    e.check(b.value.len() <= MAX_VALUE_BYTES, "body.value", format!("at most {MAX_VALUE_BYTES} bytes"), None);
+    e.check(VALUE.ok(&b.value), "body.value", format!("at most {MAX_VALUE_CHARS} characters"), None);
     e.finish()
 }
 
@@ -167,9 +170,9 @@ mod tests {
     #[test]
     fn a_secret_is_named_like_an_env_var_and_its_value_never_echoed() {
         let secret = |name: &str, n: usize| PutSecret { name: name.into(), value: "x".repeat(n) };
-        assert_eq!(validate_secret(&secret("API_TOKEN", MAX_VALUE_BYTES)), Ok(()));
-        let got = validate_secret(&secret("1st", MAX_VALUE_BYTES + 1)).unwrap_err();
+        assert_eq!(validate_secret(&secret("API_TOKEN", MAX_VALUE_CHARS)), Ok(()));
+        let got = validate_secret(&secret("1st", MAX_VALUE_CHARS + 1)).unwrap_err();
         assert_eq!((got[0].location.as_str(), got[0].value.clone()), ("body.name", Some("1st".into())));
-        assert_eq!(got[1], FieldError::new("body.value", format!("at most {MAX_VALUE_BYTES} bytes"), None));
+        assert_eq!(got[1], FieldError::new("body.value", format!("at most {MAX_VALUE_CHARS} characters"), None));
     }
 }

@@ -11,6 +11,7 @@ use poem_openapi::types::MaybeUndefined;
 use poem_openapi::{Object, OpenApi};
 use serde_json::Value;
 use switchyard_shared::domain::job::check_url;
+use switchyard_shared::domain::rules::Text;
 use switchyard_shared::domain::FieldErrors;
 use switchyard_shared::outbound::TargetError;
 use switchyard_shared::store::deliveries::{self, Delivery, Subscription, SubscriptionWrite};
@@ -39,8 +40,9 @@ pub const EVENT_TYPES: [&str; 9] = [
 ];
 /// The statuses of a webhook delivery, the `status` filter of the list.
 pub const DELIVERY_STATUSES: [&str; 4] = ["pending", "delivered", "failed", "dead"];
-const MAX_SECRET: usize = 256;
-const MAX_DESCRIPTION: usize = 1000;
+/// A subscription's signing key and description.
+pub const SECRET: Text = Text::stored(1, 256);
+pub const DESCRIPTION: Text = Text::stored(0, 1000);
 
 #[derive(Object, Debug)]
 #[oai(deny_unknown_fields)]
@@ -185,10 +187,10 @@ fn check(
         );
     }
     if let Some(s) = secret {
-        e.check(!s.is_empty() && s.len() <= MAX_SECRET, "body.secret", format!("1 to {MAX_SECRET} characters"), None);
+        e.check(SECRET.ok(s), "body.secret", SECRET.length_words(), None);
     }
     if let Some(d) = description {
-        e.check(d.len() <= MAX_DESCRIPTION, "body.description", format!("at most {MAX_DESCRIPTION} characters"), None);
+        e.check(DESCRIPTION.ok(d), "body.description", DESCRIPTION.length_words(), None);
     }
 }
 
@@ -372,12 +374,7 @@ impl WebhooksApi {
         }
         if let Some(k) = kind.0.as_deref() {
             let ok = deliveries::Kind::parse(k).is_some();
-            e.check(
-                ok,
-                "query.kind",
-                "must be one of job_run, subscription, event_trigger, step_stage",
-                Some(k.into()),
-            );
+            e.check(ok, "query.kind", format!("must be one of {}", deliveries::Kind::NAMES.join(", ")), Some(k.into()));
         }
         e.finish()?;
         let w = Window::parse(limit.0, cursor.0)?;

@@ -11,6 +11,7 @@ use poem_openapi::param::{Path, Query};
 use poem_openapi::payload::Json;
 use poem_openapi::{ApiResponse, Object, OpenApi};
 use serde_json::Value;
+use switchyard_shared::domain::rules::Text;
 use switchyard_shared::domain::workflow_plan::critical_path;
 use switchyard_shared::domain::workflow_run::{self, Decision, Inputs, StepNow, WorkflowRunStatus};
 use switchyard_shared::domain::FieldErrors;
@@ -30,9 +31,12 @@ use crate::strict_json::JsonBody;
 pub struct WorkflowRunsApi;
 
 /// Most tags on a run, and the longest idempotency key.
-const MAX_TAGS: usize = 50;
-const MAX_IDEMPOTENCY_KEY: usize = 255;
-const MAX_COMMENT: usize = 2000;
+/// Most tags of a workflow trigger; a tag's key and value.
+pub const MAX_TAGS: usize = 50;
+pub const TAG_TEXT: Text = Text::stored(0, usize::MAX);
+/// A workflow trigger's idempotency_key and a step decision's comment.
+pub const IDEMPOTENCY_KEY: Text = Text::stored(1, 255);
+pub const COMMENT: Text = Text::stored(0, 2000);
 
 /// A decision on a waiting step.
 #[derive(Object, Debug, Default)]
@@ -373,14 +377,16 @@ fn check_trigger(b: &TriggerWorkflowRequest) -> ApiResult<()> {
     let mut e = FieldErrors::new();
     if let Some(k) = &b.idempotency_key {
         e.check(
-            !k.is_empty() && k.len() <= MAX_IDEMPOTENCY_KEY,
+            IDEMPOTENCY_KEY.ok(k),
             "body.idempotency_key",
-            format!("must be 1 to {MAX_IDEMPOTENCY_KEY} characters"),
+            format!("must be {}, no NUL", IDEMPOTENCY_KEY.length_words()),
             Some(k.clone().into()),
         );
     }
     let tags = b.tags.as_ref().map_or(0, HashMap::len);
     e.check(tags <= MAX_TAGS, "body.tags", format!("at most {MAX_TAGS} tags"), None);
+    let storable = b.tags.iter().flatten().all(|(k, v)| TAG_TEXT.ok(k) && TAG_TEXT.ok(v));
+    e.check(storable, "body.tags", "keys and values without NUL", None);
     Ok(e.finish()?)
 }
 
@@ -812,8 +818,9 @@ impl WorkflowRunsApi {
         body: StepDecisionRequest,
     ) -> ApiResult<Json<WorkflowRun>> {
         if let Some(c) = &body.comment {
-            if c.chars().count() > MAX_COMMENT {
-                return Err(ApiError::invalid_field("body.comment", format!("at most {MAX_COMMENT} characters"), None));
+            if !COMMENT.ok(c) {
+                let message = format!("{}, no NUL", COMMENT.length_words());
+                return Err(ApiError::invalid_field("body.comment", message, None));
             }
         }
         load(state, auth, run_id).await?;

@@ -326,12 +326,12 @@ pub struct WorkflowVersion {
 #[derive(Object)]
 #[oai(deny_unknown_fields)]
 pub struct WorkflowPolicyBody {
-    /// Most steps per workflow; 1 to 1000.
+    /// Most steps per workflow; 1 to the most a workflow may have (see maximum).
     pub max_steps: Option<i64>,
     /// Longest depends_on chain, in steps (a step without dependencies is
-    /// at depth 1); 1 to 1000.
+    /// at depth 1); 1 to the most steps a workflow may have.
     pub max_depth: Option<i64>,
-    /// Most steps that may depend on one step; 1 to 1000.
+    /// Most steps that may depend on one step; 1 to the most steps a workflow may have.
     pub max_fan_out: Option<i64>,
     /// The step types the project's workflows may use.
     pub allowed_step_types: Option<Vec<String>>,
@@ -585,7 +585,7 @@ impl WorkflowsApi {
         super::project_exists(&state, &project_id).await?;
         let mut errors = FieldErrors::new();
         name_rule(&mut errors, &b.name);
-        let slug = b.slug.clone().unwrap_or_else(|| slugify(&b.name));
+        let slug = b.slug.clone().unwrap_or_else(|| slugify(&b.name, "workflow"));
         slug_rule(&mut errors, "body.slug", &slug);
         let settings = Settings {
             description: b.description,

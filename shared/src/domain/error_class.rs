@@ -6,11 +6,13 @@
 
 /// Longest error_class, in characters.
 pub const MAX_ERROR_CLASS_CHARS: usize = 200;
+/// The rule [`check`] checks, as the document states it.
+pub const RULE: super::rules::Text = super::rules::Text::label(1, MAX_ERROR_CLASS_CHARS);
 
 /// Whether `class` is 1 to [`MAX_ERROR_CLASS_CHARS`] characters, not blank,
 /// without control characters; the message says what is wrong.
 pub fn check(class: &str) -> Result<(), String> {
-    if class.trim().is_empty() || class.chars().count() > MAX_ERROR_CLASS_CHARS || class.chars().any(char::is_control) {
+    if !RULE.ok(class) {
         return Err(format!("1 to {MAX_ERROR_CLASS_CHARS} printable characters, not blank"));
     }
     Ok(())

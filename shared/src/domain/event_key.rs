@@ -8,15 +8,27 @@
 //! pattern and the keys it matches cannot be confused.
 
 use super::field_errors::FieldErrors;
+use super::rules::Text;
 
-/// Longest key or pattern, in bytes.
+/// Longest key or pattern, in characters.
 pub const MAX_LEN: usize = 255;
+/// The length and alphabet of keys and patterns alike.
+const PRINTABLE: Text = Text::printable(1, MAX_LEN);
+
+/// A key, as the document states it ([`check_key`] checks it).
+pub const KEY: Text =
+    Text::form(1, MAX_LEN, r"^[^\u0000-\u001f\u007f-\u009f*]+$", |k| PRINTABLE.ok(k) && !k.contains('*'));
+
+/// A pattern, as the document states it ([`check_pattern`] checks it).
+pub const PATTERN: Text = Text::form(1, MAX_LEN, r"^[^\u0000-\u001f\u007f-\u009f*]*\*?$", |p| {
+    PRINTABLE.ok(p) && !p.strip_suffix('*').unwrap_or(p).contains('*')
+});
 
 /// Checks a dispatched event's key: 1 to 255 bytes, no control
 /// characters, no `*`.
 pub fn check_key(e: &mut FieldErrors, location: &str, key: &str) {
     let before = e.len();
-    e.text(location, Some(key), MAX_LEN);
+    e.text(location, Some(key), &PRINTABLE);
     if e.len() == before {
         e.check(!key.contains('*'), location, "`*` is only for the patterns of event sources", Some(key.into()));
     }
@@ -26,7 +38,7 @@ pub fn check_key(e: &mut FieldErrors, location: &str, key: &str) {
 /// the end.
 pub fn check_pattern(e: &mut FieldErrors, location: &str, pattern: &str) {
     let before = e.len();
-    e.text(location, Some(pattern), MAX_LEN);
+    e.text(location, Some(pattern), &PRINTABLE);
     if e.len() == before {
         let prefix = pattern.strip_suffix('*').unwrap_or(pattern);
         e.check(
@@ -57,6 +69,21 @@ pub fn trigger_key(event_id: &str, source_id: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_stated_rules_are_the_checks() {
+        let checked = |f: fn(&mut FieldErrors, &str, &str), v: &str| {
+            let mut e = FieldErrors::new();
+            f(&mut e, "body.k", v);
+            e.is_empty()
+        };
+        for s in crate::domain::rules::corpus(&["order.created", "order.*", "*", "a*b*", "**"]) {
+            assert_eq!(KEY.ok(&s), checked(check_key, &s), "{s:?}");
+            assert_eq!(PATTERN.ok(&s), checked(check_pattern, &s), "{s:?}");
+        }
+        assert_eq!(crate::domain::rules::agrees(&KEY, &["order.created"]), Ok(()));
+        assert_eq!(crate::domain::rules::agrees(&PATTERN, &["order.*", "**", "a*b"]), Ok(()));
+    }
 
     fn failures(f: impl FnOnce(&mut FieldErrors)) -> Vec<String> {
         let mut e = FieldErrors::new();

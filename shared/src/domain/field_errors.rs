@@ -53,11 +53,13 @@ impl FieldErrors {
         }
     }
 
-    /// An optional text of 1 to `max` bytes without control characters.
-    pub fn text(&mut self, location: &str, v: Option<&str>, max: usize) {
+    /// An optional text that must keep to `rule` (a
+    /// [`Text::printable`](super::rules::Text::printable) one: its message
+    /// says so).
+    pub fn text(&mut self, location: &str, v: Option<&str>, rule: &super::rules::Text) {
         if let Some(v) = v {
-            let ok = !v.is_empty() && v.len() <= max && !v.chars().any(char::is_control);
-            self.check(ok, location, format!("must be 1 to {max} characters, no control characters"), Some(v.into()));
+            let message = format!("must be {}, no control characters", rule.length_words());
+            self.check(rule.ok(v), location, message, Some(v.into()));
         }
     }
 
@@ -119,12 +121,15 @@ mod tests {
     #[test]
     fn text_refuses_empty_long_and_control_characters() {
         let mut e = FieldErrors::new();
-        e.text("body.k", None, 4);
-        e.text("body.k", Some("abcd"), 4);
+        let rule = super::super::rules::Text::printable(1, 4);
+        e.text("body.k", None, &rule);
+        e.text("body.k", Some("abcd"), &rule);
+        e.text("body.k", Some("日本語!"), &rule);
         assert!(e.is_empty());
         for bad in ["", "abcde", "a\nb"] {
-            e.text("body.k", Some(bad), 4);
+            e.text("body.k", Some(bad), &rule);
         }
         assert_eq!(e.len(), 3);
+        assert_eq!(e.into_vec()[0].message, "must be 1 to 4 characters, no control characters");
     }
 }

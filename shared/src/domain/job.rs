@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use super::field_errors::{FieldError, FieldErrors};
 use super::retry::{RetryPolicy, RetryStrategy};
+use super::rules::Text;
 
 /// Limits that keep one job from hurting the service or its target.
 pub const MAX_ATTEMPTS_LIMIT: i64 = 100;
@@ -18,6 +19,25 @@ pub const DEFAULT_MAX_ATTEMPTS: i64 = 3;
 pub const DEFAULT_TIMEOUT_SECS: i64 = 30;
 pub const DEFAULT_RETRY_INITIAL_DELAY_SECS: i64 = 1;
 pub const DEFAULT_RETRY_MAX_DELAY_SECS: i64 = 3600;
+/// The bounds of a job's caps (0: no cap) and of its windows and delays
+/// in seconds: past them a run's times would overflow.
+pub const COUNT_BOUNDS: (i64, i64) = (0, 1_000_000);
+pub const SECS_BOUNDS: (i64, i64) = (0, 366 * 86_400);
+/// Which of a job's numbers keeps to which bounds (`max_attempts`,
+/// `timeout_secs` and `rate_limit_window_secs` have their own).
+pub const SETTING_BOUNDS: [(&str, (i64, i64)); 7] = [
+    ("max_concurrency", COUNT_BOUNDS),
+    ("max_concurrency_per_key", COUNT_BOUNDS),
+    ("rate_limit_max", COUNT_BOUNDS),
+    ("dedup_window_secs", SECS_BOUNDS),
+    ("run_ttl_secs", SECS_BOUNDS),
+    ("retry_initial_delay_secs", SECS_BOUNDS),
+    ("retry_max_delay_secs", SECS_BOUNDS),
+];
+/// A job's description, its URLs (checked as URLs too) and webhook secret.
+pub const DESCRIPTION: Text = Text::stored(0, 4000);
+pub const URL: Text = Text::stored(1, 2048);
+pub const WEBHOOK_SECRET: Text = Text::stored(0, 1024);
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct RateLimitKey {
@@ -154,6 +174,9 @@ pub fn is_valid_rate_limit_name(name: &str) -> bool {
         && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':'))
 }
 
+/// [`is_valid_rate_limit_name`] as the document states it.
+pub const RATE_LIMIT_NAME: Text = Text::form(1, 128, "^[A-Za-z0-9_.:-]+$", is_valid_rate_limit_name);
+
 /// Checks a cron expression of 5 fields, or 6 with seconds first. The
 /// day-of-week field is standard cron's: 0 or 7 is Sunday, 1 Monday ... 6
 /// Saturday, or the names SUN..SAT (the `cron` crate numbers Sunday 1, so
@@ -234,6 +257,20 @@ pub fn check_url(raw: &str) -> Result<url::Url, String> {
 }
 
 impl JobSpec {
+    /// The number of [`SETTING_BOUNDS`] named `field`.
+    fn setting(&self, field: &str) -> i64 {
+        match field {
+            "max_concurrency" => self.max_concurrency,
+            "max_concurrency_per_key" => self.max_concurrency_per_key,
+            "rate_limit_max" => self.rate_limit_max,
+            "dedup_window_secs" => self.dedup_window_secs,
+            "run_ttl_secs" => self.run_ttl_secs,
+            "retry_initial_delay_secs" => self.retry_initial_delay_secs,
+            "retry_max_delay_secs" => self.retry_max_delay_secs,
+            other => unreachable!("{other} is not a number of SETTING_BOUNDS"),
+        }
+    }
+
     /// Every problem with the definition, each naming its body field.
     pub fn validate(&self) -> Vec<FieldError> {
         let mut errs = FieldErrors::new();
@@ -272,18 +309,33 @@ impl JobSpec {
         if !(1..=MAX_TIMEOUT_SECS).contains(&self.timeout_secs) {
             bad("timeout_secs", format!("must be between 1 and {MAX_TIMEOUT_SECS}"), self.timeout_secs.into());
         }
+        if let Some(d) = &self.description {
+            if !DESCRIPTION.ok(d) {
+                bad("description", format!("{}, no NUL", DESCRIPTION.length_words()), Value::Null);
+            }
+        }
         for (field, v) in [
-            ("max_concurrency", self.max_concurrency),
-            ("max_concurrency_per_key", self.max_concurrency_per_key),
-            ("rate_limit_max", self.rate_limit_max),
-            ("rate_limit_window_secs", self.rate_limit_window_secs),
-            ("dedup_window_secs", self.dedup_window_secs),
-            ("run_ttl_secs", self.run_ttl_secs),
-            ("retry_initial_delay_secs", self.retry_initial_delay_secs),
-            ("retry_max_delay_secs", self.retry_max_delay_secs),
+            ("endpoint_url", Some(&self.endpoint_url)),
+            ("fallback_endpoint_url", self.fallback_endpoint_url.as_ref()),
+            ("webhook_url", self.webhook_url.as_ref()),
         ] {
+            if v.is_some_and(|u| !URL.ok(u)) {
+                bad(field, format!("{}, no NUL", URL.length_words()), Value::Null);
+            }
+        }
+        if self.webhook_secret.as_deref().is_some_and(|s| !WEBHOOK_SECRET.ok(s)) {
+            bad("webhook_secret", format!("{}, no NUL", WEBHOOK_SECRET.length_words()), Value::Null);
+        }
+        if self.rate_limit_window_secs < 0 {
+            let v = self.rate_limit_window_secs;
+            bad("rate_limit_window_secs", "must not be negative (0 means no limit)".into(), v.into());
+        }
+        for (field, (_, max)) in SETTING_BOUNDS {
+            let v = self.setting(field);
             if v < 0 {
                 bad(field, "must not be negative (0 means no limit)".into(), v.into());
+            } else if v > max {
+                bad(field, format!("must be at most {max}"), v.into());
             }
         }
         if (self.rate_limit_max > 0) != (self.rate_limit_window_secs > 0) {
@@ -312,6 +364,8 @@ impl JobSpec {
             }
             if k.max <= 0 {
                 bad(&format!("rate_limit_keys[{i}].max"), "must be positive".into(), k.max.into());
+            } else if k.max > COUNT_BOUNDS.1 {
+                bad(&format!("rate_limit_keys[{i}].max"), format!("must be at most {}", COUNT_BOUNDS.1), k.max.into());
             }
             if !(1..=MAX_RATE_WINDOW_SECS).contains(&k.window_secs) {
                 bad(
@@ -332,8 +386,10 @@ impl JobSpec {
         }
         if let Some(d) = self.retry_delays_secs.iter().find(|d| **d < 0) {
             bad("retry_delays_secs", "delays must not be negative".into(), (*d).into());
+        } else if let Some(d) = self.retry_delays_secs.iter().find(|d| **d > SECS_BOUNDS.1) {
+            bad("retry_delays_secs", format!("delays must be at most {}", SECS_BOUNDS.1), (*d).into());
         }
-        if self.version_policy != "pin" && self.version_policy != "latest" {
+        if !super::workflow::VERSION_POLICIES.contains(&self.version_policy.as_str()) {
             bad("version_policy", "must be pin or latest".into(), self.version_policy.clone().into());
         }
         if let Some(s) = &self.payload_schema {
@@ -341,12 +397,14 @@ impl JobSpec {
                 bad("payload_schema", m, s.clone());
             }
         }
+        use super::trigger::{MAP_KEY, MAP_VALUE, MAX_MAP_ENTRIES, MAX_MAP_KEY_LEN, MAX_MAP_VALUE_LEN};
         for (field, map) in [("tags", &self.tags), ("default_run_metadata", &self.default_run_metadata)] {
-            if map.len() > 64 {
-                bad(field, "at most 64 entries".into(), map.len().into());
+            if map.len() > MAX_MAP_ENTRIES {
+                bad(field, format!("at most {MAX_MAP_ENTRIES} entries"), map.len().into());
             }
-            if let Some((k, _)) = map.iter().find(|(k, v)| k.is_empty() || k.len() > 128 || v.len() > 1024) {
-                bad(field, "keys must be 1 to 128 characters, values at most 1024".into(), k.clone().into());
+            if let Some((k, _)) = map.iter().find(|(k, v)| !MAP_KEY.ok(k) || !MAP_VALUE.ok(v)) {
+                let m = format!("keys must be 1 to {MAX_MAP_KEY_LEN} characters, values at most {MAX_MAP_VALUE_LEN}");
+                bad(field, m, k.clone().into());
             }
         }
         errs.into_vec()
@@ -356,6 +414,11 @@ impl JobSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_rate_limit_name_rule_is_its_check() {
+        assert_eq!(super::super::rules::agrees(&RATE_LIMIT_NAME, &["tenant:acme", "a.b-c_d"]), Ok(()));
+    }
 
     #[test]
     fn defaults_are_valid() {

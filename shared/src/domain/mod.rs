@@ -7,6 +7,7 @@ pub mod job;
 pub mod payload_schema;
 pub mod result;
 pub mod retry;
+pub mod rules;
 pub mod run_metadata;
 pub mod run_record;
 pub mod schedule;

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 
 use serde_json::{Map, Value};
 
+use super::trigger::{MAP_KEY, MAP_VALUE};
 use super::{FieldError, FieldErrors};
 
 /// Metadata keys a run may hold.
@@ -26,13 +27,13 @@ pub fn change(requested: HashMap<String, Value>) -> Result<MetadataChange, Vec<F
     let mut errors = FieldErrors::new();
     for (k, v) in requested {
         let loc = format!("body.metadata.{k}");
-        if k.is_empty() || k.len() > 128 || k.contains('\0') {
+        if !MAP_KEY.ok(&k) {
             errors.push(loc, "keys are 1 to 128 characters, without NUL", Some(k.into()));
             continue;
         }
         match v {
             Value::Null => out.remove.push(k),
-            Value::String(s) if s.len() <= 1024 && !s.contains('\0') => {
+            Value::String(s) if MAP_VALUE.ok(&s) => {
                 out.set.insert(k, Value::String(s));
             }
             Value::String(s) => errors.push(loc, "values are at most 1024 characters, without NUL", Some(s.into())),

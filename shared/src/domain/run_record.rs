@@ -4,6 +4,7 @@
 
 use serde_json::Value;
 
+use super::rules::Text;
 use super::FieldErrors;
 
 /// The levels of a log line.
@@ -28,11 +29,21 @@ pub fn check_value_size(errors: &mut FieldErrors, location: &str, v: &Value) {
     errors.check(json_len(v) <= MAX_VALUE_BYTES, location, format!("at most {MAX_VALUE_BYTES} bytes of JSON"), None);
 }
 
-/// Records a text longer than `max` bytes, or blank when `required`.
-pub fn check_text(errors: &mut FieldErrors, location: &str, v: &str, max: usize, required: bool) {
-    if (required && v.trim().is_empty()) || v.len() > max {
-        let message = if required { format!("1 to {max} characters") } else { format!("at most {max} characters") };
-        errors.push(location, message, None);
+/// The texts the SDK records (U+0000 is scrubbed from each): a required
+/// one is not blank ([`Text::filled`]), an optional one only bounded.
+pub const NAME: Text = Text::filled(1, 256);
+pub const TOOL_STATUS: Text = Text::filled(1, 64);
+pub const ERROR: Text = Text::filled(1, 4096);
+pub const CHECKPOINT_LABEL: Text = Text::any(0, 256);
+pub const PROGRESS_MESSAGE: Text = Text::any(0, 1024);
+pub const LOG_MESSAGE: Text = Text::any(0, 16 * 1024);
+/// A state key ([`is_valid_state_key`]).
+pub const STATE_KEY: Text = Text::form(1, 128, "^[A-Za-z0-9_.:-]+$", is_valid_state_key);
+
+/// Records a text that breaks `rule` (one of the above; not echoed back).
+pub fn check_text(errors: &mut FieldErrors, location: &str, v: &str, rule: &Text) {
+    if !rule.ok(v) {
+        errors.push(location, rule.length_words(), None);
     }
 }
 
@@ -48,6 +59,14 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_stated_rules_are_the_checks() {
+        for r in [NAME, TOOL_STATUS, ERROR, CHECKPOINT_LABEL, PROGRESS_MESSAGE, LOG_MESSAGE] {
+            assert_eq!(super::super::rules::agrees(&r, &[]), Ok(()), "{r:?}");
+        }
+        assert_eq!(super::super::rules::agrees(&STATE_KEY, &["a-b_c.d:1"]), Ok(()));
+    }
+
+    #[test]
     fn state_keys() {
         assert!(is_valid_state_key("a-b_c.d:1"));
         for bad in ["", "a b", "é", &"k".repeat(129)] {
@@ -58,14 +77,16 @@ mod tests {
     #[test]
     fn texts_sizes_and_amounts() {
         let mut e = FieldErrors::new();
-        check_text(&mut e, "body.a", "", 4, false);
-        check_text(&mut e, "body.b", "abcd", 4, true);
+        let (optional, required) = (Text::any(0, 4), Text::filled(1, 4));
+        check_text(&mut e, "body.a", "", &optional);
+        check_text(&mut e, "body.b", "abcd", &required);
+        check_text(&mut e, "body.b", "日本語x", &required);
         check_value_size(&mut e, "body.c", &Value::String("x".repeat(10)));
         check_not_negative(&mut e, "body.d", Some(0));
         check_not_negative(&mut e, "body.d", None);
         assert!(e.is_empty());
-        check_text(&mut e, "body.a", " ", 4, true);
-        check_text(&mut e, "body.b", "abcde", 4, false);
+        check_text(&mut e, "body.a", " ", &required);
+        check_text(&mut e, "body.b", "abcde", &optional);
         check_value_size(&mut e, "body.c", &Value::String("x".repeat(MAX_VALUE_BYTES)));
         check_not_negative(&mut e, "body.d", Some(-1));
         let got: Vec<(String, String)> = e.into_vec().into_iter().map(|f| (f.location, f.message)).collect();

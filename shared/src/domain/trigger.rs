@@ -14,6 +14,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use super::field_errors::{FieldError, FieldErrors};
+use super::rules::Text;
 use super::{payload_schema, ExecutionMode, JobSpec, RetryStrategy};
 use crate::queue::{MAX_PRIORITY, MIN_PRIORITY};
 
@@ -21,10 +22,26 @@ use crate::queue::{MAX_PRIORITY, MIN_PRIORITY};
 pub const MAX_DEPENDENCIES: usize = 100;
 /// Longest idempotency or concurrency key.
 pub const MAX_KEY_LEN: usize = 256;
-/// Most entries of `tags` or `metadata`, and the longest key and value.
+/// An idempotency or concurrency key.
+pub const KEY: Text = Text::printable(1, MAX_KEY_LEN);
+/// Most entries of `tags` or `metadata` (of a trigger and of a job), and
+/// the longest key and value.
 pub const MAX_MAP_ENTRIES: usize = 64;
 pub const MAX_MAP_KEY_LEN: usize = 128;
 pub const MAX_MAP_VALUE_LEN: usize = 1024;
+/// A key and a value of `tags` or `metadata`.
+pub const MAP_KEY: Text = Text::stored(1, MAX_MAP_KEY_LEN);
+pub const MAP_VALUE: Text = Text::stored(0, MAX_MAP_VALUE_LEN);
+/// Whether a map of `tags` or `metadata` keeps to its bounds.
+pub fn map_ok<'a>(len: usize, mut pairs: impl Iterator<Item = (&'a String, &'a String)>) -> bool {
+    len <= MAX_MAP_ENTRIES && pairs.all(|(k, v)| MAP_KEY.ok(k) && MAP_VALUE.ok(v))
+}
+/// The bounds of a trigger's numbers: `(min, max)`.
+pub const MAX_ATTEMPTS_OVERRIDE: (i64, i64) = (1, super::job::MAX_ATTEMPTS_LIMIT);
+pub const TIMEOUT_SECS_OVERRIDE: (i64, i64) = (1, super::job::MAX_TIMEOUT_SECS);
+pub const RETRY_INITIAL_DELAY_SECS: (i64, i64) = (0, 86_400);
+pub const RETRY_MAX_DELAY_SECS: (i64, i64) = (0, 86_400 * 7);
+pub const DELAY_SECS: (i64, i64) = (0, 86_400 * 366);
 
 /// A trigger's body: every field is optional.
 #[derive(Clone, Debug, Default)]
@@ -100,16 +117,15 @@ pub fn validate(req: &Request, spec: &JobSpec, refs: &References) -> Result<Vali
     let mut errs = FieldErrors::new();
     let narrow = |v: Option<i64>| v.map(|n| n as i32);
     let priority = narrow(errs.in_range("body.priority", req.priority, MIN_PRIORITY.into(), MAX_PRIORITY.into()));
-    errs.text("body.idempotency_key", req.idempotency_key.as_deref(), MAX_KEY_LEN);
-    errs.text("body.concurrency_key", req.concurrency_key.as_deref(), MAX_KEY_LEN);
-    let max_attempts_override = narrow(errs.in_range("body.max_attempts_override", req.max_attempts_override, 1, 100));
-    let timeout_secs_override =
-        narrow(errs.in_range("body.timeout_secs_override", req.timeout_secs_override, 1, 86_400));
+    errs.text("body.idempotency_key", req.idempotency_key.as_deref(), &KEY);
+    errs.text("body.concurrency_key", req.concurrency_key.as_deref(), &KEY);
+    let mut bounded = |field: &str, v: Option<i64>, (min, max): (i64, i64)| narrow(errs.in_range(field, v, min, max));
+    let max_attempts_override = bounded("body.max_attempts_override", req.max_attempts_override, MAX_ATTEMPTS_OVERRIDE);
+    let timeout_secs_override = bounded("body.timeout_secs_override", req.timeout_secs_override, TIMEOUT_SECS_OVERRIDE);
     let retry_initial_delay_secs =
-        narrow(errs.in_range("body.retry_initial_delay_secs", req.retry_initial_delay_secs, 0, 86_400));
-    let retry_max_delay_secs =
-        narrow(errs.in_range("body.retry_max_delay_secs", req.retry_max_delay_secs, 0, 86_400 * 7));
-    let delay_secs = narrow(errs.in_range("body.delay_secs", req.delay_secs, 0, 86_400 * 366));
+        bounded("body.retry_initial_delay_secs", req.retry_initial_delay_secs, RETRY_INITIAL_DELAY_SECS);
+    let retry_max_delay_secs = bounded("body.retry_max_delay_secs", req.retry_max_delay_secs, RETRY_MAX_DELAY_SECS);
+    let delay_secs = bounded("body.delay_secs", req.delay_secs, DELAY_SECS);
     if let Some(r) = &req.retry_backoff {
         if let Err(m) = r.parse::<RetryStrategy>() {
             errs.push("body.retry_backoff", m, Some(r.clone().into()));
@@ -136,10 +152,8 @@ pub fn validate(req: &Request, spec: &JobSpec, refs: &References) -> Result<Vali
     }
     for (field, map) in [("body.tags", &req.tags), ("body.metadata", &req.metadata)] {
         if let Some(m) = map {
-            let too_long =
-                |(k, v): (&String, &String)| k.is_empty() || k.len() > MAX_MAP_KEY_LEN || v.len() > MAX_MAP_VALUE_LEN;
             errs.check(
-                m.len() <= MAX_MAP_ENTRIES && !m.iter().any(too_long),
+                map_ok(m.len(), m.iter()),
                 field,
                 format!(
                     "at most {MAX_MAP_ENTRIES} entries; keys 1 to {MAX_MAP_KEY_LEN} characters, values at most {MAX_MAP_VALUE_LEN}"

@@ -20,6 +20,7 @@ use serde_json::Value;
 use super::field_errors::{FieldError, FieldErrors};
 use super::job::{check_url, parse_cron, parse_timezone};
 use super::retry::RetryStrategy;
+use super::rules::Text;
 
 /// Most steps one workflow may have.
 pub const MAX_STEPS: usize = 2000;
@@ -44,6 +45,9 @@ pub const MAX_CONCURRENT_RUNS: i64 = 10_000;
 pub const MAX_PARALLEL_STEPS: i64 = MAX_STEPS as i64;
 /// Largest cost-gate threshold: one billion dollars, in micro-dollars.
 pub const MAX_COST_MICROUSD: i64 = 1_000_000_000_000_000;
+/// Longest workflow description.
+pub const MAX_DESCRIPTION: usize = 4000;
+pub const DESCRIPTION: Text = Text::stored(0, MAX_DESCRIPTION);
 
 /// What a step does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -342,22 +346,25 @@ pub struct Settings {
 
 impl Settings {
     /// Every problem with the settings, located at `body.<field>`:
-    /// description at most 4000 bytes; tags at most 64, keys 1 to 128
+    /// description at most 4000 characters; tags at most 64, keys 1 to 128
     /// characters, values at most 1024; cron 5 fields or 6 with seconds
     /// first, in the IANA zone cron_timezone; max_concurrent_runs 0 to
     /// 10000 and max_parallel_steps 0 to 1000 (0: no cap); timeout_secs 1
     /// to 30 days; version_policy pin or latest.
     pub fn validate(&self) -> Vec<FieldError> {
         let mut e = FieldErrors::new();
+        use super::trigger::{MAP_KEY, MAP_VALUE, MAX_MAP_ENTRIES, MAX_MAP_KEY_LEN, MAX_MAP_VALUE_LEN};
         e.check(
-            self.description.as_ref().is_none_or(|d| d.len() <= 4000),
+            self.description.as_deref().is_none_or(|d| DESCRIPTION.ok(d)),
             "body.description",
-            "at most 4000 characters",
+            format!("at most {MAX_DESCRIPTION} characters"),
             None,
         );
-        e.check(self.tags.len() <= 64, "body.tags", "at most 64 entries", Some(self.tags.len().into()));
-        if let Some((k, _)) = self.tags.iter().find(|(k, v)| k.is_empty() || k.len() > 128 || v.len() > 1024) {
-            e.push("body.tags", "keys must be 1 to 128 characters, values at most 1024", Some(k.clone().into()));
+        let n = self.tags.len();
+        e.check(n <= MAX_MAP_ENTRIES, "body.tags", format!("at most {MAX_MAP_ENTRIES} entries"), Some(n.into()));
+        if let Some((k, _)) = self.tags.iter().find(|(k, v)| !MAP_KEY.ok(k) || !MAP_VALUE.ok(v)) {
+            let m = format!("keys must be 1 to {MAX_MAP_KEY_LEN} characters, values at most {MAX_MAP_VALUE_LEN}");
+            e.push("body.tags", m, Some(k.clone().into()));
         }
         if let Some(c) = &self.cron {
             match parse_cron(c) {
@@ -460,6 +467,9 @@ pub fn is_valid_step_ref(r: &str) -> bool {
         && r.len() <= MAX_STEP_REF_LEN
         && r.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
 }
+
+/// [`is_valid_step_ref`] as the document states it.
+pub const STEP_REF: Text = Text::form(1, MAX_STEP_REF_LEN, "^[a-z0-9_-]+$", is_valid_step_ref);
 
 /// Every check of a workflow's steps, against the project's policy and
 /// what the database knows. On success, the steps as saved: step_type
@@ -611,27 +621,14 @@ fn check_values(e: &mut FieldErrors, i: usize, s: &StepRequest) {
             e.push(at("retry_backoff"), m, Some(r.clone().into()));
         }
     }
-    for (f, v, min, max) in [
-        ("expected_duration_secs", s.expected_duration_secs, 0, MAX_WORKFLOW_TIMEOUT_SECS),
-        ("timeout_secs_override", s.timeout_secs_override, 1, MAX_STEP_TIMEOUT_SECS),
-        ("max_nesting_depth", s.max_nesting_depth, 1, MAX_NESTING_DEPTH),
-        ("retry_initial_delay_secs", s.retry_initial_delay_secs, 0, 86_400),
-        ("retry_max_attempts", s.retry_max_attempts, 1, 100),
-        ("retry_max_delay_secs", s.retry_max_delay_secs, 0, 7 * 86_400),
-        ("sleep_duration_secs", s.sleep_duration_secs, 1, MAX_WAIT_SECS),
-        ("event_timeout_secs", s.event_timeout_secs, 1, MAX_WAIT_SECS),
-        ("approval_timeout_secs", s.approval_timeout_secs, 1, MAX_WAIT_SECS),
-        ("compensation_timeout_secs", s.compensation_timeout_secs, 1, MAX_STEP_TIMEOUT_SECS),
-        ("cost_gate_threshold_microusd", s.cost_gate_threshold_microusd, 0, MAX_COST_MICROUSD),
-        ("cost_gate_timeout_secs", s.cost_gate_timeout_secs, 1, MAX_WAIT_SECS),
-    ] {
-        e.in_range(&at(f), v, min, max);
+    for (f, (min, max)) in STEP_BOUNDS {
+        e.in_range(&at(f), s.number(f), min, max);
     }
-    e.text(&at("concurrency_key"), s.concurrency_key.as_deref(), 256);
-    e.text(&at("resource_class"), s.resource_class.as_deref(), 64);
-    e.text(&at("event_key"), s.event_key.as_deref(), 256);
-    e.text(&at("event_emit_key"), s.event_emit_key.as_deref(), 256);
-    if let Some(key) = s.event_emit_key.as_deref().filter(|k| !k.is_empty() && k.len() <= 256) {
+    e.text(&at("concurrency_key"), s.concurrency_key.as_deref(), &super::trigger::KEY);
+    e.text(&at("resource_class"), s.resource_class.as_deref(), &RESOURCE_CLASS);
+    e.text(&at("event_key"), s.event_key.as_deref(), &STEP_EVENT_KEY);
+    e.text(&at("event_emit_key"), s.event_emit_key.as_deref(), &STEP_EVENT_KEY);
+    if let Some(key) = s.event_emit_key.as_deref().filter(|k| STEP_EVENT_KEY.ok(k)) {
         super::event_key::check_key(e, &at("event_emit_key"), key);
     }
     if let Some(v) = &s.stage_notifications {
@@ -650,7 +647,7 @@ fn check_values(e: &mut FieldErrors, i: usize, s: &StepRequest) {
             Some(list.len().into()),
         );
         for (k, a) in list.iter().enumerate() {
-            e.text(&format!("body.steps/{i}/approval_approvers[{k}]"), Some(a), 256);
+            e.text(&format!("body.steps/{i}/approval_approvers[{k}]"), Some(a), &APPROVER);
         }
     }
     if let Some(c) = &s.condition {
@@ -661,6 +658,48 @@ fn check_values(e: &mut FieldErrors, i: usize, s: &StepRequest) {
     if let Some(t) = &s.output_transform {
         if let Err(m) = check_output_transform(t) {
             e.push(at("output_transform"), m, Some(t.clone().into()));
+        }
+    }
+}
+
+/// The bounds of a step's numbers: (field, (min, max)).
+pub const STEP_BOUNDS: [(&str, (i64, i64)); 12] = [
+    ("expected_duration_secs", (0, MAX_WORKFLOW_TIMEOUT_SECS)),
+    ("timeout_secs_override", (1, MAX_STEP_TIMEOUT_SECS)),
+    ("max_nesting_depth", (1, MAX_NESTING_DEPTH)),
+    ("retry_initial_delay_secs", super::trigger::RETRY_INITIAL_DELAY_SECS),
+    ("retry_max_attempts", super::trigger::MAX_ATTEMPTS_OVERRIDE),
+    ("retry_max_delay_secs", super::trigger::RETRY_MAX_DELAY_SECS),
+    ("sleep_duration_secs", (1, MAX_WAIT_SECS)),
+    ("event_timeout_secs", (1, MAX_WAIT_SECS)),
+    ("approval_timeout_secs", (1, MAX_WAIT_SECS)),
+    ("compensation_timeout_secs", (1, MAX_STEP_TIMEOUT_SECS)),
+    ("cost_gate_threshold_microusd", (0, MAX_COST_MICROUSD)),
+    ("cost_gate_timeout_secs", (1, MAX_WAIT_SECS)),
+];
+/// A step's resource_class, event_key and event_emit_key, and each of its
+/// approval_approvers.
+pub const RESOURCE_CLASS: Text = Text::printable(1, 64);
+pub const STEP_EVENT_KEY: Text = Text::printable(1, 256);
+pub const APPROVER: Text = Text::printable(1, 256);
+
+impl StepRequest {
+    /// The number field named `f` of [`STEP_BOUNDS`].
+    fn number(&self, f: &str) -> Option<i64> {
+        match f {
+            "expected_duration_secs" => self.expected_duration_secs,
+            "timeout_secs_override" => self.timeout_secs_override,
+            "max_nesting_depth" => self.max_nesting_depth,
+            "retry_initial_delay_secs" => self.retry_initial_delay_secs,
+            "retry_max_attempts" => self.retry_max_attempts,
+            "retry_max_delay_secs" => self.retry_max_delay_secs,
+            "sleep_duration_secs" => self.sleep_duration_secs,
+            "event_timeout_secs" => self.event_timeout_secs,
+            "approval_timeout_secs" => self.approval_timeout_secs,
+            "compensation_timeout_secs" => self.compensation_timeout_secs,
+            "cost_gate_threshold_microusd" => self.cost_gate_threshold_microusd,
+            "cost_gate_timeout_secs" => self.cost_gate_timeout_secs,
+            other => unreachable!("{other} is not a number of STEP_BOUNDS"),
         }
     }
 }
@@ -949,6 +988,15 @@ fn ancestors(deps: &[Vec<usize>], n: usize) -> HashSet<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_text_rules_of_steps_are_their_checks() {
+        use super::super::rules::agrees;
+        assert_eq!(agrees(&STEP_REF, &["fetch-data_2"]), Ok(()));
+        for r in [RESOURCE_CLASS, STEP_EVENT_KEY, APPROVER, DESCRIPTION] {
+            assert_eq!(agrees(&r, &[]), Ok(()), "{r:?}");
+        }
+    }
     use serde_json::json;
 
     fn steps(v: Value) -> Vec<StepRequest> {

@@ -255,6 +255,10 @@ pub enum Outcome {
 impl Outcome {
     pub const ALL: [Outcome; 3] = [Outcome::Completed, Outcome::Failed, Outcome::TimedOut];
 
+    pub fn as_str(self) -> &'static str {
+        self.predicted().as_str()
+    }
+
     fn predicted(self) -> Predicted {
         match self {
             Outcome::Completed => Predicted::Completed,

@@ -32,6 +32,9 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// Every kind, as the deliveries' `kind` filter names them.
+    pub const NAMES: [&'static str; 4] = ["job_run", "subscription", "event_trigger", "step_stage"];
+
     pub fn parse(s: &str) -> Option<Kind> {
         match s {
             "job_run" => Some(Kind::JobRun),
@@ -464,6 +467,12 @@ pub async fn subscriptions_of(pool: &PgPool, project_id: &str, ids: &[String]) -
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_kind_named_parses_and_nothing_else() {
+        assert!(Kind::NAMES.iter().all(|n| Kind::parse(n).is_some()));
+        assert_eq!(Kind::parse("job_runs"), None);
+    }
 
     #[test]
     fn each_kind_keeps_its_schedule() {
