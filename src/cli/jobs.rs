@@ -6,8 +6,8 @@ use clap::{Args, Subcommand};
 use serde_json::{json, Value};
 
 use super::client::Client;
-use super::output::{self, Table};
-use super::{exit, list, print_more, read_payload, runs, seg, wait_until_ended, Failure, Global, Paging};
+use super::output;
+use super::{exit, list, print_page, read_payload, runs, seg, wait_until_ended, Failure, Global, Paging};
 
 /// A run's statuses from which it never moves again.
 pub const RUN_TERMINAL: [&str; 5] = ["completed", "failed", "timed_out", "cancelled", "expired"];
@@ -103,9 +103,8 @@ pub async fn run(c: Jobs) -> Result<u8, Failure> {
                 output::json(&page);
                 return Ok(exit::OK);
             }
-            let mut t = Table::new(&HEADERS);
-            for j in page["data"].as_array().into_iter().flatten() {
-                t.row(vec![
+            print_page(&page, &HEADERS, |j| {
+                vec![
                     output::cell(&j["id"]),
                     output::cell(&j["slug"]),
                     output::short(&j["name"], 40),
@@ -113,10 +112,8 @@ pub async fn run(c: Jobs) -> Result<u8, Failure> {
                     output::cell(&j["paused"]),
                     output::cell(&j["version"]),
                     output::short(&j["endpoint_url"], 60),
-                ]);
-            }
-            t.print();
-            print_more(&page);
+                ]
+            });
         }
         JobsCmd::Get { job_id } => {
             let j = client.get(&format!("/v1/jobs/{}", seg(&job_id)), &[]).await?;

@@ -169,9 +169,20 @@ pub async fn list(client: &Client, path: &str, query: &[(&str, String)], paging:
     }
 }
 
+/// A page of a list as a table, one row per item, and where the next page
+/// starts.
+pub fn print_page(page: &Value, headers: &[&'static str], row: impl Fn(&Value) -> Vec<String>) {
+    let mut t = output::Table::new(headers);
+    for item in page["data"].as_array().into_iter().flatten() {
+        t.row(row(item));
+    }
+    t.print();
+    print_more(page);
+}
+
 /// Tells people where the next page starts (on stderr: stdout keeps the
 /// table alone).
-pub fn print_more(page: &Value) {
+fn print_more(page: &Value) {
     if page["has_more"].as_bool() == Some(true) {
         if let Some(c) = page["next_cursor"].as_str() {
             eprintln!("more: --cursor {c}");

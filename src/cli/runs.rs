@@ -4,8 +4,8 @@ use clap::{Args, Subcommand};
 use serde_json::Value;
 
 use super::client::Client;
-use super::output::{self, Table};
-use super::{exit, list, print_more, seg, Failure, Global, Paging};
+use super::output;
+use super::{exit, list, print_page, seg, Failure, Global, Paging};
 
 #[derive(Args, Debug)]
 #[command(after_help = super::EXIT_CODES)]
@@ -134,10 +134,5 @@ pub async fn run(c: Runs) -> Result<u8, Failure> {
 
 /// A page of runs as a table, and where the next page starts.
 pub fn print_runs(page: &Value) {
-    let mut t = Table::new(&HEADERS);
-    for r in page["data"].as_array().into_iter().flatten() {
-        t.row(row(r));
-    }
-    t.print();
-    print_more(page);
+    print_page(page, &HEADERS, row);
 }

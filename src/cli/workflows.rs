@@ -6,8 +6,8 @@ use clap::{Args, Subcommand};
 use serde_json::{json, Value};
 
 use super::client::Client;
-use super::output::{self, Table};
-use super::{exit, list, print_more, read_payload, seg, wait_until_ended, Failure, Global, Paging};
+use super::output;
+use super::{exit, list, print_page, read_payload, seg, wait_until_ended, Failure, Global, Paging};
 
 /// A workflow run's statuses from which it never moves again.
 const TERMINAL: [&str; 4] = ["completed", "failed", "cancelled", "timed_out"];
@@ -72,19 +72,16 @@ pub async fn run(c: Workflows) -> Result<u8, Failure> {
                 output::json(&page);
                 return Ok(exit::OK);
             }
-            let mut t = Table::new(&HEADERS);
-            for w in page["data"].as_array().into_iter().flatten() {
-                t.row(vec![
+            print_page(&page, &HEADERS, |w| {
+                vec![
                     output::cell(&w["id"]),
                     output::cell(&w["slug"]),
                     output::short(&w["name"], 40),
                     output::cell(&w["enabled"]),
                     output::cell(&w["version"]),
                     output::cell(&w["cron"]),
-                ]);
-            }
-            t.print();
-            print_more(&page);
+                ]
+            });
             Ok(exit::OK)
         }
         WorkflowsCmd::Trigger { workflow_id, payload, idempotency_key, wait, timeout } => {
