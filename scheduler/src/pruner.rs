@@ -62,7 +62,13 @@ impl PrunerOptions {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PruneReport {
     pub deleted: [u64; 4],
+    /// Past weeks whose (emptied) partitions of runs were dropped.
+    pub weeks_dropped: i32,
 }
+
+/// How far ahead each pass makes the weekly partitions of runs: two weeks,
+/// so that a scheduler stopped for a week still finds them made.
+const PARTITIONS_AHEAD: chrono::Duration = chrono::Duration::weeks(2);
 
 #[derive(Clone)]
 pub struct Pruner {
@@ -80,9 +86,15 @@ impl Pruner {
         Ok(Pruner { pool, queue, opts, holder, alarm: Arc::default() })
     }
 
-    /// One pass over every project, without the lock.
+    /// One pass over every project, without the lock: the coming weeks'
+    /// partitions first (so that new runs never land in the default one),
+    /// then the deletes, then the past weeks' partitions they emptied.
     pub async fn prune_once(&self) -> Result<PruneReport, Error> {
         let now = Utc::now();
+        let made = retention::ensure_partitions(&self.pool, now, now + PARTITIONS_AHEAD).await?;
+        if made > 0 {
+            tracing::info!(made, "made the coming weeks' partitions of runs");
+        }
         let mut report = PruneReport::default();
         for (project, days) in retention::projects(&self.pool).await? {
             let cutoff = now - chrono::Duration::days(days.into());
@@ -97,6 +109,10 @@ impl Pruner {
                     tokio::time::sleep(rest_after(started.elapsed(), self.opts.breather)).await;
                 }
             }
+        }
+        report.weeks_dropped = retention::drop_empty_partitions(&self.pool, now).await?;
+        if report.weeks_dropped > 0 {
+            tracing::info!(weeks = report.weeks_dropped, "dropped the emptied partitions of past weeks' runs");
         }
         if report.deleted.iter().any(|n| *n > 0) {
             let by_kind: Vec<String> =

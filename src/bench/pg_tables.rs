@@ -35,12 +35,16 @@ pub struct PerRun {
 
 pub async fn per_run(sys: &System, runs: usize) -> anyhow::Result<Vec<PerRun>> {
     let rows: Vec<TableActivity> = sqlx::query_as(
-        "SELECT relname::text AS table, coalesce(seq_scan, 0) AS seq_scan,
-                coalesce(seq_tup_read, 0) AS seq_tup_read, coalesce(idx_scan, 0) AS idx_scan,
-                n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del
+        // A partitioned table's partitions count as the table.
+        "SELECT coalesce(pg_partition_root(relid), relid)::regclass::text AS table,
+                sum(coalesce(seq_scan, 0))::int8 AS seq_scan, sum(coalesce(seq_tup_read, 0))::int8 AS seq_tup_read,
+                sum(coalesce(idx_scan, 0))::int8 AS idx_scan, sum(n_tup_ins)::int8 AS n_tup_ins,
+                sum(n_tup_upd)::int8 AS n_tup_upd, sum(n_tup_hot_upd)::int8 AS n_tup_hot_upd,
+                sum(n_tup_del)::int8 AS n_tup_del
          FROM pg_stat_user_tables
          WHERE seq_scan + coalesce(idx_scan, 0) + n_tup_ins + n_tup_upd + n_tup_del > 0
-         ORDER BY n_tup_ins + n_tup_upd + coalesce(idx_scan, 0) DESC",
+         GROUP BY 1
+         ORDER BY sum(n_tup_ins + n_tup_upd + coalesce(idx_scan, 0)) DESC",
     )
     .fetch_all(sys.pool())
     .await?;

@@ -71,6 +71,9 @@ async fn seed(sys: &System, project: &str, job: &str, n: usize) -> anyhow::Resul
         sqlx::query_as("SELECT version, version_id FROM jobs WHERE id = $1").bind(job).fetch_one(sys.pool()).await?;
     let now_ms = chrono::Utc::now().timestamp_millis();
     let (oldest, span) = (now_ms - 29 * 86_400_000, 28 * 86_400_000_i64);
+    // The weekly partitions a system that ran those weeks would have.
+    let from = chrono::DateTime::from_timestamp_millis(oldest).unwrap_or_default();
+    retention::ensure_partitions(sys.pool(), from, chrono::Utc::now()).await?;
     let mut done = 0;
     while done < n {
         let k = SEED_CHUNK.min(n - done);
@@ -86,7 +89,9 @@ async fn seed(sys: &System, project: &str, job: &str, n: usize) -> anyhow::Resul
 
 async fn tables_mb(sys: &System) -> anyhow::Result<f64> {
     let bytes: i64 = sqlx::query_scalar(
-        "SELECT (pg_total_relation_size('job_runs') + pg_total_relation_size('job_run_attempts'))::bigint",
+        "SELECT sum(pg_total_relation_size(relid))::bigint
+           FROM (SELECT relid FROM pg_partition_tree('job_runs')
+                 UNION ALL SELECT relid FROM pg_partition_tree('job_run_attempts')) p",
     )
     .fetch_one(sys.pool())
     .await?;

@@ -16,8 +16,8 @@ use crate::harness::TestEnv;
 async fn rows_read(env: &TestEnv, worker: &PgPool) -> i64 {
     sqlx::query("SELECT pg_stat_force_next_flush()").execute(worker).await.unwrap();
     sqlx::query_scalar(
-        "SELECT (COALESCE(seq_tup_read, 0) + COALESCE(idx_tup_fetch, 0))::int8
-         FROM pg_stat_user_tables WHERE relname = 'job_runs'",
+        "SELECT sum(COALESCE(seq_tup_read, 0) + COALESCE(idx_tup_fetch, 0))::int8
+         FROM pg_stat_user_tables WHERE relid IN (SELECT relid FROM pg_partition_tree('job_runs'))",
     )
     .fetch_one(&env.pool)
     .await

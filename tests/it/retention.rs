@@ -128,3 +128,90 @@ async fn finished_work_past_its_projects_retention_is_pruned_and_nothing_else() 
     let again = env.scheduler().prune_once().await.unwrap();
     assert_eq!(again.deleted, [0, 0, 0, 0]);
 }
+
+/// The partition (table) that holds run `id`.
+async fn partition_of(env: &TestEnv, id: &str) -> String {
+    sqlx::query_scalar("SELECT tableoid::regclass::text FROM job_runs WHERE id = $1")
+        .bind(id)
+        .fetch_one(&env.pool)
+        .await
+        .unwrap()
+}
+
+/// The name of the weekly partition of `table` for the week holding `t`.
+fn week_partition(table: &str, t: chrono::DateTime<chrono::Utc>) -> String {
+    use chrono::Datelike;
+    let monday = t.date_naive() - chrono::Duration::days(t.weekday().num_days_from_monday().into());
+    format!("{table}_w{}", monday.format("%Y%m%d"))
+}
+
+async fn exists(env: &TestEnv, table: &str) -> bool {
+    sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL").bind(table).fetch_one(&env.pool).await.unwrap()
+}
+
+#[tokio::test]
+async fn runs_live_in_weekly_partitions_that_the_pruner_makes_and_drops_once_emptied() {
+    let env = TestEnv::start().await;
+    let target = Target::start().await;
+    let project = env.project().await;
+    let job = env.job_in(&project, &target.url, json!({})).await;
+    let job_id = job["id"].as_str().unwrap().to_string();
+    env.spawn_worker();
+    let run = env.trigger(&job_id, json!({})).await["id"].as_str().unwrap().to_string();
+    env.wait_status(&run, "completed", std::time::Duration::from_secs(20)).await;
+    let now = chrono::Utc::now();
+    assert_eq!(partition_of(&env, &run).await, week_partition("job_runs", now), "a new run is in this week's");
+
+    // A run of 10 days ago, from before its week had a partition, waits in
+    // the default partition; the pruner's pass moves it into its week's.
+    let ten_days = now - chrono::Duration::days(10);
+    let old = old_id("run", 10);
+    copy_row(&env, "job_runs", &run, &old, json!({"finished_at": ten_days.to_rfc3339(), "idempotency_key": null}))
+        .await;
+    sqlx::query(
+        "INSERT INTO job_run_attempts (run_id, attempt, outcome, started_at, finished_at) VALUES ($1, 1, 'completed', now(), now())",
+    )
+    .bind(&old)
+    .execute(&env.pool)
+    .await
+    .unwrap();
+    assert_eq!(partition_of(&env, &old).await, "job_runs_default");
+    let made: i32 = sqlx::query_scalar("SELECT sy_ensure_run_partitions($1, $2)")
+        .bind(ten_days)
+        .bind(now)
+        .fetch_one(&env.pool)
+        .await
+        .unwrap();
+    assert!(made >= 3, "the past weeks' partitions of the three tables: {made}");
+    let old_week = week_partition("job_runs", ten_days);
+    assert_eq!(partition_of(&env, &old).await, old_week, "moved out of the default partition");
+    let attempt_in: String =
+        sqlx::query_scalar("SELECT tableoid::regclass::text FROM job_run_attempts WHERE run_id = $1")
+            .bind(&old)
+            .fetch_one(&env.pool)
+            .await
+            .unwrap();
+    assert_eq!(attempt_in, week_partition("job_run_attempts", ten_days), "its attempt too");
+
+    // Kept while a run is in it, dropped (all three tables) once retention
+    // deleted the run; this week's stays, and so does the new run.
+    // (An empty past week between them goes at once.)
+    env.scheduler().prune_once().await.unwrap();
+    assert!(exists(&env, &old_week).await);
+    let (s, v) = env
+        .call(reqwest::Method::PATCH, &format!("/v1/projects/{project}/settings"), Some(json!({"retention_days": 7})))
+        .await;
+    assert_eq!(s, 200, "{v}");
+    let report = env.scheduler().prune_once().await.unwrap();
+    assert_eq!(report.deleted[0], 1, "{report:?}");
+    assert!(report.weeks_dropped >= 1, "{report:?}");
+    for table in ["job_runs", "job_run_attempts", "job_run_events"] {
+        assert!(!exists(&env, &week_partition(table, ten_days)).await, "{table}'s partition of that week dropped");
+        assert!(exists(&env, &week_partition(table, now)).await, "{table}'s partition of this week kept");
+        let next = week_partition(table, now + chrono::Duration::weeks(2));
+        assert!(exists(&env, &next).await, "{next} made ahead");
+    }
+    assert_eq!(count(&env, "SELECT count(*) FROM job_runs WHERE id = $1", &run).await, 1);
+    let (s, v) = env.call(reqwest::Method::GET, &format!("/v1/runs/{run}"), None).await;
+    assert_eq!((s, v["status"].as_str()), (200, Some("completed")), "{v}");
+}

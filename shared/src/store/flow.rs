@@ -46,12 +46,14 @@ pub async fn create(pool: &PgPool, mut new: NewRun, opts: &CreateOptions) -> Res
     }
     let mut tx = pool.begin().await?;
     if let Some(key) = &new.idempotency_key {
-        let found: Option<Run> =
-            sqlx::query_as(&format!("SELECT {RUN_COLUMNS} FROM job_runs WHERE job_id = $1 AND idempotency_key = $2"))
-                .bind(&new.job_id)
-                .bind(key)
-                .fetch_optional(&mut *tx)
-                .await?;
+        let found: Option<Run> = sqlx::query_as(&format!(
+            "SELECT {RUN_COLUMNS} FROM job_runs
+                 WHERE id = (SELECT run_id FROM job_run_keys WHERE job_id = $1 AND idempotency_key = $2)"
+        ))
+        .bind(&new.job_id)
+        .bind(key)
+        .fetch_optional(&mut *tx)
+        .await?;
         if let Some(run) = found {
             tx.commit().await?;
             return Ok((run, false));
@@ -342,7 +344,7 @@ pub struct CronJob {
 pub async fn cron_jobs_page(pool: &PgPool, after: &str, limit: i64) -> Result<Vec<CronJob>, sqlx::Error> {
     sqlx::query_as(
         "SELECT j.id, j.project_id, j.spec, j.version, j.version_id, j.cron_since,
-            (SELECT max(r.cron_tick) FROM job_runs r WHERE r.job_id = j.id AND r.cron_tick IS NOT NULL) AS last_tick
+            (SELECT max(k.cron_tick) FROM job_run_keys k WHERE k.job_id = j.id AND k.cron_tick IS NOT NULL) AS last_tick
          FROM jobs j
          WHERE j.deleted_at IS NULL AND j.enabled AND NOT j.paused AND j.spec ? 'cron' AND j.id > $1
          ORDER BY j.id LIMIT $2",

@@ -1,6 +1,9 @@
 //! Retention: finished work older than its project's `retention_days` is
-//! deleted, so that a system that has processed a billion runs reads and
-//! writes like a new one (migration 0017 says why batches, not partitions).
+//! deleted, so that the tables stay the size of the retention window. Runs,
+//! their attempts and events are also partitioned by week (migration
+//! 0019): a week's partitions are dropped once retention has emptied them,
+//! and new runs go to a partition that holds only their week, so that a
+//! system that has processed a billion runs writes like a new one.
 //!
 //! Each call deletes at most one batch of one kind, in its own statement:
 //! the rows are picked `FOR UPDATE SKIP LOCKED`, so a batch never waits on a
@@ -37,7 +40,8 @@ impl Kind {
                 "run",
                 "status IN ('completed', 'failed', 'timed_out', 'cancelled', 'expired') AND finished_at < $3",
                 ", attempts AS (DELETE FROM job_run_attempts WHERE run_id IN (SELECT id FROM gone))
-                 , events AS (DELETE FROM job_run_events WHERE run_id IN (SELECT id FROM gone))",
+                 , events AS (DELETE FROM job_run_events WHERE run_id IN (SELECT id FROM gone))
+                 , keys AS (DELETE FROM job_run_keys WHERE run_id IN (SELECT id FROM gone))",
             ),
             Kind::WorkflowRuns => (
                 "workflow_runs",
@@ -85,6 +89,20 @@ pub async fn prune(
     let n: i64 =
         sqlx::query_scalar(&sql).bind(project_id).bind(before).bind(cutoff).bind(batch).fetch_one(pool).await?;
     Ok(n as u64)
+}
+
+/// Makes the weekly partitions of runs, attempts and events for every week
+/// from the one holding `from` through the one holding `to` that has none
+/// yet (migration 0019, `sy_ensure_run_partitions`); how many it made.
+pub async fn ensure_partitions(pool: &PgPool, from: DateTime<Utc>, to: DateTime<Utc>) -> Result<i32, sqlx::Error> {
+    sqlx::query_scalar("SELECT sy_ensure_run_partitions($1, $2)").bind(from).bind(to).fetch_one(pool).await
+}
+
+/// Drops the weeks' partitions that end before the week holding `before`
+/// once retention has emptied them (`sy_drop_empty_run_partitions`); how
+/// many weeks it dropped.
+pub async fn drop_empty_partitions(pool: &PgPool, before: DateTime<Utc>) -> Result<i32, sqlx::Error> {
+    sqlx::query_scalar("SELECT sy_drop_empty_run_partitions($1)").bind(before).fetch_one(pool).await
 }
 
 /// Writes finished runs `rows` (of `total`) of `job`, with one attempt

@@ -196,17 +196,31 @@ pub async fn insert(pool: &PgPool, r: &NewRun) -> Result<(Run, bool), sqlx::Erro
 /// [`insert`] on a given connection, so that it can be part of a
 /// transaction (payload dedup and dependencies, see [`flow::create`](super::flow::create)).
 pub async fn insert_in(conn: &mut sqlx::PgConnection, r: &NewRun) -> Result<(Run, bool), sqlx::Error> {
+    // A run with an idempotency key or a cron tick is written only if its
+    // key is claimed in the same statement (migration 0019: job_runs is
+    // partitioned, so the keys' uniqueness lives in job_run_keys).
+    let (claim, claimed) = if r.idempotency_key.is_some() || r.cron_tick.is_some() {
+        (
+            "claim AS (
+                INSERT INTO job_run_keys (run_id, job_id, idempotency_key, cron_tick) VALUES ($1, $3, $11, $28)
+                ON CONFLICT DO NOTHING
+                RETURNING run_id
+            ),",
+            "WHERE EXISTS (SELECT 1 FROM claim)",
+        )
+    } else {
+        ("", "")
+    };
     let sql = format!(
-        "WITH ins AS (
+        "WITH {claim} ins AS (
             INSERT INTO job_runs (id, project_id, job_id, job_version, job_version_id, status, priority,
                 triggered_by, created_by, payload, idempotency_key, concurrency_key, batch_id, parent_run_id,
                 lineage_depth, debug_mode, execution_mode, retry_backoff, max_attempts_override,
                 retry_initial_delay_secs, retry_max_delay_secs, timeout_secs_override, metadata, tags,
                 scheduled_at, expires_at, payload_hash, cron_tick, awaiting_dependencies, workflow_step_run_id,
                 resource_class)
-            VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26,
-                $27,$28,$29,$30,$31)
-            ON CONFLICT DO NOTHING
+            SELECT $1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26,
+                $27,$28,$29,$30,$31 {claimed}
             RETURNING {RUN_COLUMNS}
         ), ev AS (
             INSERT INTO job_run_events (run_id, from_status, to_status, attempt, reason)
@@ -255,9 +269,10 @@ pub async fn insert_in(conn: &mut sqlx::PgConnection, r: &NewRun) -> Result<(Run
     // Only the unique keys a caller chose can conflict (ids are fresh):
     // the idempotency key, else the cron tick.
     let existing: Run = sqlx::query_as(&format!(
-        "SELECT {RUN_COLUMNS} FROM job_runs
-         WHERE job_id = $1 AND (($2::text IS NOT NULL AND idempotency_key = $2)
-            OR ($2::text IS NULL AND cron_tick = $3))"
+        "SELECT {RUN_COLUMNS} FROM job_runs WHERE id = (
+            SELECT run_id FROM job_run_keys
+             WHERE job_id = $1 AND (($2::text IS NOT NULL AND idempotency_key = $2)
+                OR ($2::text IS NULL AND cron_tick = $3)))"
     ))
     .bind(&r.job_id)
     .bind(&r.idempotency_key)
@@ -288,8 +303,24 @@ pub async fn insert_many_in(conn: &mut sqlx::PgConnection, runs: &[NewRun]) -> R
             runs.iter().map($f).collect::<Vec<_>>()
         };
     }
-    let inserted: Vec<String> = sqlx::query_scalar(
-        "WITH ins AS (
+    // Runs with an idempotency key or a cron tick are written only if their
+    // key is claimed in the same statement (see insert_in).
+    let (claim, claimed) = if runs.iter().any(|r| r.idempotency_key.is_some() || r.cron_tick.is_some()) {
+        (
+            "claim AS (
+                INSERT INTO job_run_keys (run_id, job_id, idempotency_key, cron_tick)
+                SELECT * FROM UNNEST($1::text[], $3::text[], $11::text[], $28::timestamptz[]) AS k(id, job, key, tick)
+                 WHERE key IS NOT NULL OR tick IS NOT NULL
+                ON CONFLICT DO NOTHING
+                RETURNING run_id
+            ),",
+            "WHERE (t.key IS NULL AND t.tick IS NULL) OR t.id IN (SELECT run_id FROM claim)",
+        )
+    } else {
+        ("", "")
+    };
+    let inserted: Vec<String> = sqlx::query_scalar(&format!(
+        "WITH {claim} ins AS (
             INSERT INTO job_runs (id, project_id, job_id, job_version, job_version_id, status, priority,
                 triggered_by, created_by, payload, idempotency_key, concurrency_key, batch_id, parent_run_id,
                 lineage_depth, debug_mode, execution_mode, retry_backoff, max_attempts_override,
@@ -300,15 +331,19 @@ pub async fn insert_many_in(conn: &mut sqlx::PgConnection, runs: &[NewRun]) -> R
                 $7::int4[], $8::text[], $9::text[], $10::jsonb[], $11::text[], $12::text[], $13::text[], $14::text[],
                 $15::int4[], $16::bool[], $17::text[], $18::text[], $19::int4[], $20::int4[], $21::int4[], $22::int4[],
                 $23::jsonb[], $24::jsonb[], $25::timestamptz[], $26::timestamptz[], $27::bytea[], $28::timestamptz[],
-                $29::bool[], $31::text[], $32::text[]) AS t
-            ON CONFLICT DO NOTHING
+                $29::bool[], $31::text[], $32::text[])
+                AS t(id, project, job, version, version_id, status, priority, triggered_by, created_by, payload, key,
+                     concurrency_key, batch_id, parent, depth, debug, mode, backoff, max_attempts, initial_delay,
+                     max_delay, timeout, metadata, tags, scheduled_at, expires_at, payload_hash, tick, awaiting,
+                     step_run, resource_class)
+            {claimed}
             RETURNING id, status
         ), ev AS (
             INSERT INTO job_run_events (run_id, from_status, to_status, attempt, reason, created_at)
             SELECT id, NULL, status, 0, 'triggered', $30 FROM ins WHERE status <> 'queued'
         )
-        SELECT id FROM ins",
-    )
+        SELECT id FROM ins"
+    ))
     .bind(col!(|r| r.id.as_str()))
     .bind(col!(|r| r.project_id.as_str()))
     .bind(col!(|r| r.job_id.as_str()))
