@@ -129,9 +129,9 @@ async fn finished_work_past_its_projects_retention_is_pruned_and_nothing_else() 
     assert_eq!(again.deleted, [0, 0, 0, 0]);
 }
 
-/// The partition (table) that holds run `id`.
-async fn partition_of(env: &TestEnv, id: &str) -> String {
-    sqlx::query_scalar("SELECT tableoid::regclass::text FROM job_runs WHERE id = $1")
+/// The partition of `table` that holds run `id`'s row (`key`: the run id's column).
+async fn partition_of(env: &TestEnv, table: &str, key: &str, id: &str) -> String {
+    sqlx::query_scalar(&format!("SELECT tableoid::regclass::text FROM {table} WHERE {key} = $1 LIMIT 1"))
         .bind(id)
         .fetch_one(&env.pool)
         .await
@@ -160,7 +160,11 @@ async fn runs_live_in_weekly_partitions_that_the_pruner_makes_and_drops_once_emp
     let run = env.trigger(&job_id, json!({})).await["id"].as_str().unwrap().to_string();
     env.wait_status(&run, "completed", std::time::Duration::from_secs(20)).await;
     let now = chrono::Utc::now();
-    assert_eq!(partition_of(&env, &run).await, week_partition("job_runs", now), "a new run is in this week's");
+    assert_eq!(
+        partition_of(&env, "job_runs", "id", &run).await,
+        week_partition("job_runs", now),
+        "a new run is in this week's"
+    );
 
     // A run of 10 days ago, from before its week had a partition, waits in
     // the default partition; the pruner's pass moves it into its week's.
@@ -175,23 +179,16 @@ async fn runs_live_in_weekly_partitions_that_the_pruner_makes_and_drops_once_emp
     .execute(&env.pool)
     .await
     .unwrap();
-    assert_eq!(partition_of(&env, &old).await, "job_runs_default");
-    let made: i32 = sqlx::query_scalar("SELECT sy_ensure_run_partitions($1, $2)")
-        .bind(ten_days)
-        .bind(now)
-        .fetch_one(&env.pool)
-        .await
-        .unwrap();
+    assert_eq!(partition_of(&env, "job_runs", "id", &old).await, "job_runs_default");
+    let made = switchyard_shared::store::retention::ensure_partitions(&env.pool, ten_days, now).await.unwrap();
     assert!(made >= 3, "the past weeks' partitions of the three tables: {made}");
     let old_week = week_partition("job_runs", ten_days);
-    assert_eq!(partition_of(&env, &old).await, old_week, "moved out of the default partition");
-    let attempt_in: String =
-        sqlx::query_scalar("SELECT tableoid::regclass::text FROM job_run_attempts WHERE run_id = $1")
-            .bind(&old)
-            .fetch_one(&env.pool)
-            .await
-            .unwrap();
-    assert_eq!(attempt_in, week_partition("job_run_attempts", ten_days), "its attempt too");
+    assert_eq!(partition_of(&env, "job_runs", "id", &old).await, old_week, "moved out of the default partition");
+    assert_eq!(
+        partition_of(&env, "job_run_attempts", "run_id", &old).await,
+        week_partition("job_run_attempts", ten_days),
+        "its attempt too"
+    );
 
     // Kept while a run is in it, dropped (all three tables) once retention
     // deleted the run; this week's stays, and so does the new run.
