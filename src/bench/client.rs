@@ -123,6 +123,23 @@ impl Api {
         self.create("/v1/jobs", json!({ "project_id": project, "name": name, "endpoint_url": endpoint })).await
     }
 
+    /// A job group; its id.
+    pub async fn create_group(&self, project: &str, slug: &str) -> anyhow::Result<String> {
+        self.create("/v1/job-groups", json!({ "project_id": project, "name": slug, "slug": slug })).await
+    }
+
+    /// A job in group `group`.
+    pub async fn create_job_in_group(
+        &self,
+        project: &str,
+        name: &str,
+        endpoint: &str,
+        group: &str,
+    ) -> anyhow::Result<String> {
+        let body = json!({ "project_id": project, "name": name, "endpoint_url": endpoint, "group_id": group });
+        self.create("/v1/jobs", body).await
+    }
+
     /// A job whose terminal webhook goes to `webhook_url`.
     pub async fn create_job_with_webhook(
         &self,

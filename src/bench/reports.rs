@@ -1,8 +1,8 @@
 //! Phase (y): do the reports answer within 200 ms on a project with a
 //! million runs? Writes `--report-runs` ended runs (with an attempt and a
 //! usage record each, and a workflow run for every tenth) into a project
-//! of their own, spread over the last 30 days across ten jobs
-//! (`store::analytics::write_report_history`), folds them into the
+//! of their own, spread over the last 30 days across ten jobs of one job
+//! group (`store::analytics::write_report_history`), folds them into the
 //! rollups as the scheduler's loop would (`store::analytics::roll_up`,
 //! timed), then times each report over HTTP, `--report-reps` times each,
 //! with the shortest and the longest period.
@@ -39,11 +39,13 @@ pub struct ReportFigures {
     pub within_200ms: bool,
 }
 
-async fn seed(sys: &System, project: &str, n: usize) -> anyhow::Result<()> {
+/// Seeds the history; the id of the group of its jobs.
+async fn seed(sys: &System, project: &str, n: usize) -> anyhow::Result<String> {
     let api = sys.api();
+    let group = api.create_group(project, "reports").await?;
     let mut jobs = Vec::new();
     for k in 0..JOBS {
-        let id = api.create_job(project, &format!("report-{k}"), &sys.target().url).await?;
+        let id = api.create_job_in_group(project, &format!("report-{k}"), &sys.target().url, &group).await?;
         let version_id: String =
             sqlx::query_scalar("SELECT version_id FROM jobs WHERE id = $1").bind(&id).fetch_one(sys.pool()).await?;
         jobs.push((id, version_id));
@@ -66,7 +68,7 @@ async fn seed(sys: &System, project: &str, n: usize) -> anyhow::Result<()> {
     for t in ["job_runs", "job_run_attempts", "job_run_usage", "workflow_runs"] {
         sqlx::query(&format!("VACUUM ANALYZE {t}")).execute(sys.pool()).await?;
     }
-    Ok(())
+    Ok(group)
 }
 
 async fn time_get(sys: &System, path: &str, reps: usize) -> anyhow::Result<Summary> {
@@ -85,9 +87,10 @@ async fn time_get(sys: &System, path: &str, reps: usize) -> anyhow::Result<Summa
 pub async fn run(sys: &System, n: usize, reps: usize) -> anyhow::Result<ReportFigures> {
     let project = sys.api().create_project("reports").await?;
     let t = Instant::now();
-    seed(sys, &project, n).await?;
+    let group = seed(sys, &project, n).await?;
     let seed_secs = t.elapsed().as_secs_f64();
     let q = |path: &str, extra: &str| format!("{path}?project_id={project}{extra}");
+    let group_stats = format!("/v1/job-groups/{group}/stats");
     let reports = [
         q("/v1/analytics/workflows/summary", "&period_hours=24"),
         q("/v1/analytics/workflows/summary", "&period_hours=720"),
@@ -97,17 +100,19 @@ pub async fn run(sys: &System, n: usize, reps: usize) -> anyhow::Result<ReportFi
         q("/v1/analytics/performance", "&period_hours=720"),
         q("/v1/usage/projects", ""),
         q("/v1/stats/queues", ""),
+        group_stats.clone(),
     ];
     // Without the rollup first: the scheduler's own loop may already have
     // started folding; the watermark is set back for these reads.
     let mut without_rollup = BTreeMap::new();
-    for path in reports.iter().filter(|p| p.contains("720") || p.contains("usage")) {
+    let slow = |p: &&String| p.contains("720") || p.contains("usage") || p.contains("job-groups");
+    for path in reports.iter().filter(slow) {
         analytics::forget_rollups(sys.pool()).await?;
         let took = time_get(sys, path, 2.min(reps)).await?;
         // The scheduler's loop may have passed meanwhile: then the reads
         // were partly from the rollups and say nothing.
         if analytics::watermark_unset(sys.pool()).await? {
-            without_rollup.insert(path.replace(&project, "P"), took);
+            without_rollup.insert(path.replace(&project, "P").replace(&group, "G"), took);
         } else {
             eprintln!("bench: (y) the scheduler rolled up during the read without rollups of {path}; not kept");
         }
@@ -128,7 +133,7 @@ pub async fn run(sys: &System, n: usize, reps: usize) -> anyhow::Result<ReportFi
     let mut queries = BTreeMap::new();
     for path in &reports {
         time_get(sys, path, 1).await?; // one warm-up read
-        queries.insert(path.replace(&project, "P"), time_get(sys, path, reps).await?);
+        queries.insert(path.replace(&project, "P").replace(&group, "G"), time_get(sys, path, reps).await?);
     }
     let within_200ms = queries.values().all(|s| s.p50 <= 200.0);
     Ok(ReportFigures { runs: n, seed_secs, rollup_secs, rollup_rows, queries, without_rollup, within_200ms })

@@ -440,3 +440,124 @@ async fn report_parameters_are_checked_and_access_is_the_projects() {
         assert_problem(401, call_as(&env, Method::GET, r, "svc_nope", None).await, 401);
     }
 }
+
+/// The group's run counts read from the runs themselves.
+async fn counted_directly(env: &TestEnv, group: &str) -> Value {
+    let rows: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT r.status, count(*) FROM job_runs r JOIN jobs j ON j.id = r.job_id WHERE j.group_id = $1
+          GROUP BY r.status",
+    )
+    .bind(group)
+    .fetch_all(&env.pool)
+    .await
+    .unwrap();
+    let mut all: serde_json::Map<String, Value> =
+        ["pending", "queued", "running", "retrying", "completed", "failed", "timed_out", "cancelled", "expired"]
+            .iter()
+            .map(|s| (s.to_string(), json!(0)))
+            .collect();
+    for (s, n) in rows {
+        all.insert(s, json!(n));
+    }
+    Value::Object(all)
+}
+
+async fn group_stats(env: &TestEnv, group: &str) -> Value {
+    let (s, v) = env.get(&format!("/v1/job-groups/{group}/stats")).await;
+    assert_eq!(s, 200, "{v}");
+    v["run_counts"].clone()
+}
+
+async fn catch_up(env: &TestEnv) {
+    while !analytics::roll_up(&env.pool, Utc::now(), Duration::ZERO, Duration::from_secs(6 * 3600))
+        .await
+        .unwrap()
+        .caught_up
+    {}
+}
+
+#[tokio::test]
+async fn group_stats_count_every_run_through_rollups_restarts_and_pruning() {
+    let env = TestEnv::start().await;
+    let project = env.project().await;
+    let (s, g) = env.post("/v1/job-groups", json!({"project_id": project, "name": "G", "slug": "g"})).await;
+    assert_eq!(s, 201, "{g}");
+    let gid = g["id"].as_str().unwrap().to_string();
+    let a = job_of(&env.job_in(&project, NOWHERE, json!({"group_id": gid, "slug": "a"})).await);
+    let b = job_of(&env.job_in(&project, NOWHERE, json!({"group_id": gid, "slug": "b"})).await);
+    let outside = job_of(&env.job_in(&project, NOWHERE, json!({"slug": "outside"})).await);
+    let mut restart_me = String::new();
+    for k in 0..3 {
+        restart_me = ended(&env, &project, &a, "completed", Some(5), chrono::Duration::hours(2) + mins(k)).await;
+    }
+    ended(&env, &project, &a, "failed", Some(5), chrono::Duration::hours(3)).await;
+    let old = ended(&env, &project, &a, "completed", Some(5), chrono::Duration::days(40)).await;
+    // Ids begin with their creation ms (UUIDv7), which the pruner bounds
+    // its scan by: this run's must say 40 days ago too.
+    let ms = (Utc::now() - chrono::Duration::days(40)).timestamp_millis();
+    sqlx::query("UPDATE job_runs SET id = $2 WHERE id = $1")
+        .bind(&old)
+        .bind(format!("run_{ms:012x}{}", &old[16..]))
+        .execute(&env.pool)
+        .await
+        .unwrap();
+    ended(&env, &project, &b, "cancelled", None, chrono::Duration::hours(1)).await;
+    ended(&env, &project, &b, "expired", None, chrono::Duration::hours(1)).await;
+    for _ in 0..4 {
+        ended(&env, &project, &outside, "completed", Some(5), chrono::Duration::hours(1)).await;
+    }
+    for _ in 0..2 {
+        env.trigger(&a.0, json!({})).await;
+    }
+    let want = json!({"pending": 0, "queued": 2, "running": 0, "retrying": 0, "completed": 4, "failed": 1,
+                      "timed_out": 0, "cancelled": 1, "expired": 1});
+    assert_eq!(counted_directly(&env, &gid).await, want, "the test's own runs");
+    assert_eq!(group_stats(&env, &gid).await, want, "before any rollup pass: read from the runs");
+
+    catch_up(&env).await;
+    let totals: i64 = sqlx::query_scalar("SELECT sum(n)::int8 FROM job_run_totals").fetch_one(&env.pool).await.unwrap();
+    assert_eq!(totals, 11, "the rollup counted every ended run, the outside job's too");
+    assert_eq!(group_stats(&env, &gid).await, want, "after the pass: from the totals");
+    // A run that ends after the pass is read from the runs.
+    ended(&env, &project, &b, "failed", Some(5), chrono::Duration::zero()).await;
+    let want = counted_directly(&env, &gid).await;
+    assert_eq!(want["failed"], 2);
+    assert_eq!(group_stats(&env, &gid).await, want);
+
+    // A restarted run leaves the totals (it is queued again), and counts
+    // once when it ends again.
+    let (s, v) = env.post(&format!("/v1/runs/{restart_me}/restart"), json!({"machine_preset": "small"})).await;
+    assert_eq!(s, 200, "{v}");
+    let want = counted_directly(&env, &gid).await;
+    assert_eq!((want["completed"].as_i64(), want["queued"].as_i64()), (Some(3), Some(3)));
+    assert_eq!(group_stats(&env, &gid).await, want);
+    catch_up(&env).await;
+    assert_eq!(group_stats(&env, &gid).await, want);
+    sqlx::query("UPDATE job_runs SET status = 'completed', started_at = now(), finished_at = now() WHERE id = $1")
+        .bind(&restart_me)
+        .execute(&env.pool)
+        .await
+        .unwrap();
+    let want = counted_directly(&env, &gid).await;
+    assert_eq!((want["completed"].as_i64(), want["queued"].as_i64()), (Some(4), Some(2)));
+    assert_eq!(group_stats(&env, &gid).await, want, "ended again: from the runs");
+    catch_up(&env).await;
+    assert_eq!(group_stats(&env, &gid).await, want, "and once folded in again");
+
+    // Pruning takes the 40-day-old run out of the totals as it deletes it.
+    let gone = switchyard_shared::store::retention::prune(
+        &env.pool,
+        switchyard_shared::store::retention::Kind::JobRuns,
+        &project,
+        Utc::now() - chrono::Duration::days(30),
+        100,
+    )
+    .await
+    .unwrap();
+    assert_eq!(gone, 1);
+    let want = counted_directly(&env, &gid).await;
+    assert_eq!(want["completed"], 3);
+    assert_eq!(group_stats(&env, &gid).await, want);
+    catch_up(&env).await;
+    assert_eq!(group_stats(&env, &gid).await, want);
+}

@@ -248,7 +248,7 @@ impl GroupsApi {
     #[oai(path = "/v1/job-groups/:group_id/stats", method = "get", operation_id = "getJobGroupStats")]
     async fn stats(&self, state: Data<&AppState>, auth: Auth, group_id: Path<String>) -> ApiResult<Json<GroupStats>> {
         let g = load(&state, &auth, &group_id).await?;
-        let rows = store::job_groups::run_counts(&state.pool, &g.id).await?;
+        let rows = store::analytics::group_run_counts(&state.pool, &g.id).await?;
         let mut run_counts: HashMap<String, i64> = RunStatus::ALL.iter().map(|s| (s.as_str().to_string(), 0)).collect();
         for (s, n) in rows {
             run_counts.insert(s, n);

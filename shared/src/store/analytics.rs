@@ -134,6 +134,10 @@ async fn fold_job_runs(
                 completed = r.completed + excluded.completed, failed = r.failed + excluded.failed,
                 timed_out = r.timed_out + excluded.timed_out, cancelled = r.cancelled + excluded.cancelled,
                 expired = r.expired + excluded.expired, durations_ms = r.durations_ms || excluded.durations_ms
+         ), totals AS (
+            INSERT INTO job_run_totals AS t (job_id, status, n)
+            SELECT job_id, status, count(*) FROM ended GROUP BY job_id, status
+            ON CONFLICT (job_id, status) DO UPDATE SET n = t.n + excluded.n
          )
          SELECT count(*) FROM ended"
     );
@@ -260,7 +264,7 @@ pub async fn forget_rollups(pool: &PgPool) -> Result<(), sqlx::Error> {
     sqlx::query("SELECT upto FROM analytics_watermark FOR UPDATE").execute(&mut *tx).await?;
     sqlx::query(
         "WITH a AS (DELETE FROM job_run_rollups), b AS (DELETE FROM workflow_run_rollups),
-              c AS (DELETE FROM usage_rollups), d AS (DELETE FROM queue_history)
+              c AS (DELETE FROM usage_rollups), d AS (DELETE FROM queue_history), e AS (DELETE FROM job_run_totals)
          UPDATE analytics_watermark SET upto = NULL",
     )
     .execute(&mut *tx)
@@ -282,6 +286,31 @@ async fn report_tx(pool: &PgPool) -> Result<(Transaction<'_, Postgres>, Option<D
     sqlx::query("SET LOCAL plan_cache_mode = force_custom_plan").execute(&mut *tx).await?;
     let upto = sqlx::query_scalar("SELECT upto FROM analytics_watermark").fetch_one(&mut *tx).await?;
     Ok((tx, upto))
+}
+
+/// Run counts by status over every run of the group's jobs (statuses
+/// without runs absent): the ended runs the rollup counted in
+/// `job_run_totals` (migration 0020), those that ended since its
+/// watermark, and the unfinished ones, in one snapshot.
+pub async fn group_run_counts(pool: &PgPool, group_id: &str) -> Result<Vec<(String, i64)>, sqlx::Error> {
+    let (mut tx, upto) = report_tx(pool).await?;
+    let sql = format!(
+        "WITH jobs AS (SELECT id FROM jobs WHERE group_id = $1)
+         SELECT status, sum(n)::int8 FROM (
+            SELECT status, n FROM job_run_totals WHERE job_id IN (SELECT id FROM jobs)
+            UNION ALL
+            SELECT status, count(*) FROM job_runs
+             WHERE finished_at >= $2 AND {RUN_ENDED} AND job_id IN (SELECT id FROM jobs) GROUP BY status
+            UNION ALL
+            SELECT status, count(*) FROM job_runs
+             WHERE status IN ('pending', 'queued', 'running', 'retrying') AND job_id IN (SELECT id FROM jobs)
+             GROUP BY status
+         ) c GROUP BY status"
+    );
+    let from = upto.unwrap_or(DateTime::UNIX_EPOCH);
+    let rows = sqlx::query_as(&sql).bind(group_id).bind(from).fetch_all(&mut *tx).await?;
+    tx.commit().await?;
+    Ok(rows)
 }
 
 /// Where a report's read of the runs themselves starts: the watermark, or

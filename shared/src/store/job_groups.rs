@@ -109,14 +109,3 @@ pub async fn set_paused(pool: &PgPool, group_id: &str, paused: bool) -> Result<V
     .fetch_all(pool)
     .await
 }
-
-/// Run counts by status over the group's jobs (statuses without runs absent).
-pub async fn run_counts(pool: &PgPool, group_id: &str) -> Result<Vec<(String, i64)>, sqlx::Error> {
-    sqlx::query_as(
-        "SELECT r.status, count(*) FROM job_runs r JOIN jobs j ON j.id = r.job_id
-         WHERE j.group_id = $1 GROUP BY r.status",
-    )
-    .bind(group_id)
-    .fetch_all(pool)
-    .await
-}

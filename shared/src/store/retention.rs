@@ -29,30 +29,40 @@ impl Kind {
     pub const ALL: [Kind; 4] = [Kind::JobRuns, Kind::WorkflowRuns, Kind::Deliveries, Kind::Events];
 
     /// The kind's table, id prefix, what makes a row ended and old (`$3`
-    /// the cutoff), and what else goes with its rows (CTEs over `gone`).
-    fn parts(self) -> (&'static str, &'static str, &'static str, &'static str) {
+    /// the cutoff), what the deletion returns, and what else goes with its
+    /// rows (CTEs over `gone`).
+    fn parts(self) -> (&'static str, &'static str, &'static str, &'static str, &'static str) {
         match self {
             // Attempts and transition events have no foreign key (migration
             // 0007 dropped them from the hot path): they go in the same
-            // statement. The SDK's records go by ON DELETE CASCADE.
+            // statement. The SDK's records go by ON DELETE CASCADE. The
+            // group totals lose the runs the rollup counted (those that
+            // ended before its watermark, `$5`; migration 0020).
             Kind::JobRuns => (
                 "job_runs",
                 "run",
                 "status IN ('completed', 'failed', 'timed_out', 'cancelled', 'expired') AND finished_at < $3",
+                "id, job_id, status, finished_at",
                 ", attempts AS (DELETE FROM job_run_attempts WHERE run_id IN (SELECT id FROM gone))
                  , events AS (DELETE FROM job_run_events WHERE run_id IN (SELECT id FROM gone))
-                 , keys AS (DELETE FROM job_run_keys WHERE run_id IN (SELECT id FROM gone))",
+                 , keys AS (DELETE FROM job_run_keys WHERE run_id IN (SELECT id FROM gone))
+                 , totals AS (
+                    UPDATE job_run_totals t SET n = t.n - d.n
+                      FROM (SELECT job_id, status, count(*) AS n FROM gone WHERE finished_at < $5
+                             GROUP BY job_id, status) d
+                     WHERE t.job_id = d.job_id AND t.status = d.status)",
             ),
             Kind::WorkflowRuns => (
                 "workflow_runs",
                 "wfr",
                 "status IN ('completed', 'failed', 'cancelled', 'timed_out') AND finished_at < $3",
+                "id",
                 "",
             ),
             Kind::Deliveries => {
-                ("webhook_deliveries", "whd", "status IN ('delivered', 'dead') AND created_at < $3", "")
+                ("webhook_deliveries", "whd", "status IN ('delivered', 'dead') AND created_at < $3", "id", "")
             }
-            Kind::Events => ("events", "evt", "completed_at IS NOT NULL AND created_at < $3", ""),
+            Kind::Events => ("events", "evt", "completed_at IS NOT NULL AND created_at < $3", "id", ""),
         }
     }
 
@@ -75,19 +85,29 @@ pub async fn prune(
     cutoff: DateTime<Utc>,
     batch: i64,
 ) -> Result<u64, sqlx::Error> {
-    let (table, prefix, ended, with) = kind.parts();
+    let (table, prefix, ended, returning, with) = kind.parts();
     let sql = format!(
         "WITH gone AS (
             DELETE FROM {table} WHERE id IN (
                 SELECT id FROM {table} WHERE project_id = $1 AND id < $2 AND {ended}
                  LIMIT $4 FOR UPDATE SKIP LOCKED)
-            RETURNING id
+            RETURNING {returning}
          ){with}
          SELECT count(*) FROM gone"
     );
     let before = format!("{prefix}_{:012x}", cutoff.timestamp_millis().max(0));
-    let n: i64 =
-        sqlx::query_scalar(&sql).bind(project_id).bind(before).bind(cutoff).bind(batch).fetch_one(pool).await?;
+    let mut tx = pool.begin().await?;
+    let mut q = sqlx::query_scalar(&sql).bind(project_id).bind(before).bind(cutoff).bind(batch);
+    if kind == Kind::JobRuns {
+        // Held until the deletion commits: a rollup pass folds either
+        // before (and its watermark says the runs were counted) or after
+        // (and no longer sees them), never in between.
+        let upto: Option<DateTime<Utc>> =
+            sqlx::query_scalar("SELECT upto FROM analytics_watermark FOR SHARE").fetch_one(&mut *tx).await?;
+        q = q.bind(upto);
+    }
+    let n: i64 = q.fetch_one(&mut *tx).await?;
+    tx.commit().await?;
     Ok(n as u64)
 }
 

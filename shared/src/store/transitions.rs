@@ -21,6 +21,7 @@
 //! [`settle`]: super::settle
 //! [`flow`]: super::flow
 
+use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgPool};
 
 use super::runs::{self, Run, RUN_COLUMNS};
@@ -210,15 +211,23 @@ pub async fn drop_entries(queue: &Queue, cancelled: &[Changed]) {
 /// timings, progress and schedule are cleared, and its checkpoints, state
 /// and outputs deleted (logs, usage, tool calls, attempts and events stay
 /// as history). `None`: no such run, or it has not finished.
+///
+/// A run the analytics rollup already counted among its job's ended runs
+/// (it ended before the watermark) is taken back out of the group totals
+/// (migration 0020); the watermark row is held so that no rollup pass
+/// folds in between.
 pub async fn restart(
     pool: &PgPool,
     run_id: &str,
     resource_class: &str,
     reason: &str,
 ) -> Result<Option<Changed>, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    let upto: Option<DateTime<Utc>> =
+        sqlx::query_scalar("SELECT upto FROM analytics_watermark FOR SHARE").fetch_one(&mut *tx).await?;
     let rows: Vec<ChangedRow> = sqlx::query_as(&format!(
         "WITH old AS (
-            SELECT id, status FROM job_runs WHERE id = $1 FOR UPDATE
+            SELECT id, status, finished_at FROM job_runs WHERE id = $1 FOR UPDATE
          ), u AS (
             UPDATE job_runs r SET status = 'queued', attempt = 0, result = NULL, error = NULL,
                 error_class = NULL, started_at = NULL, finished_at = NULL, heartbeat_at = NULL,
@@ -226,7 +235,10 @@ pub async fn restart(
                 async_accepted_at = NULL, scheduled_at = NULL, expires_at = NULL, resource_class = $2
             FROM old WHERE r.id = old.id
                 AND old.status IN ('completed', 'failed', 'timed_out', 'cancelled', 'expired')
-            RETURNING r.*, old.status AS from_status
+            RETURNING r.*, old.status AS from_status, old.finished_at AS from_finished_at
+         ), totals AS (
+            UPDATE job_run_totals t SET n = t.n - 1 FROM u
+             WHERE t.job_id = u.job_id AND t.status = u.from_status AND u.from_finished_at < $4
          ), ev AS (
             INSERT INTO job_run_events (run_id, from_status, to_status, attempt, reason)
             SELECT id, from_status, 'queued', 0, $3 FROM u
@@ -242,7 +254,9 @@ pub async fn restart(
     .bind(run_id)
     .bind(resource_class)
     .bind(reason)
-    .fetch_all(pool)
+    .bind(upto)
+    .fetch_all(&mut *tx)
     .await?;
+    tx.commit().await?;
     Ok(counted(rows).pop())
 }
