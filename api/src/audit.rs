@@ -1,7 +1,8 @@
 //! Audit events (docs/contract.md, "Audit events"): one row per mutation,
 //! written in the mutation's own transaction where it has one, so the trail
 //! never misses a committed change. Actions are `<resource>.<verb>`:
-//! `job.created`, `job.updated`, `job.deleted`, `job_group.*`, `run.cancelled`,
+//! `job.created`, `job.updated`, `job.deleted`, `job.paused`, `job.resumed`,
+//! `job_group.*`, `run.cancelled`,
 //! `project.created`, `project.settings_updated`, `api_key.created`,
 //! `api_key.revoked`, `api_key.rotated`, `role.*`, `member.assigned`,
 //! `member.removed`, `resource_policy.*`, `tag_policy.*`, `run.restarted`,

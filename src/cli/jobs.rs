@@ -54,14 +54,16 @@ pub enum JobsCmd {
         #[arg(long, default_value_t = 300, requires = "wait")]
         timeout: u64,
     },
-    /// Disable a job (`enabled: false`): triggers are refused (409) and its
-    /// cron stops; runs already queued still dispatch. A group's
-    /// pause-all also holds queued runs.
-    #[command(visible_alias = "disable")]
+    /// Pause a job: triggers are still accepted and their runs wait, queued
+    /// runs and retries are held, cron stops; running runs finish.
     Pause { job_id: String },
-    /// Enable a job again (`enabled: true`).
-    #[command(visible_alias = "enable")]
+    /// Resume a paused job: its waiting runs go out again.
     Resume { job_id: String },
+    /// Disable a job (`enabled: false`, a new version): triggers are
+    /// refused (409) and cron stops; runs already queued still go out.
+    Disable { job_id: String },
+    /// Enable a disabled job (`enabled: true`).
+    Enable { job_id: String },
 }
 
 const HEADERS: [&str; 7] = ["ID", "SLUG", "NAME", "ENABLED", "PAUSED", "VERSION", "ENDPOINT"];
@@ -153,10 +155,24 @@ pub async fn run(c: Jobs) -> Result<u8, Failure> {
             }
             return Ok(if done["status"] == "completed" { exit::OK } else { exit::OUTCOME });
         }
-        JobsCmd::Pause { job_id } => set_enabled(&client, g, &job_id, false).await?,
-        JobsCmd::Resume { job_id } => set_enabled(&client, g, &job_id, true).await?,
+        JobsCmd::Pause { job_id } => set_paused(&client, g, &job_id, true).await?,
+        JobsCmd::Resume { job_id } => set_paused(&client, g, &job_id, false).await?,
+        JobsCmd::Disable { job_id } => set_enabled(&client, g, &job_id, false).await?,
+        JobsCmd::Enable { job_id } => set_enabled(&client, g, &job_id, true).await?,
     }
     Ok(exit::OK)
+}
+
+/// `POST /v1/jobs/{id}/pause` or `/resume`.
+async fn set_paused(client: &Client, g: &Global, job_id: &str, paused: bool) -> Result<(), Failure> {
+    let verb = if paused { "pause" } else { "resume" };
+    let j = client.post(&format!("/v1/jobs/{}/{verb}", seg(job_id)), None).await?;
+    if g.json {
+        output::json(&j);
+    } else {
+        println!("{}  paused={}", output::cell(&j["id"]), output::cell(&j["paused"]));
+    }
+    Ok(())
 }
 
 /// `PATCH /v1/jobs/{id}` with `enabled` alone (the API makes a new version

@@ -41,7 +41,7 @@ The API's problem title and detail go to stderr.";
 pub enum Command {
     /// Job runs: list, get, cancel, replay.
     Runs(runs::Runs),
-    /// Jobs: list, get, trigger (and wait), pause, resume.
+    /// Jobs: list, get, trigger (and wait), pause, resume, disable, enable.
     Jobs(jobs::Jobs),
     /// Workflows: list, trigger (and wait).
     Workflows(workflows::Workflows),

@@ -200,3 +200,26 @@ async fn actor_headers_are_recorded_on_jobs_and_runs() {
     let anon = env.trigger(id, json!({})).await;
     assert!(anon.get("created_by").is_none());
 }
+
+#[tokio::test]
+async fn pause_and_resume_a_job_without_a_new_version() {
+    let env = TestEnv::start().await;
+    let project = env.project().await;
+    let job = env.job_in(&project, "http://127.0.0.1:9/x", json!({})).await;
+    let id = job["id"].as_str().unwrap();
+    for _ in 0..2 {
+        let (s, v) = env.post(&format!("/v1/jobs/{id}/pause"), json!(null)).await;
+        assert_eq!((s, &v["paused"], &v["version"]), (200, &json!(true), &job["version"]), "{v}");
+    }
+    let (s, run) = env.post(&format!("/v1/jobs/{id}/trigger"), json!({})).await;
+    assert_eq!((s, &run["status"]), (201, &json!("queued")), "a paused job accepts triggers: {run}");
+    let (s, v) = env.post(&format!("/v1/jobs/{id}/resume"), json!(null)).await;
+    assert_eq!((s, &v["paused"]), (200, &json!(false)), "{v}");
+    let (_, audit) = env.get(&format!("/v1/audit-events?project_id={project}&resource_id={id}&order=asc")).await;
+    let actions: Vec<&str> = audit["data"].as_array().unwrap().iter().map(|e| e["action"].as_str().unwrap()).collect();
+    assert_eq!(actions, ["job.created", "job.paused", "job.resumed"], "a second pause changed nothing: {audit}");
+
+    assert_problem(404, env.post("/v1/jobs/job_nope/pause", json!(null)).await, 404);
+    env.delete(&format!("/v1/jobs/{id}")).await;
+    assert_problem(404, env.post(&format!("/v1/jobs/{id}/resume"), json!(null)).await, 404);
+}

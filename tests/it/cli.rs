@@ -146,23 +146,33 @@ async fn flags_usage_errors_and_an_unreachable_api() {
 }
 
 #[tokio::test]
-async fn pause_refuses_triggers_until_resume() {
+async fn pause_holds_runs_until_resume_and_disable_refuses_triggers() {
     let env = TestEnv::start().await;
     let target = Target::start().await;
     let job = env.job(&target.url, json!({})).await;
+    env.spawn_worker();
     let o = cli(&env, &["jobs", "pause", id(&job)]).await;
     assert_eq!(o.code, 0, "{o:?}");
-    assert!(o.stdout.contains("enabled=false"), "{o:?}");
-    assert_eq!(env.get(&format!("/v1/jobs/{}", id(&job))).await.1["enabled"], json!(false));
-    let o = cli(&env, &["jobs", "trigger", id(&job)]).await;
-    assert_eq!(o.code, 4, "a disabled job's trigger is 409: {o:?}");
+    assert!(o.stdout.contains("paused=true"), "{o:?}");
+    let o = cli(&env, &["jobs", "trigger", id(&job), "--json"]).await;
+    assert_eq!(o.code, 0, "a paused job accepts triggers: {o:?}");
+    let run = o.json()["id"].as_str().unwrap().to_string();
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(env.run(&run).await["status"], "queued", "held while paused");
+    assert_eq!(target.count(), 0);
 
     let o = cli(&env, &["jobs", "resume", id(&job), "--json"]).await;
     assert_eq!(o.code, 0, "{o:?}");
-    assert_eq!(o.json()["enabled"], json!(true));
-    let o = cli(&env, &["jobs", "trigger", id(&job), "--json"]).await;
+    assert_eq!(o.json()["paused"], json!(false));
+    env.wait_status(&run, "completed", Duration::from_secs(10)).await;
+
+    let o = cli(&env, &["jobs", "disable", id(&job)]).await;
     assert_eq!(o.code, 0, "{o:?}");
-    assert_eq!(o.json()["status"], json!("queued"));
+    assert!(o.stdout.contains("enabled=false"), "{o:?}");
+    let o = cli(&env, &["jobs", "trigger", id(&job)]).await;
+    assert_eq!(o.code, 4, "a disabled job's trigger is 409: {o:?}");
+    let o = cli(&env, &["jobs", "enable", id(&job), "--json"]).await;
+    assert_eq!((o.code, &o.json()["enabled"]), (0, &json!(true)), "{o:?}");
 }
 
 #[tokio::test]

@@ -105,6 +105,8 @@ pub const OPERATIONS: &[(&str, &str, Requirement)] = &[
     ("GET", "/v1/jobs/{job_id}", Scope("jobs:read")),
     ("PATCH", "/v1/jobs/{job_id}", Scope("jobs:write")),
     ("DELETE", "/v1/jobs/{job_id}", Scope("jobs:write")),
+    ("POST", "/v1/jobs/{job_id}/pause", Scope("jobs:write")),
+    ("POST", "/v1/jobs/{job_id}/resume", Scope("jobs:write")),
     ("GET", "/v1/jobs/{job_id}/versions", Scope("jobs:read")),
     ("POST", "/v1/jobs/{job_id}/trigger", Scope("jobs:trigger")),
     ("POST", "/v1/jobs/{job_id}/trigger/bulk", Scope("jobs:trigger")),

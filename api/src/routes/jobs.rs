@@ -402,6 +402,23 @@ impl JobsApi {
         Ok(Json(job_view(rec)))
     }
 
+    /// Pause a job, as a group's pause-all does for each of its jobs:
+    /// triggers are still accepted (201) and their runs wait, runs already
+    /// queued are not dispatched, retries wait, and cron stops; runs that
+    /// are running finish. The job's definition is unchanged (no new
+    /// version). Idempotent: pausing a paused job answers the same.
+    #[oai(path = "/v1/jobs/:job_id/pause", method = "post", operation_id = "pauseJob")]
+    async fn pause(&self, state: Data<&AppState>, auth: Auth, job_id: Path<String>) -> ApiResult<Json<Job>> {
+        set_job_paused(&state, &auth, &job_id, true).await
+    }
+
+    /// Resume a paused job: its waiting runs are dispatched again (caps and
+    /// rate limits apply as usual) and cron resumes. Idempotent.
+    #[oai(path = "/v1/jobs/:job_id/resume", method = "post", operation_id = "resumeJob")]
+    async fn resume(&self, state: Data<&AppState>, auth: Auth, job_id: Path<String>) -> ApiResult<Json<Job>> {
+        set_job_paused(&state, &auth, &job_id, false).await
+    }
+
     /// Delete a job. Its runs that have not finished are cancelled.
     #[oai(path = "/v1/jobs/:job_id", method = "delete", operation_id = "deleteJob")]
     async fn delete(&self, state: Data<&AppState>, auth: Auth, job_id: Path<String>) -> ApiResult<Deleted> {
@@ -469,4 +486,22 @@ impl JobsApi {
         let (run, created) = run_actions::trigger(&state, &auth.0, &job, body.0, "api", None).await?;
         Ok(if created { Triggered::Created(Json(run)) } else { Triggered::Existing(Json(run)) })
     }
+}
+
+/// Sets the job's `paused`, records it, and pushes it to Redis (the
+/// limits hash holds the pause the dequeue script honours).
+async fn set_job_paused(state: &AppState, auth: &Auth, job_id: &str, paused: bool) -> ApiResult<Json<Job>> {
+    let cur = load_job(state, auth, job_id).await?;
+    let mut tx = state.pool.begin().await?;
+    let rec = store::jobs::set_paused(&mut tx, &cur.id, paused).await?;
+    let rec = rec.ok_or_else(|| ApiError::not_found("job", &cur.id))?;
+    let action = if paused { "job.paused" } else { "job.resumed" };
+    if rec.paused != cur.paused {
+        audit::record(&mut *tx, &auth.0, Change::new(&rec.project_id, action, ("job", &rec.id), Value::Null)).await?;
+    }
+    tx.commit().await?;
+    state.jobs.forget(&rec.id);
+    sync_limits(state, &rec.id, &rec.project_id, &rec.spec.0, rec.paused).await;
+    wake_cron(state, &rec.spec.0, rec.enabled && !rec.paused);
+    Ok(Json(job_view(rec)))
 }

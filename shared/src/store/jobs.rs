@@ -187,6 +187,16 @@ pub async fn update(conn: &mut PgConnection, w: &JobWrite<'_>) -> Result<Option<
     Ok(rec)
 }
 
+/// Sets the job's `paused` (not a change of its definition: no new
+/// version). `None`: no such live job.
+pub async fn set_paused(conn: &mut PgConnection, id: &str, paused: bool) -> Result<Option<JobRecord>, sqlx::Error> {
+    sqlx::query_as(&format!("UPDATE jobs SET paused = $2 WHERE id = $1 AND deleted_at IS NULL RETURNING {JOB_COLUMNS}"))
+        .bind(id)
+        .bind(paused)
+        .fetch_optional(conn)
+        .await
+}
+
 /// Marks a job deleted (its runs are cancelled by the caller, in the same
 /// transaction).
 pub async fn soft_delete(conn: &mut PgConnection, id: &str, actor: Option<&str>) -> Result<(), sqlx::Error> {
