@@ -8,7 +8,8 @@
 //! unfinished runs (`store::stats::queued_by_job`); the dequeue path is not
 //! touched. Every scheduler process counts and exports the same values, so
 //! queries take `max by (project_id, job_id)` rather than a sum. A job whose
-//! queue emptied is set to 0, not dropped, for as long as the process runs.
+//! queue emptied reads 0 for ten minutes (`telemetry::QUEUE_SERIES_LINGER`),
+//! then is no longer exported.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -18,7 +19,7 @@ use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use switchyard_shared::shutdown::Shutdown;
 use switchyard_shared::store::stats;
-use switchyard_shared::telemetry::{QUEUE_DEPTH, QUEUE_OLDEST_AGE};
+use switchyard_shared::telemetry;
 
 use crate::alarm::Alarm;
 use crate::error::{check_positive, Error, OptionsError};
@@ -55,8 +56,8 @@ pub struct GaugeReport {
 pub struct QueueGauges {
     pool: PgPool,
     opts: GaugeOptions,
-    /// (project_id, job_id) of every series set so far: those missing from
-    /// a count go back to 0.
+    /// (project_id, job_id) of every series this process exports: those
+    /// missing from a count go to 0, then away.
     seen: Arc<Mutex<HashSet<(String, String)>>>,
     alarm: Arc<Alarm>,
 }
@@ -74,15 +75,13 @@ impl QueueGauges {
         let mut current = HashSet::with_capacity(rows.len());
         for r in rows {
             let age = r.oldest_queued_at.map(|t| age_secs(now, t)).unwrap_or(0.0);
-            set(&r.project_id, &r.job_id, r.queued as f64, age);
+            telemetry::set_queue_gauges(&r.project_id, &r.job_id, r.queued as f64, age);
             report.jobs += 1;
             report.queued += r.queued;
             current.insert((r.project_id, r.job_id));
         }
         let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
-        for (p, j) in seen.difference(&current) {
-            set(p, j, 0.0, 0.0);
-        }
+        seen.retain(|(p, j)| current.contains(&(p.clone(), j.clone())) || !telemetry::empty_queue_gauges(p, j, now));
         seen.extend(current);
         Ok(report)
     }
@@ -97,12 +96,6 @@ impl QueueGauges {
         let pacing = Pacing { min_gap: self.opts.interval, max_sleep: self.opts.interval };
         pace::paced_passes("queue gauges", pacing, &self.alarm, &shutdown, || self.pass()).await
     }
-}
-
-fn set(project_id: &str, job_id: &str, depth: f64, age: f64) {
-    let labels = [("project_id", project_id.to_string()), ("job_id", job_id.to_string())];
-    metrics::gauge!(QUEUE_DEPTH, &labels).set(depth);
-    metrics::gauge!(QUEUE_OLDEST_AGE, &labels).set(age);
 }
 
 /// Seconds from `since` to `now`, never negative (a due time a clock skew

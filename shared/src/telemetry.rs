@@ -4,7 +4,11 @@
 //! One recorder per process (installed on first use); every metric is
 //! described at start so `/metrics` lists it even before it is used.
 
-use std::sync::OnceLock;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::{Mutex, OnceLock};
+
+use chrono::{DateTime, Utc};
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tracing_subscriber::EnvFilter;
@@ -101,8 +105,64 @@ pub fn render_metrics() -> String {
         if labels.is_empty() && kind == "histogram" {
             out.push_str(&format!("{name}_bucket{{le=\"+Inf\"}} 0\n{name}_sum 0\n{name}_count 0\n"));
         }
+        if name == QUEUE_DEPTH || name == QUEUE_OLDEST_AGE {
+            render_queue_series(name, &mut out);
+        }
     }
     out
+}
+
+/// How long a job's queue gauges stay at 0 once its queue emptied: long
+/// enough for any scrape (and an autoscaler or a graph) to see it reach
+/// 0, after which the series is no longer exported.
+pub const QUEUE_SERIES_LINGER: chrono::Duration = chrono::Duration::minutes(10);
+
+/// One job's queue gauges: depth, oldest age, and since when it is empty.
+#[derive(Clone, Copy, Debug)]
+struct QueueSeries {
+    depth: f64,
+    age: f64,
+    empty_since: Option<DateTime<Utc>>,
+}
+
+/// The per-job queue gauges ([`QUEUE_DEPTH`], [`QUEUE_OLDEST_AGE`]) live
+/// here rather than in the metrics recorder, which cannot forget a series:
+/// a job that once had a backlog would be exported at 0 until the process
+/// ends, and the exposition would grow with every job ever queued.
+static QUEUE_SERIES: Mutex<BTreeMap<(String, String), QueueSeries>> = Mutex::new(BTreeMap::new());
+
+fn queue_series() -> std::sync::MutexGuard<'static, BTreeMap<(String, String), QueueSeries>> {
+    QUEUE_SERIES.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Sets a job's queue gauges (it has queued runs).
+pub fn set_queue_gauges(project_id: &str, job_id: &str, depth: f64, age_secs: f64) {
+    let s = QueueSeries { depth, age: age_secs, empty_since: None };
+    queue_series().insert((project_id.to_string(), job_id.to_string()), s);
+}
+
+/// Sets a job's queue gauges to 0 (its queue is empty as of `now`), and
+/// drops them once empty for [`QUEUE_SERIES_LINGER`]; whether they were
+/// dropped.
+pub fn empty_queue_gauges(project_id: &str, job_id: &str, now: DateTime<Utc>) -> bool {
+    let mut all = queue_series();
+    let key = (project_id.to_string(), job_id.to_string());
+    let since = all.get(&key).and_then(|s| s.empty_since).unwrap_or(now);
+    if now - since >= QUEUE_SERIES_LINGER {
+        all.remove(&key);
+        return true;
+    }
+    all.insert(key, QueueSeries { depth: 0.0, age: 0.0, empty_since: Some(since) });
+    false
+}
+
+fn render_queue_series(name: &str, out: &mut String) {
+    // Ids are `<prefix>_<hex>`; escaped all the same, as the text format asks.
+    let esc = |v: &str| v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
+    for ((p, j), s) in queue_series().iter() {
+        let v = if name == QUEUE_DEPTH { s.depth } else { s.age };
+        let _ = writeln!(out, "{name}{{project_id=\"{}\",job_id=\"{}\"}} {v}", esc(p), esc(j));
+    }
 }
 
 /// Counts one run status transition.

@@ -44,7 +44,14 @@ async fn the_scheduler_exports_queue_depth_and_oldest_age_per_job() {
     let text = scrape(&env).await;
     assert_eq!(metric_sum(&text, "svc_queue_depth", &labels), 0.0, "an emptied queue reads 0");
     assert_eq!(metric_sum(&text, "svc_queue_oldest_age_seconds", &labels), 0.0);
-    assert!(text.lines().any(|l| l.starts_with("svc_queue_depth{") && l.contains(job_id)), "still listed at 0");
+    let listed = |text: &str| text.lines().any(|l| l.starts_with("svc_queue_depth{") && l.contains(job_id));
+    assert!(listed(&text), "still listed at 0");
+    gauges.measure_once(chrono::Utc::now() + chrono::Duration::minutes(9)).await.unwrap();
+    assert!(listed(&scrape(&env).await), "listed at 0 for ten minutes");
+    gauges.measure_once(chrono::Utc::now() + chrono::Duration::minutes(11)).await.unwrap();
+    let text = scrape(&env).await;
+    assert!(!listed(&text), "then no longer exported: {text}");
+    assert!(text.contains("# TYPE svc_queue_depth gauge"), "the family stays described");
 }
 
 /// Every PromQL text of the dashboard: panel targets and variable queries.
