@@ -1,5 +1,7 @@
 //! Job runs in Postgres.
 
+use std::sync::LazyLock;
+
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::types::Json;
@@ -196,39 +198,8 @@ pub async fn insert(pool: &PgPool, r: &NewRun) -> Result<(Run, bool), sqlx::Erro
 /// [`insert`] on a given connection, so that it can be part of a
 /// transaction (payload dedup and dependencies, see [`flow::create`](super::flow::create)).
 pub async fn insert_in(conn: &mut sqlx::PgConnection, r: &NewRun) -> Result<(Run, bool), sqlx::Error> {
-    // A run with an idempotency key or a cron tick is written only if its
-    // key is claimed in the same statement (migration 0019: job_runs is
-    // partitioned, so the keys' uniqueness lives in job_run_keys).
-    let (claim, claimed) = if r.idempotency_key.is_some() || r.cron_tick.is_some() {
-        (
-            "claim AS (
-                INSERT INTO job_run_keys (run_id, job_id, idempotency_key, cron_tick) VALUES ($1, $3, $11, $28)
-                ON CONFLICT DO NOTHING
-                RETURNING run_id
-            ),",
-            "WHERE EXISTS (SELECT 1 FROM claim)",
-        )
-    } else {
-        ("", "")
-    };
-    let sql = format!(
-        "WITH {claim} ins AS (
-            INSERT INTO job_runs (id, project_id, job_id, job_version, job_version_id, status, priority,
-                triggered_by, created_by, payload, idempotency_key, concurrency_key, batch_id, parent_run_id,
-                lineage_depth, debug_mode, execution_mode, retry_backoff, max_attempts_override,
-                retry_initial_delay_secs, retry_max_delay_secs, timeout_secs_override, metadata, tags,
-                scheduled_at, expires_at, payload_hash, cron_tick, awaiting_dependencies, workflow_step_run_id,
-                resource_class)
-            SELECT $1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26,
-                $27,$28,$29,$30,$31 {claimed}
-            RETURNING {RUN_COLUMNS}
-        ), ev AS (
-            INSERT INTO job_run_events (run_id, from_status, to_status, attempt, reason)
-            SELECT id, NULL, status, 0, 'triggered' FROM ins WHERE status <> 'queued'
-        )
-        SELECT {RUN_COLUMNS} FROM ins"
-    );
-    let inserted: Option<Run> = sqlx::query_as(&sql)
+    let keyed = r.idempotency_key.is_some() || r.cron_tick.is_some();
+    let inserted: Option<Run> = sqlx::query_as(&INSERT_ONE_SQL[keyed as usize])
         .bind(&r.id)
         .bind(&r.project_id)
         .bind(&r.job_id)
@@ -303,9 +274,101 @@ pub async fn insert_many_in(conn: &mut sqlx::PgConnection, runs: &[NewRun]) -> R
             runs.iter().map($f).collect::<Vec<_>>()
         };
     }
+    let keyed = runs.iter().any(|r| r.idempotency_key.is_some() || r.cron_tick.is_some());
+    let inserted: Vec<String> = sqlx::query_scalar(&INSERT_MANY_SQL[keyed as usize])
+        .bind(col!(|r| r.id.as_str()))
+        .bind(col!(|r| r.project_id.as_str()))
+        .bind(col!(|r| r.job_id.as_str()))
+        .bind(col!(|r| r.job_version))
+        .bind(col!(|r| r.job_version_id.as_str()))
+        .bind(col!(|r| r.status))
+        .bind(col!(|r| r.priority))
+        .bind(col!(|r| r.triggered_by.as_str()))
+        .bind(col!(|r| r.created_by.as_deref()))
+        .bind(col!(|r| r.payload.as_ref().map(Json)))
+        .bind(col!(|r| r.idempotency_key.as_deref()))
+        .bind(col!(|r| r.concurrency_key.as_deref()))
+        .bind(col!(|r| r.batch_id.as_deref()))
+        .bind(col!(|r| r.parent_run_id.as_deref()))
+        .bind(col!(|r| r.lineage_depth))
+        .bind(col!(|r| r.debug_mode))
+        .bind(col!(|r| r.execution_mode.as_str()))
+        .bind(col!(|r| r.retry_backoff.as_deref()))
+        .bind(col!(|r| r.max_attempts_override))
+        .bind(col!(|r| r.retry_initial_delay_secs))
+        .bind(col!(|r| r.retry_max_delay_secs))
+        .bind(col!(|r| r.timeout_secs_override))
+        .bind(col!(|r| Json(&r.metadata)))
+        .bind(col!(|r| Json(&r.tags)))
+        .bind(col!(|r| r.scheduled_at))
+        .bind(col!(|r| r.expires_at))
+        .bind(col!(|r| r.payload_hash.as_deref()))
+        .bind(col!(|r| r.cron_tick))
+        .bind(col!(|r| r.awaiting_dependencies))
+        .bind(created_at)
+        .bind(col!(|r| r.workflow_step_run_id.as_deref()))
+        .bind(col!(|r| r.resource_class.as_deref()))
+        .fetch_all(&mut *conn)
+        .await?;
+    let inserted: std::collections::HashSet<String> = inserted.into_iter().collect();
+    let mut out = Vec::with_capacity(n);
+    for r in runs {
+        if inserted.contains(&r.id) {
+            crate::telemetry::transition(None, r.status.as_str());
+            out.push((Run::from_new(r.clone(), created_at), true));
+        } else {
+            out.push(insert_in(conn, r).await?);
+        }
+    }
+    Ok(out)
+}
+
+/// The insert statements, built once: a run (or a batch) without an
+/// idempotency key or cron tick skips the claim entirely.
+static INSERT_ONE_SQL: LazyLock<[String; 2]> = LazyLock::new(|| [insert_one_sql(false), insert_one_sql(true)]);
+static INSERT_MANY_SQL: LazyLock<[String; 2]> = LazyLock::new(|| [insert_many_sql(false), insert_many_sql(true)]);
+
+/// [`insert_in`]'s statement, without (`false`) or with the key claim.
+fn insert_one_sql(keyed: bool) -> String {
+    // A run with an idempotency key or a cron tick is written only if its
+    // key is claimed in the same statement (migration 0019: job_runs is
+    // partitioned, so the keys' uniqueness lives in job_run_keys).
+    let (claim, claimed) = if keyed {
+        (
+            "claim AS (
+                INSERT INTO job_run_keys (run_id, job_id, idempotency_key, cron_tick) VALUES ($1, $3, $11, $28)
+                ON CONFLICT DO NOTHING
+                RETURNING run_id
+            ),",
+            "WHERE EXISTS (SELECT 1 FROM claim)",
+        )
+    } else {
+        ("", "")
+    };
+    format!(
+        "WITH {claim} ins AS (
+            INSERT INTO job_runs (id, project_id, job_id, job_version, job_version_id, status, priority,
+                triggered_by, created_by, payload, idempotency_key, concurrency_key, batch_id, parent_run_id,
+                lineage_depth, debug_mode, execution_mode, retry_backoff, max_attempts_override,
+                retry_initial_delay_secs, retry_max_delay_secs, timeout_secs_override, metadata, tags,
+                scheduled_at, expires_at, payload_hash, cron_tick, awaiting_dependencies, workflow_step_run_id,
+                resource_class)
+            SELECT $1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26,
+                $27,$28,$29,$30,$31 {claimed}
+            RETURNING {RUN_COLUMNS}
+        ), ev AS (
+            INSERT INTO job_run_events (run_id, from_status, to_status, attempt, reason)
+            SELECT id, NULL, status, 0, 'triggered' FROM ins WHERE status <> 'queued'
+        )
+        SELECT {RUN_COLUMNS} FROM ins"
+    )
+}
+
+/// [`insert_many_in`]'s statement, without (`false`) or with the key claim.
+fn insert_many_sql(keyed: bool) -> String {
     // Runs with an idempotency key or a cron tick are written only if their
     // key is claimed in the same statement (see insert_in).
-    let (claim, claimed) = if runs.iter().any(|r| r.idempotency_key.is_some() || r.cron_tick.is_some()) {
+    let (claim, claimed) = if keyed {
         (
             "claim AS (
                 INSERT INTO job_run_keys (run_id, job_id, idempotency_key, cron_tick)
@@ -319,7 +382,7 @@ pub async fn insert_many_in(conn: &mut sqlx::PgConnection, runs: &[NewRun]) -> R
     } else {
         ("", "")
     };
-    let inserted: Vec<String> = sqlx::query_scalar(&format!(
+    format!(
         "WITH {claim} ins AS (
             INSERT INTO job_runs (id, project_id, job_id, job_version, job_version_id, status, priority,
                 triggered_by, created_by, payload, idempotency_key, concurrency_key, batch_id, parent_run_id,
@@ -343,52 +406,7 @@ pub async fn insert_many_in(conn: &mut sqlx::PgConnection, runs: &[NewRun]) -> R
             SELECT id, NULL, status, 0, 'triggered', $30 FROM ins WHERE status <> 'queued'
         )
         SELECT id FROM ins"
-    ))
-    .bind(col!(|r| r.id.as_str()))
-    .bind(col!(|r| r.project_id.as_str()))
-    .bind(col!(|r| r.job_id.as_str()))
-    .bind(col!(|r| r.job_version))
-    .bind(col!(|r| r.job_version_id.as_str()))
-    .bind(col!(|r| r.status))
-    .bind(col!(|r| r.priority))
-    .bind(col!(|r| r.triggered_by.as_str()))
-    .bind(col!(|r| r.created_by.as_deref()))
-    .bind(col!(|r| r.payload.as_ref().map(Json)))
-    .bind(col!(|r| r.idempotency_key.as_deref()))
-    .bind(col!(|r| r.concurrency_key.as_deref()))
-    .bind(col!(|r| r.batch_id.as_deref()))
-    .bind(col!(|r| r.parent_run_id.as_deref()))
-    .bind(col!(|r| r.lineage_depth))
-    .bind(col!(|r| r.debug_mode))
-    .bind(col!(|r| r.execution_mode.as_str()))
-    .bind(col!(|r| r.retry_backoff.as_deref()))
-    .bind(col!(|r| r.max_attempts_override))
-    .bind(col!(|r| r.retry_initial_delay_secs))
-    .bind(col!(|r| r.retry_max_delay_secs))
-    .bind(col!(|r| r.timeout_secs_override))
-    .bind(col!(|r| Json(&r.metadata)))
-    .bind(col!(|r| Json(&r.tags)))
-    .bind(col!(|r| r.scheduled_at))
-    .bind(col!(|r| r.expires_at))
-    .bind(col!(|r| r.payload_hash.as_deref()))
-    .bind(col!(|r| r.cron_tick))
-    .bind(col!(|r| r.awaiting_dependencies))
-    .bind(created_at)
-    .bind(col!(|r| r.workflow_step_run_id.as_deref()))
-    .bind(col!(|r| r.resource_class.as_deref()))
-    .fetch_all(&mut *conn)
-    .await?;
-    let inserted: std::collections::HashSet<String> = inserted.into_iter().collect();
-    let mut out = Vec::with_capacity(n);
-    for r in runs {
-        if inserted.contains(&r.id) {
-            crate::telemetry::transition(None, r.status.as_str());
-            out.push((Run::from_new(r.clone(), created_at), true));
-        } else {
-            out.push(insert_in(conn, r).await?);
-        }
-    }
-    Ok(out)
+    )
 }
 
 impl Run {
