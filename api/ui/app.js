@@ -9,17 +9,20 @@
 // Pages (hash routes):
 //   #/login                          the login form
 //   #/projects                       projects (internal secret) or the key's project
-//   #/p/{project}/jobs               jobs, their recent runs and run rate; trigger
+//   #/p/{project}/jobs               jobs, their recent runs and run rate; trigger, pause, resume
 //   #/p/{project}/runs/{run}         a run: attempts, timeline, logs, outputs,
 //                                    checkpoints, state, dispatch trace
 //   #/p/{project}/queues             queue statistics with per-minute history
 //   #/p/{project}/dead-letters       dead-letter runs, with replay
 //   #/p/{project}/workflows          workflows
 //   #/p/{project}/workflows/{id}     a workflow's DAG, trigger, its runs
-//   #/p/{project}/workflow-runs/{id} a workflow run: each step's status on the DAG
+//   #/p/{project}/workflow-runs/{id} a workflow run: each step's status on the DAG;
+//                                    cancel, pause, resume; approve, reject,
+//                                    skip a waiting step, retry a failed one
 //   #/p/{project}/deliveries         webhook deliveries, with retry
 //
 // Each page polls at most once per second, and not while the tab is hidden.
+// Lists show PAGE_SIZE items a page, with Newer / Older links.
 
 const TOKEN_KEY = "switchyard.token";
 const PROJECT_KEY = "switchyard.project";
@@ -128,6 +131,50 @@ const qs = (params) => {
   const s = u.toString();
   return s ? `?${s}` : "";
 };
+
+// Keyset paging over a list (`limit`, `cursor`, `has_more`, `next_cursor`):
+// "Older" follows next_cursor, "Newer" goes back the way it came. The
+// page polls the same window until the user moves; `changed` re-polls.
+const PAGE_SIZE = 50;
+function pager(changed) {
+  const back = []; // the cursors of the pages before this one (undefined: the first)
+  let cursor;
+  let next;
+  const newer = el("button", { type: "button", class: "secondary newer", disabled: true }, "← Newer");
+  const older = el("button", { type: "button", class: "secondary older", disabled: true }, "Older →");
+  const where = el("span", { class: "muted where" }, "");
+  const nav = el("div", { class: "pager" }, newer, where, older);
+  const sync = () => {
+    newer.disabled = back.length === 0;
+    older.disabled = !next;
+    where.textContent = `page ${back.length + 1}`;
+  };
+  newer.addEventListener("click", () => {
+    cursor = back.pop();
+    next = undefined;
+    sync();
+    changed();
+  });
+  older.addEventListener("click", () => {
+    if (!next) return;
+    back.push(cursor);
+    cursor = next;
+    next = undefined;
+    sync();
+    changed();
+  });
+  return {
+    nav,
+    // The window's query parameters, to merge into a list's.
+    params: () => ({ limit: PAGE_SIZE, cursor }),
+    // Records what the answer says about the next page.
+    seen(list) {
+      next = list.has_more ? list.next_cursor : undefined;
+      sync();
+      return list.data;
+    },
+  };
+}
 
 // ---------------------------------------------------------------- routing and polling
 
@@ -319,15 +366,17 @@ function projectsPage(main) {
     if (open.value.trim()) go(`#/p/${encodeURIComponent(open.value.trim())}/jobs`);
   });
   main.append(form);
+  const pages = pager(() => page?.now());
   page = poll(async () => {
     try {
-      const data = await api("GET", "/v1/projects?limit=100");
+      const data = pages.seen(await api("GET", `/v1/projects${qs(pages.params())}`));
       body.replaceChildren(
         table(
           ["Project", "Name", "Created"],
-          data.data.map((p) => [link(`#/p/${encodeURIComponent(p.id)}/jobs`, p.id), p.name, time(p.created_at)]),
+          data.map((p) => [link(`#/p/${encodeURIComponent(p.id)}/jobs`, p.id), p.name, time(p.created_at)]),
           "No projects yet.",
         ),
+        pages.nav,
       );
     } catch (e) {
       if (e.status === 403) {
@@ -411,12 +460,25 @@ function jobsPage(main, project) {
     }
   };
 
+  const setPaused = async (job, paused) => {
+    const verb = paused ? "pause" : "resume";
+    try {
+      await api("POST", `/v1/jobs/${encodeURIComponent(job.id)}/${verb}`, undefined, project);
+      say(paused ? "Paused " : "Resumed ", job.name, paused ? ": its runs wait until it is resumed." : ".");
+      page?.now();
+    } catch (e) {
+      if (!(e instanceof AuthRequired)) say(el("span", { class: "error" }, `${paused ? "Pause" : "Resume"} failed: ${e.message}`));
+    }
+  };
+
+  const pages = pager(() => page?.now());
   page = poll(async () => {
     try {
       const [jobs, runs] = await Promise.all([
-        api("GET", "/v1/jobs?limit=100", undefined, project),
+        api("GET", `/v1/jobs${qs(pages.params())}`, undefined, project),
         api("GET", "/v1/runs?limit=100", undefined, project),
       ]);
+      pages.seen(jobs);
       const byJob = new Map();
       for (const r of runs.data) {
         if (!byJob.has(r.job_id)) byJob.set(r.job_id, []);
@@ -438,11 +500,17 @@ function jobsPage(main, project) {
                 mine.slice(0, 8).map((r) => el("a", { href: `#/p/${p}/runs/${encodeURIComponent(r.id)}`, title: r.id }, status(r.status))),
               ),
               sparkline(mine),
-              el("button", { type: "button", class: "trigger", "data-job": j.slug, onclick: () => trigger(j) }, "Trigger"),
+              el(
+                "span",
+                { class: "actions" },
+                el("button", { type: "button", class: "trigger", "data-job": j.slug, onclick: () => trigger(j) }, "Trigger"),
+                el("button", { type: "button", class: `secondary ${j.paused ? "resume" : "pause"}`, "data-job": j.slug, onclick: () => setPaused(j, !j.paused) }, j.paused ? "Resume" : "Pause"),
+              ),
             ];
           }),
           "No jobs yet: create one above, or with POST /v1/jobs.",
         ),
+        pages.nav,
         el("h2", {}, "Recent runs"),
         table(
           ["Run", "Job", "Status", "Attempt#", "Created", "Finished"],
@@ -650,17 +718,18 @@ function deadLettersPage(main, project) {
       if (!(e instanceof AuthRequired)) say(el("span", { class: "error" }, `Replay failed: ${e.message}`));
     }
   };
+  const pages = pager(() => page?.now());
   page = poll(async () => {
     try {
       const [d, jobs] = await Promise.all([
-        api("GET", "/v1/runs/dead-letters?limit=100", undefined, project),
+        api("GET", `/v1/runs/dead-letters${qs(pages.params())}`, undefined, project),
         api("GET", "/v1/jobs?limit=100", undefined, project),
       ]);
       const jobName = new Map(jobs.data.map((j) => [j.id, j.name]));
       body.replaceChildren(
         table(
           ["Run", "Job", "Status", "Attempt#", "Error", "Finished", ""],
-          d.data.map((r) => [
+          pages.seen(d).map((r) => [
             link(`#/p/${p}/runs/${encodeURIComponent(r.id)}`, short(r.id)),
             jobName.get(r.job_id) || el("code", {}, short(r.job_id)),
             status(r.status),
@@ -671,6 +740,7 @@ function deadLettersPage(main, project) {
           ]),
           "The dead-letter queue is empty.",
         ),
+        pages.nav,
       );
     } catch (e) {
       failed(body, e);
@@ -739,19 +809,21 @@ function dag(nodes, statusOf) {
 function workflowsPage(main, project) {
   const p = encodeURIComponent(project);
   const { body } = header(main, `Workflows of ${project}`);
+  const pages = pager(() => page?.now());
   page = poll(async () => {
     try {
       const [wfs, runs] = await Promise.all([
-        api("GET", "/v1/workflows?limit=100", undefined, project),
+        api("GET", `/v1/workflows${qs(pages.params())}`, undefined, project),
         api("GET", "/v1/workflow-runs?limit=25", undefined, project),
       ]);
       const names = new Map(wfs.data.map((w) => [w.id, w.name]));
       body.replaceChildren(
         table(
           ["Workflow", "Version#", "Steps#", "Enabled", "Updated"],
-          wfs.data.map((w) => [link(`#/p/${p}/workflows/${encodeURIComponent(w.id)}`, w.name), num(w.version), num(w.steps.length), w.enabled ? "yes" : "no", time(w.updated_at)]),
+          pages.seen(wfs).map((w) => [link(`#/p/${p}/workflows/${encodeURIComponent(w.id)}`, w.name), num(w.version), num(w.steps.length), w.enabled ? "yes" : "no", time(w.updated_at)]),
           "No workflows yet.",
         ),
+        pages.nav,
         el("h2", {}, "Recent workflow runs"),
         table(
           ["Run", "Workflow", "Status", "Created", "Finished"],
@@ -807,8 +879,42 @@ function workflowPage(main, project, id) {
 
 function workflowRunPage(main, project, id) {
   const p = encodeURIComponent(project);
-  const { body } = header(main, `Workflow run ${id}`);
+  const { body, say } = header(main, `Workflow run ${id}`);
+  const run = `/v1/workflow-runs/${encodeURIComponent(id)}`;
   let ended = false;
+  // A run-level action (cancel, pause, resume) or a step's (approve,
+  // reject, skip, retry); the API says whether it applies (409 otherwise).
+  const act = async (path, what, body) => {
+    try {
+      const r = await api("POST", `${run}${path}`, body, project);
+      say(what, " ", status(r?.status || ""));
+      page?.now();
+    } catch (e) {
+      if (!(e instanceof AuthRequired)) say(el("span", { class: "error" }, `${what} failed: ${e.message}`));
+    }
+  };
+  const decide = (n, verb, label) =>
+    el(
+      "button",
+      { type: "button", class: `secondary ${verb}`, "data-step": n.step_ref, onclick: () => act(`/steps/${encodeURIComponent(n.step_ref)}/${verb}`, `${label} ${n.step_ref}:`, {}) },
+      label,
+    );
+  const stepActions = (n) => {
+    const gate = n.step_type === "approval" || n.step_type === "cost_gate";
+    if (n.status === "waiting") return [...(gate ? [decide(n, "approve", "Approve"), " ", decide(n, "reject", "Reject"), " "] : []), decide(n, "skip", "Skip")];
+    if (["failed", "timed_out", "cancelled"].includes(n.status)) return decide(n, "retry", "Retry");
+    return "";
+  };
+  const controls = el(
+    "p",
+    { class: "actions" },
+    el("button", { type: "button", class: "secondary", id: "pause-workflow-run", onclick: () => act("/pause", "Paused:") }, "Pause"),
+    " ",
+    el("button", { type: "button", class: "secondary", id: "resume-workflow-run", onclick: () => act("/resume", "Resumed:") }, "Resume"),
+    " ",
+    el("button", { type: "button", class: "secondary", id: "cancel-workflow-run", onclick: () => act("/cancel", "Cancelled:") }, "Cancel run"),
+  );
+  main.insertBefore(controls, body);
   page = poll(
     async () => {
       try {
@@ -817,6 +923,9 @@ function workflowRunPage(main, project, id) {
           api("GET", `/v1/workflow-runs/${encodeURIComponent(id)}/graph`, undefined, project),
         ]);
         ended = ["completed", "failed", "cancelled", "timed_out"].includes(r.status);
+        document.getElementById("pause-workflow-run").disabled = ended || r.status === "paused";
+        document.getElementById("resume-workflow-run").disabled = r.status !== "paused";
+        document.getElementById("cancel-workflow-run").disabled = ended;
         const steps = new Map((r.steps || []).map((s) => [s.step_ref, s]));
         body.replaceChildren(
           el(
@@ -832,7 +941,7 @@ function workflowRunPage(main, project, id) {
           dag(g.nodes, (n) => n.status),
           g.critical_path?.step_refs?.length ? el("p", { class: "muted" }, `Critical path: ${g.critical_path.step_refs.join(" → ")} (~${Math.round(g.critical_path.estimated_duration_secs)} s)`) : null,
           table(
-            ["Step", "Type", "Status", "Attempt#", "Job run", "Started", "Finished", "Error"],
+            ["Step", "Type", "Status", "Attempt#", "Job run", "Started", "Finished", "Error", ""],
             g.nodes.map((n) => {
               const s = steps.get(n.step_ref) || {};
               return [
@@ -844,6 +953,7 @@ function workflowRunPage(main, project, id) {
                 time(n.started_at),
                 time(n.finished_at),
                 s.error || "",
+                stepActions(n),
               ];
             }),
           ),
@@ -875,13 +985,14 @@ function deliveriesPage(main, project) {
       if (!(e instanceof AuthRequired)) say(el("span", { class: "error" }, `Retry failed: ${e.message}`));
     }
   };
+  const pages = pager(() => page?.now());
   page = poll(async () => {
     try {
-      const d = await api("GET", "/v1/webhook-deliveries?limit=100", undefined, project);
+      const d = await api("GET", `/v1/webhook-deliveries${qs(pages.params())}`, undefined, project);
       body.replaceChildren(
         table(
           ["Delivery", "Kind", "Event", "URL", "Status", "Attempts#", "Last answer", "Next retry", "Run", ""],
-          d.data.map((x) => [
+          pages.seen(d).map((x) => [
             el("code", { title: x.id }, short(x.id)),
             x.kind,
             x.event_type,
@@ -895,6 +1006,7 @@ function deliveriesPage(main, project) {
           ]),
           "No deliveries.",
         ),
+        pages.nav,
       );
     } catch (e) {
       failed(body, e);

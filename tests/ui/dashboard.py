@@ -10,7 +10,9 @@ the dead-letter queue, a workflow of four steps, a webhook subscription to
 a closed port so that a delivery fails), then in the browser: logs in with
 the internal secret, opens the project, creates a job with the form,
 triggers it and waits for its run to show `completed`, and visits every
-page, asserting each renders the data and saving a screenshot of it. Any
+page, asserting each renders the data and saving a screenshot of it;
+approves a waiting approval step from its run's page, and pages through a
+project with more jobs than one page holds. Any
 page error or console error (a Content-Security-Policy violation among
 them), any failed request, and API data that reached the DOM as HTML fail
 the test. Last, an API key logs in with its project id, and a token the
@@ -84,6 +86,15 @@ def main():
     key = api("POST", "/v1/api-keys", {"name": "dashboard", "scopes": ["jobs:read", "runs:read", "jobs:trigger"]},
               project=project)
     wf = api("POST", "/v1/workflows", {"name": "etl", "steps": steps}, project=project)
+    gated = api("POST", "/v1/workflows", {"name": "gated", "steps": [
+        {"step_ref": "gate", "approval_approvers": ["ops"]},
+        {"step_ref": "ship", "job_id": step_job["id"], "depends_on": ["gate"]},
+    ]}, project=project)
+    # A second project with more jobs than one page of a list holds.
+    many = f"ui-many-{uuid.uuid4().hex[:8]}"
+    api("POST", "/v1/projects", {"id": many, "name": "Paging test"})
+    for i in range(55):
+        api("POST", "/v1/jobs", {"name": f"job {i:02d}", "endpoint_url": f"{a.echo}/ok"}, project=many)
     wait_for("the failing run to end", lambda: api("GET", f"/v1/runs/{dead['id']}", project=project)["status"] == "failed")
 
     problems = []
@@ -137,6 +148,13 @@ def main():
         expect(page.locator(f"a[href$='/runs/{run_id}'] [data-status=completed]").first).to_be_visible()
         expect(page.locator("svg.spark polyline").first).to_be_attached()
         shot("jobs")
+        # Pause holds the job's runs; resume lets them go.
+        page.click("button.pause[data-job='echo-ok']")
+        expect(page.locator(".flash")).to_contain_text("Paused echo ok")
+        row = page.locator("main tbody tr", has=page.locator("button.trigger[data-job='echo-ok']"))
+        expect(row.get_by_text("paused", exact=True)).to_be_visible()
+        page.click("button.resume[data-job='echo-ok']")
+        expect(row.get_by_text("enabled", exact=True)).to_be_visible()
 
         # Queue statistics: one row per job, with a history chart.
         page.get_by_role("link", name="Queues").click()
@@ -170,6 +188,18 @@ def main():
         expect(page.locator("svg.dag g.node[data-status=completed]")).to_have_count(4)
         shot("workflow-run")
 
+        # A waiting approval step, approved from the run's page.
+        gated_run = api("POST", f"/v1/workflows/{gated['id']}/trigger", {}, project=project)
+        page.goto(f"{base}/ui/#/p/{project}/workflow-runs/{gated_run['id']}")
+        approve = page.locator("button.approve[data-step=gate]")
+        expect(approve).to_be_visible()
+        expect(page.locator("button.reject[data-step=gate]")).to_be_visible()
+        shot("workflow-run-approval")
+        approve.click()
+        expect(page.locator(".flash")).to_contain_text("Approve gate")
+        expect(page.locator("#workflow-run-status [data-status=completed]")).to_be_visible()
+        expect(page.locator("#cancel-workflow-run")).to_be_disabled()
+
         # Webhook deliveries: the hook's port is closed, so they fail; retry one.
         page.get_by_role("link", name="Deliveries").click()
         expect(page.locator("main tbody tr").first).to_be_visible()
@@ -178,6 +208,21 @@ def main():
         shot("deliveries")
         retry.click()
         expect(page.locator(".flash")).to_contain_text("Retrying delivery")
+
+        # Lists page: 50 jobs, then the 5 older ones, and back.
+        page.goto(f"{base}/ui/#/p/{many}/jobs")
+        rows = page.locator("main table").first.locator("tbody tr")
+        expect(rows).to_have_count(50)
+        expect(page.get_by_text("job 54")).to_be_visible()
+        expect(page.locator(".pager button.newer")).to_be_disabled()
+        page.click(".pager button.older")
+        expect(rows).to_have_count(5)
+        expect(page.get_by_text("job 00")).to_be_visible()
+        expect(page.locator(".pager .where")).to_have_text("page 2")
+        expect(page.locator(".pager button.older")).to_be_disabled()
+        shot("jobs-page-2")
+        page.click(".pager button.newer")
+        expect(rows).to_have_count(50)
 
         # An API key logs in with its project id (it cannot list projects).
         page.click("#logout")
