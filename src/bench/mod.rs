@@ -159,11 +159,15 @@ fn lap(since: &mut std::time::Instant) -> f64 {
 
 async fn phases(sys: &System, opts: &Opts) -> anyhow::Result<Report> {
     let mut report = Report::new();
+    report.workers = opts.workers;
+    report.worker_concurrency = std::env::var("WORKER_CONCURRENCY").ok();
+    // Read in the bench database: its own synchronous_commit (--sync-commit)
+    // is what the services run with.
     report.postgres_settings = sqlx::query_as::<_, (String, String)>(
         "SELECT name, current_setting(name) FROM pg_settings WHERE name IN
          ('shared_buffers', 'max_wal_size', 'checkpoint_timeout', 'synchronous_commit', 'fsync', 'full_page_writes')",
     )
-    .fetch_all(sys.admin())
+    .fetch_all(sys.pool())
     .await
     .map(|rows| rows.into_iter().collect())
     .unwrap_or_default();
@@ -175,7 +179,11 @@ async fn phases(sys: &System, opts: &Opts) -> anyhow::Result<Report> {
     let job = |name: String| async move { api.create_job(project, &name, &sys.target().url).await };
 
     if opts.wants('a') {
-        eprintln!("bench: (a) throughput: {} runs, {} clients, after {} warm-up", opts.runs, opts.clients, opts.warmup);
+        let each = opts.runs.map_or(format!("{} s", opts.a_secs), |n| format!("{n} runs"));
+        eprintln!(
+            "bench: (a) throughput: {} × {each} of closed loop, {} clients, after {} warm-up runs",
+            opts.reps, opts.clients, opts.warmup
+        );
         let j = job("throughput".into()).await?;
         report.throughput = keep(&mut report.failures, "(a)", throughput::run(sys, &meter, &j, opts).await);
         report.phase_secs.insert("a".into(), lap(&mut t));

@@ -8,8 +8,13 @@ use anyhow::{bail, Context};
 
 pub const USAGE: &str = "usage: switchyard-bench [options]   (normally run through scripts/bench)
 
-  --runs N            closed-loop runs measured in phase (a) (default 12000)
+  --a-secs S          seconds of closed-loop load in each repetition of phase (a) (default 15)
+  --runs N            instead: a count of closed-loop runs per repetition of phase (a)
+  --reps N            repetitions of phase (a), reported with their spread (default 3)
   --warmup N          closed-loop runs before phase (a), not measured (default 1000)
+  --workers N         worker processes (default 1; WORKER_CONCURRENCY and the other
+                      settings pass through from the environment)
+  --sync-commit on|off  synchronous_commit for the bench database (default: the server's)
   --clients N         concurrent trigger clients in phase (a) (default 32)
   --rates R,R,..      offered rates of phase (b), runs/s (default 500,1000,2000)
   --rate-secs S       measured seconds per rate (default 10, after 2 s warm-up)
@@ -44,7 +49,13 @@ pub const USAGE: &str = "usage: switchyard-bench [options]   (normally run throu
 
 #[derive(Clone, Debug)]
 pub struct Opts {
-    pub runs: usize,
+    /// A count of runs per repetition of (a); `None`: `a_secs` of load.
+    pub runs: Option<usize>,
+    pub a_secs: u64,
+    pub reps: usize,
+    pub workers: usize,
+    /// `synchronous_commit` set on the bench database; `None`: the server's.
+    pub sync_commit: Option<String>,
     pub warmup: usize,
     pub clients: usize,
     pub rates: Vec<u32>,
@@ -81,7 +92,11 @@ pub struct Opts {
 impl Default for Opts {
     fn default() -> Opts {
         Opts {
-            runs: 12_000,
+            runs: None,
+            a_secs: 15,
+            reps: 3,
+            workers: 1,
+            sync_commit: None,
             warmup: 1_000,
             clients: 32,
             rates: vec![500, 1_000, 2_000],
@@ -135,7 +150,14 @@ impl Opts {
             let value = args.next().with_context(|| format!("{flag} needs a value"))?;
             let num = |v: &str| v.parse::<usize>().with_context(|| format!("{flag}: {v:?} is not a count"));
             match flag.as_str() {
-                "--runs" => o.runs = num(&value)?.max(1),
+                "--runs" => o.runs = Some(num(&value)?.max(1)),
+                "--a-secs" => o.a_secs = num(&value)?.max(1) as u64,
+                "--reps" => o.reps = num(&value)?.max(1),
+                "--workers" => o.workers = num(&value)?.max(1),
+                "--sync-commit" => match value.as_str() {
+                    "on" | "off" => o.sync_commit = Some(value),
+                    v => bail!("--sync-commit: {v:?} is not on or off"),
+                },
                 "--warmup" => o.warmup = num(&value)?,
                 "--clients" => o.clients = num(&value)?.max(1),
                 "--rates" => {

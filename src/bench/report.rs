@@ -44,6 +44,10 @@ pub struct Report {
     /// Settings of the Postgres server that shape the figures (the anchors'
     /// cluster runs shared_buffers=1GB, max_wal_size=4GB, checkpoint_timeout=15min).
     pub postgres_settings: BTreeMap<String, String>,
+    /// Worker processes, and WORKER_CONCURRENCY as the environment gave it
+    /// (`None`: the default).
+    pub workers: usize,
+    pub worker_concurrency: Option<String>,
     pub throughput: Option<Throughput>,
     pub latency: Vec<Latency>,
     pub bulk: Option<Bulk>,
@@ -203,6 +207,12 @@ impl Report {
         );
         let pg: Vec<String> = self.postgres_settings.iter().map(|(k, v)| format!("{k}={v}")).collect();
         let _ = writeln!(o, "Postgres: {}", pg.join(" "));
+        let _ = writeln!(
+            o,
+            "Workers: {} process(es), WORKER_CONCURRENCY={}",
+            self.workers,
+            self.worker_concurrency.as_deref().unwrap_or("default")
+        );
         if self.box_busy_before_pct >= 15.0 {
             let _ = writeln!(
                 o,
@@ -213,8 +223,10 @@ impl Report {
         if let Some(t) = &self.throughput {
             let _ = writeln!(
                 o,
-                "\n(a) end-to-end throughput, closed loop: {} clients, {} runs after {} warm-up",
-                t.clients, t.runs, t.warmup
+                "\n(a) end-to-end throughput, closed loop: {} clients, {} repetitions after {} warm-up runs; the median one:",
+                t.clients,
+                t.repetitions.len(),
+                t.warmup
             );
             let vs = match (a.and_then(|a| a.get(anchors::RUNS_PER_S)), self.ratios.get("runs_per_s_vs_composite")) {
                 (Some(c), Some(r)) => format!("   composite (BullMQ+PG) {c:.0} runs/s → {r:.2}×"),
@@ -226,7 +238,21 @@ impl Report {
                 t.runs_per_s,
                 if t.timed_out { "   TIMED OUT" } else { "" }
             );
-            let _ = writeln!(o, "    window                                     {:>8.2} s", t.secs);
+            let _ = writeln!(o, "    window                                     {:>8.2} s ({} runs)", t.secs, t.runs);
+            let reps: Vec<String> = t
+                .repetitions
+                .iter()
+                .map(|r| {
+                    format!("{:.0} ({:.0} µs)", r.runs_per_s, r.cpu_us_per_run.get("total").copied().unwrap_or(0.0))
+                })
+                .collect();
+            let _ = writeln!(
+                o,
+                "    every repetition: runs/s (CPU/run)         {}   spread {:.1} % / {:.1} %",
+                reps.join(", "),
+                t.runs_per_s_spread_pct,
+                t.cpu_spread_pct
+            );
             let _ = writeln!(o, "    trigger call p50 / p95 / p99 / max ms      {}", t.trigger_ms);
             let _ = writeln!(
                 o,
