@@ -89,7 +89,7 @@ impl Meter {
         let mut parts = BTreeMap::new();
         for s in &sys.services {
             if let Some(v) = cpu::pid_secs(s.pid) {
-                parts.insert(s.name, v);
+                *parts.entry(s.name).or_default() += v;
             }
         }
         if !self.redis_pids.is_empty() {

@@ -19,7 +19,9 @@ use super::target::Target;
 
 const SECRET: &str = "bench-internal-secret-0123456789";
 const JWT_KEY: &str = "bench-jwt-signing-key-0123456789abcdef";
-/// The services, in the order they start; they stop in reverse.
+/// The services, in the order they start (`--workers` copies of the
+/// worker, whose logs are `worker.log`, `worker-2.log`, ...); they stop in
+/// reverse.
 const SERVICES: [&str; 3] = ["api", "worker", "scheduler"];
 
 pub struct Service {
@@ -92,6 +94,12 @@ impl System {
         db::ensure_database(&self.database_url)
             .await
             .with_context(|| format!("creating the bench database {}", self.db_name))?;
+        if let Some(v) = &opts.sync_commit {
+            // Before anything connects: a database's settings apply to the
+            // sessions opened after them. The server's own stays as it was.
+            let alter = format!("ALTER DATABASE \"{}\" SET synchronous_commit = {v}", self.db_name);
+            sqlx::query(&alter).execute(self.admin()).await.context("setting synchronous_commit")?;
+        }
         self.pool = Some(db::lazy_pool(&self.database_url, 8)?);
 
         let bin = match &opts.bin {
@@ -104,7 +112,10 @@ impl System {
         let api_port = free_port()?;
         let base = format!("http://127.0.0.1:{api_port}");
         for name in SERVICES {
-            self.spawn(&bin, name, api_port)?;
+            let copies = if name == "worker" { opts.workers } else { 1 };
+            for _ in 0..copies {
+                self.spawn(&bin, name, api_port)?;
+            }
         }
         let api = Api::new(&base, SECRET)?;
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -122,7 +133,11 @@ impl System {
     }
 
     fn spawn(&mut self, bin: &Path, name: &'static str, api_port: u16) -> anyhow::Result<()> {
-        let log = self.dir.join(format!("{name}.log"));
+        let copy = self.services.iter().filter(|s| s.name == name).count();
+        let log = match copy {
+            0 => self.dir.join(format!("{name}.log")),
+            n => self.dir.join(format!("{name}-{}.log", n + 1)),
+        };
         let out = std::fs::File::create(&log)?;
         let child = Command::new(bin)
             .arg(name)
