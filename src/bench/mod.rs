@@ -193,6 +193,8 @@ async fn phases(sys: &System, opts: &Opts) -> anyhow::Result<Report> {
         for &rate in &opts.rates {
             eprintln!("bench: (b) latency at {rate} runs/s for {} s", opts.rate_warmup_secs + opts.rate_secs);
             let j = job(format!("latency-{rate}")).await?;
+            // (a)'s minute of load, or the rate before, leaves writeback.
+            sys.settle_disk(Duration::from_secs(3)).await?;
             let measured = Duration::from_secs(opts.rate_secs);
             let r = latency::run(sys, &notices, &j, rate, opts.rate_warmup(), measured).await;
             if let Some(l) = keep(&mut report.failures, &format!("(b) at {rate}/s"), r) {

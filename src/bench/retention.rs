@@ -98,17 +98,6 @@ async fn tables_mb(sys: &System) -> anyhow::Result<f64> {
     Ok((bytes as f64 / 1e6).round())
 }
 
-/// Writes out what earlier work left dirty (Postgres' buffers, then the
-/// kernel's page cache) and rests, so that neither state is measured while
-/// the disk still flushes the one before: the fsync behind every commit
-/// waits behind that writeback, and p99 with it.
-async fn settle_disk(sys: &System) -> anyhow::Result<()> {
-    sqlx::query("CHECKPOINT").execute(sys.pool()).await?;
-    tokio::task::spawn_blocking(|| std::process::Command::new("sync").status()).await??;
-    tokio::time::sleep(Duration::from_secs(10)).await;
-    Ok(())
-}
-
 fn median_p99(ls: &[Latency]) -> f64 {
     let mut v: Vec<f64> = ls.iter().map(|l| l.to_terminal_ms.p99).collect();
     v.sort_by(f64::total_cmp);
@@ -158,7 +147,7 @@ pub async fn run(
 ) -> anyhow::Result<RetentionFigures> {
     let mut cpu = Vec::new();
     let mut empty = Vec::new();
-    settle_disk(sys).await?;
+    sys.settle_disk(Duration::from_secs(10)).await?;
     for _ in 0..REPS {
         empty.push(measure(sys, meter, notices, job, rate, warmup, measured, &mut cpu).await?);
     }
@@ -168,7 +157,7 @@ pub async fn run(
     let seed_secs = (t.elapsed().as_secs_f64() * 10.0).round() / 10.0;
     let tables_mb = tables_mb(sys).await?;
     tokio::time::sleep(SETTLE).await;
-    settle_disk(sys).await?;
+    sys.settle_disk(Duration::from_secs(10)).await?;
     let mut full = Vec::new();
     for _ in 0..REPS {
         full.push(measure(sys, meter, notices, job, rate, warmup, measured, &mut cpu).await?);

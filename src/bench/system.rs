@@ -171,6 +171,17 @@ impl System {
         Ok(())
     }
 
+    /// Writes out what earlier work left dirty (Postgres' buffers, then the
+    /// kernel's page cache) and rests for `rest`, so that a latency is not
+    /// measured while the disk still flushes what came before: the fsync
+    /// behind every commit waits behind that writeback, and p99 with it.
+    pub async fn settle_disk(&self, rest: Duration) -> anyhow::Result<()> {
+        sqlx::query("CHECKPOINT").execute(self.pool()).await?;
+        tokio::task::spawn_blocking(|| std::process::Command::new("sync").status()).await??;
+        tokio::time::sleep(rest).await;
+        Ok(())
+    }
+
     /// A service that has exited, described.
     pub fn exited(&mut self) -> Option<String> {
         self.services.iter_mut().find_map(|s| match s.child.try_wait() {
