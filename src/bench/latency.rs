@@ -87,6 +87,8 @@ pub struct Latency {
     pub box_busy_pct: f64,
     /// Where trigger calls slower than 20 ms waited (`stalls`).
     pub stalls: StallReport,
+    /// Where a run's time goes, stage by stage ([`Stages`]).
+    pub stages: Stages,
     /// Measured runs without a target request / a terminal notice.
     pub missing_target: usize,
     pub missing_terminal: usize,
@@ -95,6 +97,45 @@ pub struct Latency {
     pub overloaded_after_s: Option<f64>,
     pub timed_out: bool,
     pub check: Check,
+}
+
+/// A run's trigger→terminal time cut at the moments the bench sees, on
+/// one clock: the trigger call (the api's checks, its group commit and
+/// enqueue, and the answer), then until the target's request (the queue,
+/// the worker's dequeue and dispatch read; 0 when the request came before
+/// the answer), then until the terminal commit's notice (the target's
+/// answer, the worker's outcome write, its commit and the notice).
+#[derive(Debug, Default, Serialize)]
+pub struct Stages {
+    pub trigger_ms: Summary,
+    pub queue_and_dispatch_ms: Summary,
+    pub outcome_and_commit_ms: Summary,
+    /// Over the slowest 1 % of runs (by trigger→terminal), the share of
+    /// their time each stage took, in % (trigger, queue and dispatch,
+    /// outcome and commit).
+    pub slowest_share_pct: [f64; 3],
+}
+
+/// The stages of each run that has all three moments.
+fn stages(runs: &[[Duration; 3]]) -> Stages {
+    let col = |k: usize| runs.iter().map(|r| r[k]).collect::<Vec<_>>();
+    let mut by_total: Vec<&[Duration; 3]> = runs.iter().collect();
+    by_total.sort_by_key(|r| std::cmp::Reverse(r[0] + r[1] + r[2]));
+    let slow = &by_total[..runs.len().div_ceil(100).min(runs.len())];
+    let mut share = [0.0; 3];
+    let total: f64 = slow.iter().map(|r| (r[0] + r[1] + r[2]).as_secs_f64()).sum();
+    if total > 0.0 {
+        for (k, s) in share.iter_mut().enumerate() {
+            let part: f64 = slow.iter().map(|r| r[k].as_secs_f64()).sum();
+            *s = (part / total * 1000.0).round() / 10.0;
+        }
+    }
+    Stages {
+        trigger_ms: summarize(col(0)),
+        queue_and_dispatch_ms: summarize(col(1)),
+        outcome_and_commit_ms: summarize(col(2)),
+        slowest_share_pct: share,
+    }
 }
 
 struct Sample {
@@ -158,21 +199,21 @@ pub async fn run(
     let stalls = sampler.finish(sys, &spans).await;
 
     let mut calls = Calls::default();
-    let mut measured_runs: Vec<(String, Instant)> = Vec::new();
+    let mut measured_runs: Vec<(String, Instant, Duration)> = Vec::new();
     let mut trigger_lat = Vec::new();
     samples.sort_by_key(|s| s.index);
     for s in samples {
         if s.index >= warm_n {
             trigger_lat.push(s.took);
             if let Sent::Created(id) = &s.sent {
-                measured_runs.push((id.clone(), s.sent_at));
+                measured_runs.push((id.clone(), s.sent_at, s.took));
             }
         }
         calls.record(s.sent);
     }
     let n = calls.created.len();
     let settled = settle(sys, job, n, hits0 + n, Instant::now() + Duration::from_secs(30)).await?;
-    let ids: HashSet<&str> = measured_runs.iter().map(|(id, _)| id.as_str()).collect();
+    let ids: HashSet<&str> = measured_runs.iter().map(|(id, _, _)| id.as_str()).collect();
     // A notice follows the commit by a moment; give the last ones that long.
     let wait_until = Instant::now() + Duration::from_secs(2);
     let mut terminal = notices.of(&ids);
@@ -181,13 +222,18 @@ pub async fn run(
         terminal = notices.of(&ids);
     }
     let hits = sys.target().hits_of(&ids);
-    let (mut to_target, mut to_terminal) = (Vec::new(), Vec::new());
-    for (id, sent_at) in &measured_runs {
-        if let Some(first) = hits.get(id).and_then(|h| h.iter().map(|x| x.at).min()) {
+    let (mut to_target, mut to_terminal, mut cut) = (Vec::new(), Vec::new(), Vec::new());
+    for (id, sent_at, took) in &measured_runs {
+        let first = hits.get(id).and_then(|h| h.iter().map(|x| x.at).min());
+        if let Some(first) = first {
             to_target.push(first.saturating_duration_since(*sent_at));
         }
         if let Some(t) = terminal.get(id) {
             to_terminal.push(t.saturating_duration_since(*sent_at));
+            if let Some(first) = first {
+                let answered = *sent_at + *took;
+                cut.push([*took, first.saturating_duration_since(answered), t.saturating_duration_since(first)]);
+            }
         }
     }
     let check = check::check(sys, job, &calls).await?;
@@ -204,7 +250,25 @@ pub async fn run(
         trigger_ms: summarize(trigger_lat),
         box_busy_pct: (busy * 10.0).round() / 10.0,
         stalls,
+        stages: stages(&cut),
         timed_out: settled.timed_out,
         check,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::stages;
+
+    #[test]
+    fn the_slowest_runs_shares_add_up_by_stage() {
+        let ms = Duration::from_millis;
+        let mut runs = vec![[ms(1), ms(1), ms(2)]; 99];
+        runs.push([ms(2), ms(10), ms(8)]);
+        let s = stages(&runs);
+        assert_eq!(s.slowest_share_pct, [10.0, 50.0, 40.0]);
+        assert_eq!((s.trigger_ms.n, s.outcome_and_commit_ms.p50), (100, 2.0));
+    }
 }

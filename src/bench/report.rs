@@ -310,6 +310,20 @@ impl Report {
                     let r = self.ratios.get(&format!("p99_terminal_r{}_vs_composite", l.rate)).copied().unwrap_or(0.0);
                     let _ = writeln!(o, "           composite (BullMQ+PG) p99 {p99:.2} ms → ours {r:.2}× lower");
                 }
+                let g = &l.stages;
+                let _ = writeln!(
+                    o,
+                    "           stages p50 / p99 ms: trigger call {:.2} / {:.2}, → target request {:.2} / {:.2}, → terminal {:.2} / {:.2}; slowest 1 %: {:.0} / {:.0} / {:.0} % of their time",
+                    g.trigger_ms.p50,
+                    g.trigger_ms.p99,
+                    g.queue_and_dispatch_ms.p50,
+                    g.queue_and_dispatch_ms.p99,
+                    g.outcome_and_commit_ms.p50,
+                    g.outcome_and_commit_ms.p99,
+                    g.slowest_share_pct[0],
+                    g.slowest_share_pct[1],
+                    g.slowest_share_pct[2]
+                );
                 let s = &l.stalls;
                 let top: Vec<String> = s.during_slow.iter().take(3).map(|(w, n)| format!("{w} ×{n}")).collect();
                 let _ = writeln!(
