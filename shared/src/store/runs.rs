@@ -133,6 +133,12 @@ pub struct NewRun {
 }
 
 impl NewRun {
+    /// Whether the run has a unique key to claim (an idempotency key or a
+    /// cron tick): its insert then claims it in `job_run_keys` first.
+    pub fn claims_a_key(&self) -> bool {
+        self.idempotency_key.is_some() || self.cron_tick.is_some()
+    }
+
     /// The run a trigger of `job` makes once it passed its checks
     /// (`valid`) and was admitted: the request's fields, the job's default
     /// metadata under the request's own, `pending` while it awaits
@@ -198,8 +204,7 @@ pub async fn insert(pool: &PgPool, r: &NewRun) -> Result<(Run, bool), sqlx::Erro
 /// [`insert`] on a given connection, so that it can be part of a
 /// transaction (payload dedup and dependencies, see [`flow::create`](super::flow::create)).
 pub async fn insert_in(conn: &mut sqlx::PgConnection, r: &NewRun) -> Result<(Run, bool), sqlx::Error> {
-    let keyed = r.idempotency_key.is_some() || r.cron_tick.is_some();
-    let inserted: Option<Run> = sqlx::query_as(&INSERT_ONE_SQL[keyed as usize])
+    let inserted: Option<Run> = sqlx::query_as(&INSERT_ONE_SQL[r.claims_a_key() as usize])
         .bind(&r.id)
         .bind(&r.project_id)
         .bind(&r.job_id)
@@ -274,7 +279,7 @@ pub async fn insert_many_in(conn: &mut sqlx::PgConnection, runs: &[NewRun]) -> R
             runs.iter().map($f).collect::<Vec<_>>()
         };
     }
-    let keyed = runs.iter().any(|r| r.idempotency_key.is_some() || r.cron_tick.is_some());
+    let keyed = runs.iter().any(NewRun::claims_a_key);
     let inserted: Vec<String> = sqlx::query_scalar(&INSERT_MANY_SQL[keyed as usize])
         .bind(col!(|r| r.id.as_str()))
         .bind(col!(|r| r.project_id.as_str()))
@@ -323,6 +328,14 @@ pub async fn insert_many_in(conn: &mut sqlx::PgConnection, runs: &[NewRun]) -> R
     Ok(out)
 }
 
+/// The columns a trigger writes, in the order of both inserts' parameters
+/// ($1..$29, then $31, $32 in the batch insert, whose $30 is created_at).
+const INSERTED_COLUMNS: &str = "id, project_id, job_id, job_version, job_version_id, status, priority, \
+     triggered_by, created_by, payload, idempotency_key, concurrency_key, batch_id, parent_run_id, lineage_depth, \
+     debug_mode, execution_mode, retry_backoff, max_attempts_override, retry_initial_delay_secs, \
+     retry_max_delay_secs, timeout_secs_override, metadata, tags, scheduled_at, expires_at, payload_hash, cron_tick, \
+     awaiting_dependencies, workflow_step_run_id, resource_class";
+
 /// The insert statements, built once: a run (or a batch) without an
 /// idempotency key or cron tick skips the claim entirely.
 static INSERT_ONE_SQL: LazyLock<[String; 2]> = LazyLock::new(|| [insert_one_sql(false), insert_one_sql(true)]);
@@ -347,12 +360,7 @@ fn insert_one_sql(keyed: bool) -> String {
     };
     format!(
         "WITH {claim} ins AS (
-            INSERT INTO job_runs (id, project_id, job_id, job_version, job_version_id, status, priority,
-                triggered_by, created_by, payload, idempotency_key, concurrency_key, batch_id, parent_run_id,
-                lineage_depth, debug_mode, execution_mode, retry_backoff, max_attempts_override,
-                retry_initial_delay_secs, retry_max_delay_secs, timeout_secs_override, metadata, tags,
-                scheduled_at, expires_at, payload_hash, cron_tick, awaiting_dependencies, workflow_step_run_id,
-                resource_class)
+            INSERT INTO job_runs ({INSERTED_COLUMNS})
             SELECT $1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26,
                 $27,$28,$29,$30,$31 {claimed}
             RETURNING {RUN_COLUMNS}
@@ -384,12 +392,7 @@ fn insert_many_sql(keyed: bool) -> String {
     };
     format!(
         "WITH {claim} ins AS (
-            INSERT INTO job_runs (id, project_id, job_id, job_version, job_version_id, status, priority,
-                triggered_by, created_by, payload, idempotency_key, concurrency_key, batch_id, parent_run_id,
-                lineage_depth, debug_mode, execution_mode, retry_backoff, max_attempts_override,
-                retry_initial_delay_secs, retry_max_delay_secs, timeout_secs_override, metadata, tags,
-                scheduled_at, expires_at, payload_hash, cron_tick, awaiting_dependencies, workflow_step_run_id,
-                resource_class, created_at, updated_at)
+            INSERT INTO job_runs ({INSERTED_COLUMNS}, created_at, updated_at)
             SELECT t.*, $30, $30 FROM UNNEST($1::text[], $2::text[], $3::text[], $4::int4[], $5::text[], $6::text[],
                 $7::int4[], $8::text[], $9::text[], $10::jsonb[], $11::text[], $12::text[], $13::text[], $14::text[],
                 $15::int4[], $16::bool[], $17::text[], $18::text[], $19::int4[], $20::int4[], $21::int4[], $22::int4[],
