@@ -31,6 +31,9 @@ const DURATION_MS: &str = "CASE WHEN started_at IS NOT NULL THEN
 
 /// The terminal statuses of a job run and of a workflow run.
 const RUN_ENDED: &str = "status IN ('completed', 'failed', 'timed_out', 'cancelled', 'expired')";
+/// The unfinished statuses of a job run, as the partial index of unfinished
+/// runs states them (the planner matches the text).
+const RUN_UNFINISHED: &str = "status IN ('pending', 'queued', 'running', 'retrying')";
 const WORKFLOW_RUN_ENDED: &str = "status IN ('completed', 'failed', 'cancelled', 'timed_out')";
 
 /// The longest period of an analytics report, in hours (30 days: the
@@ -220,17 +223,17 @@ async fn fold_queue_endings(
 /// The unfinished runs of every job by status, as the minute of `now`'s
 /// depth (the partial index of unfinished runs serves it).
 async fn sample_queues(tx: &mut Transaction<'_, Postgres>, now: DateTime<Utc>) -> Result<(), sqlx::Error> {
-    sqlx::query(
+    sqlx::query(&format!(
         "INSERT INTO queue_history AS q (project_id, minute, job_id, pending, queued, running, retrying)
          SELECT project_id, date_trunc('minute', $1::timestamptz, 'UTC'), job_id,
                 count(*) FILTER (WHERE status = 'pending'), count(*) FILTER (WHERE status = 'queued'),
                 count(*) FILTER (WHERE status = 'running'), count(*) FILTER (WHERE status = 'retrying')
-           FROM job_runs WHERE status IN ('pending', 'queued', 'running', 'retrying')
+           FROM job_runs WHERE {RUN_UNFINISHED}
           GROUP BY project_id, job_id
          ON CONFLICT (project_id, minute, job_id) DO UPDATE SET
              pending = excluded.pending, queued = excluded.queued, running = excluded.running,
-             retrying = excluded.retrying",
-    )
+             retrying = excluded.retrying"
+    ))
     .bind(now)
     .execute(&mut **tx)
     .await?;
@@ -277,6 +280,15 @@ pub async fn watermark_unset(pool: &PgPool) -> Result<bool, sqlx::Error> {
     sqlx::query_scalar("SELECT upto IS NULL FROM analytics_watermark").fetch_one(pool).await
 }
 
+/// Holds the watermark row until `tx` ends (`FOR SHARE`: holders do not
+/// wait for one another, only for a rollup pass) and returns it. Whoever
+/// takes runs back out of `job_run_totals` (migration 0020) holds it, so
+/// that a pass folds either before (its watermark says which runs it
+/// counted) or after (it no longer sees them), never in between.
+pub async fn hold_watermark(tx: &mut Transaction<'_, Postgres>) -> Result<Option<DateTime<Utc>>, sqlx::Error> {
+    sqlx::query_scalar("SELECT upto FROM analytics_watermark FOR SHARE").fetch_one(&mut **tx).await
+}
+
 /// A snapshot for a report: repeatable read (the watermark and the rollup
 /// rows agree), read only, and custom plans, so the tail's time bound is
 /// planned as the few recent rows it selects.
@@ -303,7 +315,7 @@ pub async fn group_run_counts(pool: &PgPool, group_id: &str) -> Result<Vec<(Stri
              WHERE finished_at >= $2 AND {RUN_ENDED} AND job_id IN (SELECT id FROM jobs) GROUP BY status
             UNION ALL
             SELECT status, count(*) FROM job_runs
-             WHERE status IN ('pending', 'queued', 'running', 'retrying') AND job_id IN (SELECT id FROM jobs)
+             WHERE {RUN_UNFINISHED} AND job_id IN (SELECT id FROM jobs)
              GROUP BY status
          ) c GROUP BY status"
     );

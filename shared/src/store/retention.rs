@@ -99,12 +99,7 @@ pub async fn prune(
     let mut tx = pool.begin().await?;
     let mut q = sqlx::query_scalar(&sql).bind(project_id).bind(before).bind(cutoff).bind(batch);
     if kind == Kind::JobRuns {
-        // Held until the deletion commits: a rollup pass folds either
-        // before (and its watermark says the runs were counted) or after
-        // (and no longer sees them), never in between.
-        let upto: Option<DateTime<Utc>> =
-            sqlx::query_scalar("SELECT upto FROM analytics_watermark FOR SHARE").fetch_one(&mut *tx).await?;
-        q = q.bind(upto);
+        q = q.bind(super::analytics::hold_watermark(&mut tx).await?);
     }
     let n: i64 = q.fetch_one(&mut *tx).await?;
     tx.commit().await?;

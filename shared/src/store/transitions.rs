@@ -21,7 +21,6 @@
 //! [`settle`]: super::settle
 //! [`flow`]: super::flow
 
-use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgPool};
 
 use super::runs::{self, Run, RUN_COLUMNS};
@@ -214,8 +213,7 @@ pub async fn drop_entries(queue: &Queue, cancelled: &[Changed]) {
 ///
 /// A run the analytics rollup already counted among its job's ended runs
 /// (it ended before the watermark) is taken back out of the group totals
-/// (migration 0020); the watermark row is held so that no rollup pass
-/// folds in between.
+/// (migration 0020), under [`analytics::hold_watermark`](super::analytics::hold_watermark).
 pub async fn restart(
     pool: &PgPool,
     run_id: &str,
@@ -223,8 +221,7 @@ pub async fn restart(
     reason: &str,
 ) -> Result<Option<Changed>, sqlx::Error> {
     let mut tx = pool.begin().await?;
-    let upto: Option<DateTime<Utc>> =
-        sqlx::query_scalar("SELECT upto FROM analytics_watermark FOR SHARE").fetch_one(&mut *tx).await?;
+    let upto = super::analytics::hold_watermark(&mut tx).await?;
     let rows: Vec<ChangedRow> = sqlx::query_as(&format!(
         "WITH old AS (
             SELECT id, status, finished_at FROM job_runs WHERE id = $1 FOR UPDATE
