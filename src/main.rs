@@ -23,11 +23,7 @@ use clap::{Parser, Subcommand};
 use switchyard_shared::config::Secret;
 use switchyard_shared::{db, shutdown, telemetry, Config};
 
-// glibc's malloc (malloc, free, consolidation) was a fifth of the api's and
-// the worker's CPU under load (perf over the benchmark's phase (a));
-// mimalloc's per-thread free lists cost a fraction of that.
-#[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+switchyard_shared::service_allocator!();
 
 /// The internal secret `switchyard dev` uses when INTERNAL_SECRET is unset.
 /// For local development only; README's quickstart uses it.

@@ -1,10 +1,6 @@
 use switchyard_shared::{db, shutdown, telemetry, Config};
 
-// glibc's malloc (malloc, free, consolidation) was a fifth of the api's and
-// the worker's CPU under load (perf over the benchmark's phase (a));
-// mimalloc's per-thread free lists cost a fraction of that.
-#[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+switchyard_shared::service_allocator!();
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {

@@ -13,7 +13,9 @@
 //! - [`secrets`]: encryption of job secrets at rest (`SECRETS_KEY`).
 //! - [`telemetry`]: tracing setup and the Prometheus metrics (docs/contract.md, "Metrics").
 //! - [`shutdown`]: the shutdown signal passed down to every task.
+//! - [`allocator`]: the allocator every service binary opts into (`service_allocator!`).
 
+pub mod allocator;
 pub mod config;
 pub mod db;
 pub mod domain;
