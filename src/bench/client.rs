@@ -128,27 +128,19 @@ impl Api {
         self.create("/v1/job-groups", json!({ "project_id": project, "name": slug, "slug": slug })).await
     }
 
-    /// A job in group `group`.
-    pub async fn create_job_in_group(
+    /// A job with more fields than [`Api::create_job`]'s (`extra`, an
+    /// object: a `group_id`, a `webhook_url`).
+    pub async fn create_job_with(
         &self,
         project: &str,
         name: &str,
         endpoint: &str,
-        group: &str,
+        extra: Value,
     ) -> anyhow::Result<String> {
-        let body = json!({ "project_id": project, "name": name, "endpoint_url": endpoint, "group_id": group });
-        self.create("/v1/jobs", body).await
-    }
-
-    /// A job whose terminal webhook goes to `webhook_url`.
-    pub async fn create_job_with_webhook(
-        &self,
-        project: &str,
-        name: &str,
-        endpoint: &str,
-        webhook_url: &str,
-    ) -> anyhow::Result<String> {
-        let body = json!({ "project_id": project, "name": name, "endpoint_url": endpoint, "webhook_url": webhook_url });
+        let mut body = json!({ "project_id": project, "name": name, "endpoint_url": endpoint });
+        if let (Some(b), Value::Object(x)) = (body.as_object_mut(), extra) {
+            b.extend(x);
+        }
         self.create("/v1/jobs", body).await
     }
 

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
+use serde_json::json;
 
 use super::check::{self, Calls, Check};
 use super::meter::{Meter, Usage};
@@ -191,7 +192,7 @@ pub async fn run(sys: &System, meter: &Meter, opts: &Opts) -> anyhow::Result<Not
     let target = sys.target();
     let project = api.create_project("bench-notify").await?;
     let hook = target.notify_url(NoticeKind::JobWebhook);
-    let job = api.create_job_with_webhook(&project, "notify", &target.url, &hook).await?;
+    let job = api.create_job_with(&project, "notify", &target.url, json!({ "webhook_url": hook })).await?;
     api.create_subscription(&project, &target.notify_url(NoticeKind::Subscription), &["run.completed"]).await?;
     let url = api.trigger_url(&job);
 

@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
+use serde_json::json;
 use switchyard_shared::store::analytics::{self, ReportSeed};
 
 use super::stats::{summarize, Summary};
@@ -45,7 +46,9 @@ async fn seed(sys: &System, project: &str, n: usize) -> anyhow::Result<String> {
     let group = api.create_group(project, "reports").await?;
     let mut jobs = Vec::new();
     for k in 0..JOBS {
-        let id = api.create_job_in_group(project, &format!("report-{k}"), &sys.target().url, &group).await?;
+        let id = api
+            .create_job_with(project, &format!("report-{k}"), &sys.target().url, json!({ "group_id": group }))
+            .await?;
         let version_id: String =
             sqlx::query_scalar("SELECT version_id FROM jobs WHERE id = $1").bind(&id).fetch_one(sys.pool()).await?;
         jobs.push((id, version_id));
