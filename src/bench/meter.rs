@@ -170,6 +170,15 @@ fn parse_lsn(s: &str) -> u64 {
     (u64::from_str_radix(hi, 16).unwrap_or(0) << 32) + u64::from_str_radix(lo, 16).unwrap_or(0)
 }
 
+/// The processes of the system under test: a run's cost is theirs, not the
+/// benchmark's or its target's.
+pub const OURS: [&str; 6] = ["api", "worker", "scheduler", "postgres", "postgres_bg", "redis"];
+
+/// A per-run CPU map's sum over [`OURS`].
+pub fn ours(cpu_us_per_run: &BTreeMap<String, f64>) -> f64 {
+    OURS.iter().filter_map(|k| cpu_us_per_run.get(*k)).sum()
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -280,9 +280,11 @@ async fn phases(sys: &System, opts: &Opts) -> anyhow::Result<Report> {
             opts.wf_fan,
             opts.wf_wide
         );
-        let j = job("workflows".into()).await?;
+        let (j, plain_job) = (job("workflows".into()).await?, job("workflows-plain".into()).await?);
         let f = &mut report.failures;
+        let plain = workflows::plain_at_chain_rate(sys, &meter, &plain_job, opts).await;
         let mut w = workflows::Workflows {
+            plain: keep(f, "(w) plain runs at the chain's rate", plain),
             chain: keep(f, "(w) chain", workflows::chain(sys, &meter, project, &j, opts).await),
             ..Default::default()
         };
@@ -294,22 +296,32 @@ async fn phases(sys: &System, opts: &Opts) -> anyhow::Result<Report> {
             let r = workflows::fan(sys, &meter, project, &j, opts.wf_wide, 1, Duration::from_secs(120));
             w.wide = keep(f, "(w) wide fan-out", r.await);
         }
-        report.goals = w.goals();
+        report.goals.extend(w.goals());
         report.workflows = Some(w);
         report.phase_secs.insert("w".into(), lap(&mut t));
     }
-    // Last too, in a project of its own: its subscription would add a
-    // delivery to every run of a phase sharing the project.
+    // Last too, each part in a project of its own: a subscription would add
+    // a delivery to every run of a phase sharing the project.
     if opts.wants('n') {
-        eprintln!(
-            "bench: (n) notifications: {} runs with a terminal webhook and a subscription event, {} clients, after {} warm-up",
-            opts.notify_runs, opts.clients, opts.notify_warmup
-        );
-        let mut n = keep(&mut report.failures, "(n)", notify::run(sys, &meter, opts).await);
-        if let (Some(n), Some(a)) = (n.as_mut(), report.throughput.as_ref()) {
-            n.compare_with_a(&a.cpu_us_per_run);
+        for subscription in [false, true] {
+            eprintln!(
+                "bench: (n) notifications: {} runs with a terminal webhook{}, {} clients, after {} warm-up",
+                opts.notify_runs,
+                if subscription { " and a subscription event" } else { "" },
+                opts.clients,
+                opts.notify_warmup
+            );
+            let part = if subscription { "(n) webhook and subscription" } else { "(n) webhook" };
+            let Some(mut n) = keep(&mut report.failures, part, notify::run(sys, &meter, opts, subscription).await)
+            else {
+                continue;
+            };
+            if let Some(a) = report.throughput.as_ref() {
+                n.compare_with_a(&a.cpu_us_per_run);
+                report.goals.extend(n.goal(&a.cpu_us_per_run));
+            }
+            report.notify.push(n);
         }
-        report.notify = n;
         report.phase_secs.insert("n".into(), lap(&mut t));
     }
     Ok(report)

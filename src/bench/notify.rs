@@ -1,16 +1,23 @@
-//! Phase (n): notifications. A closed loop like (a), smaller, on a job whose
-//! `webhook_url` points at the target (`/notify/run`), in a project of its
-//! own with one subscription to `run.completed` (`/notify/sub`): so every
-//! run makes two deliveries, both through the outbox and the scheduler's
-//! sender. Figures: runs/s, deliveries/s (both kinds, first trigger → last
-//! delivery received), run terminal → webhook received (the target's wall
-//! clock at arrival less the run's `finished_at`: one machine, one clock),
-//! and CPU µs per run over the same window, set against (a)'s when both ran.
+//! Phase (n): notifications, in two parts. Each is a closed loop like (a),
+//! smaller, on a job whose `webhook_url` points at the target
+//! (`/notify/run`), in a project of its own:
+//! - webhook: nothing else, so every run makes one delivery. This part's
+//!   CPU per run against (a)'s is what a webhook adds to a run's cost (the
+//!   goal: at most 25 %).
+//! - webhook and subscription: the project also has one subscription to
+//!   `run.completed` (`/notify/sub`), so every run makes two deliveries.
 //!
-//! Correctness: every run's webhook and its subscription delivery arrived
-//! exactly once (a redelivery reuses `X-Svc-Delivery-Id`, so it shows as a
-//! second arrival of the same run), no `job_run` delivery row is left (a
-//! delivered one is deleted) and every subscription row is `delivered`.
+//! Every delivery goes through the outbox and the scheduler's sender.
+//! Figures: runs/s, deliveries/s (first trigger → last delivery received),
+//! run terminal → notification received (the target's wall clock at arrival
+//! less the run's `finished_at`: one machine, one clock), and CPU µs per run
+//! over the same window, set against (a)'s when both ran.
+//!
+//! Correctness: every run's webhook and its subscription delivery (when
+//! the part has one) arrived exactly once (a redelivery reuses
+//! `X-Svc-Delivery-Id`, so it shows as a second arrival of the same run),
+//! no `job_run` delivery row is left (a delivered one is deleted) and every
+//! subscription row is `delivered`.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -20,20 +27,25 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::check::{self, Calls, Check};
-use super::meter::{Meter, Usage};
+use super::meter::{ours, Meter, Usage};
 use super::opts::Opts;
 use super::settle::settle;
 use super::stats::{summarize, Summary};
 use super::system::System;
 use super::target::{Notice, NoticeKind};
 use super::throughput::closed_loop;
+use super::workflows::Goal;
 
 /// The wait for deliveries gives up when none arrived for this long.
 const STALL: Duration = Duration::from_secs(20);
+/// The most a terminal webhook may add to a run's CPU (issue 17).
+pub const WEBHOOK_EXTRA_PCT: f64 = 25.0;
 
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct NotifyCheck {
     pub runs: usize,
+    /// Whether the part's project has a subscription (one event per run).
+    pub subscription: bool,
     /// Accepted runs whose webhook never arrived, and those that arrived more than once.
     pub webhook_missing: usize,
     pub webhook_repeated: usize,
@@ -58,12 +70,14 @@ impl NotifyCheck {
             && self.unknown_runs == 0
             && self.job_run_rows_left == 0
             && self.subscription_rows.keys().all(|s| s == "delivered")
-            && self.subscription_rows.values().sum::<i64>() == self.runs as i64
+            && self.subscription_rows.values().sum::<i64>() == if self.subscription { self.runs as i64 } else { 0 }
     }
 }
 
 #[derive(Debug, Serialize)]
 pub struct Notify {
+    /// Whether every run also makes a subscription event.
+    pub subscription: bool,
     pub runs: usize,
     pub warmup: usize,
     pub clients: usize,
@@ -100,6 +114,24 @@ impl Notify {
     pub fn compare_with_a(&mut self, a: &BTreeMap<String, f64>) {
         let extra = self.cpu_us_per_run.iter().filter_map(|(k, v)| a.get(k).map(|av| (k.clone(), v - av))).collect();
         self.extra_cpu_us_per_run_vs_a = Some(extra);
+    }
+
+    /// The webhook goal, read from the webhook-only part set against (a):
+    /// the system's processes only.
+    pub fn goal(&self, a: &BTreeMap<String, f64>) -> Option<Goal> {
+        if self.subscription {
+            return None;
+        }
+        let (with, plain) = (ours(&self.cpu_us_per_run), ours(a));
+        if plain <= 0.0 || with <= 0.0 {
+            return None;
+        }
+        let pct = (with / plain - 1.0) * 100.0;
+        Some(Goal {
+            name: format!("a terminal webhook adds ≤ {WEBHOOK_EXTRA_PCT} % to a run's CPU"),
+            got: format!("{pct:+.0} % ({with:.0} against {plain:.0} µs/run, the system's processes)"),
+            met: self.ok() && pct <= WEBHOOK_EXTRA_PCT,
+        })
     }
 }
 
@@ -144,9 +176,15 @@ async fn job_run_rows_left(sys: &System, job: &str) -> anyhow::Result<i64> {
 }
 
 /// Checks the notifications of the accepted runs; the latencies of each kind.
-fn tally(notices: &[Notice], accepted: &HashSet<&str>, finished: &HashMap<String, DateTime<Utc>>) -> Tallied {
+/// Without `subscription`, any subscription event counts as one too many.
+fn tally(
+    notices: &[Notice],
+    accepted: &HashSet<&str>,
+    finished: &HashMap<String, DateTime<Utc>>,
+    subscribed: bool,
+) -> Tallied {
     let mut by_run: HashMap<(&str, NoticeKind), Vec<&Notice>> = HashMap::new();
-    let mut c = NotifyCheck { runs: accepted.len(), ..NotifyCheck::default() };
+    let mut c = NotifyCheck { runs: accepted.len(), subscription: subscribed, ..NotifyCheck::default() };
     for n in notices {
         if accepted.contains(n.run_id.as_str()) {
             by_run.entry((n.run_id.as_str(), n.kind)).or_default().push(n);
@@ -164,10 +202,11 @@ fn tally(notices: &[Notice], accepted: &HashSet<&str>, finished: &HashMap<String
                     (&mut c.subscription_missing, &mut c.subscription_repeated, &mut subscription)
                 }
             };
-            match got.len() {
-                0 => *missing += 1,
-                1 => {}
-                _ => *repeated += 1,
+            let expected = usize::from(kind == NoticeKind::JobWebhook || subscribed);
+            match got.len().cmp(&expected) {
+                std::cmp::Ordering::Less => *missing += 1,
+                std::cmp::Ordering::Equal => {}
+                std::cmp::Ordering::Greater => *repeated += 1,
             }
             if kind == NoticeKind::JobWebhook && got.len() > 1 {
                 let ids: HashSet<&str> = got.iter().map(|n| n.delivery_id.as_str()).collect();
@@ -187,13 +226,19 @@ struct Tallied {
     subscription: Summary,
 }
 
-pub async fn run(sys: &System, meter: &Meter, opts: &Opts) -> anyhow::Result<Notify> {
+/// One part: with `subscription`, the project subscribes to `run.completed`.
+pub async fn run(sys: &System, meter: &Meter, opts: &Opts, subscription: bool) -> anyhow::Result<Notify> {
     let api = sys.api();
     let target = sys.target();
-    let project = api.create_project("bench-notify").await?;
+    let project = api.create_project(if subscription { "bench-notify-sub" } else { "bench-notify" }).await?;
     let hook = target.notify_url(NoticeKind::JobWebhook);
     let job = api.create_job_with(&project, "notify", &target.url, json!({ "webhook_url": hook })).await?;
-    api.create_subscription(&project, &target.notify_url(NoticeKind::Subscription), &["run.completed"]).await?;
+    if subscription {
+        api.create_subscription(&project, &target.notify_url(NoticeKind::Subscription), &["run.completed"]).await?;
+    }
+    let per_run = if subscription { 2 } else { 1 };
+    // Notifications before this part belong to an earlier one.
+    let first_notice = target.notice_count();
     let url = api.trigger_url(&job);
 
     let mut warm = Calls::default();
@@ -202,7 +247,7 @@ pub async fn run(sys: &System, meter: &Meter, opts: &Opts) -> anyhow::Result<Not
         warm = closed_loop(api, &url, opts.notify_warmup, opts.clients).await.0;
         let n = warm.created.len();
         settle(sys, &job, n, hits0 + n, Instant::now() + Duration::from_secs(60)).await?;
-        wait_notices(sys, notices0 + 2 * n, Instant::now() + Duration::from_secs(60)).await;
+        wait_notices(sys, notices0 + per_run * n, Instant::now() + Duration::from_secs(60)).await;
     }
     let (hits0, notices0) = (target.count(), target.notice_count());
     let a = meter.snapshot(sys).await;
@@ -211,7 +256,7 @@ pub async fn run(sys: &System, meter: &Meter, opts: &Opts) -> anyhow::Result<Not
     let n = calls.created.len();
     let deadline = Instant::now() + Duration::from_secs(90);
     let s = settle(sys, &job, warm.created.len() + n, hits0 + n, deadline).await?;
-    let gave_up = wait_notices(sys, notices0 + 2 * n, deadline).await;
+    let gave_up = wait_notices(sys, notices0 + per_run * n, deadline).await;
     let b = meter.snapshot(sys).await;
     let usage = meter.usage(&a, &b);
 
@@ -228,12 +273,13 @@ pub async fn run(sys: &System, meter: &Meter, opts: &Opts) -> anyhow::Result<Not
     .await?
     .into_iter()
     .collect();
-    let notices = target.notices();
+    let mut notices = target.notices();
+    let notices = notices.split_off(first_notice.min(notices.len()));
     // The measured runs' notifications; the warm-up's are checked too.
     let measured: Vec<Notice> = notices.iter().filter(|x| accepted.contains(x.run_id.as_str())).cloned().collect();
     let last_received = measured.iter().map(|x| x.wall).max();
-    let mut t = tally(&measured, &accepted, &finished);
-    let whole = tally(&notices, &every, &finished);
+    let mut t = tally(&measured, &accepted, &finished, subscription);
+    let whole = tally(&notices, &every, &finished, subscription);
     t.check = NotifyCheck { runs: every.len(), ..whole.check };
     t.check.job_run_rows_left = job_run_rows_left(sys, &job).await?;
     let rows: Vec<(String, i64)> = sqlx::query_as(
@@ -250,6 +296,7 @@ pub async fn run(sys: &System, meter: &Meter, opts: &Opts) -> anyhow::Result<Not
     let deliveries_secs = last_received.map_or(usage.secs, |l| secs_between(t0, l));
     let round = |v: f64| (v * 1000.0).round() / 1000.0;
     Ok(Notify {
+        subscription,
         runs: n,
         warmup: opts.notify_warmup,
         clients: opts.clients,
@@ -295,7 +342,7 @@ mod tests {
             notice(JobWebhook, "r2", "d3", 6),
             notice(Subscription, "r2", "d4", 7),
         ];
-        let t = tally(&clean, &accepted, &finished);
+        let t = tally(&clean, &accepted, &finished, true);
         let c = NotifyCheck { subscription_rows: [("delivered".to_string(), 2)].into(), ..t.check };
         assert!(c.ok(), "{c:?}");
         assert_eq!((t.webhook.n, t.webhook.max), (2, 6.0));
@@ -307,20 +354,72 @@ mod tests {
             notice(JobWebhook, "r2", "d3", 6),
             notice(Subscription, "r9", "d9", 6),
         ];
-        let c = tally(&bad, &accepted, &finished).check;
+        let c = tally(&bad, &accepted, &finished, true).check;
         assert_eq!((c.webhook_repeated, c.webhook_same_delivery_id), (1, 1));
         assert_eq!((c.subscription_missing, c.unknown_runs), (1, 1));
+        assert!(!c.ok());
+
+        // Without a subscription, the webhooks alone are complete and an
+        // event is one too many.
+        let hooks = [notice(JobWebhook, "r1", "d1", 4), notice(JobWebhook, "r2", "d3", 6)];
+        assert!(tally(&hooks, &accepted, &finished, false).check.ok());
+        let c = tally(&clean, &accepted, &finished, false).check;
+        assert_eq!((c.subscription_repeated, c.subscription_missing), (2, 0));
         assert!(!c.ok());
     }
 
     #[test]
+    fn the_webhook_goal_counts_the_systems_processes_of_the_webhook_only_part() {
+        let cpu = |pairs: &[(&str, f64)]| pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+        let a = cpu(&[("api", 50.0), ("worker", 50.0), ("postgres", 100.0), ("target", 500.0)]);
+        let part = |subscription, cpu_us_per_run| Notify {
+            subscription,
+            runs: 1,
+            warmup: 0,
+            clients: 1,
+            runs_secs: 1.0,
+            runs_per_s: 1.0,
+            deliveries: 1,
+            deliveries_secs: 1.0,
+            deliveries_per_s: 1.0,
+            webhook_ms: Summary::default(),
+            subscription_ms: Summary::default(),
+            trigger_ms: Summary::default(),
+            usage: Usage::default(),
+            cpu_us_per_run,
+            extra_cpu_us_per_run_vs_a: None,
+            pg_write_xacts_per_run: 0.0,
+            pg_wal_bytes_per_run: 0.0,
+            timed_out: false,
+            check: Check::default(),
+            notify_check: NotifyCheck::default(),
+        };
+        // +50 µs of ours on 200 is 25 %: met; the target's CPU is not ours.
+        let n = part(
+            false,
+            cpu(&[("api", 50.0), ("worker", 50.0), ("postgres", 120.0), ("scheduler", 30.0), ("target", 900.0)]),
+        );
+        assert!(n.goal(&a).unwrap().met);
+        let n = part(false, cpu(&[("api", 50.0), ("worker", 50.0), ("postgres", 121.0), ("scheduler", 30.0)]));
+        assert!(!n.goal(&a).unwrap().met);
+        assert!(part(true, BTreeMap::new()).goal(&a).is_none(), "the goal is the webhook-only part's");
+    }
+
+    #[test]
     fn leftover_or_undelivered_rows_fail() {
-        let ok =
-            NotifyCheck { runs: 2, subscription_rows: [("delivered".to_string(), 2)].into(), ..Default::default() };
+        let ok = NotifyCheck {
+            runs: 2,
+            subscription: true,
+            subscription_rows: [("delivered".to_string(), 2)].into(),
+            ..Default::default()
+        };
         assert!(ok.ok());
         assert!(!NotifyCheck { job_run_rows_left: 1, ..ok.clone() }.ok());
         let failed = [("delivered".to_string(), 1), ("failed".to_string(), 1)].into();
         assert!(!NotifyCheck { subscription_rows: failed, ..ok.clone() }.ok());
-        assert!(!NotifyCheck { runs: 3, ..ok }.ok(), "a subscription row per run");
+        assert!(!NotifyCheck { runs: 3, ..ok.clone() }.ok(), "a subscription row per run");
+        let unsubscribed = NotifyCheck { subscription: false, subscription_rows: BTreeMap::new(), ..ok.clone() };
+        assert!(unsubscribed.ok());
+        assert!(!NotifyCheck { subscription: false, ..ok }.ok(), "no subscription, no rows");
     }
 }

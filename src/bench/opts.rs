@@ -33,8 +33,9 @@ pub const USAGE: &str = "usage: switchyard-bench [options]   (normally run throu
   --wf-fan-runs N     how many of those runs, one after another (default 3; 0 skips them)
   --wf-wide N         parallel steps of the one wide fan-out run (default 1000;
                       0 skips it)
-  --notify-runs N     closed-loop runs of phase (n), each with a terminal webhook and a
-                      subscription event (default 4000, after 200 warm-up)
+  --notify-runs N     closed-loop runs of each part of phase (n): each run a terminal
+                      webhook, then each a webhook and a subscription event
+                      (default 20000, after 500 warm-up)
   --wait-quiet S      wait up to S seconds for a quiet box (<15 % busy) before starting (default 30)
   --only a,b,c,d,f,w,n,p,r,y  run only these phases ((r) and (y) are not in the default set:
                       they write --history old runs and --report-runs ended runs, minutes of
@@ -118,8 +119,8 @@ impl Default for Opts {
             wf_fan_runs: 3,
             // The widest fan-out the step limit admits: root and join besides.
             wf_wide: 1000,
-            notify_runs: 4_000,
-            notify_warmup: 200,
+            notify_runs: 20_000,
+            notify_warmup: 500,
             wait_quiet_secs: 30,
             only: None,
             pg_base: "postgres://postgres@127.0.0.1:5432".into(),

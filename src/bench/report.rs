@@ -57,7 +57,8 @@ pub struct Report {
     pub reports: Option<ReportFigures>,
     pub idle: Option<Idle>,
     pub workflows: Option<Workflows>,
-    pub notify: Option<Notify>,
+    /// Phase (n)'s parts: webhook only, then webhook and subscription.
+    pub notify: Vec<Notify>,
     /// Figures held against the goals the issues set for them.
     pub goals: Vec<Goal>,
     /// Postgres table activity over the whole benchmark, per accepted run.
@@ -165,8 +166,8 @@ impl Report {
         }
         self.target_unreadable = sys.target().unreadable();
         let workflows_ok = self.workflows.as_ref().is_none_or(|w| w.check().ok());
-        let notify_ok = self.notify.as_ref().is_none_or(Notify::ok);
-        if let Some(n) = &self.notify {
+        let notify_ok = self.notify.iter().all(Notify::ok);
+        for n in &self.notify {
             all.merge(&n.check);
         }
         self.correct = all.ok() && workflows_ok && notify_ok && self.failures.is_empty() && self.target_unreadable == 0;
@@ -477,7 +478,7 @@ impl Report {
         if let Some(w) = &self.workflows {
             workflows_table(&mut o, w);
         }
-        if let Some(n) = &self.notify {
+        for n in &self.notify {
             notify_table(&mut o, n);
         }
         if !self.goals.is_empty() {
@@ -520,7 +521,7 @@ impl Report {
                 let _ = writeln!(o, "    e.g. {s}");
             }
         }
-        if let Some(n) = &self.notify {
+        for n in &self.notify {
             let c = &n.notify_check;
             let _ = writeln!(
                 o,
@@ -637,6 +638,21 @@ fn workflows_table(o: &mut String, w: &Workflows) {
             c.pg_write_xacts_per_run, c.pg_wal_bytes_per_run
         );
     }
+    if let Some(p) = &w.plain {
+        let mut note = String::new();
+        if let Some(s) = p.overloaded_after_s {
+            note += &format!("   OVERLOADED: load stopped after {s} s");
+        }
+        if p.timed_out {
+            note += "   TIMED OUT";
+        }
+        let cpu: Vec<String> = ["api", "worker", "scheduler", "postgres", "redis", "total"]
+            .iter()
+            .filter_map(|k| p.cpu_us_per_run.get(*k).map(|v| format!("{k} {v:.0}")))
+            .collect();
+        let _ = writeln!(o, "    plain runs at the chain's {} job runs/s, {} runs{note}", p.rate, p.runs);
+        let _ = writeln!(o, "      CPU µs per run                       {}", cpu.join(", "));
+    }
     if let Some(f) = &w.fan {
         fan_table(o, "fan-out/fan-in", f);
     }
@@ -648,10 +664,11 @@ fn workflows_table(o: &mut String, w: &Workflows) {
 fn notify_table(o: &mut String, n: &Notify) {
     let _ = writeln!(
         o,
-        "\n(n) notifications, closed loop: {} clients, {} runs after {} warm-up; each run a terminal webhook and a subscription event{}",
+        "\n(n) notifications, closed loop: {} clients, {} runs after {} warm-up; each run a terminal webhook{}{}",
         n.clients,
         n.runs,
         n.warmup,
+        if n.subscription { " and a subscription event" } else { "" },
         if n.timed_out { "   TIMED OUT" } else { "" }
     );
     let _ = writeln!(o, "    runs/s (first trigger → last finished_at)      {:>8.0}", n.runs_per_s);
@@ -661,7 +678,9 @@ fn notify_table(o: &mut String, n: &Notify) {
         n.deliveries_per_s, n.deliveries, n.deliveries_secs
     );
     let _ = writeln!(o, "    finished_at → webhook received ms              {}", n.webhook_ms);
-    let _ = writeln!(o, "    finished_at → subscription event received ms   {}", n.subscription_ms);
+    if n.subscription {
+        let _ = writeln!(o, "    finished_at → subscription event received ms   {}", n.subscription_ms);
+    }
     let _ = writeln!(o, "    box busy                                       {:>8.1} %", n.usage.box_busy_pct);
     let keys = ["api", "worker", "scheduler", "postgres", "postgres_bg", "redis", "total"];
     let cpu: Vec<String> =

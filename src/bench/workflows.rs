@@ -41,7 +41,7 @@ use tokio::task::JoinSet;
 use super::check::Calls;
 use super::client::Sent;
 use super::cpu::BoxTicks;
-use super::meter::{Meter, Usage};
+use super::meter::{ours, Meter, Usage};
 use super::opts::Opts;
 use super::stats::{summarize, Summary};
 use super::system::System;
@@ -54,6 +54,8 @@ const STALL: Duration = Duration::from_secs(20);
 /// The step-to-step p99 the chain must stay under at 100 workflow runs/s.
 pub const STEP_TO_STEP_P99_MS: f64 = 15.0;
 pub const STEP_TO_STEP_RATE: u32 = 100;
+/// The most a workflow step may cost against a plain run at the same rate.
+pub const STEP_COST_RATIO: f64 = 1.3;
 
 /// Correctness of a part's workflow runs.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -141,6 +143,17 @@ pub struct Chain {
     pub check: WfCheck,
 }
 
+/// The chain's yardstick (see [`plain_at_chain_rate`]).
+#[derive(Debug, Serialize)]
+pub struct Plain {
+    /// Runs/s offered: three times the chain's workflow runs/s.
+    pub rate: u32,
+    pub runs: usize,
+    pub cpu_us_per_run: BTreeMap<String, f64>,
+    pub overloaded_after_s: Option<f64>,
+    pub timed_out: bool,
+}
+
 /// One fan run, its times in ms.
 #[derive(Debug, Serialize)]
 pub struct FanRun {
@@ -189,6 +202,8 @@ pub struct Goal {
 
 #[derive(Debug, Default, Serialize)]
 pub struct Workflows {
+    /// Plain runs at the chain's rate of job runs, measured just before it.
+    pub plain: Option<Plain>,
     pub chain: Option<Chain>,
     pub fan: Option<Fan>,
     pub wide: Option<Fan>,
@@ -225,6 +240,22 @@ impl Workflows {
                 got,
                 met: sustained && c.rate >= STEP_TO_STEP_RATE && c.step_to_step_ms.p99 <= STEP_TO_STEP_P99_MS,
             });
+        }
+        if let (Some(c), Some(p)) = (&self.chain, &self.plain) {
+            let (step, plain) = (ours(&c.cpu_us_per_run) / 3.0, ours(&p.cpu_us_per_run));
+            if step > 0.0 && plain > 0.0 {
+                let ratio = step / plain;
+                let sustained = c.overloaded_after_s.is_none() && p.overloaded_after_s.is_none();
+                out.push(Goal {
+                    name: format!("a workflow step costs ≤ {STEP_COST_RATIO}× a plain run at the same rate"),
+                    got: format!(
+                        "{ratio:.2}× ({step:.0} against {plain:.0} µs at {} job runs/s, the system's processes){}",
+                        p.rate,
+                        if sustained { "" } else { " (rate not sustained)" }
+                    ),
+                    met: sustained && ratio <= STEP_COST_RATIO,
+                });
+            }
         }
         if let Some(w) = &self.wide {
             let c = &w.check;
@@ -415,18 +446,29 @@ struct Sample {
     took: Duration,
 }
 
-/// Part one (see the module doc).
-pub async fn chain(sys: &System, meter: &Meter, project: &str, job: &str, opts: &Opts) -> anyhow::Result<Chain> {
+/// What an open loop of triggers offered.
+struct Offered {
+    samples: Vec<Sample>,
+    offered_per_s: f64,
+    /// Box busy % over the measured part.
+    busy: f64,
+    overloaded_after_s: Option<f64>,
+}
+
+/// Triggers `url` at `per_s` (every ~1 ms, as many as are due, whatever the
+/// answers), `warm_n` then the rest of `total`, and stops early when the
+/// target lags by over [`MAX_BACKLOG`] of load (`hits_per_trigger`
+/// requests each).
+async fn offer(
+    sys: &System,
+    url: Arc<str>,
+    per_s: f64,
+    warm_n: usize,
+    total: usize,
+    hits_per_trigger: usize,
+) -> anyhow::Result<Offered> {
     let api = sys.api().clone();
-    let steps = json!([job_step("a", job, &[]), job_step("b", job, &["a".into()]), job_step("c", job, &["b".into()]),]);
-    let wf = api.create_workflow(project, "bench-chain", steps).await?;
-    let url: Arc<str> = api.workflow_trigger_url(&wf).into();
-    let rate = opts.wf_rate;
-    let per_s = f64::from(rate);
-    let warm_n = (per_s * opts.rate_warmup().as_secs_f64()) as usize;
-    let total = warm_n + (per_s * opts.wf_secs as f64) as usize;
     let hits0 = sys.target().count();
-    let before = meter.snapshot(sys).await;
     let mut tasks = JoinSet::new();
     let mut samples = Vec::with_capacity(total);
     let start = Instant::now();
@@ -434,9 +476,8 @@ pub async fn chain(sys: &System, meter: &Meter, project: &str, job: &str, opts: 
     let mut issued = 0;
     let mut overloaded_after_s = None;
     while issued < total {
-        // Three requests per run.
-        let backlog = (issued * 3).saturating_sub(sys.target().count() - hits0);
-        if backlog as f64 > per_s * 3.0 * MAX_BACKLOG {
+        let backlog = (issued * hits_per_trigger).saturating_sub(sys.target().count() - hits0);
+        if backlog as f64 > per_s * hits_per_trigger as f64 * MAX_BACKLOG {
             overloaded_after_s = Some((start.elapsed().as_secs_f64() * 10.0).round() / 10.0);
             break;
         }
@@ -464,6 +505,51 @@ pub async fn chain(sys: &System, meter: &Meter, project: &str, job: &str, opts: 
         samples.push(done?);
     }
     samples.sort_by_key(|s| s.index);
+    Ok(Offered { samples, offered_per_s, busy, overloaded_after_s })
+}
+
+/// The chain's yardstick: plain runs of the same job at the chain's rate
+/// of job runs (three per workflow run), as many as the chain has steps,
+/// with CPU measured the same way. A plain run at this rate is not the
+/// closed loop's batched run: it pays its own statements and commits, as
+/// a step does.
+pub async fn plain_at_chain_rate(sys: &System, meter: &Meter, job: &str, opts: &Opts) -> anyhow::Result<Plain> {
+    let api = sys.api().clone();
+    let per_s = f64::from(opts.wf_rate) * 3.0;
+    let warm_n = (per_s * opts.rate_warmup().as_secs_f64()) as usize;
+    let total = warm_n + (per_s * opts.wf_secs as f64) as usize;
+    let hits0 = sys.target().count();
+    let before = meter.snapshot(sys).await;
+    let o = offer(sys, api.trigger_url(job).into(), per_s, warm_n, total, 1).await?;
+    let mut calls = Calls::default();
+    for s in o.samples {
+        calls.record(s.sent);
+    }
+    let n = calls.created.len();
+    let settled = super::settle::settle(sys, job, n, hits0 + n, Instant::now() + Duration::from_secs(60)).await?;
+    let usage = meter.usage(&before, &meter.snapshot(sys).await);
+    Ok(Plain {
+        rate: per_s as u32,
+        runs: n,
+        cpu_us_per_run: usage.per_run_us(n),
+        overloaded_after_s: o.overloaded_after_s,
+        timed_out: settled.timed_out,
+    })
+}
+
+/// Part one (see the module doc).
+pub async fn chain(sys: &System, meter: &Meter, project: &str, job: &str, opts: &Opts) -> anyhow::Result<Chain> {
+    let api = sys.api().clone();
+    let steps = json!([job_step("a", job, &[]), job_step("b", job, &["a".into()]), job_step("c", job, &["b".into()]),]);
+    let wf = api.create_workflow(project, "bench-chain", steps).await?;
+    let url: Arc<str> = api.workflow_trigger_url(&wf).into();
+    let rate = opts.wf_rate;
+    let per_s = f64::from(rate);
+    let warm_n = (per_s * opts.rate_warmup().as_secs_f64()) as usize;
+    let total = warm_n + (per_s * opts.wf_secs as f64) as usize;
+    let before = meter.snapshot(sys).await;
+    // Three requests per run.
+    let Offered { samples, offered_per_s, busy, overloaded_after_s } = offer(sys, url, per_s, warm_n, total, 3).await?;
     let mut calls = Calls::default();
     let mut measured: Vec<(String, DateTime<Utc>)> = Vec::new();
     let mut trigger_lat = Vec::new();
@@ -679,6 +765,30 @@ mod tests {
         assert!(!met(chain_with(15.01, 100, false)));
         assert!(!met(chain_with(9.0, 100, true)), "an overloaded rate does not count");
         assert!(!met(chain_with(9.0, 50, false)), "a lower rate does not count");
+    }
+
+    #[test]
+    fn the_step_cost_goal_sets_a_third_of_the_chain_against_a_plain_run_at_its_rate() {
+        let cpu = |pairs: &[(&str, f64)]| pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+        let plain = |overloaded_after_s| Plain {
+            rate: 300,
+            runs: 3000,
+            cpu_us_per_run: cpu(&[("api", 100.0), ("worker", 100.0), ("postgres", 300.0), ("target", 900.0)]),
+            overloaded_after_s,
+            timed_out: false,
+        };
+        let goal = |chain_pg: f64, p: Plain| {
+            let c = Chain {
+                cpu_us_per_run: cpu(&[("api", 300.0), ("worker", 300.0), ("postgres", chain_pg), ("scheduler", 300.0)]),
+                ..chain_with(10.0, 100, false)
+            };
+            let w = Workflows { chain: Some(c), plain: Some(p), ..Default::default() };
+            w.goals().into_iter().find(|g| g.name.contains("plain run")).expect("the step cost goal")
+        };
+        // (300 + 300 + 1050 + 300) / 3 = 650 µs a step against 500: 1.3×.
+        assert!(goal(1050.0, plain(None)).met);
+        assert!(!goal(1060.0, plain(None)).met);
+        assert!(!goal(900.0, plain(Some(3.0))).met, "an overloaded yardstick does not count");
     }
 
     #[test]
