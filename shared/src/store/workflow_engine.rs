@@ -514,11 +514,18 @@ impl Pass<'_> {
         self.flush(tx).await?;
         // The next moment the run must be looked at without an event.
         let wake_at = self.writes.iter().filter_map(|w| w.wake_at).chain(self.run.deadline_at).min();
+        // Written only when it moves: most passes leave it as it was, and
+        // an update would write the run's row and its indexes again.
         self.wake_at = sqlx::query_scalar(
-            "UPDATE workflow_runs SET wake_at = (SELECT min(t) FROM (
-                SELECT min(wake_at) AS t FROM workflow_step_runs WHERE workflow_run_id = $1 AND status = 'waiting'
-                UNION ALL SELECT $2::timestamptz) x)
-             WHERE id = $1 RETURNING wake_at",
+            "WITH t AS (
+                SELECT min(t) AS wake_at FROM (
+                    SELECT min(wake_at) AS t FROM workflow_step_runs WHERE workflow_run_id = $1 AND status = 'waiting'
+                    UNION ALL SELECT $2::timestamptz) x
+             ), moved AS (
+                UPDATE workflow_runs r SET wake_at = t.wake_at FROM t
+                 WHERE r.id = $1 AND r.wake_at IS DISTINCT FROM t.wake_at
+             )
+             SELECT wake_at FROM t",
         )
         .bind(&run_id)
         .bind(wake_at)
