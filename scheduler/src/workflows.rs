@@ -14,10 +14,13 @@
 //! Several schedulers may run: all hear every notification, the first to
 //! lock a run advances it and the others skip it (`SKIP LOCKED`). An event
 //! that commits while a process holds the run is either seen by that
-//! advance or left in the outbox, and the holder checks the outbox again
-//! after its commit, so nothing waits for the next sweep.
+//! advance or left in the outbox; its notification comes after its commit,
+//! so the holder hears it too: heard while the run is still being advanced
+//! here, it marks the run to be advanced again when the advance ends, and
+//! heard after, it starts an advance of its own. Nothing waits for the next
+//! sweep, and no pass asks Postgres whether more came.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -73,8 +76,9 @@ pub struct WorkflowEngine {
     pool: PgPool,
     queue: Queue,
     opts: WorkflowOptions,
-    /// Runs being advanced by this process.
-    busy: Arc<Mutex<HashSet<String>>>,
+    /// Runs being advanced by this process, each with whether an event
+    /// was heard for it meanwhile (it is advanced again when the advance ends).
+    busy: Arc<Mutex<HashMap<String, bool>>>,
     slots: Arc<Semaphore>,
     /// When the loop means to sweep next; an advance that leaves a run
     /// due sooner rings `sooner`.
@@ -106,11 +110,17 @@ impl WorkflowEngine {
         })
     }
 
-    /// Advances one run now, then again while events arrived for it
-    /// meanwhile. Skipped (`idle`) when this process is advancing it.
+    /// Advances one run now, then again while events were heard for it
+    /// meanwhile. When this process is already advancing it, marks it to be
+    /// advanced again and returns `idle`.
     pub async fn advance_run(&self, run_id: &str) -> Result<Advanced, Error> {
-        if !self.busy.lock().expect("busy set").insert(run_id.to_string()) {
-            return Ok(Advanced { idle: true, ..Default::default() });
+        {
+            let mut busy = self.busy.lock().expect("busy set");
+            if let Some(again) = busy.get_mut(run_id) {
+                *again = true;
+                return Ok(Advanced { idle: true, ..Default::default() });
+            }
+            busy.insert(run_id.to_string(), false);
         }
         let mut total = Advanced { idle: true, ..Default::default() };
         loop {
@@ -132,13 +142,15 @@ impl WorkflowEngine {
                     self.sooner.notify_one();
                 }
             }
-            // Leave the busy set before looking again: a notification
-            // that comes after this spawns its own advance.
-            self.busy.lock().expect("busy set").remove(run_id);
-            if !workflow_engine::has_events(&self.pool, run_id).await?
-                || !self.busy.lock().expect("busy set").insert(run_id.to_string())
-            {
-                return Ok(total);
+            // Again if an event was heard meanwhile; otherwise leave the
+            // busy set, so that one heard after this starts its own advance.
+            let mut busy = self.busy.lock().expect("busy set");
+            match busy.get_mut(run_id) {
+                Some(again) if *again => *again = false,
+                _ => {
+                    busy.remove(run_id);
+                    return Ok(total);
+                }
             }
         }
     }

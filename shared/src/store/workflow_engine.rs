@@ -222,18 +222,9 @@ pub async fn next_wake(pool: &PgPool) -> Result<Option<DateTime<Utc>>, sqlx::Err
     sqlx::query_scalar("SELECT min(wake_at) FROM workflow_runs WHERE wake_at IS NOT NULL").fetch_one(pool).await
 }
 
-/// Whether the run has outbox rows (an event that arrived while this
-/// process held the run: see [`advance`]).
-pub async fn has_events(pool: &PgPool, run_id: &str) -> Result<bool, sqlx::Error> {
-    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM workflow_outbox WHERE workflow_run_id = $1)")
-        .bind(run_id)
-        .fetch_one(pool)
-        .await
-}
-
 /// Advances one run at `now`. Another process holding the run's lock makes
 /// this a no-op (`idle`): that process sees every event committed before
-/// it read, and the caller checks [`has_events`] for the rest.
+/// it read, and hears the notification of every one after.
 pub async fn advance(
     pool: &PgPool,
     queue: &Queue,
@@ -242,16 +233,23 @@ pub async fn advance(
     now: DateTime<Utc>,
 ) -> Result<Advanced, sqlx::Error> {
     let mut tx = pool.begin().await?;
+    // Lock the run and consume its events in one statement: whatever
+    // commits after it leaves a row for the next advance.
     let locked: Option<Locked> = sqlx::query_as(&format!(
-        "SELECT {}, w.version_id AS wf_version_id, w.version AS wf_version, w.max_parallel_steps
-           FROM workflow_runs r LEFT JOIN workflows w ON w.id = r.workflow_id AND w.deleted_at IS NULL
-          WHERE r.id = $1 FOR UPDATE OF r SKIP LOCKED",
+        "WITH r AS (
+            SELECT {}, w.version_id AS wf_version_id, w.version AS wf_version, w.max_parallel_steps
+              FROM workflow_runs r LEFT JOIN workflows w ON w.id = r.workflow_id AND w.deleted_at IS NULL
+             WHERE r.id = $1 FOR UPDATE OF r SKIP LOCKED
+         ), consumed AS (
+            DELETE FROM workflow_outbox WHERE workflow_run_id = $1 AND EXISTS (SELECT 1 FROM r) RETURNING 1
+         )
+         SELECT r.*, (SELECT count(*) FROM consumed) AS consumed FROM r",
         RUN_COLUMNS.split(", ").map(|c| format!("r.{}", c.trim())).collect::<Vec<_>>().join(", ")
     ))
     .bind(run_id)
     .fetch_optional(&mut *tx)
     .await?;
-    let Some(Locked { run, wf_version_id, wf_version, max_parallel_steps }) = locked else {
+    let Some(Locked { run, wf_version_id, wf_version, max_parallel_steps, consumed }) = locked else {
         // Held by another process, or gone: rows of a deleted run go too.
         let gone: bool = sqlx::query_scalar("SELECT NOT EXISTS (SELECT 1 FROM workflow_runs WHERE id = $1)")
             .bind(run_id)
@@ -266,13 +264,6 @@ pub async fn advance(
         }
         return Ok(Advanced { idle: true, ..Default::default() });
     };
-    // Consume the events first: whatever commits after this statement
-    // leaves a row for the next advance.
-    let consumed = sqlx::query("DELETE FROM workflow_outbox WHERE workflow_run_id = $1")
-        .bind(run_id)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
     let due = run.wake_at.is_some_and(|w| w <= now);
     if consumed == 0 && !due {
         return Ok(Advanced { idle: true, ..Default::default() });
@@ -343,6 +334,8 @@ struct Locked {
     wf_version_id: Option<String>,
     wf_version: Option<i32>,
     max_parallel_steps: Option<i32>,
+    /// Outbox rows the advance consumed.
+    consumed: i64,
 }
 
 /// One advance's working state.
