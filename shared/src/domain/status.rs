@@ -65,6 +65,27 @@ impl RunStatus {
     }
 }
 
+/// The terminal run statuses as a SQL list, for statements that pick ended
+/// runs: `concat!("status IN ", run_ended_sql!())`. A macro, so that
+/// `concat!` joins it to a statement's text at compile time; a test holds
+/// it to [`RunStatus::is_terminal`].
+#[macro_export]
+macro_rules! run_ended_sql {
+    () => {
+        "('completed', 'failed', 'timed_out', 'cancelled', 'expired')"
+    };
+}
+
+/// [`RunStatus::ACTIVE`] as a SQL list, like [`run_ended_sql`]. The partial
+/// index of unfinished runs (migrations 0005 and 0019) states the same
+/// text, which lets the planner match a statement's predicate to it.
+#[macro_export]
+macro_rules! run_active_sql {
+    () => {
+        "('pending', 'queued', 'running', 'retrying')"
+    };
+}
+
 /// Display, FromStr, a comparison with `&str` and the sqlx mapping of a
 /// status enum with `ALL` and `as_str`. Stored as text (the column's CHECK
 /// lists the values): a value this build does not know is a decode error,
@@ -175,5 +196,15 @@ mod tests {
         assert!("done".parse::<RunStatus>().is_err());
         let active: Vec<_> = RunStatus::ALL.into_iter().filter(|s| !s.is_terminal()).collect();
         assert_eq!(active, RunStatus::ACTIVE);
+    }
+
+    #[test]
+    fn the_sql_lists_name_the_terminal_and_the_active_statuses() {
+        let list = |f: fn(&RunStatus) -> bool| {
+            let names: Vec<String> = RunStatus::ALL.iter().filter(|s| f(s)).map(|s| format!("'{s}'")).collect();
+            format!("({})", names.join(", "))
+        };
+        assert_eq!(crate::run_ended_sql!(), list(|s| s.is_terminal()));
+        assert_eq!(crate::run_active_sql!(), list(|s| RunStatus::ACTIVE.contains(s)));
     }
 }

@@ -82,6 +82,16 @@ impl WorkflowRunStatus {
 
 crate::stored_as_text!(WorkflowRunStatus, "workflow run status");
 
+/// The terminal workflow run statuses as a SQL list (see
+/// [`crate::run_ended_sql`]); a test holds it to
+/// [`WorkflowRunStatus::is_terminal`].
+#[macro_export]
+macro_rules! workflow_run_ended_sql {
+    () => {
+        "('completed', 'failed', 'cancelled', 'timed_out')"
+    };
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum StepStatus {
     Pending,
@@ -508,6 +518,13 @@ pub fn subtree(steps: &[Step], root: &str) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_sql_list_names_the_terminal_workflow_run_statuses() {
+        let names: Vec<String> =
+            WorkflowRunStatus::ALL.iter().filter(|s| s.is_terminal()).map(|s| format!("'{s}'")).collect();
+        assert_eq!(crate::workflow_run_ended_sql!(), format!("({})", names.join(", ")));
+    }
+
     use super::*;
     use crate::domain::workflow::StepRequest;
 

@@ -30,11 +30,11 @@ const DURATION_MS: &str = "CASE WHEN started_at IS NOT NULL THEN
      LEAST(GREATEST(round(extract(epoch FROM finished_at - started_at) * 1000), 0), 2147483647)::int4 END";
 
 /// The terminal statuses of a job run and of a workflow run.
-const RUN_ENDED: &str = "status IN ('completed', 'failed', 'timed_out', 'cancelled', 'expired')";
+const RUN_ENDED: &str = concat!("status IN ", crate::run_ended_sql!());
 /// The unfinished statuses of a job run, as the partial index of unfinished
 /// runs states them (the planner matches the text).
-const RUN_UNFINISHED: &str = "status IN ('pending', 'queued', 'running', 'retrying')";
-const WORKFLOW_RUN_ENDED: &str = "status IN ('completed', 'failed', 'cancelled', 'timed_out')";
+const RUN_UNFINISHED: &str = concat!("status IN ", crate::run_active_sql!());
+const WORKFLOW_RUN_ENDED: &str = concat!("status IN ", crate::workflow_run_ended_sql!());
 
 /// The longest period of an analytics report, in hours (30 days: the
 /// default retention of runs).

@@ -41,7 +41,7 @@ impl Kind {
             Kind::JobRuns => (
                 "job_runs",
                 "run",
-                "status IN ('completed', 'failed', 'timed_out', 'cancelled', 'expired') AND finished_at < $3",
+                concat!("status IN ", crate::run_ended_sql!(), " AND finished_at < $3"),
                 "id, job_id, status, finished_at",
                 ", attempts AS (DELETE FROM job_run_attempts WHERE run_id IN (SELECT id FROM gone))
                  , events AS (DELETE FROM job_run_events WHERE run_id IN (SELECT id FROM gone))
@@ -55,7 +55,7 @@ impl Kind {
             Kind::WorkflowRuns => (
                 "workflow_runs",
                 "wfr",
-                "status IN ('completed', 'failed', 'cancelled', 'timed_out') AND finished_at < $3",
+                concat!("status IN ", crate::workflow_run_ended_sql!(), " AND finished_at < $3"),
                 "id",
                 "",
             ),

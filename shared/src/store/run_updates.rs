@@ -62,14 +62,16 @@ pub async fn heartbeat(
     progress: Option<f64>,
     message: Option<&str>,
 ) -> Result<Option<RunStatus>, sqlx::Error> {
-    sqlx::query_scalar(
+    sqlx::query_scalar(concat!(
         "WITH beat AS (
             UPDATE job_runs SET heartbeat_at = now(),
                 progress = COALESCE($2, progress), progress_message = COALESCE($3, progress_message)
-            WHERE id = $1 AND status IN ('pending', 'queued', 'running', 'retrying') RETURNING id
+            WHERE id = $1 AND status IN ",
+        crate::run_active_sql!(),
+        " RETURNING id
          )
-         SELECT status FROM job_runs WHERE id = $1",
-    )
+         SELECT status FROM job_runs WHERE id = $1"
+    ))
     .bind(run_id)
     .bind(progress)
     .bind(message)

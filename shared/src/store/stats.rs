@@ -20,7 +20,7 @@ pub struct JobBacklog {
 
 /// Every live job of the project, by id, with its unfinished runs counted.
 pub async fn backlog(pool: &PgPool, project_id: &str) -> Result<Vec<JobBacklog>, sqlx::Error> {
-    sqlx::query_as(
+    sqlx::query_as(concat!(
         "SELECT j.id AS job_id, j.slug, j.name,
                 count(r.id) FILTER (WHERE r.status = 'pending') AS pending,
                 count(r.id) FILTER (WHERE r.status = 'queued') AS queued,
@@ -30,11 +30,13 @@ pub async fn backlog(pool: &PgPool, project_id: &str) -> Result<Vec<JobBacklog>,
                     FILTER (WHERE r.status = 'queued') AS oldest_queued_at
            FROM jobs j
            LEFT JOIN job_runs r ON r.job_id = j.id AND r.project_id = j.project_id
-                AND r.status IN ('pending', 'queued', 'running', 'retrying')
+                AND r.status IN ",
+        crate::run_active_sql!(),
+        "
           WHERE j.project_id = $1 AND j.deleted_at IS NULL
           GROUP BY j.id, j.slug, j.name
-          ORDER BY j.id",
-    )
+          ORDER BY j.id"
+    ))
     .bind(project_id)
     .fetch_all(pool)
     .await

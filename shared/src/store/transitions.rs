@@ -137,10 +137,12 @@ pub async fn cancel_in(conn: &mut PgConnection, ids: &[String], reason: &str) ->
     if ids.is_empty() {
         return Ok(Staged(Vec::new()));
     }
-    let rows: Vec<ChangedRow> = sqlx::query_as(&cancel_sql(
+    let rows: Vec<ChangedRow> = sqlx::query_as(&cancel_sql(concat!(
         "old AS (SELECT id, status FROM job_runs WHERE id = ANY($1)
-                   AND status IN ('pending', 'queued', 'running', 'retrying') FOR UPDATE)",
-    ))
+                   AND status IN ",
+        crate::run_active_sql!(),
+        " FOR UPDATE)"
+    )))
     .bind(ids)
     .bind(reason)
     .fetch_all(conn)
@@ -156,16 +158,18 @@ pub async fn cancel_descendants(pool: &PgPool, parents: &[String], reason: &str)
     if parents.is_empty() {
         return Ok(Vec::new());
     }
-    let rows: Vec<ChangedRow> = sqlx::query_as(&cancel_sql(
+    let rows: Vec<ChangedRow> = sqlx::query_as(&cancel_sql(concat!(
         "RECURSIVE tree (id, depth) AS (
             SELECT id, 1 FROM job_runs WHERE parent_run_id = ANY($1)
             UNION ALL
             SELECT r.id, t.depth + 1 FROM job_runs r JOIN tree t ON r.parent_run_id = t.id WHERE t.depth < $3
          ), old AS (
             SELECT r.id, r.status FROM job_runs r WHERE r.id IN (SELECT id FROM tree)
-              AND r.status IN ('pending', 'queued', 'running', 'retrying') FOR UPDATE OF r
-         )",
-    ))
+              AND r.status IN ",
+        crate::run_active_sql!(),
+        " FOR UPDATE OF r
+         )"
+    )))
     .bind(parents)
     .bind(format!("{reason} (with its parent run)"))
     .bind(MAX_LINEAGE_DEPTH)
@@ -181,12 +185,14 @@ pub async fn cancel_descendants(pool: &PgPool, parents: &[String], reason: &str)
 /// Cancels every unfinished run of the job `job_id`, in the caller's
 /// transaction (the job's deletion).
 pub async fn cancel_job_runs(conn: &mut PgConnection, job_id: &str, reason: &str) -> Result<Staged, sqlx::Error> {
-    let rows: Vec<ChangedRow> = sqlx::query_as(&cancel_sql(
+    let rows: Vec<ChangedRow> = sqlx::query_as(&cancel_sql(concat!(
         "old AS (
             SELECT id, status FROM job_runs
-            WHERE job_id = $1 AND status IN ('pending', 'queued', 'running', 'retrying') FOR UPDATE
-         )",
-    ))
+            WHERE job_id = $1 AND status IN ",
+        crate::run_active_sql!(),
+        " FOR UPDATE
+         )"
+    )))
     .bind(job_id)
     .bind(reason)
     .fetch_all(conn)
@@ -231,7 +237,7 @@ pub async fn restart(
                 next_retry_at = NULL, execution_trace = NULL, progress = NULL, progress_message = NULL,
                 async_accepted_at = NULL, scheduled_at = NULL, expires_at = NULL, resource_class = $2
             FROM old WHERE r.id = old.id
-                AND old.status IN ('completed', 'failed', 'timed_out', 'cancelled', 'expired')
+                AND old.status IN {ended}
             RETURNING r.*, old.status AS from_status, old.finished_at AS from_finished_at
          ), totals AS (
             UPDATE job_run_totals t SET n = t.n - 1 FROM u
@@ -246,7 +252,8 @@ pub async fn restart(
          ), o AS (
             DELETE FROM job_run_outputs WHERE run_id IN (SELECT id FROM u)
          )
-         SELECT {RUN_COLUMNS}, from_status FROM u"
+         SELECT {RUN_COLUMNS}, from_status FROM u",
+        ended = crate::run_ended_sql!()
     ))
     .bind(run_id)
     .bind(resource_class)
