@@ -103,6 +103,10 @@ async fn subscriptions_get_exactly_the_events_they_name_for_their_project_only()
     let got = listener.wait_count(3, T).await;
     let wfe = got.iter().find(|r| r.body["event_type"] == "workflow_run.completed").expect("workflow_run.completed");
     assert_eq!(wfe.body["data"]["workflow_run_id"], wr["id"]);
+    assert_eq!(wfe.body["data"]["workflow_id"], wf["id"]);
+    assert_eq!((&wfe.body["data"]["status"], &wfe.body["data"]["error"]), (&json!("completed"), &Value::Null));
+    assert_eq!(wfe.body["project_id"], json!(project));
+    assert!(wfe.body["occurred_at"].as_str().is_some_and(|t| t.ends_with('Z')), "{}", wfe.body);
     assert!(wfe.path.ends_with("-failed"), "the subscription that names it");
 
     // Subscription management: change, list, delete, refuse what is wrong.
