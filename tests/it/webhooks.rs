@@ -211,7 +211,10 @@ async fn a_delivery_claimed_by_a_dead_sender_still_arrives_and_job_run_webhooks_
     let claimed = deliveries::claim_due(&env.pool, 10, Duration::from_secs(1)).await.unwrap();
     assert_eq!(claimed.len(), 1);
     assert!(deliveries::claim_due(&env.pool, 10, Duration::from_secs(1)).await.unwrap().is_empty(), "held");
+    assert_eq!(deliveries::next_due(&env.pool).await.unwrap(), None, "a held delivery is not waited for");
     tokio::time::sleep(Duration::from_millis(1100)).await;
+    let due = deliveries::next_due(&env.pool).await.unwrap().expect("the lapsed claim is due");
+    assert!(due <= chrono::Utc::now(), "{due}");
     env.spawn_scheduler();
     let reqs = target.wait_count(2, T).await;
     let hooks: Vec<_> = reqs.iter().filter(|r| r.path.ends_with("-done")).collect();

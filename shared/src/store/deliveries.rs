@@ -225,13 +225,18 @@ pub async fn record_attempts(pool: &PgPool, items: &[(&Delivery, Attempt)]) -> R
     Ok(retries)
 }
 
-/// When the next delivery falls due (None: none waits).
+/// When the next delivery that no sender holds falls due (None: none
+/// waits). It reads the due index in order, past the deliveries in flight,
+/// and stops at the first: not every waiting delivery, which under a
+/// backlog is thousands per pass. A claim that lapses (its sender died)
+/// is not waited for: the sender's longest sleep bounds how late it goes.
 pub async fn next_due(pool: &PgPool) -> Result<Option<DateTime<Utc>>, sqlx::Error> {
     sqlx::query_scalar(
-        "SELECT min(greatest(next_retry_at, coalesce(claimed_until, next_retry_at)))
-           FROM webhook_deliveries WHERE status IN ('pending', 'failed')",
+        "SELECT next_retry_at FROM webhook_deliveries
+          WHERE status IN ('pending', 'failed') AND (claimed_until IS NULL OR claimed_until < now())
+          ORDER BY next_retry_at LIMIT 1",
     )
-    .fetch_one(pool)
+    .fetch_optional(pool)
     .await
 }
 
