@@ -290,10 +290,7 @@ impl Report {
                 "    rate   offered  runs   trigger→target request       trigger→terminal committed   box %"
             );
             for l in &self.latency {
-                let mut note = String::new();
-                if let Some(s) = l.overloaded_after_s {
-                    note += &format!("   OVERLOADED: load stopped after {s} s (target {MAX_BACKLOG_NOTE})");
-                }
+                let mut note = load_note(l.overloaded_after_s, false);
                 if l.missing_target + l.missing_terminal > 0 {
                     note += &format!("   missing: {} at target, {} terminal", l.missing_target, l.missing_terminal);
                 }
@@ -605,16 +602,31 @@ fn fan_table(o: &mut String, title: &str, f: &Fan) {
     let _ = writeln!(o, "      CPU s over the run(s): {}   (box busy {:.0} %)", cpu.join(", "), f.usage.box_busy_pct);
 }
 
+/// What an open loop's figures stand on: it stopped early, or did not settle.
+fn load_note(overloaded_after_s: Option<f64>, timed_out: bool) -> String {
+    let mut note = String::new();
+    if let Some(s) = overloaded_after_s {
+        note += &format!("   OVERLOADED: load stopped after {s} s (target {MAX_BACKLOG_NOTE})");
+    }
+    if timed_out {
+        note += "   TIMED OUT";
+    }
+    note
+}
+
+/// CPU µs per run of the system's processes and in all.
+fn cpu_list(cpu_us_per_run: &BTreeMap<String, f64>) -> String {
+    let cpu: Vec<String> = ["api", "worker", "scheduler", "postgres", "redis", "total"]
+        .iter()
+        .filter_map(|k| cpu_us_per_run.get(*k).map(|v| format!("{k} {v:.0}")))
+        .collect();
+    cpu.join(", ")
+}
+
 fn workflows_table(o: &mut String, w: &Workflows) {
     let _ = writeln!(o, "\n(w) workflow runs, every step a job step calling the target (ms p50 / p95 / p99 / max)");
     if let Some(c) = &w.chain {
-        let mut note = String::new();
-        if let Some(s) = c.overloaded_after_s {
-            note += &format!("   OVERLOADED: load stopped after {s} s (target {MAX_BACKLOG_NOTE})");
-        }
-        if c.timed_out {
-            note += "   TIMED OUT";
-        }
+        let note = load_note(c.overloaded_after_s, c.timed_out);
         let _ = writeln!(
             o,
             "    chain a → b → c at {} runs/s (offered {:.0}/s), {} runs measured after {} warm-up{note}",
@@ -627,11 +639,7 @@ fn workflows_table(o: &mut String, w: &Workflows) {
         let _ = writeln!(o, "        end → engine pass that starts next {}", c.end_to_pass_ms);
         let _ = writeln!(o, "        that pass → next request           {}", c.pass_to_request_ms);
         let _ = writeln!(o, "      box busy                             {:>8.1} %", c.box_busy_pct);
-        let cpu: Vec<String> = ["api", "worker", "scheduler", "postgres", "redis", "total"]
-            .iter()
-            .filter_map(|k| c.cpu_us_per_run.get(*k).map(|v| format!("{k} {v:.0}")))
-            .collect();
-        let _ = writeln!(o, "      CPU µs per workflow run              {}", cpu.join(", "));
+        let _ = writeln!(o, "      CPU µs per workflow run              {}", cpu_list(&c.cpu_us_per_run));
         let _ = writeln!(
             o,
             "      Postgres per workflow run (cluster)  {:.2} write transactions, {:.0} WAL bytes",
@@ -639,19 +647,9 @@ fn workflows_table(o: &mut String, w: &Workflows) {
         );
     }
     if let Some(p) = &w.plain {
-        let mut note = String::new();
-        if let Some(s) = p.overloaded_after_s {
-            note += &format!("   OVERLOADED: load stopped after {s} s");
-        }
-        if p.timed_out {
-            note += "   TIMED OUT";
-        }
-        let cpu: Vec<String> = ["api", "worker", "scheduler", "postgres", "redis", "total"]
-            .iter()
-            .filter_map(|k| p.cpu_us_per_run.get(*k).map(|v| format!("{k} {v:.0}")))
-            .collect();
+        let note = load_note(p.overloaded_after_s, p.timed_out);
         let _ = writeln!(o, "    plain runs at the chain's {} job runs/s, {} runs{note}", p.rate, p.runs);
-        let _ = writeln!(o, "      CPU µs per run                       {}", cpu.join(", "));
+        let _ = writeln!(o, "      CPU µs per run                       {}", cpu_list(&p.cpu_us_per_run));
     }
     if let Some(f) = &w.fan {
         fan_table(o, "fan-out/fan-in", f);
