@@ -7,10 +7,8 @@
 //!   NOTIFY that a trigger installed in the bench database sends when a run
 //!   gets its `finished_at` (Postgres delivers it at commit).
 //!
-//! A rate the system cannot sustain would only grow a backlog for the rest
-//! of the window (and delay the next phase while it drains), so the phase
-//! stops offering load once the target lags the triggers by more than
-//! [`MAX_BACKLOG`] of work, and says so.
+//! A rate the system cannot sustain stops early and says so
+//! ([`open_loop`](super::open_loop)).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -18,19 +16,16 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use sqlx::postgres::PgListener;
-use tokio::task::JoinSet;
 
 use super::check::{self, Calls, Check};
 use super::client::Sent;
-use super::cpu::BoxTicks;
+use super::open_loop::{offer, Offered};
 use super::settle::settle;
 use super::stalls::{Sampler, StallReport};
 use super::stats::{summarize, Summary};
 use super::system::System;
 
 const CHANNEL: &str = "sybench_done";
-/// How far the target may lag the triggers, in seconds of offered load.
-const MAX_BACKLOG: f64 = 2.0;
 
 /// Terminal-state notifications: run id → instant received.
 pub struct Notices {
@@ -92,7 +87,7 @@ pub struct Latency {
     /// Measured runs without a target request / a terminal notice.
     pub missing_target: usize,
     pub missing_terminal: usize,
-    /// Seconds into the phase when the backlog passed [`MAX_BACKLOG`] and
+    /// Seconds into the phase when the backlog passed [`MAX_BACKLOG`](super::open_loop::MAX_BACKLOG) and
     /// the load stopped; `None` when the rate was sustained.
     pub overloaded_after_s: Option<f64>,
     pub timed_out: bool,
@@ -138,13 +133,6 @@ fn stages(runs: &[[Duration; 3]]) -> Stages {
     }
 }
 
-struct Sample {
-    index: usize,
-    sent_at: Instant,
-    sent: Sent,
-    took: Duration,
-}
-
 pub async fn run(
     sys: &System,
     notices: &Notices,
@@ -153,55 +141,19 @@ pub async fn run(
     warmup: Duration,
     measured: Duration,
 ) -> anyhow::Result<Latency> {
-    let api = sys.api().clone();
-    let url: Arc<str> = api.trigger_url(job).into();
+    let url: Arc<str> = sys.api().trigger_url(job).into();
     let per_s = f64::from(rate);
     let warm_n = (per_s * warmup.as_secs_f64()) as usize;
     let total = warm_n + (per_s * measured.as_secs_f64()) as usize;
     let hits0 = sys.target().count();
-    let mut tasks = JoinSet::new();
-    let mut samples = Vec::with_capacity(total);
     let sampler = Sampler::start(sys).await;
-    let start = Instant::now();
-    let mut measure_from: Option<BoxTicks> = None;
-    let mut issued = 0;
-    let mut overloaded_after_s = None;
-    while issued < total {
-        let backlog = issued.saturating_sub(sys.target().count() - hits0);
-        if backlog as f64 > per_s * MAX_BACKLOG {
-            overloaded_after_s = Some((start.elapsed().as_secs_f64() * 10.0).round() / 10.0);
-            break;
-        }
-        let due = ((start.elapsed().as_secs_f64() * per_s) as usize).min(total);
-        while issued < due {
-            if issued == warm_n {
-                measure_from = Some(BoxTicks::read());
-            }
-            let (api, url, index) = (api.clone(), url.clone(), issued);
-            tasks.spawn(async move {
-                let sent_at = Instant::now();
-                let sent = api.trigger(&url).await;
-                Sample { index, sent_at, sent, took: sent_at.elapsed() }
-            });
-            issued += 1;
-        }
-        while let Some(done) = tasks.try_join_next() {
-            samples.push(done?);
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    let offered_per_s = issued as f64 / start.elapsed().as_secs_f64().max(1e-3);
-    let busy = measure_from.map(|t| t.busy_pct(&BoxTicks::read())).unwrap_or(0.0);
-    while let Some(done) = tasks.join_next().await {
-        samples.push(done?);
-    }
+    let Offered { samples, offered_per_s, busy, overloaded_after_s } = offer(sys, url, per_s, warm_n, total, 1).await?;
     let spans: Vec<(Instant, Duration)> = samples.iter().map(|s| (s.sent_at, s.took)).collect();
     let stalls = sampler.finish(sys, &spans).await;
 
     let mut calls = Calls::default();
     let mut measured_runs: Vec<(String, Instant, Duration)> = Vec::new();
     let mut trigger_lat = Vec::new();
-    samples.sort_by_key(|s| s.index);
     for s in samples {
         if s.index >= warm_n {
             trigger_lat.push(s.took);

@@ -9,6 +9,7 @@
 //! - [`client`]: the API calls of the load generator.
 //! - [`cpu`], [`meter`]: CPU time from /proc, per part of the system.
 //! - [`settle`]: waiting for a phase's runs to end. [`check`]: their correctness.
+//! - [`open_loop`]: triggers at a fixed rate, for (b) and (w).
 //! - Phases: [`throughput`] (a, g), [`latency`] (b), [`bulk`] (c),
 //!   [`queue_depth`] (d, e), [`idle`] (f), [`workflows`] (w), [`notify`] (n),
 //!   [`retention`] (r), [`reports`] (y).
@@ -24,6 +25,7 @@ mod idle;
 mod latency;
 mod meter;
 mod notify;
+mod open_loop;
 mod opts;
 mod partitions;
 mod pg_tables;

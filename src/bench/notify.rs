@@ -176,7 +176,7 @@ async fn job_run_rows_left(sys: &System, job: &str) -> anyhow::Result<i64> {
 }
 
 /// Checks the notifications of the accepted runs; the latencies of each kind.
-/// Without `subscription`, any subscription event counts as one too many.
+/// Unless `subscribed`, any subscription event counts as one too many.
 fn tally(
     notices: &[Notice],
     accepted: &HashSet<&str>,

@@ -11,6 +11,7 @@ use super::check::Check;
 use super::idle::Idle;
 use super::latency::Latency;
 use super::notify::Notify;
+use super::open_loop::MAX_BACKLOG;
 use super::partitions::PartitionFigures;
 use super::pg_tables::PerRun;
 use super::queue_depth::QueueFigures;
@@ -22,7 +23,6 @@ use super::workflows::{Fan, Goal, Workflows};
 
 /// Bumped when a field of the BENCH line changes meaning.
 const SCHEMA: u32 = 1;
-const MAX_BACKLOG_NOTE: &str = "lagged the triggers by over 2 s of load";
 
 #[derive(Debug, Default, Serialize)]
 pub struct LogSummary {
@@ -165,6 +165,9 @@ impl Report {
             all.merge(&m.check);
         }
         self.target_unreadable = sys.target().unreadable();
+        if let Some(p) = self.workflows.as_ref().and_then(|w| w.plain.as_ref()) {
+            all.merge(&p.check);
+        }
         let workflows_ok = self.workflows.as_ref().is_none_or(|w| w.check().ok());
         let notify_ok = self.notify.iter().all(Notify::ok);
         for n in &self.notify {
@@ -606,7 +609,9 @@ fn fan_table(o: &mut String, title: &str, f: &Fan) {
 fn load_note(overloaded_after_s: Option<f64>, timed_out: bool) -> String {
     let mut note = String::new();
     if let Some(s) = overloaded_after_s {
-        note += &format!("   OVERLOADED: load stopped after {s} s (target {MAX_BACKLOG_NOTE})");
+        note += &format!(
+            "   OVERLOADED: load stopped after {s} s (target lagged the triggers by over {MAX_BACKLOG} s of load)"
+        );
     }
     if timed_out {
         note += "   TIMED OUT";

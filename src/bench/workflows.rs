@@ -36,19 +36,16 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::{json, Value};
-use tokio::task::JoinSet;
 
-use super::check::Calls;
+use super::check::{self, Calls, Check};
 use super::client::Sent;
-use super::cpu::BoxTicks;
 use super::meter::{ours, Meter, Usage};
+use super::open_loop::{offer, Offered};
 use super::opts::Opts;
 use super::stats::{summarize, Summary};
 use super::system::System;
 use super::target::StepHit;
 
-/// How far the target may lag the chain's triggers, in seconds of offered load.
-const MAX_BACKLOG: f64 = 2.0;
 /// A part gives up when neither the target nor the workflow runs moved for this long.
 const STALL: Duration = Duration::from_secs(20);
 /// The step-to-step p99 the chain must stay under at 100 workflow runs/s.
@@ -56,6 +53,8 @@ pub const STEP_TO_STEP_P99_MS: f64 = 15.0;
 pub const STEP_TO_STEP_RATE: u32 = 100;
 /// The most a workflow step may cost against a plain run at the same rate.
 pub const STEP_COST_RATIO: f64 = 1.3;
+/// Steps of the chain `a → b → c`: job runs, and requests, per workflow run.
+const CHAIN_STEPS: usize = 3;
 
 /// Correctness of a part's workflow runs.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -136,7 +135,7 @@ pub struct Chain {
     /// run, over the same window.
     pub pg_write_xacts_per_run: f64,
     pub pg_wal_bytes_per_run: f64,
-    /// Seconds into the part when the target lagged by over [`MAX_BACKLOG`]
+    /// Seconds into the part when the target lagged by over [`MAX_BACKLOG`](super::open_loop::MAX_BACKLOG)
     /// of load and the triggers stopped; `None` when the rate was sustained.
     pub overloaded_after_s: Option<f64>,
     pub timed_out: bool,
@@ -146,12 +145,14 @@ pub struct Chain {
 /// The chain's yardstick (see [`plain_at_chain_rate`]).
 #[derive(Debug, Serialize)]
 pub struct Plain {
-    /// Runs/s offered: three times the chain's workflow runs/s.
+    /// Runs/s offered: the chain's workflow runs/s times its steps.
     pub rate: u32,
     pub runs: usize,
     pub cpu_us_per_run: BTreeMap<String, f64>,
     pub overloaded_after_s: Option<f64>,
     pub timed_out: bool,
+    /// Every run reached the target once and completed.
+    pub check: Check,
 }
 
 /// One fan run, its times in ms.
@@ -242,16 +243,21 @@ impl Workflows {
             });
         }
         if let (Some(c), Some(p)) = (&self.chain, &self.plain) {
-            let (step, plain) = (ours(&c.cpu_us_per_run) / 3.0, ours(&p.cpu_us_per_run));
+            let (step, plain) = (ours(&c.cpu_us_per_run) / CHAIN_STEPS as f64, ours(&p.cpu_us_per_run));
             if step > 0.0 && plain > 0.0 {
                 let ratio = step / plain;
-                let sustained = c.overloaded_after_s.is_none() && p.overloaded_after_s.is_none();
+                // Both loops held their rate, ended, and the yardstick's runs are sound.
+                let sustained = c.overloaded_after_s.is_none()
+                    && p.overloaded_after_s.is_none()
+                    && !c.timed_out
+                    && !p.timed_out
+                    && p.check.ok();
                 out.push(Goal {
                     name: format!("a workflow step costs ≤ {STEP_COST_RATIO}× a plain run at the same rate"),
                     got: format!(
                         "{ratio:.2}× ({step:.0} against {plain:.0} µs at {} job runs/s, the system's processes){}",
                         p.rate,
-                        if sustained { "" } else { " (rate not sustained)" }
+                        if sustained { "" } else { " (a loop did not hold its rate, settle or check out)" }
                     ),
                     met: sustained && ratio <= STEP_COST_RATIO,
                 });
@@ -439,75 +445,6 @@ async fn settle(sys: &System, workflow: &str, expected: usize, deadline: Instant
     }
 }
 
-struct Sample {
-    index: usize,
-    wall: DateTime<Utc>,
-    sent: Sent,
-    took: Duration,
-}
-
-/// What an open loop of triggers offered.
-struct Offered {
-    samples: Vec<Sample>,
-    offered_per_s: f64,
-    /// Box busy % over the measured part.
-    busy: f64,
-    overloaded_after_s: Option<f64>,
-}
-
-/// Triggers `url` at `per_s` (every ~1 ms, as many as are due, whatever the
-/// answers), `warm_n` then the rest of `total`, and stops early when the
-/// target lags by over [`MAX_BACKLOG`] of load (`hits_per_trigger`
-/// requests each).
-async fn offer(
-    sys: &System,
-    url: Arc<str>,
-    per_s: f64,
-    warm_n: usize,
-    total: usize,
-    hits_per_trigger: usize,
-) -> anyhow::Result<Offered> {
-    let api = sys.api().clone();
-    let hits0 = sys.target().count();
-    let mut tasks = JoinSet::new();
-    let mut samples = Vec::with_capacity(total);
-    let start = Instant::now();
-    let mut measure_from: Option<BoxTicks> = None;
-    let mut issued = 0;
-    let mut overloaded_after_s = None;
-    while issued < total {
-        let backlog = (issued * hits_per_trigger).saturating_sub(sys.target().count() - hits0);
-        if backlog as f64 > per_s * hits_per_trigger as f64 * MAX_BACKLOG {
-            overloaded_after_s = Some((start.elapsed().as_secs_f64() * 10.0).round() / 10.0);
-            break;
-        }
-        let due = ((start.elapsed().as_secs_f64() * per_s) as usize).min(total);
-        while issued < due {
-            if issued == warm_n {
-                measure_from = Some(BoxTicks::read());
-            }
-            let (api, url, index) = (api.clone(), url.clone(), issued);
-            tasks.spawn(async move {
-                let (sent_at, wall) = (Instant::now(), Utc::now());
-                let sent = api.trigger(&url).await;
-                Sample { index, wall, sent, took: sent_at.elapsed() }
-            });
-            issued += 1;
-        }
-        while let Some(done) = tasks.try_join_next() {
-            samples.push(done?);
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    let offered_per_s = issued as f64 / start.elapsed().as_secs_f64().max(1e-3);
-    let busy = measure_from.map(|t| t.busy_pct(&BoxTicks::read())).unwrap_or(0.0);
-    while let Some(done) = tasks.join_next().await {
-        samples.push(done?);
-    }
-    samples.sort_by_key(|s| s.index);
-    Ok(Offered { samples, offered_per_s, busy, overloaded_after_s })
-}
-
 /// The chain's yardstick: plain runs of the same job at the chain's rate
 /// of job runs (three per workflow run), as many as the chain has steps,
 /// with CPU measured the same way. A plain run at this rate is not the
@@ -515,7 +452,7 @@ async fn offer(
 /// a step does.
 pub async fn plain_at_chain_rate(sys: &System, meter: &Meter, job: &str, opts: &Opts) -> anyhow::Result<Plain> {
     let api = sys.api().clone();
-    let per_s = f64::from(opts.wf_rate) * 3.0;
+    let per_s = f64::from(opts.wf_rate) * CHAIN_STEPS as f64;
     let warm_n = (per_s * opts.rate_warmup().as_secs_f64()) as usize;
     let total = warm_n + (per_s * opts.wf_secs as f64) as usize;
     let hits0 = sys.target().count();
@@ -534,6 +471,7 @@ pub async fn plain_at_chain_rate(sys: &System, meter: &Meter, job: &str, opts: &
         cpu_us_per_run: usage.per_run_us(n),
         overloaded_after_s: o.overloaded_after_s,
         timed_out: settled.timed_out,
+        check: check::check(sys, job, &calls).await?,
     })
 }
 
@@ -548,8 +486,8 @@ pub async fn chain(sys: &System, meter: &Meter, project: &str, job: &str, opts: 
     let warm_n = (per_s * opts.rate_warmup().as_secs_f64()) as usize;
     let total = warm_n + (per_s * opts.wf_secs as f64) as usize;
     let before = meter.snapshot(sys).await;
-    // Three requests per run.
-    let Offered { samples, offered_per_s, busy, overloaded_after_s } = offer(sys, url, per_s, warm_n, total, 3).await?;
+    let Offered { samples, offered_per_s, busy, overloaded_after_s } =
+        offer(sys, url, per_s, warm_n, total, CHAIN_STEPS).await?;
     let mut calls = Calls::default();
     let mut measured: Vec<(String, DateTime<Utc>)> = Vec::new();
     let mut trigger_lat = Vec::new();
@@ -776,6 +714,7 @@ mod tests {
             cpu_us_per_run: cpu(&[("api", 100.0), ("worker", 100.0), ("postgres", 300.0), ("target", 900.0)]),
             overloaded_after_s,
             timed_out: false,
+            check: Check::default(),
         };
         let goal = |chain_pg: f64, p: Plain| {
             let c = Chain {
@@ -789,6 +728,7 @@ mod tests {
         assert!(goal(1050.0, plain(None)).met);
         assert!(!goal(1060.0, plain(None)).met);
         assert!(!goal(900.0, plain(Some(3.0))).met, "an overloaded yardstick does not count");
+        assert!(!goal(900.0, Plain { timed_out: true, ..plain(None) }).met, "nor one that did not settle");
     }
 
     #[test]
