@@ -4,11 +4,12 @@
 //! Every new delivery notifies the Postgres channel `switchyard_deliveries`
 //! at commit, so the sender wakes at once; otherwise it sleeps until the
 //! next delivery falls due (a retry's `next_retry_at`), at most
-//! `max_sleep`, which also bounds how late a lapsed claim is taken up. A pass claims up to `batch_size` due deliveries for
-//! `hold` (`FOR UPDATE SKIP LOCKED`: any number of schedulers share the
-//! work, none sends what another holds) and sends up to `parallel` at
-//! once. A process killed mid-send leaves its claims to lapse: the
-//! deliveries go out again with the same `X-Svc-Delivery-Id`.
+//! `max_sleep`, which also bounds how late a lapsed claim is taken up. A
+//! pass claims up to `batch_size` due deliveries for `hold` (`FOR UPDATE
+//! SKIP LOCKED`: any number of schedulers share the work, none sends what
+//! another holds) and sends up to `parallel` at once. A process killed
+//! mid-send leaves its claims to lapse: the deliveries go out again with
+//! the same `X-Svc-Delivery-Id`.
 
 use std::sync::Arc;
 use std::time::Duration;

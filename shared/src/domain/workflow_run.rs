@@ -518,15 +518,15 @@ pub fn subtree(steps: &[Step], root: &str) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use crate::domain::workflow::StepRequest;
+
     #[test]
     fn the_sql_list_names_the_terminal_workflow_run_statuses() {
         let names: Vec<String> =
             WorkflowRunStatus::ALL.iter().filter(|s| s.is_terminal()).map(|s| format!("'{s}'")).collect();
         assert_eq!(crate::workflow_run_ended_sql!(), format!("({})", names.join(", ")));
     }
-
-    use super::*;
-    use crate::domain::workflow::StepRequest;
 
     fn step(r: &str, deps: &[&str]) -> Step {
         Step {
