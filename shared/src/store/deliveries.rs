@@ -6,6 +6,7 @@
 //! and records each pass's attempts ([`record_attempts`]). Each kind keeps its own
 //! rules ([`Kind`]).
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -95,15 +96,24 @@ pub struct Claimed {
     pub secret: Option<String>,
 }
 
-/// Claims up to `limit` due deliveries for `hold`: nobody else sends them
-/// until then (a sender that dies leaves them to the next after that).
-pub async fn claim_due(pool: &PgPool, limit: i64, hold: Duration) -> Result<Vec<Claimed>, sqlx::Error> {
-    let cols = COLUMNS.split(", ").map(|c| format!("d.{}", c.trim())).collect::<Vec<_>>().join(", ");
-    sqlx::query_as(&format!(
-        "WITH c AS (
+/// The deliveries waiting for an attempt that no sender holds, for
+/// [`claim_due`] and [`next_due`]. The status list is the due index's
+/// predicate (migration 0011), which lets the planner read that index.
+macro_rules! unclaimed_sql {
+    () => {
+        "status IN ('pending', 'failed') AND (claimed_until IS NULL OR claimed_until < now())"
+    };
+}
+
+/// [`claim_due`]'s statement, built once.
+static CLAIM_DUE_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        concat!(
+            "WITH c AS (
             SELECT id FROM webhook_deliveries
-             WHERE status IN ('pending', 'failed') AND next_retry_at <= now()
-               AND (claimed_until IS NULL OR claimed_until < now())
+             WHERE ",
+            unclaimed_sql!(),
+            " AND next_retry_at <= now()
              ORDER BY next_retry_at LIMIT $1 FOR UPDATE SKIP LOCKED
          ), d AS (
             UPDATE webhook_deliveries d SET claimed_until = now() + make_interval(secs => $2)
@@ -114,11 +124,15 @@ pub async fn claim_due(pool: &PgPool, limit: i64, hold: Duration) -> Result<Vec<
                             WHEN 'subscription' THEN (SELECT s.secret FROM webhook_subscriptions s WHERE s.id = d.subscription_id)
                 END AS secret
            FROM d"
-    ))
-    .bind(limit)
-    .bind(hold.as_secs_f64())
-    .fetch_all(pool)
-    .await
+        ),
+        cols = COLUMNS.split(", ").map(|c| format!("d.{}", c.trim())).collect::<Vec<_>>().join(", ")
+    )
+});
+
+/// Claims up to `limit` due deliveries for `hold`: nobody else sends them
+/// until then (a sender that dies leaves them to the next after that).
+pub async fn claim_due(pool: &PgPool, limit: i64, hold: Duration) -> Result<Vec<Claimed>, sqlx::Error> {
+    sqlx::query_as(&CLAIM_DUE_SQL).bind(limit).bind(hold.as_secs_f64()).fetch_all(pool).await
 }
 
 /// The CTE `dlv` that writes the deliveries of the runs `source` ended
@@ -231,11 +245,11 @@ pub async fn record_attempts(pool: &PgPool, items: &[(&Delivery, Attempt)]) -> R
 /// backlog is thousands per pass. A claim that lapses (its sender died)
 /// is not waited for: the sender's longest sleep bounds how late it goes.
 pub async fn next_due(pool: &PgPool) -> Result<Option<DateTime<Utc>>, sqlx::Error> {
-    sqlx::query_scalar(
-        "SELECT next_retry_at FROM webhook_deliveries
-          WHERE status IN ('pending', 'failed') AND (claimed_until IS NULL OR claimed_until < now())
-          ORDER BY next_retry_at LIMIT 1",
-    )
+    sqlx::query_scalar(concat!(
+        "SELECT next_retry_at FROM webhook_deliveries WHERE ",
+        unclaimed_sql!(),
+        " ORDER BY next_retry_at LIMIT 1"
+    ))
     .fetch_optional(pool)
     .await
 }
