@@ -143,11 +143,10 @@ pub async fn run(
 ) -> anyhow::Result<Latency> {
     let url: Arc<str> = sys.api().trigger_url(job).into();
     let per_s = f64::from(rate);
-    let warm_n = (per_s * warmup.as_secs_f64()) as usize;
-    let total = warm_n + (per_s * measured.as_secs_f64()) as usize;
     let hits0 = sys.target().count();
     let sampler = Sampler::start(sys).await;
-    let Offered { samples, offered_per_s, busy, overloaded_after_s } = offer(sys, url, per_s, warm_n, total, 1).await?;
+    let Offered { samples, warm_n, offered_per_s, busy, overloaded_after_s } =
+        offer(sys, url, per_s, warmup, measured, 1).await?;
     let spans: Vec<(Instant, Duration)> = samples.iter().map(|s| (s.sent_at, s.took)).collect();
     let stalls = sampler.finish(sys, &spans).await;
 

@@ -33,6 +33,8 @@ pub struct Sample {
 pub struct Offered {
     /// Every call, in schedule order.
     pub samples: Vec<Sample>,
+    /// How many of them were the warm-up.
+    pub warm_n: usize,
     pub offered_per_s: f64,
     /// Box busy % over the measured part (after the warm-up).
     pub busy: f64,
@@ -40,16 +42,18 @@ pub struct Offered {
     pub overloaded_after_s: Option<f64>,
 }
 
-/// Triggers `url` at `per_s`, `warm_n` then the rest of `total`; each
+/// Triggers `url` at `per_s` for `warmup`, then for `measured`; each
 /// trigger makes `hits_per_trigger` requests at the target.
 pub async fn offer(
     sys: &System,
     url: Arc<str>,
     per_s: f64,
-    warm_n: usize,
-    total: usize,
+    warmup: Duration,
+    measured: Duration,
     hits_per_trigger: usize,
 ) -> anyhow::Result<Offered> {
+    let warm_n = (per_s * warmup.as_secs_f64()) as usize;
+    let total = warm_n + (per_s * measured.as_secs_f64()) as usize;
     let api = sys.api().clone();
     let hits0 = sys.target().count();
     let mut tasks = JoinSet::new();
@@ -88,5 +92,5 @@ pub async fn offer(
         samples.push(done?);
     }
     samples.sort_by_key(|s| s.index);
-    Ok(Offered { samples, offered_per_s, busy, overloaded_after_s })
+    Ok(Offered { samples, warm_n, offered_per_s, busy, overloaded_after_s })
 }

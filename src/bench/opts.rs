@@ -207,4 +207,9 @@ impl Opts {
     pub fn rate_warmup(&self) -> Duration {
         Duration::from_secs(self.rate_warmup_secs)
     }
+
+    /// The measured part of phase (w)'s open loops.
+    pub fn wf_measured(&self) -> Duration {
+        Duration::from_secs(self.wf_secs)
+    }
 }

@@ -453,11 +453,9 @@ async fn settle(sys: &System, workflow: &str, expected: usize, deadline: Instant
 pub async fn plain_at_chain_rate(sys: &System, meter: &Meter, job: &str, opts: &Opts) -> anyhow::Result<Plain> {
     let api = sys.api().clone();
     let per_s = f64::from(opts.wf_rate) * CHAIN_STEPS as f64;
-    let warm_n = (per_s * opts.rate_warmup().as_secs_f64()) as usize;
-    let total = warm_n + (per_s * opts.wf_secs as f64) as usize;
     let hits0 = sys.target().count();
     let before = meter.snapshot(sys).await;
-    let o = offer(sys, api.trigger_url(job).into(), per_s, warm_n, total, 1).await?;
+    let o = offer(sys, api.trigger_url(job).into(), per_s, opts.rate_warmup(), opts.wf_measured(), 1).await?;
     let mut calls = Calls::default();
     for s in o.samples {
         calls.record(s.sent);
@@ -483,11 +481,9 @@ pub async fn chain(sys: &System, meter: &Meter, project: &str, job: &str, opts: 
     let url: Arc<str> = api.workflow_trigger_url(&wf).into();
     let rate = opts.wf_rate;
     let per_s = f64::from(rate);
-    let warm_n = (per_s * opts.rate_warmup().as_secs_f64()) as usize;
-    let total = warm_n + (per_s * opts.wf_secs as f64) as usize;
     let before = meter.snapshot(sys).await;
-    let Offered { samples, offered_per_s, busy, overloaded_after_s } =
-        offer(sys, url, per_s, warm_n, total, CHAIN_STEPS).await?;
+    let Offered { samples, warm_n, offered_per_s, busy, overloaded_after_s } =
+        offer(sys, url, per_s, opts.rate_warmup(), opts.wf_measured(), CHAIN_STEPS).await?;
     let mut calls = Calls::default();
     let mut measured: Vec<(String, DateTime<Utc>)> = Vec::new();
     let mut trigger_lat = Vec::new();
