@@ -33,6 +33,7 @@ mod retention;
 mod run_records;
 mod sdk_client;
 mod secrets_envs;
+mod security;
 mod stats_queues;
 mod store_tenancy;
 mod transitions;

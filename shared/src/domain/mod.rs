@@ -2,6 +2,7 @@
 
 pub mod error_class;
 pub mod event_key;
+pub mod expression_budget;
 pub mod field_errors;
 pub mod job;
 pub mod payload_schema;

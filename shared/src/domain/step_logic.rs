@@ -9,6 +9,8 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::{json, Value};
 
+use super::expression_budget;
+
 /// What one step looks like to the conditions of the steps after it.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct StepFacts {
@@ -26,11 +28,20 @@ pub fn condition_input(payload: &Value, steps: &BTreeMap<String, StepFacts>) -> 
 
 /// Whether `condition` holds over `input` ([`condition_input`]). JSONLogic's
 /// truthiness decides: `false`, `null`, `0`, `""` and `[]` are false.
+/// An expression over its budget ([`expression_budget`]) is refused before
+/// it is evaluated, with an error that starts with its error class.
 pub fn condition_holds(condition: &Value, input: &Value) -> Result<bool, String> {
+    expression_budget::condition_budget(condition, input)?;
     let out = datalogic_rs::eval_str(condition.to_string().as_str(), input.to_string().as_str())
         .map_err(|e| format!("the condition failed to evaluate: {e}"))?;
     let v: Value = serde_json::from_str(&out).map_err(|e| format!("the condition gave no JSON value: {e}"))?;
     Ok(truthy(&v))
+}
+
+/// The error_class of a step's error, where it has one: an expression
+/// refused by its budget says so first.
+pub fn error_class_of(error: &str) -> Option<&'static str> {
+    error.starts_with(expression_budget::ERROR_CLASS).then_some(expression_budget::ERROR_CLASS)
 }
 
 fn truthy(v: &Value) -> bool {
@@ -45,9 +56,12 @@ fn truthy(v: &Value) -> bool {
 }
 
 /// The output a step shows after its `output_transform` (JMESPath) is
-/// applied to what it produced.
+/// applied to what it produced, within its budget.
 pub fn transform_output(expression: &str, output: &Value) -> Result<Value, String> {
+    expression_budget::check_transform_text(expression)
+        .map_err(|e| format!("{}: {e}", expression_budget::ERROR_CLASS))?;
     let expr = jmespath::compile(expression).map_err(|e| format!("the output_transform does not compile: {e}"))?;
+    expression_budget::transform_budget(&expr, expression_budget::json_size(output))?;
     let data = jmespath::Variable::from_serializable(output).map_err(|e| format!("the output is not JSON: {e}"))?;
     let found = expr.search(data).map_err(|e| format!("the output_transform failed: {e}"))?;
     serde_json::to_value(&*found).map_err(|e| format!("the transformed output is not JSON: {e}"))

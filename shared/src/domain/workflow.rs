@@ -716,10 +716,10 @@ pub fn check_condition(c: &Value) -> Result<(), String> {
     // registered here, so every operator named must be a built-in one.
     let mut ops: Vec<&str> = Vec::new();
     operators(c, &mut ops);
-    match ops.into_iter().find(|op| !is_builtin_operator(op)) {
-        Some(op) => Err(format!("not a valid JSONLogic expression: unknown operator {op:?}")),
-        None => Ok(()),
+    if let Some(op) = ops.into_iter().find(|op| !is_builtin_operator(op)) {
+        return Err(format!("not a valid JSONLogic expression: unknown operator {op:?}"));
     }
+    super::expression_budget::check_condition_cost(c)
 }
 
 /// The operator of every `{op: args}` in the expression.
@@ -748,7 +748,9 @@ pub fn check_output_transform(t: &str) -> Result<(), String> {
     if t.is_empty() || t.len() > MAX_EXPRESSION_LEN {
         return Err(format!("must be 1 to {MAX_EXPRESSION_LEN} characters"));
     }
-    jmespath::compile(t).map(|_| ()).map_err(|err| format!("not a valid JMESPath expression: {err}"))
+    super::expression_budget::check_transform_text(t)?;
+    let expr = jmespath::compile(t).map_err(|err| format!("not a valid JMESPath expression: {err}"))?;
+    super::expression_budget::check_transform_cost(&expr)
 }
 
 /// The shape of a step's stage_notifications ([`StageNotifications`]).

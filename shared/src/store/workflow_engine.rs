@@ -31,7 +31,7 @@ use super::workflow_runs::{
 };
 use super::{events, jobs, workflows, Tenant};
 use crate::domain::schedule;
-use crate::domain::step_logic::transform_output;
+use crate::domain::step_logic::{self, transform_output};
 use crate::domain::workflow::{Step, StepType, MAX_NESTING_DEPTH};
 use crate::domain::workflow_run::{
     self, Compensable, Decision, Ending, Inputs, SagaMove, StepNow, StepStatus, WorkflowRunStatus,
@@ -488,7 +488,16 @@ impl Pass<'_> {
                         output: Some(workflow_run::run_output(now_of.iter().map(|(r, s)| (r.as_str(), s)))),
                         ..Decided::ended(WorkflowRunStatus::Completed, "every step ended")
                     },
-                    Ending::Failed { error, .. } => Decided::ended(WorkflowRunStatus::Failed, &error),
+                    Ending::Failed { error, step_ref } => Decided {
+                        // A step failed by its expression's budget names it
+                        // on the run, where clients filter by class.
+                        error_class: now_of
+                            .get(&step_ref)
+                            .and_then(|s| s.error.as_deref())
+                            .and_then(step_logic::error_class_of)
+                            .map(str::to_string),
+                        ..Decided::ended(WorkflowRunStatus::Failed, &error)
+                    },
                     Ending::Compensate { step_ref, error } => {
                         self.begin_saga(tx, &step_ref, &error).await?;
                         // Steps the halt cancelled are read again by the saga.

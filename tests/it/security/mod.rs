@@ -1,0 +1,4 @@
+//! Findings of a penetration test, one test per finding, and the class-level
+//! guarantees that close each class (see each module's doc).
+
+mod expressions;
