@@ -51,6 +51,9 @@ impl OidcVerifier {
         validation.set_audience(&[audience]);
         validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
         validation.leeway = 30;
+        // A token that is not valid yet is refused like an expired one (the
+        // same leeway applies); jsonwebtoken checks nbf only when asked.
+        validation.validate_nbf = true;
         Ok(OidcVerifier { key, validation })
     }
 
@@ -60,6 +63,7 @@ impl OidcVerifier {
             use jsonwebtoken::errors::ErrorKind;
             match e.kind() {
                 ErrorKind::ExpiredSignature => "the token has expired".to_string(),
+                ErrorKind::ImmatureSignature => "the token is not valid yet (nbf)".to_string(),
                 ErrorKind::InvalidIssuer => "the token's issuer is not accepted".to_string(),
                 ErrorKind::InvalidAudience => "the token's audience is not accepted".to_string(),
                 ErrorKind::InvalidSignature => "the token's signature does not verify".to_string(),

@@ -224,9 +224,14 @@ impl ApiKeysApi {
     }
 
     /// Revoke an API key: every api process refuses it (401) from the next request on.
+    /// 403 when the key holds a scope the caller could not grant (as rotate):
+    /// a key manager cannot take away a stronger key.
     #[oai(path = "/v1/api-keys/:key_id", method = "delete", operation_id = "revokeApiKey")]
     async fn revoke(&self, state: Data<&AppState>, auth: Auth, key_id: Path<String>) -> ApiResult<Revoked> {
         let key = load(&state, &auth, &key_id).await?;
+        if !rbac::grantable(&auth.0, &key.scopes) {
+            return Err(ApiError::forbidden("a key cannot be revoked by a credential with fewer scopes"));
+        }
         let mut tx = state.pool.begin().await?;
         if store::api_keys::revoke(&mut tx, &key.id).await? {
             let change =

@@ -7,7 +7,7 @@ mod audit;
 mod isolation;
 mod keys;
 mod logs;
-mod oidc;
+pub(crate) mod oidc;
 mod policies;
 mod rate_limits;
 mod roles;

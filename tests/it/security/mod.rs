@@ -1,4 +1,5 @@
 //! Findings of a penetration test, one test per finding, and the class-level
 //! guarantees that close each class (see each module's doc).
 
+mod credentials;
 mod expressions;
