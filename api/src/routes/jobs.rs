@@ -21,7 +21,7 @@ use super::{
 };
 use crate::audit::{self, Change};
 use crate::auth::policy::{self, Resource};
-use crate::auth::Auth;
+use crate::auth::{rbac, Auth};
 use crate::error::{ApiError, ApiResult};
 use crate::pagination::{Page, Window};
 use crate::run_actions;
@@ -301,6 +301,9 @@ impl JobsApi {
     }
 
     /// Change a job. Makes a new version; runs pinned to older versions keep theirs.
+    /// A job with secrets sends them in every dispatch, so changing its
+    /// `endpoint_url` or `fallback_endpoint_url` also needs `secrets:read`
+    /// (403 without it).
     #[oai(path = "/v1/jobs/:job_id", method = "patch", operation_id = "updateJob")]
     async fn update(
         &self,
@@ -360,6 +363,19 @@ impl JobsApi {
         }
         errors.extend(s.validate());
         errors.finish()?;
+        // A job's secrets travel in every dispatch body: whoever chooses where
+        // the job sends them must be able to read them anyway.
+        let moved = s.endpoint_url != cur.spec.0.endpoint_url
+            || s.fallback_endpoint_url.is_some() && s.fallback_endpoint_url != cur.spec.0.fallback_endpoint_url;
+        if moved
+            && !rbac::grantable(&auth.0, &["secrets:read".to_string()])
+            && !store::secrets::names(&state.pool, &cur.id).await?.is_empty()
+        {
+            return Err(ApiError::forbidden(
+                "the job has secrets, which its dispatches carry: changing endpoint_url or fallback_endpoint_url \
+                 needs the secrets:read scope",
+            ));
+        }
         if let Some(g) = &group_id {
             if cur.group_id.as_ref() != Some(g) {
                 check_group(&state, &cur.project_id, g).await?;

@@ -3,3 +3,4 @@
 
 mod credentials;
 mod expressions;
+mod secrets;
