@@ -261,11 +261,6 @@ fn range((min, max): (i64, i64)) -> Value {
     json!({"minimum": min, "maximum": max})
 }
 
-/// At least `min`.
-fn at_least(min: i64) -> Value {
-    json!({"minimum": min})
-}
-
 /// An array of `min..=max` items (`usize::MAX`: no most).
 fn count(min: usize, max: usize) -> Value {
     let mut v = json!({});
@@ -558,13 +553,14 @@ fn value_rules() -> Vec<(Place, Value)> {
         r.push((Property(schema, "message"), text(&rec::PROGRESS_MESSAGE)));
     }
     r.push((Property("OutputRequest", "name"), text(&rec::NAME)));
+    let amount = json!({"minimum": 0, "maximum": rec::MAX_AMOUNT});
     for prop in ["cost_microusd", "tokens_in", "tokens_out", "cpu_ms"] {
-        r.push((Property("UsageRequest", prop), at_least(0)));
+        r.push((Property("UsageRequest", prop), amount.clone()));
     }
     r.push((Property("UsageRequest", "model"), text(&rec::NAME)));
     r.push((Property("ToolCallRequest", "name"), text(&rec::NAME)));
     r.push((Property("ToolCallRequest", "status"), text(&rec::TOOL_STATUS)));
-    r.push((Property("ToolCallRequest", "duration_ms"), at_least(0)));
+    r.push((Property("ToolCallRequest", "duration_ms"), amount));
     r.push((Property("FailRequest", "error"), text(&rec::ERROR)));
     r.push((Property("FailRequest", "error_class"), text(&error_class::RULE)));
     r

@@ -236,12 +236,14 @@ pub struct UsageFigures {
 }
 
 impl UsageFigures {
+    /// Saturating, as the sums in SQL are: a figure at bigint's largest
+    /// value says "at least this much", never an error or a wrap.
     fn add(&mut self, u: &reports::JobUsage) {
-        self.records += u.records;
-        self.cost_microusd += u.cost_microusd;
-        self.tokens_in += u.tokens_in;
-        self.tokens_out += u.tokens_out;
-        self.cpu_ms += u.cpu_ms;
+        self.records = self.records.saturating_add(u.records);
+        self.cost_microusd = self.cost_microusd.saturating_add(u.cost_microusd);
+        self.tokens_in = self.tokens_in.saturating_add(u.tokens_in);
+        self.tokens_out = self.tokens_out.saturating_add(u.tokens_out);
+        self.cpu_ms = self.cpu_ms.saturating_add(u.cpu_ms);
     }
 }
 

@@ -27,7 +27,7 @@ use poem_openapi::{Object, OpenApi};
 use serde_json::Value;
 use switchyard_shared::domain::result::{scrub, scrub_str, MAX_RESULT_BYTES};
 use switchyard_shared::domain::run_record::{
-    self as rec_rules, check_not_negative, check_text, check_value_size, is_valid_state_key, json_len, LOG_LEVELS,
+    self as rec_rules, check_amount, check_text, check_value_size, is_valid_state_key, json_len, LOG_LEVELS,
 };
 use switchyard_shared::domain::{FieldErrors, JobSpec, RunStatus};
 use switchyard_shared::store::run_records::{self as rec, Kind, NewLogLine, NewToolCall, NewUsage};
@@ -146,7 +146,7 @@ pub struct OutputRequest {
 #[derive(Object)]
 #[oai(deny_unknown_fields)]
 pub struct UsageRequest {
-    /// Micro-dollars, at least 0.
+    /// Micro-dollars, 0 to 10^12.
     pub cost_microusd: Option<i64>,
     pub tokens_in: Option<i64>,
     pub tokens_out: Option<i64>,
@@ -376,10 +376,10 @@ impl SdkRunsApi {
         let run = sdk_run(&state, &auth, &run_id).await?;
         let b = body.0;
         let mut errors = FieldErrors::new();
-        check_not_negative(&mut errors, "body.cost_microusd", b.cost_microusd);
-        check_not_negative(&mut errors, "body.tokens_in", b.tokens_in);
-        check_not_negative(&mut errors, "body.tokens_out", b.tokens_out);
-        check_not_negative(&mut errors, "body.cpu_ms", b.cpu_ms);
+        check_amount(&mut errors, "body.cost_microusd", b.cost_microusd);
+        check_amount(&mut errors, "body.tokens_in", b.tokens_in);
+        check_amount(&mut errors, "body.tokens_out", b.tokens_out);
+        check_amount(&mut errors, "body.cpu_ms", b.cpu_ms);
         if let Some(m) = &b.model {
             check_text(&mut errors, "body.model", m, &rec_rules::NAME);
         }
@@ -416,7 +416,7 @@ impl SdkRunsApi {
         if let Some(s) = &b.status {
             check_text(&mut errors, "body.status", s, &rec_rules::TOOL_STATUS);
         }
-        check_not_negative(&mut errors, "body.duration_ms", b.duration_ms);
+        check_amount(&mut errors, "body.duration_ms", b.duration_ms);
         for (location, v) in [("body.input", &b.input), ("body.output", &b.output)] {
             if let Some(v) = v {
                 check_value_size(&mut errors, location, v);

@@ -47,10 +47,16 @@ pub fn check_text(errors: &mut FieldErrors, location: &str, v: &str, rule: &Text
     }
 }
 
-/// Records a negative amount.
-pub fn check_not_negative(errors: &mut FieldErrors, location: &str, n: Option<i64>) {
-    if let Some(n) = n.filter(|n| *n < 0) {
-        errors.push(location, "must be at least 0", Some(n.into()));
+/// Largest amount one SDK record may report (cost in micro-dollars, tokens,
+/// milliseconds): a million dollars, or 31 years. Reports sum records over
+/// projects and hours in bigint; at this size ten thousand records of a run
+/// still sum far inside it, and the sums saturate beyond.
+pub const MAX_AMOUNT: i64 = 1_000_000_000_000;
+
+/// Records an amount outside 0 to [`MAX_AMOUNT`].
+pub fn check_amount(errors: &mut FieldErrors, location: &str, n: Option<i64>) {
+    if let Some(n) = n.filter(|n| !(0..=MAX_AMOUNT).contains(n)) {
+        errors.push(location, format!("must be 0 to {MAX_AMOUNT}"), Some(n.into()));
     }
 }
 
@@ -82,13 +88,15 @@ mod tests {
         check_text(&mut e, "body.b", "abcd", &required);
         check_text(&mut e, "body.b", "日本語x", &required);
         check_value_size(&mut e, "body.c", &Value::String("x".repeat(10)));
-        check_not_negative(&mut e, "body.d", Some(0));
-        check_not_negative(&mut e, "body.d", None);
+        check_amount(&mut e, "body.d", Some(0));
+        check_amount(&mut e, "body.d", Some(MAX_AMOUNT));
+        check_amount(&mut e, "body.d", None);
         assert!(e.is_empty());
         check_text(&mut e, "body.a", " ", &required);
         check_text(&mut e, "body.b", "abcde", &optional);
         check_value_size(&mut e, "body.c", &Value::String("x".repeat(MAX_VALUE_BYTES)));
-        check_not_negative(&mut e, "body.d", Some(-1));
+        check_amount(&mut e, "body.d", Some(-1));
+        check_amount(&mut e, "body.e", Some(i64::MAX));
         let got: Vec<(String, String)> = e.into_vec().into_iter().map(|f| (f.location, f.message)).collect();
         assert_eq!(
             got,
@@ -96,7 +104,8 @@ mod tests {
                 ("body.a".to_string(), "1 to 4 characters".to_string()),
                 ("body.b".into(), "at most 4 characters".into()),
                 ("body.c".into(), format!("at most {MAX_VALUE_BYTES} bytes of JSON")),
-                ("body.d".into(), "must be at least 0".into()),
+                ("body.d".into(), format!("must be 0 to {MAX_AMOUNT}")),
+                ("body.e".into(), format!("must be 0 to {MAX_AMOUNT}")),
             ]
         );
     }

@@ -173,6 +173,8 @@ async fn fold_workflow_runs(
     Ok(())
 }
 
+/// Sums saturate at bigint's largest value instead of failing the whole
+/// fold: one tenant's extreme records must not stop everyone's rollups.
 async fn fold_usage(
     tx: &mut Transaction<'_, Postgres>,
     from: DateTime<Utc>,
@@ -181,15 +183,18 @@ async fn fold_usage(
     sqlx::query(
         "INSERT INTO usage_rollups AS u (project_id, hour, job_id, records, cost_microusd, tokens_in, tokens_out,
                                          cpu_ms)
-         SELECT r.project_id, date_trunc('hour', x.created_at, 'UTC'), r.job_id, count(*), sum(x.cost_microusd),
-                sum(x.tokens_in), sum(x.tokens_out), sum(x.cpu_ms)
+         SELECT r.project_id, date_trunc('hour', x.created_at, 'UTC'), r.job_id, count(*),
+                least(sum(x.cost_microusd), 9223372036854775807)::int8, least(sum(x.tokens_in), 9223372036854775807)::int8,
+                least(sum(x.tokens_out), 9223372036854775807)::int8, least(sum(x.cpu_ms), 9223372036854775807)::int8
            FROM job_run_usage x JOIN job_runs r ON r.id = x.run_id
           WHERE x.created_at >= $1 AND x.created_at < $2
           GROUP BY 1, 2, 3
          ON CONFLICT (project_id, hour, job_id) DO UPDATE SET
-             records = u.records + excluded.records, cost_microusd = u.cost_microusd + excluded.cost_microusd,
-             tokens_in = u.tokens_in + excluded.tokens_in, tokens_out = u.tokens_out + excluded.tokens_out,
-             cpu_ms = u.cpu_ms + excluded.cpu_ms",
+             records = u.records + excluded.records,
+             cost_microusd = least(u.cost_microusd::numeric + excluded.cost_microusd, 9223372036854775807)::int8,
+             tokens_in = least(u.tokens_in::numeric + excluded.tokens_in, 9223372036854775807)::int8,
+             tokens_out = least(u.tokens_out::numeric + excluded.tokens_out, 9223372036854775807)::int8,
+             cpu_ms = least(u.cpu_ms::numeric + excluded.cpu_ms, 9223372036854775807)::int8",
     )
     .bind(from)
     .bind(to)
@@ -481,8 +486,10 @@ pub async fn usage(
 ) -> Result<Vec<JobUsage>, sqlx::Error> {
     let (mut tx, upto) = report_tx(pool).await?;
     let rows: Vec<JobUsage> = sqlx::query_as(
-        "SELECT project_id, job_id, sum(records)::int8 AS records, sum(cost_microusd)::int8 AS cost_microusd,
-                sum(tokens_in)::int8 AS tokens_in, sum(tokens_out)::int8 AS tokens_out, sum(cpu_ms)::int8 AS cpu_ms
+        "SELECT project_id, job_id, sum(records)::int8 AS records,
+                least(sum(cost_microusd), 9223372036854775807)::int8 AS cost_microusd,
+                least(sum(tokens_in), 9223372036854775807)::int8 AS tokens_in,
+                least(sum(tokens_out), 9223372036854775807)::int8 AS tokens_out, least(sum(cpu_ms), 9223372036854775807)::int8 AS cpu_ms
            FROM (SELECT project_id, job_id, records, cost_microusd, tokens_in, tokens_out, cpu_ms
                    FROM usage_rollups
                   WHERE ($1::text IS NULL OR project_id = $1) AND hour >= $2 AND hour < $3

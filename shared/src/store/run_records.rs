@@ -239,9 +239,9 @@ pub async fn tool_calls(
 /// Sums over every usage record of the run.
 pub async fn usage_totals(pool: &PgPool, run_id: &str) -> Result<UsageTotals, sqlx::Error> {
     sqlx::query_as(
-        "SELECT count(*) AS records, COALESCE(sum(cost_microusd), 0)::bigint AS cost_microusd,
-                COALESCE(sum(tokens_in), 0)::bigint AS tokens_in, COALESCE(sum(tokens_out), 0)::bigint AS tokens_out,
-                COALESCE(sum(cpu_ms), 0)::bigint AS cpu_ms
+        "SELECT count(*) AS records, least(COALESCE(sum(cost_microusd), 0), 9223372036854775807)::bigint AS cost_microusd,
+                least(COALESCE(sum(tokens_in), 0), 9223372036854775807)::bigint AS tokens_in, least(COALESCE(sum(tokens_out), 0), 9223372036854775807)::bigint AS tokens_out,
+                least(COALESCE(sum(cpu_ms), 0), 9223372036854775807)::bigint AS cpu_ms
          FROM job_run_usage WHERE run_id = $1",
     )
     .bind(run_id)

@@ -1244,7 +1244,7 @@ async fn run_cost(tx: &mut PgConnection, run_id: &str) -> Result<i64, sqlx::Erro
             SELECT s.child_workflow_run_id, t.depth + 1 FROM workflow_step_runs s JOIN tree t ON s.workflow_run_id = t.id
              WHERE s.child_workflow_run_id IS NOT NULL AND t.depth < 64
          )
-         SELECT coalesce(sum(u.cost_microusd), 0)::bigint
+         SELECT least(coalesce(sum(u.cost_microusd), 0), 9223372036854775807)::bigint
            FROM tree JOIN workflow_step_runs s ON s.workflow_run_id = tree.id
            JOIN job_runs j ON j.workflow_step_run_id = s.id
            JOIN job_run_usage u ON u.run_id = j.id",

@@ -4,3 +4,4 @@
 mod credentials;
 mod expressions;
 mod secrets;
+mod usage;
