@@ -36,6 +36,7 @@ pub mod problem;
 pub mod rate_limit;
 pub mod routes;
 pub mod run_actions;
+pub mod slow_clients;
 pub mod state;
 pub mod strict_json;
 pub mod ui;
@@ -188,7 +189,7 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     let _ = switchyard_shared::telemetry::metrics_handle();
     tracing::info!(addrs = ?acceptor.local_addr(), "api listening");
-    poem::Server::new_with_acceptor(acceptor)
+    poem::Server::new_with_acceptor(slow_clients::GuardedAcceptor(acceptor))
         .run_with_graceful_shutdown(app(state), async move { shutdown.cancelled().await }, Some(grace))
         .await?;
     Ok(())

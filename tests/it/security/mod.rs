@@ -4,4 +4,5 @@
 mod credentials;
 mod expressions;
 mod secrets;
+mod slow_clients;
 mod usage;
