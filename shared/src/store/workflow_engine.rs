@@ -130,6 +130,8 @@ struct StepWrite {
     job_run_id: Option<String>,
     child_id: Option<String>,
     wake_at: Option<DateTime<Utc>>,
+    /// An approval's approvers, fixed when it starts waiting.
+    approvers: Option<Vec<String>>,
     start: bool,
     finish: bool,
     ended_by_run: bool,
@@ -145,6 +147,7 @@ impl StepWrite {
             job_run_id: s.job_run_id.clone(),
             child_id: s.child_workflow_run_id.clone(),
             wake_at: None,
+            approvers: None,
             start: false,
             finish: true,
             ended_by_run: false,
@@ -160,6 +163,7 @@ impl StepWrite {
             job_run_id: None,
             child_id: None,
             wake_at: None,
+            approvers: None,
             start: true,
             finish: false,
             ended_by_run: false,
@@ -182,10 +186,11 @@ async fn write_steps(conn: &mut PgConnection, w: &[StepWrite]) -> Result<(), sql
             attempt = s.attempt + CASE WHEN t.start THEN 1 ELSE 0 END,
             started_at = CASE WHEN t.start THEN now() ELSE s.started_at END,
             finished_at = CASE WHEN t.finish THEN now() WHEN t.start THEN NULL ELSE s.finished_at END,
-            ended_by_run = t.ended_by_run
+            ended_by_run = t.ended_by_run,
+            approvers = CASE WHEN t.start THEN t.approvers ELSE s.approvers END
          FROM UNNEST($1::text[], $2::text[], $3::jsonb[], $4::text[], $5::text[], $6::text[], $7::timestamptz[],
-                     $8::bool[], $9::bool[], $10::bool[])
-              AS t (id, status, output, error, job_run_id, child_id, wake_at, start, finish, ended_by_run)
+                     $8::bool[], $9::bool[], $10::bool[], $11::jsonb[])
+              AS t (id, status, output, error, job_run_id, child_id, wake_at, start, finish, ended_by_run, approvers)
          WHERE s.id = t.id",
     )
     .bind(col!(|s| s.id.as_str()))
@@ -198,6 +203,7 @@ async fn write_steps(conn: &mut PgConnection, w: &[StepWrite]) -> Result<(), sql
     .bind(col!(|s| s.start))
     .bind(col!(|s| s.finish))
     .bind(col!(|s| s.ended_by_run))
+    .bind(col!(|s| s.approvers.as_ref().map(Json)))
     .execute(conn)
     .await?;
     Ok(())
@@ -761,6 +767,9 @@ impl Pass<'_> {
                         _ => def.def.event_timeout_secs,
                     };
                     w.wake_at = timeout.filter(|t| *t > 0).map(|t| self.now + chrono::Duration::seconds(t));
+                    if def.step_type() == Some(StepType::Approval) {
+                        w.approvers = def.def.approval_approvers.clone();
+                    }
                 }
             }
             let gate = def.step_type() == Some(StepType::CostGate);

@@ -88,6 +88,8 @@ pub struct StepRun {
     pub decided_by: Option<String>,
     pub decision_comment: Option<String>,
     pub decided_at: Option<DateTime<Utc>>,
+    /// An approval's approvers as they were when it started waiting.
+    pub approvers: Option<Json<Vec<String>>>,
     pub started_at: Option<DateTime<Utc>>,
     pub finished_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
@@ -96,7 +98,7 @@ pub struct StepRun {
 
 pub const STEP_COLUMNS: &str = "id, workflow_run_id, step_ref, step_id, step_type, status, attempt, job_run_id, \
     child_workflow_run_id, compensation_job_run_id, emitted_event_id, output, error, wake_at, ended_by_run, decision, decided_by, decision_comment, decided_at, \
-    started_at, finished_at, created_at, updated_at";
+    approvers, started_at, finished_at, created_at, updated_at";
 
 /// A decision the engine or a person made about a run, as recorded.
 #[derive(Clone, Debug, sqlx::FromRow)]
@@ -573,12 +575,17 @@ pub async fn decide_step(
             step.step_type
         ))));
     }
-    let steps = workflow_engine::version_steps(&mut tx, &run.version_id).await?;
-    let approvers = steps
-        .iter()
-        .find(|s| s.def.step_ref == step_ref)
-        .and_then(|s| s.def.approval_approvers.clone())
-        .unwrap_or_default();
+    // The approvers it started waiting with: a later version (under
+    // version_policy latest) does not change who decides a pending approval.
+    let approvers = match step.approvers.clone() {
+        Some(Json(fixed)) => fixed,
+        None => workflow_engine::version_steps(&mut tx, &run.version_id)
+            .await?
+            .iter()
+            .find(|s| s.def.step_ref == step_ref)
+            .and_then(|s| s.def.approval_approvers.clone())
+            .unwrap_or_default(),
+    };
     let operator = who.internal && who.actor.is_none();
     let listed =
         who.actor.is_some_and(|a| approvers.iter().any(|x| x == a)) || who.roles.iter().any(|r| approvers.contains(r));
