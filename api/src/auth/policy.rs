@@ -14,7 +14,12 @@
 //! 3. otherwise the scope's answer stands.
 //!
 //! So policies only narrow what scopes grant; deny wins. The internal
-//! secret is never subject to them. Lists are confined by project and scope,
+//! secret is never subject to them. Every path that acts on a resource goes
+//! through [`authorize`] with the direct operation's action: bulk and group
+//! operations check each resource they touch (refusing the whole call when
+//! one is refused, except where each item has its own result), and indirect
+//! ones (an event's sources) check the target's own action. A credential
+//! cannot change or delete a policy that names it. Lists are confined by project and scope,
 //! not filtered by policies.
 //!
 //! A tag policy requires tag keys, or limits the values of a key, on the
@@ -46,14 +51,22 @@ pub struct Resource<'a> {
 
 /// Whether the rule is about this principal, action and kind of resource.
 fn applies_to(rule: &PolicyRule, p: &Principal, action: &str, kind: &str) -> bool {
-    rule.resource_type == kind
-        && rule.actions.iter().any(|a| a == action || a == "*")
-        && match rule.principal_type.as_str() {
-            "api_key" => p.key_id.as_deref() == Some(rule.principal_id.as_str()),
-            "member" => p.kind == CredentialKind::Oidc && p.actor_id.as_deref() == Some(rule.principal_id.as_str()),
-            "role" => p.roles.iter().any(|r| r == &rule.principal_id),
-            _ => false,
-        }
+    rule.resource_type == kind && rule.actions.iter().any(|a| a == action || a == "*") && names(p, rule)
+}
+
+/// Whether a policy of `principal_type`/`principal_id` is about this
+/// principal, whatever it governs.
+pub fn names_principal(p: &Principal, principal_type: &str, principal_id: &str) -> bool {
+    match principal_type {
+        "api_key" => p.key_id.as_deref() == Some(principal_id),
+        "member" => p.kind == CredentialKind::Oidc && p.actor_id.as_deref() == Some(principal_id),
+        "role" => p.roles.iter().any(|r| r == principal_id),
+        _ => false,
+    }
+}
+
+fn names(p: &Principal, rule: &PolicyRule) -> bool {
+    names_principal(p, &rule.principal_type, &rule.principal_id)
 }
 
 /// Whether the rule chooses this resource (by id and by tags).
@@ -90,18 +103,34 @@ async fn rules(state: &AppState, p: &Principal, project_id: &str) -> Result<Arc<
     Ok(rows)
 }
 
-/// Checks the operation's action on one resource of `project_id` against
-/// the project's resource policies.
-pub async fn check(state: &AppState, p: &Principal, project_id: &str, r: Resource<'_>) -> ApiResult<()> {
+/// The one authorization of an action on one resource of `project_id`
+/// against the project's resource policies. Every path that acts on a
+/// resource calls it with the action the direct operation on that resource
+/// needs: a bulk or group operation for each resource it touches, an
+/// indirect one (an event triggering a workflow) with the target's own
+/// action (`workflows:trigger`), not the action of the route it came in by.
+pub async fn authorize(
+    state: &AppState,
+    p: &Principal,
+    project_id: &str,
+    action: &str,
+    r: Resource<'_>,
+) -> ApiResult<()> {
     if p.scopes.is_none() {
         return Ok(());
     }
-    let Some(action) = p.action else { return Ok(()) };
     let rules = rules(state, p, project_id).await?;
     if rules.is_empty() {
         return Ok(());
     }
     decide(&rules, p, action, &r).map_err(ApiError::forbidden)
+}
+
+/// [`authorize`] with the action of the route being served, for the
+/// operations whose route acts on the resource directly.
+pub async fn check(state: &AppState, p: &Principal, project_id: &str, r: Resource<'_>) -> ApiResult<()> {
+    let Some(action) = p.action else { return Ok(()) };
+    authorize(state, p, project_id, action, r).await
 }
 
 /// Tags of a run (a JSON object of strings) as a map.

@@ -22,6 +22,7 @@ use switchyard_shared::telemetry::{BULK_ITEMS_PROCESSED, BULK_OPERATIONS};
 
 use super::{check_id, load_for_trigger, load_run, project_of, visible, Tag};
 use crate::audit::{self, Change};
+use crate::auth::policy::{self, Resource};
 use crate::auth::{Auth, Principal};
 use crate::error::{ApiError, ApiResult};
 use crate::pagination::{Page, Window};
@@ -378,7 +379,8 @@ impl BulkApi {
     /// attempts are exhausted (attempt reached the run's max_attempts, or
     /// its retry strategy is `none`) and that were not replayed before,
     /// oldest first, at most `limit` (default and maximum 100) per call.
-    /// Runs of deleted jobs are skipped.
+    /// Runs of deleted jobs are skipped. A run the resource policies keep
+    /// from the caller (`runs:write`) is an `error` result.
     #[oai(path = "/v1/runs/bulk-dlq-replay", method = "post", operation_id = "replayDeadLetterRuns")]
     async fn bulk_dlq_replay(
         &self,
@@ -403,7 +405,18 @@ impl BulkApi {
         let dead = store::runs::lock_dead_letters(&mut tx, &project_id, b.job_id.as_deref(), limit).await?;
         let mut results = Vec::with_capacity(dead.len());
         for run in &dead {
-            results.push(replay_result(&state, &auth.0, run).await);
+            // As the run's own replay would be; a refused run is its own result.
+            let tags = policy::tags_of(&run.tags.0);
+            let r = Resource { kind: "run", id: Some(&run.id), tags: &tags };
+            match policy::authorize(&state, &auth.0, &project_id, "runs:write", r).await {
+                Ok(()) => results.push(replay_result(&state, &auth.0, run).await),
+                Err(e) => results.push(BulkReplayResult {
+                    run_id: run.id.clone(),
+                    status: "error".into(),
+                    new_run_id: None,
+                    error: Some(e.one_line()),
+                }),
+            }
         }
         tx.commit().await?;
         counted(results.len());
@@ -412,7 +425,9 @@ impl BulkApi {
 
     /// Cancel the unfinished runs of a project (optionally one job's, or
     /// one status), with their child runs, at most 1000 per call, oldest
-    /// first; `has_more` says to call again.
+    /// first; `has_more` says to call again. Each matched run must pass the
+    /// resource policies as its own cancel would (`runs:write`): one that
+    /// does not refuses the call (403) and nothing is cancelled.
     #[oai(path = "/v1/runs/bulk-cancel-all", method = "post", operation_id = "cancelRunsByFilter")]
     async fn bulk_cancel_all(
         &self,
@@ -449,7 +464,17 @@ impl BulkApi {
         )
         .await?;
         let has_more = ids.len() as i64 > CANCEL_ALL_LIMIT;
-        let ids: Vec<String> = ids.into_iter().take(CANCEL_ALL_LIMIT as usize).collect();
+        let matched: Vec<(String, sqlx::types::Json<Value>)> =
+            ids.into_iter().take(CANCEL_ALL_LIMIT as usize).collect();
+        // Each run as its own cancel would be: one the policies protect
+        // refuses the whole call (cancelling the rest and reporting it would
+        // leave it matched by every next call).
+        for (id, tags) in &matched {
+            let tags = policy::tags_of(&tags.0);
+            let r = Resource { kind: "run", id: Some(id), tags: &tags };
+            policy::authorize(&state, &auth.0, &project_id, "runs:write", r).await?;
+        }
+        let ids: Vec<String> = matched.into_iter().map(|(id, _)| id).collect();
         let cancelled = transitions::cancel_many(&state.pool, &ids, &statuses, &reason).await?;
         transitions::drop_entries(&state.queue, &cancelled).await;
         let parents: Vec<String> = cancelled.iter().map(|c| c.run.id.clone()).collect();

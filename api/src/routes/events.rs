@@ -26,7 +26,7 @@ use switchyard_shared::store::events::{
 use switchyard_shared::store::workflow_runs::{self, NewWorkflowRun, Triggered};
 
 use super::{
-    description_rule, found, load_for_trigger, load_workflow, name_rule, patch, project_exists, project_of, tenant,
+    description_rule, found, load_for_trigger, load_workflow_as, name_rule, patch, project_exists, project_of, tenant,
     Created, Done, Tag,
 };
 use crate::audit::{self, Change};
@@ -332,7 +332,7 @@ async fn fire_workflow(
     key: String,
     payload: Option<Value>,
 ) -> ApiResult<Fired> {
-    let wf = load_workflow(state, auth, &source.target_id).await?;
+    let wf = load_workflow_as(state, auth, &source.target_id, "workflows:trigger").await?;
     if !wf.enabled {
         return Err(ApiError::conflict("the workflow is disabled; enable it to trigger runs"));
     }
@@ -371,7 +371,10 @@ impl EventsApi {
     /// in the project that began before it arrived (each completes with the
     /// event's payload as its output). Needs `jobs:trigger`, the scope of triggering runs,
     /// whatever the targets: whoever may point a source at a workflow
-    /// holds `workflows:trigger`.
+    /// holds `workflows:trigger`. Resource policies apply per target with
+    /// the target's own action (`jobs:trigger` on a job,
+    /// `workflows:trigger` on a workflow); a refused target is an `error`
+    /// entry.
     #[oai(path = "/v1/events/dispatch", method = "post", operation_id = "dispatchEvent")]
     async fn dispatch(
         &self,

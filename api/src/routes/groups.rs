@@ -225,20 +225,25 @@ impl GroupsApi {
     }
 
     /// Pause every job of the group: triggers are still accepted, and no
-    /// run of these jobs is dispatched until resume-all.
+    /// run of these jobs is dispatched until resume-all. Each job must pass
+    /// the resource policies as its own pause would (`jobs:write`): one that
+    /// does not refuses the call (403) and nothing changes.
     #[oai(path = "/v1/job-groups/:group_id/pause-all", method = "post", operation_id = "pauseJobGroup")]
     async fn pause_all(&self, state: Data<&AppState>, auth: Auth, group_id: Path<String>) -> ApiResult<Empty> {
         let g = load(&state, &auth, &group_id).await?;
+        authorize_each_job(&state, &auth, &g).await?;
         set_paused(&state, &g.id, true).await?;
         audit_group(&state, &auth, &g, "job_group.paused").await?;
         Ok(Empty::NoContent)
     }
 
     /// Resume every job of the group; waiting runs are dispatched again.
-    /// Jobs disabled one by one stay disabled.
+    /// Jobs disabled one by one stay disabled. Each job must pass the
+    /// resource policies as for pause-all.
     #[oai(path = "/v1/job-groups/:group_id/resume-all", method = "post", operation_id = "resumeJobGroup")]
     async fn resume_all(&self, state: Data<&AppState>, auth: Auth, group_id: Path<String>) -> ApiResult<Empty> {
         let g = load(&state, &auth, &group_id).await?;
+        authorize_each_job(&state, &auth, &g).await?;
         set_paused(&state, &g.id, false).await?;
         audit_group(&state, &auth, &g, "job_group.resumed").await?;
         Ok(Empty::NoContent)
@@ -254,6 +259,28 @@ impl GroupsApi {
             run_counts.insert(s, n);
         }
         Ok(Json(GroupStats { group_id: g.id, run_counts }))
+    }
+}
+
+/// Pausing or resuming the group pauses or resumes each of its jobs, so
+/// each must pass the policies as `jobs:write` on it would; one refused
+/// refuses the call and nothing changes.
+async fn authorize_each_job(state: &AppState, auth: &Auth, g: &JobGroup) -> ApiResult<()> {
+    if auth.0.scopes.is_none() {
+        return Ok(());
+    }
+    const PAGE: i64 = 500;
+    let mut before: Option<String> = None;
+    loop {
+        let jobs = store::job_groups::jobs(&state.pool, &g.id, before.as_deref(), PAGE).await?;
+        for j in &jobs {
+            let r = Resource { kind: "job", id: Some(&j.id), tags: &j.spec.0.tags };
+            policy::authorize(state, &auth.0, &j.project_id, "jobs:write", r).await?;
+        }
+        match jobs.last() {
+            Some(last) if jobs.len() as i64 == PAGE => before = Some(last.id.clone()),
+            _ => return Ok(()),
+        }
     }
 }
 

@@ -343,6 +343,19 @@ pub async fn load_workflow(state: &AppState, auth: &Auth, id: &str) -> ApiResult
     Ok(w)
 }
 
+/// [`load_workflow`] for an operation whose action is not its route's: an
+/// event dispatched with `jobs:trigger` triggers a workflow as
+/// `workflows:trigger` would.
+pub async fn load_workflow_as(state: &AppState, auth: &Auth, id: &str, action: &str) -> ApiResult<WorkflowRecord> {
+    check_id("workflow", id)?;
+    let w = store::workflows::get(&state.pool, tenant(&auth.0), id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("workflow", id))?;
+    let r = Resource { kind: "workflow", id: Some(&w.id), tags: &w.tags.0 };
+    policy::authorize(state, &auth.0, &w.project_id, action, r).await?;
+    Ok(w)
+}
+
 /// The resource policies on workflows applied to `w` (403 when they refuse).
 async fn admit_workflow(state: &AppState, auth: &Auth, w: &WorkflowRecord) -> ApiResult<()> {
     let r = Resource { kind: "workflow", id: Some(&w.id), tags: &w.tags.0 };

@@ -18,7 +18,7 @@ use switchyard_shared::store::{self, Tenant};
 
 use super::{check_scopes, found, label_rule, patch, project_of, tenant, view_from_row, Created, Tag};
 use crate::audit::{self, Change};
-use crate::auth::{cache, Auth};
+use crate::auth::{cache, policy, Auth};
 use crate::error::{ApiError, ApiResult};
 use crate::pagination::{Page, Window};
 use crate::state::AppState;
@@ -281,6 +281,18 @@ async fn load_rp(state: &AppState, auth: &Auth, id: &str) -> ApiResult<ResourceP
     found("resource policy", id, stored::get_resource_policy(&state.pool, tenant(&auth.0), id)).await
 }
 
+/// A policy that names the caller (its key, its member id, one of its
+/// roles) is out of its reach: else `rbac:manage` would lift the deny that
+/// restricts it and then do what it forbade. Another admin changes it.
+fn not_about_the_caller(auth: &Auth, rp: &ResourcePolicyRow) -> ApiResult<()> {
+    if auth.0.scopes.is_some() && policy::names_principal(&auth.0, &rp.principal_type, &rp.principal_id) {
+        return Err(ApiError::forbidden(
+            "a credential cannot change or delete a resource policy that names it (its key, member id or role)",
+        ));
+    }
+    Ok(())
+}
+
 async fn load_tp(state: &AppState, auth: &Auth, id: &str) -> ApiResult<TagPolicyRow> {
     found("tag policy", id, stored::get_tag_policy(&state.pool, tenant(&auth.0), id)).await
 }
@@ -383,7 +395,8 @@ impl PoliciesApi {
         Ok(Json(load_rp(&state, &auth, &policy_id).await?.into()))
     }
 
-    /// Change a resource policy; it applies from the next request on.
+    /// Change a resource policy; it applies from the next request on. 403
+    /// when the policy names the caller (its key, member id or role).
     #[oai(path = "/v1/resource-policies/:policy_id", method = "patch", operation_id = "updateResourcePolicy")]
     async fn update_resource_policy(
         &self,
@@ -393,6 +406,7 @@ impl PoliciesApi {
         body: JsonBody<UpdateResourcePolicy>,
     ) -> ApiResult<Json<ResourcePolicy>> {
         let cur = load_rp(&state, &auth, &policy_id).await?;
+        not_about_the_caller(&auth, &cur)?;
         let b = body.0;
         let actions = match &b.actions {
             Some(a) => check_scopes("body.actions", a)?,
@@ -423,7 +437,8 @@ impl PoliciesApi {
         Ok(Json(row.into()))
     }
 
-    /// Delete a resource policy permanently.
+    /// Delete a resource policy permanently. 403 when the policy names the
+    /// caller (its key, member id or role): another credential lifts it.
     #[oai(path = "/v1/resource-policies/:policy_id", method = "delete", operation_id = "deleteResourcePolicy")]
     async fn delete_resource_policy(
         &self,
@@ -432,6 +447,7 @@ impl PoliciesApi {
         policy_id: Path<String>,
     ) -> ApiResult<Deleted> {
         let cur = load_rp(&state, &auth, &policy_id).await?;
+        not_about_the_caller(&auth, &cur)?;
         let mut tx = state.pool.begin().await?;
         stored::delete_resource_policy(&mut tx, &cur.id).await?;
         let details = json!({"name": cur.name});

@@ -877,17 +877,17 @@ pub async fn list(pool: &PgPool, f: &RunFilter<'_>, before: Option<&str>, limit:
     .await
 }
 
-/// Ids of the project's runs (of one job if given) in one of `statuses`,
-/// oldest first, at most `limit`.
+/// Ids and tags (for resource policies) of the project's runs (of one job
+/// if given) in one of `statuses`, oldest first, at most `limit`.
 pub async fn ids_in_statuses(
     pool: &PgPool,
     project_id: &str,
     job_id: Option<&str>,
     statuses: &[RunStatus],
     limit: i64,
-) -> Result<Vec<String>, sqlx::Error> {
-    sqlx::query_scalar(
-        "SELECT id FROM job_runs WHERE project_id = $1 AND ($2::text IS NULL OR job_id = $2)
+) -> Result<Vec<(String, Json<Value>)>, sqlx::Error> {
+    sqlx::query_as(
+        "SELECT id, tags FROM job_runs WHERE project_id = $1 AND ($2::text IS NULL OR job_id = $2)
            AND status = ANY($3) ORDER BY id LIMIT $4",
     )
     .bind(project_id)

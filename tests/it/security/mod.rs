@@ -4,6 +4,7 @@
 mod approvals;
 mod credentials;
 mod expressions;
+mod policies;
 mod secrets;
 mod slow_clients;
 mod usage;
