@@ -318,6 +318,11 @@ pub async fn sdk_run(state: &AppState, auth: &Auth, run_id: &str) -> ApiResult<R
         return Err(ApiError::forbidden("the run token is for another run"));
     }
     let run = store::runs::get(&state.pool, run_id).await?.ok_or_else(|| ApiError::not_found("run", run_id))?;
+    // A run token names its run's project too; a token whose claims
+    // disagree with the run was not minted for it.
+    if auth.0.run_id.is_some() && auth.0.project_id.as_deref() != Some(run.project_id.as_str()) {
+        return Err(ApiError::forbidden("the run token is for another project"));
+    }
     // Workers record `running` lazily (store::runs::load_for_dispatch): a
     // run token for attempt n on a run still `queued` after attempt n - 1
     // means that attempt is in flight and not marked yet. The SDK call
@@ -327,6 +332,24 @@ pub async fn sdk_run(state: &AppState, auth: &Auth, run_id: &str) -> ApiResult<R
         if attempt == run.attempt + 1 && store::runs::mark_running_for_attempt(&state.pool, run_id, attempt).await? {
             return store::runs::get(&state.pool, run_id).await?.ok_or_else(|| ApiError::not_found("run", run_id));
         }
+    }
+    Ok(run)
+}
+
+/// [`sdk_run`] for an SDK write (checkpoints, progress, outputs, usage,
+/// tool calls, state): a run token writes only while its run is unfinished
+/// (409 after), so a token that outlives its run (it is valid for the job's
+/// timeout plus a grace) cannot keep changing the record. Reads, logs (a
+/// buffered logger flushes after the answer; they are capped per run),
+/// heartbeats (which tell a worker its run was cancelled) and
+/// complete/fail (with their own rules) stay allowed.
+pub async fn sdk_run_for_write(state: &AppState, auth: &Auth, run_id: &str) -> ApiResult<Run> {
+    let run = sdk_run(state, auth, run_id).await?;
+    if auth.0.run_id.is_some() && run.status.is_terminal() {
+        return Err(ApiError::conflict(format!(
+            "the run has ended ({}): its run token writes nothing more; reads and heartbeats stay allowed",
+            run.status
+        )));
     }
     Ok(run)
 }

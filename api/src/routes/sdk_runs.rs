@@ -34,7 +34,7 @@ use switchyard_shared::store::run_records::{self as rec, Kind, NewLogLine, NewTo
 use switchyard_shared::store::settle::{self, Ending};
 use switchyard_shared::store::{self, Run};
 
-use super::{sdk_run, Created, Done, Tag};
+use super::{sdk_run, sdk_run_for_write, Created, Done, Tag};
 use crate::auth::{Auth, CredentialKind};
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
@@ -273,7 +273,7 @@ impl SdkRunsApi {
         run_id: Path<String>,
         body: JsonBody<CheckpointRequest>,
     ) -> ApiResult<Created<Checkpoint>> {
-        let run = sdk_run(&state, &auth, &run_id).await?;
+        let run = sdk_run_for_write(&state, &auth, &run_id).await?;
         let b = body.0;
         let mut errors = FieldErrors::new();
         if let Some(l) = &b.label {
@@ -314,7 +314,7 @@ impl SdkRunsApi {
         run_id: Path<String>,
         body: JsonBody<ProgressRequest>,
     ) -> ApiResult<Json<ProgressResponse>> {
-        let run = sdk_run(&state, &auth, &run_id).await?;
+        let run = sdk_run_for_write(&state, &auth, &run_id).await?;
         let b = body.0;
         let mut errors = FieldErrors::new();
         errors.check(
@@ -345,7 +345,7 @@ impl SdkRunsApi {
         run_id: Path<String>,
         body: JsonBody<OutputRequest>,
     ) -> ApiResult<Created<RunOutput>> {
-        let run = sdk_run(&state, &auth, &run_id).await?;
+        let run = sdk_run_for_write(&state, &auth, &run_id).await?;
         let b = body.0;
         let mut errors = FieldErrors::new();
         check_text(&mut errors, "body.name", &b.name, &rec_rules::NAME);
@@ -373,7 +373,7 @@ impl SdkRunsApi {
         run_id: Path<String>,
         body: JsonBody<UsageRequest>,
     ) -> ApiResult<Created<UsageRecord>> {
-        let run = sdk_run(&state, &auth, &run_id).await?;
+        let run = sdk_run_for_write(&state, &auth, &run_id).await?;
         let b = body.0;
         let mut errors = FieldErrors::new();
         check_amount(&mut errors, "body.cost_microusd", b.cost_microusd);
@@ -409,7 +409,7 @@ impl SdkRunsApi {
         run_id: Path<String>,
         body: JsonBody<ToolCallRequest>,
     ) -> ApiResult<Created<ToolCall>> {
-        let run = sdk_run(&state, &auth, &run_id).await?;
+        let run = sdk_run_for_write(&state, &auth, &run_id).await?;
         let b = body.0;
         let mut errors = FieldErrors::new();
         check_text(&mut errors, "body.name", &b.name, &rec_rules::NAME);
@@ -464,7 +464,7 @@ impl SdkRunsApi {
         key: Path<String>,
         body: JsonBody<StatePut>,
     ) -> ApiResult<Json<StateEntry>> {
-        let run = sdk_run(&state, &auth, &run_id).await?;
+        let run = sdk_run_for_write(&state, &auth, &run_id).await?;
         let mut errors = FieldErrors::new();
         errors.check(
             is_valid_state_key(&key),
@@ -490,7 +490,7 @@ impl SdkRunsApi {
         run_id: Path<String>,
         key: Path<String>,
     ) -> ApiResult<Done> {
-        let run = sdk_run(&state, &auth, &run_id).await?;
+        let run = sdk_run_for_write(&state, &auth, &run_id).await?;
         let attempt = caller_attempt(&auth, &run);
         require_running(&run, attempt)?;
         let gone = is_valid_state_key(&key) && rec::state_delete(&state.pool, &run.id, &key).await?;
