@@ -5,6 +5,7 @@ mod approvals;
 mod credentials;
 mod expressions;
 mod policies;
+mod run_tokens;
 mod secrets;
 mod slow_clients;
 mod usage;
