@@ -26,6 +26,7 @@
 pub mod audit;
 pub mod auth;
 pub mod body_limit;
+pub mod docs_page;
 pub mod document;
 pub mod error;
 pub mod intake;
@@ -144,7 +145,7 @@ pub fn app(state: AppState) -> impl poem::Endpoint<Output = poem::Response> {
     Route::new()
         .nest("/", service)
         .at("/openapi.json", poem::get(openapi_document))
-        .nest("/docs", docs)
+        .nest("/docs", docs.around(docs_page::secure))
         .nest("/ui", ui::routes())
         .around(move |ep, req| body_limit::limit_body(ep, req, limit))
         .around(auth::internal_secret_header)

@@ -4,6 +4,7 @@
 mod approvals;
 mod credentials;
 mod expressions;
+mod headers;
 mod policies;
 mod run_tokens;
 mod secrets;
