@@ -73,7 +73,9 @@ pub struct RoleLink {
 pub struct CreateRole {
     /// Required for the internal secret unless X-Project-Id is sent.
     pub project_id: Option<String>,
-    /// Unique in the project; not the name of a system role.
+    /// Unique in the project; not the name of a system role, nor one that
+    /// reads as one (Unicode look-alikes by UTS #39 skeleton, any case), and
+    /// without invisible (default-ignorable) characters.
     pub name: String,
     pub description: Option<String>,
     /// Scopes; an unknown one is 400. Nobody grants scopes they lack (403).
@@ -133,9 +135,13 @@ pub fn name_rule() -> Text {
                 .collect()
         };
         let system: Vec<String> = rbac::SYSTEM_ROLES.iter().map(|n| any_case(n)).collect();
-        let pattern = format!("^(?![{SPACE}]*(?:{})[{SPACE}]*$){}", system.join("|"), &label[1..]);
+        let pattern = format!("^(?![{SPACE}]*(?:{})[{SPACE}]*$)(?!.*[{INVISIBLE}]){}", system.join("|"), &label[1..]);
         let (min, max) = (super::ROLE_NAME.min, super::ROLE_NAME.max);
-        Text::form(min, max, Box::leak(pattern.into_boxed_str()), |n| super::ROLE_NAME.ok(n) && !is_system(n))
+        // The pattern cannot say the two Unicode rules (invisible characters,
+        // look-alikes of a system role); the description states them.
+        Text::form(min, max, Box::leak(pattern.into_boxed_str()), |n| {
+            super::ROLE_NAME.ok(n) && !is_system(n) && !n.chars().any(is_invisible) && looks_like_system(n).is_none()
+        })
     });
     *RULE
 }
@@ -144,10 +150,41 @@ pub fn name_rule() -> Text {
 fn validate_role(name: &str, description: Option<&str>) -> Result<(), Vec<FieldError>> {
     let mut e = FieldErrors::new();
     if label_rule(&mut e, name, &super::ROLE_NAME) {
-        e.check(!is_system(name), "body.name", "is the name of a system role", Some(name.into()));
+        if let Some(c) = name.chars().find(|c| is_invisible(*c)) {
+            let m = format!("must not contain invisible characters (U+{:04X})", c as u32);
+            e.push("body.name", m, Some(name.into()));
+        } else if is_system(name) {
+            e.push("body.name", "is the name of a system role", Some(name.into()));
+        } else if let Some(system) = looks_like_system(name) {
+            e.push("body.name", format!("reads as the system role {system:?}"), Some(name.into()));
+        }
     }
     description_rule(&mut e, description, &super::DESCRIPTION);
     e.finish()
+}
+
+/// [`is_invisible`]'s characters of the Basic Multilingual Plane, as a
+/// pattern's character class (a document's pattern has no flag for the
+/// rest; the check refuses them too).
+const INVISIBLE: &str = r"\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8";
+
+/// Unicode's default-ignorable code points (DerivedCoreProperties.txt):
+/// characters a screen shows as nothing, so `ad\u{200B}min` would read as
+/// `admin` in every list of roles.
+fn is_invisible(c: char) -> bool {
+    matches!(c as u32,
+        0x00AD | 0x034F | 0x061C | 0x115F..=0x1160 | 0x17B4..=0x17B5 | 0x180B..=0x180F | 0x200B..=0x200F
+        | 0x202A..=0x202E | 0x2060..=0x206F | 0x3164 | 0xFE00..=0xFE0F | 0xFEFF | 0xFFA0 | 0xFFF0..=0xFFF8
+        | 0x1BCA0..=0x1BCA3 | 0x1D173..=0x1D17A | 0xE0000..=0xE0FFF)
+}
+
+/// The system role a name is confusable with (UTS #39 skeletons, so a
+/// Cyrillic `а` or a full-width `ａ` reads as `a`), whatever its case.
+fn looks_like_system(name: &str) -> Option<&'static str> {
+    use unicode_security::confusable_detection::skeleton;
+    let fold = |s: &str| skeleton(s.trim()).collect::<String>().to_lowercase();
+    let seen = fold(name);
+    rbac::SYSTEM_ROLES.iter().copied().find(|system| fold(system) == seen)
 }
 
 /// The parent must be a system role or a role of the project, and its
@@ -382,6 +419,21 @@ mod tests {
         assert_eq!(got[0].message, "must be 1 to 100 characters, no control characters");
         assert_eq!(got[1], FieldError::new("body.description", "at most 2000 characters", None));
         assert_eq!(validate_role(&"r".repeat(101), None).unwrap_err().len(), 1, "too long, not also a system role");
+    }
+
+    #[test]
+    fn invisible_characters_and_look_alikes_of_a_system_role_are_refused() {
+        let message = |n: &str| validate_role(n, None).unwrap_err().remove(0).message;
+        assert_eq!(message("ad\u{200B}min"), "must not contain invisible characters (U+200B)");
+        assert_eq!(message("\u{FEFF}viewer"), "must not contain invisible characters (U+FEFF)");
+        assert_eq!(message("op\u{00AD}erator"), "must not contain invisible characters (U+00AD)");
+        // Cyrillic а, full-width letters, Greek ο, digit-for-letter 0.
+        for n in ["\u{0430}dmin", "\u{FF41}\u{FF44}\u{FF4D}\u{FF49}\u{FF4E}", "\u{03BF}perator", "Vi\u{0435}wer"] {
+            assert!(message(n).starts_with("reads as the system role"), "{n:?}: {}", message(n));
+        }
+        for ok in ["admins", "deployers", "rôle", "管理者", "op team"] {
+            assert_eq!(validate_role(ok, None), Ok(()), "{ok:?}");
+        }
     }
 
     #[test]

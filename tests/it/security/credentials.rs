@@ -40,3 +40,17 @@ async fn an_oidc_token_is_refused_before_its_not_before_time() {
     let got = call_as(&env, &env.base, Some(&valid), &[], Method::GET, "/v1/jobs", None).await;
     assert_eq!(got.0, 200, "{}", got.1);
 }
+
+#[tokio::test]
+async fn a_role_cannot_pass_for_a_system_role() {
+    let env = TestEnv::start().await;
+    let project = env.project().await;
+    for name in ["ad\u{200B}min", "\u{0430}dmin", "\u{FF56}\u{FF49}\u{FF45}\u{FF57}\u{FF45}\u{FF52}"] {
+        let body = json!({"project_id": project, "name": name, "permissions": ["jobs:read"]});
+        let p = assert_problem(422, env.post("/v1/roles", body).await, 422);
+        assert_eq!(p["errors"][0]["location"], "body.name", "{p}");
+    }
+    let (_, roles) = env.get(&format!("/v1/roles?project_id={project}")).await;
+    let custom = roles["data"].as_array().unwrap().iter().filter(|r| r["system"] == false).count();
+    assert_eq!(custom, 0, "nothing was created: {roles}");
+}
