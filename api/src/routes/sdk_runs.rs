@@ -28,6 +28,7 @@ use serde_json::Value;
 use switchyard_shared::domain::result::{scrub, scrub_str, MAX_RESULT_BYTES};
 use switchyard_shared::domain::run_record::{
     self as rec_rules, check_amount, check_text, check_value_size, is_valid_state_key, json_len, LOG_LEVELS,
+    MAX_OUTPUT_BYTES_PER_RUN, MAX_STATE_BYTES_PER_RUN,
 };
 use switchyard_shared::domain::{FieldErrors, JobSpec, RunStatus};
 use switchyard_shared::store::run_records::{self as rec, Kind, NewLogLine, NewToolCall, NewUsage};
@@ -75,6 +76,10 @@ fn require_running(run: &Run, attempt: i32) -> ApiResult<()> {
         )));
     }
     Ok(())
+}
+
+fn over_quota(what: &str, bytes: i64) -> ApiError {
+    ApiError::invalid_field("body", format!("the run's {what} would hold more than {bytes} bytes together"), None)
 }
 
 fn at_cap(what: &str, cap: i64) -> ApiError {
@@ -358,6 +363,10 @@ impl SdkRunsApi {
         if rec::count(&state.pool, Kind::Outputs, &run.id).await? >= MAX_OUTPUTS {
             return Err(at_cap("outputs", MAX_OUTPUTS));
         }
+        let adding = b.data.as_ref().map_or(0, json_len) as i64;
+        if rec::output_bytes(&state.pool, &run.id).await? + adding > MAX_OUTPUT_BYTES_PER_RUN {
+            return Err(over_quota("outputs", MAX_OUTPUT_BYTES_PER_RUN));
+        }
         let out = rec::add_output(&state.pool, &run.id, attempt, scrub_str(b.name), b.data.map(scrub)).await?;
         Ok(Created::Created(Json(out.into())))
     }
@@ -476,6 +485,10 @@ impl SdkRunsApi {
         errors.finish()?;
         let attempt = caller_attempt(&auth, &run);
         require_running(&run, attempt)?;
+        let adding = json_len(&body.0.value) as i64;
+        if rec::state_bytes_besides(&state.pool, &run.id, &key).await? + adding > MAX_STATE_BYTES_PER_RUN {
+            return Err(over_quota("state", MAX_STATE_BYTES_PER_RUN));
+        }
         let row = rec::state_put(&state.pool, &run.id, &key, scrub(body.0.value), MAX_STATE_KEYS).await?;
         let (value, updated_at) = row.ok_or_else(|| at_cap("state keys", MAX_STATE_KEYS))?;
         Ok(Json(StateEntry { key: key.0, value, updated_at }))

@@ -12,6 +12,17 @@ pub const LOG_LEVELS: [&str; 4] = ["debug", "info", "warn", "error"];
 /// Serialized size of one state value, output or tool call input/output.
 pub const MAX_VALUE_BYTES: usize = 256 * 1024;
 
+/// Most bytes (as JSON text) a run's outputs may hold together: a run may
+/// keep 1,000 outputs of up to [`MAX_VALUE_BYTES`] each, which without this
+/// would let one run hold 256 MB of a shared database. 16 MiB is twice the
+/// largest result a run may return.
+pub const MAX_OUTPUT_BYTES_PER_RUN: i64 = 16 * 1024 * 1024;
+
+/// Most bytes (as JSON text) a run's state store may hold together: state
+/// is the working memory of a resumable run (cursors, small maps), read back
+/// whole on resume, so a quarter of the outputs' quota.
+pub const MAX_STATE_BYTES_PER_RUN: i64 = 4 * 1024 * 1024;
+
 /// A state key: 1 to 128 of `A-Z a-z 0-9 _ - . :`.
 pub fn is_valid_state_key(k: &str) -> bool {
     !k.is_empty()

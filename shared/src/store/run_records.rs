@@ -488,6 +488,26 @@ pub async fn state_put(
     Ok(row.map(|(v, at)| (v.0, at)))
 }
 
+/// Bytes (as JSON text) the run's outputs hold together.
+pub async fn output_bytes(pool: &PgPool, run_id: &str) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar("SELECT coalesce(sum(octet_length(data::text)), 0)::int8 FROM job_run_outputs WHERE run_id = $1")
+        .bind(run_id)
+        .fetch_one(pool)
+        .await
+}
+
+/// Bytes (as JSON text) the run's state holds under every key but `key`
+/// (whose value a put replaces).
+pub async fn state_bytes_besides(pool: &PgPool, run_id: &str, key: &str) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT coalesce(sum(octet_length(value::text)), 0)::int8 FROM job_run_state WHERE run_id = $1 AND key <> $2",
+    )
+    .bind(run_id)
+    .bind(key)
+    .fetch_one(pool)
+    .await
+}
+
 /// Removes one key of the run's state store; false when it was unset.
 pub async fn state_delete(pool: &PgPool, run_id: &str, key: &str) -> Result<bool, sqlx::Error> {
     let done = sqlx::query("DELETE FROM job_run_state WHERE run_id = $1 AND key = $2")

@@ -6,6 +6,7 @@ mod credentials;
 mod expressions;
 mod headers;
 mod policies;
+mod quotas;
 mod run_tokens;
 mod secrets;
 mod slow_clients;
