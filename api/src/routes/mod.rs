@@ -336,13 +336,14 @@ pub async fn sdk_run(state: &AppState, auth: &Auth, run_id: &str) -> ApiResult<R
     Ok(run)
 }
 
-/// [`sdk_run`] for an SDK write (checkpoints, progress, outputs, usage,
-/// tool calls, state): a run token writes only while its run is unfinished
-/// (409 after), so a token that outlives its run (it is valid for the job's
+/// [`sdk_run`] for an SDK write (checkpoints, progress, outputs, tool
+/// calls, state): a run token writes only while its run is unfinished (409
+/// after), so a token that outlives its run (it is valid for the job's
 /// timeout plus a grace) cannot keep changing the record. Reads, logs (a
-/// buffered logger flushes after the answer; they are capped per run),
-/// heartbeats (which tell a worker its run was cancelled) and
-/// complete/fail (with their own rules) stay allowed.
+/// buffered logger flushes after the answer), usage (a cost is often known
+/// only after the work; amounts and records are bounded, sums saturate),
+/// heartbeats (which tell a worker its run was cancelled) and complete/fail
+/// (with their own rules) stay allowed.
 pub async fn sdk_run_for_write(state: &AppState, auth: &Auth, run_id: &str) -> ApiResult<Run> {
     let run = sdk_run(state, auth, run_id).await?;
     if auth.0.run_id.is_some() && run.status.is_terminal() {

@@ -382,7 +382,7 @@ impl SdkRunsApi {
         run_id: Path<String>,
         body: JsonBody<UsageRequest>,
     ) -> ApiResult<Created<UsageRecord>> {
-        let run = sdk_run_for_write(&state, &auth, &run_id).await?;
+        let run = sdk_run(&state, &auth, &run_id).await?;
         let b = body.0;
         let mut errors = FieldErrors::new();
         check_amount(&mut errors, "body.cost_microusd", b.cost_microusd);

@@ -20,7 +20,6 @@ async fn a_run_token_writes_nothing_more_once_its_run_has_ended() {
     assert_eq!(s, 200, "{v}");
 
     for (what, body) in [
-        ("usage", json!({"cost_microusd": 5})),
         ("progress", json!({"progress": 0.5})),
         ("outputs", json!({"name": "late", "data": 1})),
         ("tool-calls", json!({"name": "late"})),
@@ -29,9 +28,11 @@ async fn a_run_token_writes_nothing_more_once_its_run_has_ended() {
         let p = assert_problem(409, sdk_post(&env, rid, what, tok, body).await, 409);
         assert!(p["detail"].as_str().unwrap().contains("ended"), "{what}: {p}");
     }
-    let (_, usage) = env.get(&format!("/v1/runs/{rid}/usage")).await;
-    assert_eq!(usage["data"].as_array().map(Vec::len), Some(1), "nothing was added after the end: {usage}");
-    // What stays allowed: logs (a late flush), reads and heartbeats.
+    let (_, outputs) = env.get(&format!("/v1/runs/{rid}/outputs")).await;
+    assert_eq!(outputs["data"].as_array().map(Vec::len), Some(0), "nothing was added after the end: {outputs}");
+    // What stays allowed: logs (a late flush), usage (a late bill), reads and heartbeats.
+    let (s, _) = sdk_post(&env, rid, "usage", tok, json!({"cost_microusd": 5})).await;
+    assert_eq!(s, 201);
     let (s, _) = sdk_post(&env, rid, "logs", tok, json!({"lines": [{"message": "flushed"}]})).await;
     assert_eq!(s, 200);
     let (s, _) = sdk_post(&env, rid, "heartbeat", tok, json!({})).await;
