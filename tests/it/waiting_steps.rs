@@ -248,7 +248,7 @@ async fn a_saga_cancelled_midway_cancels_its_compensation() {
 }
 
 /// stage_notifications: each stage change named goes to the step's URLs
-/// (kind step_stage) and to the subscriptions it names (signed), written
+/// (kind step_stage) and to the subscriptions it names, each signed, written
 /// by the statement that changes the step, whichever path that is.
 #[tokio::test]
 async fn stage_notifications_follow_each_step_through_its_stages() {
@@ -297,7 +297,11 @@ async fn stage_notifications_follow_each_step_through_its_stages() {
     let completed = got.iter().find(|r| r.body["event_type"] == "workflow_step.completed").unwrap();
     assert_eq!(completed.body["data"]["workflow_run_id"], id.as_str());
     assert_eq!(completed.body["data"]["output"], json!({"ok": true}));
-    assert!(completed.header("x-svc-signature").is_none(), "a URL's notification is unsigned");
+    let (_, key) = env.get(&format!("/v1/projects/{project}/signing-secret")).await;
+    let key = key["signing_secret"].as_str().unwrap();
+    let ts = completed.header("x-svc-timestamp").unwrap().parse().unwrap();
+    let sig = switchyard_shared::outbound::signing::signature(key, ts, completed.raw.as_bytes());
+    assert_eq!(completed.header("x-svc-signature"), Some(sig.as_str()), "a URL's is signed with the project's key");
     let signed = subscriber.wait_count(2, T).await;
     assert!(signed.iter().all(|r| r.header("x-svc-signature").is_some()), "a subscription's is signed");
     assert!(signed.iter().all(|r| r.body["data"]["step_ref"] == "a"));

@@ -90,6 +90,9 @@ pub const OPERATIONS: &[(&str, &str, Requirement)] = &[
     ("GET", "/v1/projects", Internal),
     ("GET", "/v1/projects/{project_id}", Scope("jobs:read")),
     ("GET", "/v1/projects/{project_id}/settings", Scope("jobs:read")),
+    // The key that signs the project's notifications is a secret: whoever
+    // holds it can forge them, so `viewer` (everything but secrets) may not.
+    ("GET", "/v1/projects/{project_id}/signing-secret", Scope("secrets:read")),
     ("PATCH", "/v1/projects/{project_id}/settings", Internal),
     ("GET", "/v1/job-groups", Scope("jobs:read")),
     ("POST", "/v1/job-groups", Scope("jobs:write")),

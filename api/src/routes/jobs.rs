@@ -82,7 +82,9 @@ pub struct CreateJob {
     /// Default true.
     pub enabled: Option<bool>,
     pub webhook_url: Option<String>,
-    /// HMAC key signing dispatches and webhooks; write-only.
+    /// HMAC key signing dispatches and webhooks; write-only. Without one,
+    /// dispatches go unsigned and webhooks are signed with the project's
+    /// signing secret.
     pub webhook_secret: Option<String>,
     /// fixed, linear, exponential (default), custom or none.
     pub retry_strategy: Option<String>,

@@ -66,6 +66,19 @@ pub struct UpdateProjectSettings {
     pub retention_days: Option<i64>,
 }
 
+/// The key a project's receivers verify its notifications with.
+#[derive(Object)]
+pub struct SigningSecret {
+    pub project_id: String,
+    /// HMAC-SHA256 key of every delivery that has no secret of its own: a
+    /// step's stage notifications to URLs, event-trigger notifications
+    /// (event_notify_url), and the terminal webhook of a job without a
+    /// webhook_secret. Verify `X-Svc-Signature` against `sha256=` and the
+    /// lowercase hex HMAC of `<X-Svc-Timestamp>.<raw body>` under this
+    /// value (docs/contract.md, "Signatures").
+    pub signing_secret: String,
+}
+
 view_from_row!(ProjectRow => Project { id, name, created_at, updated_at });
 
 fn settings(r: ProjectRow) -> ProjectSettings {
@@ -174,6 +187,20 @@ impl ProjectsApi {
         project_id: Path<String>,
     ) -> ApiResult<Json<ProjectSettings>> {
         Ok(Json(settings(load(&state, &auth, &project_id).await?)))
+    }
+
+    /// Get the project's signing secret: the key of its notifications that
+    /// have no secret of their own, for their receivers to verify them.
+    #[oai(path = "/v1/projects/:project_id/signing-secret", method = "get", operation_id = "getProjectSigningSecret")]
+    async fn signing_secret(
+        &self,
+        state: Data<&AppState>,
+        auth: Auth,
+        project_id: Path<String>,
+    ) -> ApiResult<Json<SigningSecret>> {
+        let read = store::projects::signing_secret(&state.pool, tenant(&auth.0), &project_id);
+        let signing_secret = found("project", &project_id, read).await?;
+        Ok(Json(SigningSecret { project_id: project_id.0, signing_secret }))
     }
 
     /// Change a project's settings (internal secret only).

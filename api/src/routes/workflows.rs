@@ -62,10 +62,11 @@ pub struct WorkflowStepRequest {
     pub output_transform: Option<String>,
     /// Where the step's stage changes are sent, through the delivery
     /// outbox: `{"urls": [...], "subscription_ids": [...], "stages": [...]}`.
-    /// urls (at most 5, http or https) are posted unsigned (deliveries of
-    /// kind step_stage); subscription_ids (at most 5, webhook
-    /// subscriptions of the project) get it signed with their secret,
-    /// whatever their event_types. stages: any of started, waiting,
+    /// urls (at most 5, http or https) get it signed with the project's
+    /// signing secret (deliveries of kind step_stage; GET
+    /// /v1/projects/{project_id}/signing-secret); subscription_ids (at
+    /// most 5, webhook subscriptions of the project) get it signed with
+    /// their secret, whatever their event_types. stages: any of started, waiting,
     /// completed, failed (failed or timed out), skipped, cancelled,
     /// compensated; default the first four. Each notification is
     /// {event_type: workflow_step.<stage>, occurred_at, project_id, data:
@@ -102,7 +103,8 @@ pub struct WorkflowStepRequest {
     /// triggers apply the job's payload_schema, not its dedup window).
     /// Once per completion. An event key: at most 256 characters, no `*`.
     pub event_emit_key: Option<String>,
-    /// wait_for_event steps: where the event-trigger notification is sent.
+    /// wait_for_event steps: where the event-trigger notification is sent,
+    /// signed with the project's signing secret.
     pub event_notify_url: Option<String>,
     /// wait_for_event steps; 1 to 30 days.
     pub event_timeout_secs: Option<i64>,

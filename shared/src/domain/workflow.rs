@@ -118,7 +118,8 @@ pub const MAX_STAGE_TARGETS: usize = 5;
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StageNotifications {
-    /// Posted unsigned, like an event_notify_url.
+    /// Signed with the project's signing secret, like an event_notify_url's
+    /// notification.
     #[serde(default)]
     pub urls: Vec<String>,
     /// Webhook subscriptions of the project: signed with their secrets,

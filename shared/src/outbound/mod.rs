@@ -7,7 +7,8 @@
 //!   literals, and the connect-time measurement behind `connect_ms`.
 //! - [`target`]: which addresses may be reached when `TARGET_DENY_PRIVATE` is on.
 //! - [`signing`]: the HMAC `X-Svc-Signature` headers.
-//! - [`webhook`]: the terminal-state webhook of a run, with its retries.
+//! - [`webhook`]: one attempt of a delivery of the outbox (terminal webhooks,
+//!   subscriptions' events, stage and event-trigger notifications), signed.
 
 pub mod client;
 pub mod signing;

@@ -1,8 +1,9 @@
-//! HMAC signatures of outbound requests: dispatches and terminal webhooks
-//! of a job with a `webhook_secret` (docs/contract.md, "Signatures").
+//! HMAC signatures of outbound requests: dispatches of a job with a
+//! `webhook_secret`, every delivery of the outbox, signed log-drain batches
+//! (docs/contract.md, "Signatures", names each one's key).
 //!
-//! The signed string is `<unix_timestamp>.<raw body>`, keyed with the job's
-//! `webhook_secret`, written as `sha256=<lowercase hex>`. The timestamp is part
+//! The signed string is `<unix_timestamp>.<raw body>`, keyed with the
+//! secret, written as `sha256=<lowercase hex>`. The timestamp is part
 //! of the signed string so a receiver can refuse replays older than five
 //! minutes without trusting an unsigned header.
 

@@ -1,13 +1,16 @@
 //! Sending one delivery of the outbox (`store::deliveries`): a job run's
-//! terminal webhook, a subscription's event. The sender loop claims due
-//! deliveries and calls [`send`] for each; the store records the attempt.
+//! terminal webhook, a subscription's event, a step's stage notification,
+//! an event trigger's notification. The sender loop claims due deliveries
+//! and calls [`send`] for each; the store records the attempt.
 //!
-//! A delivery is signed per attempt with the job's `webhook_secret` or the
-//! subscription's secret (`X-Svc-Timestamp`, `X-Svc-Signature` and the
-//! compatibility `X-Webhook-Signature`), so a late retry still passes the
-//! receiver's five-minute freshness check, and carries its id in
-//! `X-Svc-Delivery-Id`, the same on every attempt and redelivery, so a
-//! receiver can drop what it already has.
+//! A delivery is signed per attempt (`X-Svc-Timestamp`, `X-Svc-Signature`
+//! and the compatibility `X-Webhook-Signature`) with the key the store
+//! claimed it with (`store::deliveries::Claimed`: the job's
+//! `webhook_secret`, the subscription's secret, else the project's signing
+//! secret), so a late retry still passes the receiver's five-minute
+//! freshness check, and carries its id in `X-Svc-Delivery-Id`, the same on
+//! every attempt and redelivery, so a receiver can drop what it already
+//! has.
 
 use std::time::Duration;
 

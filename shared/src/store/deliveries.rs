@@ -28,7 +28,8 @@ pub enum Kind {
     Subscription,
     EventTrigger,
     /// A step's stage change to a URL its stage_notifications names:
-    /// retried as a subscription's event.
+    /// retried as a subscription's event. Signed, like an event trigger's
+    /// notification, with the project's signing secret.
     StepStage,
 }
 
@@ -87,8 +88,11 @@ const COLUMNS: &str = "id, project_id, kind, url, event_type, payload, status, a
     next_retry_at, last_status_code, last_error, subscription_id, job_id, run_id, workflow_run_id, event_trigger_id, \
     delivered_at, created_at, updated_at";
 
-/// A claimed delivery with the key to sign it (the job's webhook_secret or
-/// the subscription's secret), read at send time so it is never copied.
+/// A claimed delivery with the key to sign it, read at send time so it is
+/// never copied: the job's webhook_secret or the subscription's secret, and
+/// for every delivery without one (step stage and event-trigger
+/// notifications, a job without a webhook_secret) the project's signing
+/// secret, so no notification leaves unsigned.
 #[derive(Clone, Debug, sqlx::FromRow)]
 pub struct Claimed {
     #[sqlx(flatten)]
@@ -120,9 +124,10 @@ static CLAIM_DUE_SQL: LazyLock<String> = LazyLock::new(|| {
               FROM c WHERE d.id = c.id RETURNING d.*
          )
          SELECT {cols},
-                CASE d.kind WHEN 'job_run' THEN (SELECT j.spec->>'webhook_secret' FROM jobs j WHERE j.id = d.job_id)
-                            WHEN 'subscription' THEN (SELECT s.secret FROM webhook_subscriptions s WHERE s.id = d.subscription_id)
-                END AS secret
+                coalesce(nullif(CASE d.kind
+                    WHEN 'job_run' THEN (SELECT j.spec->>'webhook_secret' FROM jobs j WHERE j.id = d.job_id)
+                    WHEN 'subscription' THEN (SELECT s.secret FROM webhook_subscriptions s WHERE s.id = d.subscription_id)
+                END, ''), (SELECT p.signing_secret FROM projects p WHERE p.id = d.project_id)) AS secret
            FROM d"
         ),
         cols = COLUMNS.split(", ").map(|c| format!("d.{}", c.trim())).collect::<Vec<_>>().join(", ")

@@ -37,6 +37,17 @@ pub async fn get(pool: &PgPool, tenant: Tenant<'_>, id: &str) -> Result<Option<P
         .await
 }
 
+/// The project's signing secret (migration 0026), if `tenant` may see the
+/// project. Kept out of [`ProjectRow`] so no view of a project carries it
+/// by accident.
+pub async fn signing_secret(pool: &PgPool, tenant: Tenant<'_>, id: &str) -> Result<Option<String>, sqlx::Error> {
+    sqlx::query_scalar("SELECT signing_secret FROM projects WHERE id = $1 AND ($2::text IS NULL OR id = $2)")
+        .bind(id)
+        .bind(tenant.filter())
+        .fetch_optional(pool)
+        .await
+}
+
 pub async fn create(pool: &PgPool, id: &str, name: &str, actor: Option<&str>) -> Result<ProjectRow, sqlx::Error> {
     sqlx::query_as(&format!("INSERT INTO projects (id, name, created_by) VALUES ($1, $2, $3) RETURNING {COLS}"))
         .bind(id)

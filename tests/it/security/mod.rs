@@ -5,6 +5,7 @@ mod approvals;
 mod credentials;
 mod expressions;
 mod headers;
+mod notifications;
 mod policies;
 mod quotas;
 mod run_tokens;
