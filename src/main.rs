@@ -128,7 +128,7 @@ async fn single(which: &str) -> anyhow::Result<()> {
     }
     let stop = shutdown::on_signals();
     if which != "api" {
-        telemetry::spawn_metrics(config.metrics_addr, stop.clone());
+        telemetry::spawn_metrics(config.metrics_addr, config.metrics_token.clone(), stop.clone());
     }
     match which {
         "api" => switchyard_api::run(config, stop).await,

@@ -23,7 +23,7 @@ async fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     let shutdown = shutdown::on_signals();
-    telemetry::spawn_metrics(config.metrics_addr, shutdown.clone());
+    telemetry::spawn_metrics(config.metrics_addr, config.metrics_token.clone(), shutdown.clone());
     match switchyard_scheduler::run(config, shutdown).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

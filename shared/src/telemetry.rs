@@ -186,7 +186,26 @@ pub fn init_tracing() {
 
 /// Serves `GET /metrics` and `GET /health` on `addr` until `shutdown`, for
 /// worker and scheduler processes (the api serves both on its own port).
-pub async fn serve_metrics(addr: std::net::SocketAddr, shutdown: crate::shutdown::Shutdown) -> std::io::Result<()> {
+/// Whether a request head (or a header value, with `token`) carries the
+/// metrics token as a bearer credential; always, when none is configured.
+/// Compared in constant time, as every credential is.
+pub fn bearer_matches(head: &str, token: Option<&crate::config::Secret>) -> bool {
+    let Some(token) = token else { return true };
+    let given = head
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .find(|(k, _)| k.trim().eq_ignore_ascii_case("authorization"))
+        .and_then(|(_, v)| v.trim().strip_prefix("Bearer "))
+        .unwrap_or("");
+    let (a, b) = (given.trim().as_bytes(), token.expose().as_bytes());
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+pub async fn serve_metrics(
+    addr: std::net::SocketAddr,
+    token: Option<crate::config::Secret>,
+    shutdown: crate::shutdown::Shutdown,
+) -> std::io::Result<()> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let _ = metrics_handle();
     let listener = tokio::net::TcpListener::bind(addr).await?;
@@ -202,6 +221,7 @@ pub async fn serve_metrics(addr: std::net::SocketAddr, shutdown: crate::shutdown
                 }
             },
         };
+        let token = token.clone();
         tokio::spawn(async move {
             // A scrape is one small GET; anything else gets 404.
             let mut buf = [0u8; 1024];
@@ -212,6 +232,9 @@ pub async fn serve_metrics(addr: std::net::SocketAddr, shutdown: crate::shutdown
             };
             let path = head.split_whitespace().nth(1).unwrap_or("");
             let (status, ctype, body) = match (head.starts_with("GET "), path) {
+                (true, "/metrics") if !bearer_matches(&head, token.as_ref()) => {
+                    ("401 Unauthorized", "text/plain", "METRICS_TOKEN is set: send Authorization: Bearer <it>".into())
+                }
                 (true, "/metrics") => ("200 OK", "text/plain; version=0.0.4", render_metrics()),
                 (true, "/health") => ("200 OK", "application/json", "{\"status\":\"ok\"}".to_string()),
                 _ => ("404 Not Found", "text/plain", "not found".to_string()),
@@ -226,12 +249,38 @@ pub async fn serve_metrics(addr: std::net::SocketAddr, shutdown: crate::shutdown
 }
 
 /// Starts [`serve_metrics`] in the background when an address is configured.
-pub fn spawn_metrics(addr: Option<std::net::SocketAddr>, shutdown: crate::shutdown::Shutdown) {
+pub fn spawn_metrics(
+    addr: Option<std::net::SocketAddr>,
+    token: Option<crate::config::Secret>,
+    shutdown: crate::shutdown::Shutdown,
+) {
     if let Some(addr) = addr {
         tokio::spawn(async move {
-            if let Err(e) = serve_metrics(addr, shutdown).await {
+            if let Err(e) = serve_metrics(addr, token, shutdown).await {
                 tracing::error!(%addr, error = %e, "cannot serve metrics");
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Secret;
+
+    #[test]
+    fn the_metrics_token_is_a_bearer_credential() {
+        let t = Secret::new("metrics-token-0123456789");
+        assert!(bearer_matches("GET /metrics HTTP/1.1\r\n", None), "no token: open");
+        let sent = "GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer metrics-token-0123456789\r\n";
+        assert!(bearer_matches(sent, Some(&t)));
+        assert!(bearer_matches("authorization:  Bearer metrics-token-0123456789 \r\n", Some(&t)), "any case, spaces");
+        for head in [
+            "GET /metrics HTTP/1.1\r\n",
+            "Authorization: Bearer metrics-token-012345678",
+            "Authorization: metrics-token-0123456789",
+        ] {
+            assert!(!bearer_matches(head, Some(&t)), "{head:?}");
+        }
     }
 }

@@ -30,6 +30,6 @@ async fn main() -> ExitCode {
 async fn start(config: Config) -> anyhow::Result<()> {
     db::prepare(&config.database_url, Duration::from_secs(60)).await.context("preparing the database")?;
     let shutdown = shutdown::on_signals();
-    telemetry::spawn_metrics(config.metrics_addr, shutdown.clone());
+    telemetry::spawn_metrics(config.metrics_addr, config.metrics_token.clone(), shutdown.clone());
     switchyard_worker::run(config, shutdown).await.context("running the worker")
 }

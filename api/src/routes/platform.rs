@@ -1,4 +1,5 @@
-//! /health, /health/ready and /metrics. No credential needed.
+//! /health, /health/ready and /metrics. No credential needed, except for
+//! /metrics when `METRICS_TOKEN` is set.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -8,6 +9,7 @@ use poem_openapi::payload::{Json, PlainText};
 use poem_openapi::{ApiResponse, Object, OpenApi};
 
 use super::Tag;
+use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
 pub struct PlatformApi;
@@ -77,10 +79,18 @@ impl PlatformApi {
         }
     }
 
-    /// Prometheus metrics in the text exposition format.
+    /// Prometheus metrics in the text exposition format. Open unless the
+    /// server sets `METRICS_TOKEN`; then only `Authorization: Bearer
+    /// <METRICS_TOKEN>` reads them (401 otherwise), since their series name
+    /// every tenant's job ids.
     #[oai(path = "/metrics", method = "get", operation_id = "getMetrics")]
-    async fn metrics(&self) -> MetricsResponse {
-        MetricsResponse::Metrics(PlainText(switchyard_shared::telemetry::render_metrics()))
+    async fn metrics(&self, state: Data<&AppState>, req: &poem::Request) -> ApiResult<MetricsResponse> {
+        let header = req.headers().get("authorization").and_then(|v| v.to_str().ok()).unwrap_or("");
+        let head = format!("authorization: {header}");
+        if !switchyard_shared::telemetry::bearer_matches(&head, state.config.metrics_token.as_ref()) {
+            return Err(ApiError::unauthorized("METRICS_TOKEN is set: send Authorization: Bearer <METRICS_TOKEN>"));
+        }
+        Ok(MetricsResponse::Metrics(PlainText(switchyard_shared::telemetry::render_metrics())))
     }
 }
 

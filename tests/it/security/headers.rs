@@ -20,3 +20,27 @@ async fn the_api_reference_has_a_content_security_policy_and_refuses_framing() {
     assert_eq!(csp.matches("'sha256-").count(), 2, "{csp}");
     assert!(page.contains("SwaggerUIBundle"), "the reference itself is served");
 }
+
+#[tokio::test]
+async fn metrics_need_the_metrics_token_when_one_is_set() {
+    use switchyard_shared::config::Secret;
+    const TOKEN: &str = "metrics-token-0123456789";
+    let env = TestEnv::start_with(|c| c.metrics_token = Some(Secret::new(TOKEN))).await;
+    let client = reqwest::Client::new();
+    let url = format!("{}/metrics", env.base);
+    for bad in [None, Some("Bearer wrong-token-0123456789"), Some(TOKEN)] {
+        let mut req = client.get(&url);
+        if let Some(h) = bad {
+            req = req.header("authorization", h);
+        }
+        let resp = req.send().await.unwrap();
+        assert_eq!(resp.status(), 401, "{bad:?}");
+        assert!(!resp.text().await.unwrap().contains("svc_"), "no series leak in the refusal");
+    }
+    let resp = client.get(&url).bearer_auth(TOKEN).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert!(resp.text().await.unwrap().contains("# TYPE"));
+    // Without a token configured, /metrics stays open for a private scraper.
+    let open = TestEnv::start().await;
+    assert_eq!(reqwest::get(format!("{}/metrics", open.base)).await.unwrap().status(), 200);
+}
