@@ -52,11 +52,6 @@ pub struct Config {
     pub internal_secret: Option<Secret>,
     /// HS256 key of run tokens.
     pub jwt_signing_key: Option<Secret>,
-    /// When set, `/metrics` (the api's and a worker's or scheduler's
-    /// METRICS_ADDR) answers only `Authorization: Bearer <token>`: its series
-    /// name every tenant's job ids. Unset, it is open, for a scraper on a
-    /// private network.
-    pub metrics_token: Option<Secret>,
     pub oidc_issuer: Option<String>,
     pub oidc_audience: Option<String>,
     pub oidc_public_key: Option<String>,
@@ -101,7 +96,6 @@ impl Config {
             api_addr: "127.0.0.1:8080".parse().expect("static address"),
             internal_secret: None,
             jwt_signing_key: None,
-            metrics_token: None,
             oidc_issuer: None,
             oidc_audience: None,
             oidc_public_key: None,
@@ -173,11 +167,8 @@ impl Config {
                 return Err(err("INTERNAL_SECRET", "must be at least 16 characters"));
             }
         }
-        c.metrics_token = get("METRICS_TOKEN").map(Secret::new);
-        if c.metrics_token.as_ref().is_some_and(|s| s.expose().len() < 16) {
-            return Err(err("METRICS_TOKEN", "must be at least 16 characters"));
-        }
         c.jwt_signing_key = get("JWT_SIGNING_KEY").map(Secret::new);
+        require_key_len(&c.jwt_signing_key, "JWT_SIGNING_KEY")?;
         c.oidc_issuer = get("OIDC_ISSUER");
         c.oidc_audience = get("OIDC_AUDIENCE");
         c.oidc_public_key = get("OIDC_PUBLIC_KEY");
@@ -208,6 +199,7 @@ impl Config {
             };
         }
         c.secrets_key = get("SECRETS_KEY").map(Secret::new);
+        require_key_len(&c.secrets_key, "SECRETS_KEY")?;
         let lease = parse_num(&get, "LEASE_SECS", c.lease.as_secs() as u32)?;
         if lease < 2 {
             return Err(err("LEASE_SECS", "must be at least 2"));
@@ -253,6 +245,26 @@ pub fn validate_prefix(p: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Bytes a key read from the environment must have at least. An HS256 key
+/// shorter than its 256-bit output, or a SECRETS_KEY that a short guess
+/// finds (SHA-256 only spreads it, it does not stretch it), can be searched
+/// offline: from one run token, or from one stolen row. Only the environment
+/// is held to it; tests and `switchyard dev` set their keys directly.
+pub const MIN_KEY_BYTES: usize = 32;
+
+fn require_key_len(key: &Option<Secret>, var: &'static str) -> Result<(), ConfigError> {
+    match key {
+        Some(k) if k.expose().len() < MIN_KEY_BYTES => Err(err(
+            var,
+            format!(
+                "must be at least {MIN_KEY_BYTES} bytes (it has {}); generate one with `openssl rand -hex 32`",
+                k.expose().len()
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
 fn err(var: &'static str, reason: impl Into<String>) -> ConfigError {
     ConfigError { var, reason: reason.into() }
 }
@@ -292,7 +304,6 @@ mod tests {
             ("DATABASE_URL", "mysql://x"),
             ("TARGET_DENY_PRIVATE", "maybe"),
             ("INTERNAL_SECRET", "short"),
-            ("METRICS_TOKEN", "short"),
             ("LEASE_SECS", "1"),
             ("METRICS_ADDR", "nowhere"),
             ("QUEUE_PARTITIONS", "0"),
@@ -321,6 +332,24 @@ mod tests {
         assert_eq!(e.var, "OIDC_AUDIENCE");
         let c = load(&[("OIDC_ISSUER", "i"), ("OIDC_AUDIENCE", "a"), ("OIDC_PUBLIC_KEY", "k")]).unwrap();
         assert_eq!(c.oidc_audience.as_deref(), Some("a"));
+    }
+
+    #[test]
+    fn keys_shorter_than_32_bytes_are_refused() {
+        for var in ["JWT_SIGNING_KEY", "SECRETS_KEY"] {
+            let e = load(&[(var, &"k".repeat(31))]).unwrap_err();
+            assert_eq!(e.var, var);
+            assert!(e.to_string().contains(var) && e.to_string().contains("32 bytes"), "{e}");
+            // Bytes, not characters: 16 two-byte characters are 32 bytes.
+            assert!(load(&[(var, &"é".repeat(16))]).is_ok(), "{var}");
+            assert!(load(&[(var, &"k".repeat(32))]).is_ok(), "{var}");
+        }
+        let c = load(&[("JWT_SIGNING_KEY", &"j".repeat(40)), ("SECRETS_KEY", &"s".repeat(64))]).unwrap();
+        assert_eq!(c.jwt_signing_key.unwrap().expose().len(), 40);
+        assert_eq!(c.secrets_key.unwrap().expose().len(), 64);
+        // Unset stays allowed: `require_jwt_key` and the secrets routes decide
+        // what a process without them may do.
+        assert!(load(&[]).unwrap().secrets_key.is_none());
     }
 
     #[test]

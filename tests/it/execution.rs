@@ -47,7 +47,7 @@ async fn run_goes_queued_running_completed_with_the_dispatch_protocol() {
     let token = req.header("x-svc-run-token").expect("run token");
     let claims = jsonwebtoken::decode::<serde_json::Value>(
         token,
-        &jsonwebtoken::DecodingKey::from_secret(b"test-jwt-key-0123456789abcdef"),
+        &jsonwebtoken::DecodingKey::from_secret(b"test-jwt-signing-key-0123456789abcdef"),
         &jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::HS256),
     )
     .expect("a valid HS256 run token");

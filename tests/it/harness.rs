@@ -58,7 +58,7 @@ impl TestEnv {
         config.redis_key_prefix = format!("syt{}", &id[..12]);
         config.queue_partitions = queue_partitions();
         config.internal_secret = Some(Secret::new(SECRET));
-        config.jwt_signing_key = Some(Secret::new("test-jwt-key-0123456789abcdef"));
+        config.jwt_signing_key = Some(Secret::new("test-jwt-signing-key-0123456789abcdef"));
         config.rate_limit_global_per_min = 0;
         config.rate_limit_trigger_per_min = 0;
         config.rate_limit_bulk_per_min = 0;
@@ -117,7 +117,7 @@ impl TestEnv {
             ("REDIS_URL", self.config.redis_url.clone()),
             ("REDIS_KEY_PREFIX", self.config.redis_key_prefix.clone()),
             ("QUEUE_PARTITIONS", self.config.queue_partitions.to_string()),
-            ("JWT_SIGNING_KEY", "test-jwt-key-0123456789abcdef".into()),
+            ("JWT_SIGNING_KEY", "test-jwt-signing-key-0123456789abcdef".into()),
             ("LEASE_SECS", self.config.lease.as_secs().to_string()),
             ("RUST_LOG", "warn".into()),
         ]

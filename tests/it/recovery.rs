@@ -157,11 +157,16 @@ async fn sigterm_lets_the_in_flight_dispatch_finish() {
 
 #[tokio::test]
 async fn a_bad_setting_stops_the_process_naming_the_variable() {
-    for (var, value) in [("WORKER_CONCURRENCY", "lots"), ("REDIS_KEY_PREFIX", "a{b}"), ("API_ADDR", "here")] {
+    for (var, value) in [
+        ("WORKER_CONCURRENCY", "lots"),
+        ("REDIS_KEY_PREFIX", "a{b}"),
+        ("API_ADDR", "here"),
+        ("SECRETS_KEY", "shorter-than-32-bytes"),
+    ] {
         let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
             .arg("api")
             .env(var, value)
-            .env("JWT_SIGNING_KEY", "k")
+            .env("JWT_SIGNING_KEY", "recovery-jwt-signing-key-0123456789")
             .output()
             .await
             .unwrap();

@@ -97,7 +97,7 @@ async fn no_secret_reaches_the_log() {
         ("an API key's body", &raw["svc_".len()..]),
         ("a guessed key", "guessed-key-material"),
         ("a run token", token.as_str()),
-        ("the JWT signing key", "test-jwt-key-0123456789abcdef"),
+        ("the JWT signing key", "test-jwt-signing-key-0123456789abcdef"),
         ("a webhook secret", "whsec-very-secret-value"),
     ] {
         assert!(!log.contains(secret), "{what} appears in the log");

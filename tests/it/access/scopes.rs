@@ -29,7 +29,7 @@ pub const SCOPES: [&str; 13] = [
     "stats:read",
 ];
 
-pub const JWT_KEY: &[u8] = b"test-jwt-key-0123456789abcdef";
+pub const JWT_KEY: &[u8] = b"test-jwt-signing-key-0123456789abcdef";
 
 /// A run token as the worker mints it.
 pub fn run_token(run_id: &str, job_id: &str, project_id: &str) -> String {
