@@ -52,6 +52,11 @@ pub struct Config {
     pub internal_secret: Option<Secret>,
     /// HS256 key of run tokens.
     pub jwt_signing_key: Option<Secret>,
+    /// When set, `/metrics` (the api's and a worker's or scheduler's
+    /// METRICS_ADDR) answers only `Authorization: Bearer <token>`: its series
+    /// name every tenant's job ids. Unset, it is open, for a scraper on a
+    /// private network.
+    pub metrics_token: Option<Secret>,
     pub oidc_issuer: Option<String>,
     pub oidc_audience: Option<String>,
     pub oidc_public_key: Option<String>,
@@ -96,6 +101,7 @@ impl Config {
             api_addr: "127.0.0.1:8080".parse().expect("static address"),
             internal_secret: None,
             jwt_signing_key: None,
+            metrics_token: None,
             oidc_issuer: None,
             oidc_audience: None,
             oidc_public_key: None,
@@ -166,6 +172,10 @@ impl Config {
             if s.expose().len() < 16 {
                 return Err(err("INTERNAL_SECRET", "must be at least 16 characters"));
             }
+        }
+        c.metrics_token = get("METRICS_TOKEN").map(Secret::new);
+        if c.metrics_token.as_ref().is_some_and(|s| s.expose().len() < 16) {
+            return Err(err("METRICS_TOKEN", "must be at least 16 characters"));
         }
         c.jwt_signing_key = get("JWT_SIGNING_KEY").map(Secret::new);
         require_key_len(&c.jwt_signing_key, "JWT_SIGNING_KEY")?;
@@ -304,6 +314,7 @@ mod tests {
             ("DATABASE_URL", "mysql://x"),
             ("TARGET_DENY_PRIVATE", "maybe"),
             ("INTERNAL_SECRET", "short"),
+            ("METRICS_TOKEN", "short"),
             ("LEASE_SECS", "1"),
             ("METRICS_ADDR", "nowhere"),
             ("QUEUE_PARTITIONS", "0"),
