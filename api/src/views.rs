@@ -127,7 +127,7 @@ pub fn job_view(r: JobRecord) -> Job {
         enabled: r.enabled,
         paused: r.paused,
         webhook_url: s.webhook_url,
-        has_webhook_secret: s.webhook_secret.is_some(),
+        has_webhook_secret: s.webhook_secret.is_some() || s.has_webhook_secret,
         retry_strategy: s.retry_strategy,
         retry_delays_secs: s.retry_delays_secs,
         retry_initial_delay_secs: s.retry_initial_delay_secs,

@@ -17,7 +17,9 @@ use std::time::Duration;
 use chrono::Utc;
 use futures::StreamExt;
 use sqlx::PgPool;
+use switchyard_shared::config::Secret;
 use switchyard_shared::outbound::{webhook, Http};
+use switchyard_shared::secrets::{self, SecretsKey};
 use switchyard_shared::shutdown::Shutdown;
 use switchyard_shared::store::deliveries::{self, Attempt, Claimed};
 use switchyard_shared::telemetry::WEBHOOK_RETRY_ATTEMPTS;
@@ -41,6 +43,9 @@ pub struct DeliveryOptions {
     pub hold: Duration,
     /// Refuse private and loopback addresses (TARGET_DENY_PRIVATE).
     pub deny_private: bool,
+    /// Opens sealed signing keys (SECRETS_KEY). Without it a delivery whose
+    /// key is sealed fails its attempt rather than go out unsigned.
+    pub secrets_key: Option<Secret>,
 }
 
 impl Default for DeliveryOptions {
@@ -51,6 +56,7 @@ impl Default for DeliveryOptions {
             parallel: 16,
             hold: Duration::from_secs(30),
             deny_private: false,
+            secrets_key: None,
         }
     }
 }
@@ -73,6 +79,7 @@ pub struct DeliverySender {
     http: Http,
     opts: DeliveryOptions,
     woken: Arc<Notify>,
+    key: Option<SecretsKey>,
 }
 
 /// What one pass did.
@@ -88,7 +95,8 @@ impl DeliverySender {
         opts.validate()?;
         let http = Http::new(opts.parallel, opts.deny_private)
             .map_err(|e| OptionsError::new("deliveries.http", format!("cannot build the webhook client: {e}")))?;
-        Ok(DeliverySender { pool, http, opts, woken: Arc::default() })
+        let key = opts.secrets_key.as_ref().map(SecretsKey::from_secret);
+        Ok(DeliverySender { pool, http, opts, woken: Arc::default(), key })
     }
 
     /// Claims and sends what is due now (tests step the sender with this).
@@ -117,11 +125,31 @@ impl DeliverySender {
             metrics::counter!(WEBHOOK_RETRY_ATTEMPTS).increment(1);
         }
         let body = serde_json::to_vec(&d.payload.0).unwrap_or_default();
-        let attempt = webhook::send(&self.http, &d.url, c.secret.as_deref(), &d.id, &body).await;
+        let attempt = match self.signing_key(&c) {
+            Ok(secret) => webhook::send(&self.http, &d.url, secret.as_deref(), &d.id, &body).await,
+            Err(error) => Attempt::Failed { status_code: None, error },
+        };
         if let Attempt::Rejected { error, .. } | Attempt::Failed { error, .. } = &attempt {
             tracing::info!(delivery_id = %d.id, kind = %d.kind, attempt = d.attempts + 1, %error, "delivery attempt failed");
         }
         (c, attempt)
+    }
+
+    /// The claimed key in plaintext. Only a job's or a subscription's key
+    /// is sealed (the project's signing secret is not a stored credential
+    /// of a receiver's choosing), so the owner is the one its kind names.
+    fn signing_key(&self, c: &Claimed) -> Result<Option<String>, String> {
+        let Some(stored) = c.secret.as_deref().filter(|s| secrets::is_sealed(s)) else {
+            return Ok(c.secret.clone());
+        };
+        let d = &c.delivery;
+        let (owner, name) = match d.kind.as_str() {
+            "job_run" => (d.job_id.as_deref(), secrets::JOB_WEBHOOK_SECRET),
+            _ => (d.subscription_id.as_deref(), secrets::SUBSCRIPTION_SECRET),
+        };
+        secrets::open_stored(self.key.as_ref(), owner.unwrap_or_default(), name, stored)
+            .map(Some)
+            .map_err(|e| format!("the signing secret: {e}"))
     }
 
     /// Sends until shutdown (see the module doc).

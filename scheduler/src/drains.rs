@@ -21,8 +21,10 @@ use std::time::Duration;
 
 use chrono::{SecondsFormat, Utc};
 use sqlx::PgPool;
+use switchyard_shared::config::Secret;
 use switchyard_shared::outbound::client::error_chain;
 use switchyard_shared::outbound::{signing, target, Http, TargetError};
+use switchyard_shared::secrets::{self, SecretsKey};
 use switchyard_shared::shutdown::Shutdown;
 use switchyard_shared::store::log_drains::{self, Claimed, DrainLine};
 use switchyard_shared::telemetry::{LOG_DRAIN_LINES_DROPPED, LOG_DRAIN_LINES_SENT};
@@ -58,6 +60,10 @@ pub struct DrainOptions {
     pub drains_per_pass: usize,
     /// Time allowed for one POST (default 10 s).
     pub send_timeout: Duration,
+    /// Opens drains' sealed secrets (SECRETS_KEY). Without it a drain with
+    /// a sealed secret fails its sends, as a job with secrets fails its
+    /// runs, rather than ship unsigned.
+    pub secrets_key: Option<Secret>,
     /// Whether receivers may be loopback or private addresses
     /// (`TARGET_DENY_PRIVATE`), as for dispatches.
     pub deny_private: bool,
@@ -75,6 +81,7 @@ impl Default for DrainOptions {
             drains_per_pass: 16,
             send_timeout: Duration::from_secs(10),
             deny_private: false,
+            secrets_key: None,
         }
     }
 }
@@ -154,6 +161,7 @@ pub struct DrainSender {
     pool: PgPool,
     opts: DrainOptions,
     http: Http,
+    key: Option<SecretsKey>,
 }
 
 impl DrainSender {
@@ -161,7 +169,8 @@ impl DrainSender {
         opts.validate()?;
         let http = Http::new(4, opts.deny_private)
             .map_err(|e| OptionsError::new("drains.http", format!("cannot build the drain client: {e}")))?;
-        Ok(DrainSender { pool, opts, http })
+        let key = opts.secrets_key.as_ref().map(SecretsKey::from_secret);
+        Ok(DrainSender { pool, opts, http, key })
     }
 
     pub fn options(&self) -> &DrainOptions {
@@ -240,8 +249,10 @@ impl DrainSender {
             .timeout(self.opts.send_timeout)
             .header("content-type", NDJSON)
             .header(BATCH_HEADER, batch_id);
-        if let Some(secret) = c.drain.secret.as_deref().filter(|s| !s.is_empty()) {
-            let [(tn, tv), (sn, sv)] = signing::headers(secret, Utc::now().timestamp(), &body);
+        if let Some(stored) = c.drain.secret.as_deref().filter(|s| !s.is_empty()) {
+            let secret = secrets::open_stored(self.key.as_ref(), &c.drain.id, secrets::LOG_DRAIN_SECRET, stored)
+                .map_err(|e| format!("the drain's secret: {e}"))?;
+            let [(tn, tv), (sn, sv)] = signing::headers(&secret, Utc::now().timestamp(), &body);
             rb = rb.header(tn, tv).header(sn, sv);
         }
         match rb.body(body).send().await {

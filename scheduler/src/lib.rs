@@ -130,9 +130,14 @@ impl SchedulerOptions {
             deliveries: DeliveryOptions {
                 deny_private: config.target_deny_private,
                 hold: config.delivery_claim,
+                secrets_key: config.secrets_key.clone(),
                 ..DeliveryOptions::default()
             },
-            drains: DrainOptions { deny_private: config.target_deny_private, ..DrainOptions::default() },
+            drains: DrainOptions {
+                deny_private: config.target_deny_private,
+                secrets_key: config.secrets_key.clone(),
+                ..DrainOptions::default()
+            },
             ..SchedulerOptions::default()
         }
     }

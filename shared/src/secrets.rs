@@ -12,6 +12,13 @@
 //!
 //! Plaintext exists only in memory: in the api between the request and the
 //! encryption, in the worker between the decryption and the dispatch body.
+//!
+//! Signing keys (a job's `webhook_secret`, a subscription's secret, a log
+//! drain's secret) are sealed under the same key into one text value
+//! ([`SecretsKey::seal`]), so they stay in the columns they always had and
+//! a value written before they were sealed still reads ([`open_stored`]).
+//! Their names start with `$`, which no job secret's name can, so their
+//! ciphertexts cannot pass for a job secret's.
 
 use std::fmt;
 
@@ -42,6 +49,39 @@ pub enum SecretsError {
     Decrypt,
     #[error("encryption failed")]
     Encrypt,
+    /// A sealed value met a process without SECRETS_KEY.
+    #[error("the secret is encrypted but this process has no SECRETS_KEY to decrypt it")]
+    NoKey,
+}
+
+/// What a sealed text value starts with. A plaintext value written before
+/// sealing could in theory start with it too; it would then fail to open,
+/// which is loud, never a signature with the wrong key.
+pub const SEALED_PREFIX: &str = "sealed:v1:";
+
+/// The names signing keys are sealed under, with their owner's id.
+pub const JOB_WEBHOOK_SECRET: &str = "$webhook_secret";
+pub const SUBSCRIPTION_SECRET: &str = "$subscription_secret";
+pub const LOG_DRAIN_SECRET: &str = "$log_drain_secret";
+
+/// Whether a stored signing key is sealed (else it is a plaintext value
+/// from before sealing, which the start-up pass seals).
+pub fn is_sealed(stored: &str) -> bool {
+    stored.starts_with(SEALED_PREFIX)
+}
+
+/// The plaintext of a stored signing key: a sealed value opened with `key`,
+/// a value from before sealing as it is (it keeps working with or without
+/// SECRETS_KEY, as it did).
+pub fn open_stored(key: Option<&SecretsKey>, owner: &str, name: &str, stored: &str) -> Result<String, SecretsError> {
+    let Some(rest) = stored.strip_prefix(SEALED_PREFIX) else {
+        return Ok(stored.to_string());
+    };
+    let key = key.ok_or(SecretsError::NoKey)?;
+    let (nonce, ct) = rest.split_once(':').ok_or(SecretsError::Decrypt)?;
+    let nonce = hex::decode(nonce).map_err(|_| SecretsError::Decrypt)?;
+    let ct = hex::decode(ct).map_err(|_| SecretsError::Decrypt)?;
+    key.decrypt(owner, name, &nonce, &ct)
 }
 
 impl SecretsKey {
@@ -64,6 +104,14 @@ impl SecretsKey {
             .encrypt(XNonce::from_slice(&nonce), Payload { msg: plaintext.as_bytes(), aad: &aad })
             .map_err(|_| SecretsError::Encrypt)?;
         Ok((nonce.to_vec(), ct))
+    }
+
+    /// `plaintext` sealed into one text value for a text column: the
+    /// prefix, then the nonce and the ciphertext in hex. `owner` is the id
+    /// of the row it belongs to, bound in like a job secret's job id.
+    pub fn seal(&self, owner: &str, name: &str, plaintext: &str) -> Result<String, SecretsError> {
+        let (nonce, ct) = self.encrypt(owner, name, plaintext)?;
+        Ok(format!("{SEALED_PREFIX}{}:{}", hex::encode(nonce), hex::encode(ct)))
     }
 
     pub fn decrypt(&self, job_id: &str, name: &str, nonce: &[u8], ciphertext: &[u8]) -> Result<String, SecretsError> {
@@ -135,6 +183,22 @@ mod tests {
         assert_eq!(key("k1").decrypt("job_1", "A", &n, &bad), Err(SecretsError::Decrypt));
         assert_eq!(key("k1").decrypt("job_1", "A", &n[..5], &c), Err(SecretsError::Decrypt));
         assert!(!format!("{:?}", key("k1")).contains("k1"));
+    }
+
+    #[test]
+    fn sealed_text_opens_only_with_its_key_and_owner() {
+        let k = key("k1");
+        let sealed = k.seal("whs_1", SUBSCRIPTION_SECRET, "sub-secret").unwrap();
+        assert!(is_sealed(&sealed) && !sealed.contains("sub-secret"));
+        assert_eq!(open_stored(Some(&k), "whs_1", SUBSCRIPTION_SECRET, &sealed).unwrap(), "sub-secret");
+        assert_eq!(open_stored(Some(&k), "whs_2", SUBSCRIPTION_SECRET, &sealed), Err(SecretsError::Decrypt));
+        assert_eq!(open_stored(Some(&k), "whs_1", LOG_DRAIN_SECRET, &sealed), Err(SecretsError::Decrypt));
+        assert_eq!(open_stored(Some(&key("k2")), "whs_1", SUBSCRIPTION_SECRET, &sealed), Err(SecretsError::Decrypt));
+        assert_eq!(open_stored(None, "whs_1", SUBSCRIPTION_SECRET, &sealed), Err(SecretsError::NoKey));
+        // A value from before sealing reads as it is, with or without a key.
+        assert_eq!(open_stored(None, "whs_1", SUBSCRIPTION_SECRET, "old-plain").unwrap(), "old-plain");
+        assert_eq!(open_stored(Some(&k), "whs_1", SUBSCRIPTION_SECRET, "old-plain").unwrap(), "old-plain");
+        assert!(!is_valid_name(JOB_WEBHOOK_SECRET) && !is_valid_name(SUBSCRIPTION_SECRET));
     }
 
     #[test]

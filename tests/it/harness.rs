@@ -13,6 +13,9 @@ use switchyard_shared::shutdown::Shutdown;
 use switchyard_shared::{db, Config};
 
 pub const SECRET: &str = "test-internal-secret-0123456789";
+/// SECRETS_KEY of every test (signing keys are stored sealed with it); a
+/// test without one sets `secrets_key = None`.
+pub const SECRETS_KEY: &str = "test-secrets-key-0123456789abcdef";
 
 pub fn pg_base() -> String {
     std::env::var("TEST_PG_BASE").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into())
@@ -59,6 +62,7 @@ impl TestEnv {
         config.queue_partitions = queue_partitions();
         config.internal_secret = Some(Secret::new(SECRET));
         config.jwt_signing_key = Some(Secret::new("test-jwt-signing-key-0123456789abcdef"));
+        config.secrets_key = Some(Secret::new(SECRETS_KEY));
         config.rate_limit_global_per_min = 0;
         config.rate_limit_trigger_per_min = 0;
         config.rate_limit_bulk_per_min = 0;
@@ -118,6 +122,7 @@ impl TestEnv {
             ("REDIS_KEY_PREFIX", self.config.redis_key_prefix.clone()),
             ("QUEUE_PARTITIONS", self.config.queue_partitions.to_string()),
             ("JWT_SIGNING_KEY", "test-jwt-signing-key-0123456789abcdef".into()),
+            ("SECRETS_KEY", self.config.secrets_key.as_ref().map_or(String::new(), |k| k.expose().to_string())),
             ("LEASE_SECS", self.config.lease.as_secs().to_string()),
             ("RUST_LOG", "warn".into()),
         ]

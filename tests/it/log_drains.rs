@@ -26,6 +26,7 @@ fn quick(batch_size: usize, max_backlog: u64) -> DrainOptions {
         backoff_min: Duration::from_millis(200),
         backoff_max: Duration::from_secs(1),
         send_timeout: Duration::from_secs(5),
+        secrets_key: Some(switchyard_shared::config::Secret::new(crate::harness::SECRETS_KEY)),
         ..DrainOptions::default()
     }
 }

@@ -195,7 +195,7 @@ async fn without_secrets_key_writes_are_refused_and_dispatch_fails() {
     assert!(!v.to_string().contains(VALUE));
 
     // An api without a key refuses writes, still lists and deletes.
-    let bare = TestEnv::start().await;
+    let bare = TestEnv::start_with(|c| c.secrets_key = None).await;
     let job = bare.job(&target.url, json!({})).await;
     let url = format!("/v1/jobs/{}/secrets", job["id"].as_str().unwrap());
     let p = assert_problem(503, bare.post(&url, json!({"name": "TOKEN", "value": "v"})).await, 503);

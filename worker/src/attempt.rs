@@ -121,7 +121,11 @@ async fn handle(w: &Inner, entry: &Entry, key: u64, dequeue: Duration) {
         Ok(None) => Err(format!("job {} (version {}) no longer exists", run.job_id, run.job_version_id)),
         Err(e) => Err(format!("job {} (version {}) could not be read: {e}", run.job_id, run.job_version_id)),
     };
-    let extras = Extras { checkpoint: loaded.checkpoint.as_ref(), secrets: &loaded.secrets };
+    let extras = Extras {
+        checkpoint: loaded.checkpoint.as_ref(),
+        secrets: &loaded.secrets,
+        webhook_secret: loaded.webhook_secret.as_deref(),
+    };
 
     let (attempted, policy) = match &spec {
         Err(why) => (Attempted::without_call(Verdict::permanent(ErrorClass::JobMissing, why.clone())), no_retry()),
@@ -218,6 +222,8 @@ impl Attempted {
 struct Extras<'a> {
     checkpoint: Option<&'a Value>,
     secrets: &'a [store::secrets::StoredSecret],
+    /// The job's webhook_secret as stored (see `Loaded::webhook_secret`).
+    webhook_secret: Option<&'a str>,
 }
 
 /// POSTs the run to its job's endpoint. `None` only when the run token
@@ -235,6 +241,13 @@ async fn call_target(w: &Inner, run: &Run, spec: &JobSpec, extras: &Extras<'_>) 
         Ok(s) => s,
         Err(why) => return Some(Attempted::without_call(Verdict::permanent(ErrorClass::SecretsUnavailable, why))),
     };
+    // Under the rule of job secrets: a key this worker cannot open fails
+    // the run rather than send it unsigned.
+    let signing = match open_webhook_secret(w, &run.job_id, extras.webhook_secret) {
+        Ok(s) => s,
+        Err(why) => return Some(Attempted::without_call(Verdict::permanent(ErrorClass::SecretsUnavailable, why))),
+    };
+    let spec = &JobSpec { webhook_secret: signing, ..spec.clone() };
     let body = request_body(run, extras.checkpoint, secrets.as_ref());
     let headers = request_headers(run, spec, token, &body);
     let req = DispatchRequest {
@@ -303,6 +316,19 @@ fn open_secrets(
         }
     }
     Ok(Some(out))
+}
+
+/// The job's webhook_secret in plaintext, `None` when it has none.
+fn open_webhook_secret(w: &Inner, job_id: &str, stored: Option<&str>) -> Result<Option<String>, String> {
+    let Some(stored) = stored.filter(|s| !s.is_empty()) else { return Ok(None) };
+    switchyard_shared::secrets::open_stored(
+        w.secrets.as_ref(),
+        job_id,
+        switchyard_shared::secrets::JOB_WEBHOOK_SECRET,
+        stored,
+    )
+    .map(Some)
+    .map_err(|e| format!("the job's webhook_secret: {e}"))
 }
 
 /// The run's own timeout when it sets one, else the job's.

@@ -12,9 +12,11 @@ use poem_openapi::{ApiResponse, Object, OpenApi};
 use serde_json::Value;
 use switchyard_shared::domain::{FieldErrors, JobSpec, RateLimitKey};
 use switchyard_shared::queue::WakeLoop;
+use switchyard_shared::secrets;
 use switchyard_shared::store::jobs::{JobVersionRow, JobWrite};
 use switchyard_shared::store::{self, transitions, Tenant};
 
+use super::secrets::seal_signing_key;
 use super::{
     check_job_environment, load_for_trigger, load_job, name_rule, patch, project_of, slug_rule, slugify, sync_limits,
     wake_cron, Created, Tag,
@@ -239,6 +241,7 @@ impl JobsApi {
             retry_delays_secs: b.retry_delays_secs.unwrap_or_default(),
             retry_initial_delay_secs: b.retry_initial_delay_secs.unwrap_or(d.retry_initial_delay_secs),
             retry_max_delay_secs: b.retry_max_delay_secs.unwrap_or(d.retry_max_delay_secs),
+            has_webhook_secret: false,
             environment_id: b.environment_id,
             version_policy: b.version_policy.unwrap_or(d.version_policy.clone()),
             backwards_compatible: b.backwards_compatible.unwrap_or(true),
@@ -256,6 +259,10 @@ impl JobsApi {
         policy::enforce_tags(&state.pool, &project_id, "job", &spec.tags).await?;
         policy::check(&state, &auth.0, &project_id, Resource { kind: "job", id: None, tags: &spec.tags }).await?;
         let id = switchyard_shared::ids::job_id();
+        let mut spec = spec;
+        if let Some(plain) = spec.webhook_secret.take() {
+            spec.webhook_secret = Some(seal_signing_key(&state, &id, secrets::JOB_WEBHOOK_SECRET, &plain)?);
+        }
         let version_id = switchyard_shared::ids::job_version_id();
         let enabled = b.enabled.unwrap_or(true);
         let actor = auth.0.actor();
@@ -333,7 +340,11 @@ impl JobsApi {
         s.execution_window_cron = patch(b.execution_window_cron, s.execution_window_cron);
         s.payload_schema = patch(b.payload_schema, s.payload_schema);
         s.webhook_url = patch(b.webhook_url, s.webhook_url);
+        let new_webhook_secret = matches!(b.webhook_secret, MaybeUndefined::Value(_));
         s.webhook_secret = patch(b.webhook_secret, s.webhook_secret);
+        // The kept one is sealed, longer than a plaintext may be: only a new
+        // one meets the rules.
+        let kept_webhook_secret = if new_webhook_secret { None } else { s.webhook_secret.take() };
         s.environment_id = patch(b.environment_id, s.environment_id);
         macro_rules! set {
             ($($f:ident),*) => { $( if let Some(v) = b.$f { s.$f = v; } )* };
@@ -365,6 +376,10 @@ impl JobsApi {
         }
         errors.extend(s.validate());
         errors.finish()?;
+        s.webhook_secret = match s.webhook_secret.take() {
+            Some(plain) => Some(seal_signing_key(&state, &cur.id, secrets::JOB_WEBHOOK_SECRET, &plain)?),
+            None => kept_webhook_secret,
+        };
         // A job's secrets travel in every dispatch body: whoever chooses where
         // the job sends them must be able to read them anyway.
         let moved = s.endpoint_url != cur.spec.0.endpoint_url

@@ -15,8 +15,10 @@ use serde_json::json;
 use switchyard_shared::domain::rules::Text;
 use switchyard_shared::domain::{FieldError, FieldErrors};
 use switchyard_shared::outbound::TargetError;
+use switchyard_shared::secrets;
 use switchyard_shared::store::log_drains::{self, LogDrain as DrainRow, Settings, LEVELS};
 
+use super::secrets::seal_signing_key;
 use super::{found, label_rule, patch, project_of, tenant, Created, Done, Tag};
 use crate::audit::{self, Change};
 use crate::auth::Auth;
@@ -210,7 +212,13 @@ impl LogDrainsApi {
         validate(&s)?;
         super::project_exists(&state, &project_id).await?;
         check(&state, &project_id, &s).await?;
-        let d: LogDrain = log_drains::create(&state.pool, &project_id, &s, auth.0.actor_id.as_deref()).await?.into();
+        let id = switchyard_shared::ids::log_drain_id();
+        let mut s = s;
+        if let Some(plain) = s.secret.take() {
+            s.secret = Some(seal_signing_key(&state, &id, secrets::LOG_DRAIN_SECRET, &plain)?);
+        }
+        let d: LogDrain =
+            log_drains::create(&state.pool, &id, &project_id, &s, auth.0.actor_id.as_deref()).await?.into();
         let change = Change::new(&d.project_id, "log_drain.created", ("log_drain", &d.id), details(&d));
         audit::record(&state.pool, &auth.0, change).await?;
         Ok(Created::Created(Json(d)))
@@ -251,15 +259,24 @@ impl LogDrainsApi {
     ) -> ApiResult<Json<LogDrain>> {
         let cur = load(&state, &auth, &log_drain_id).await?;
         let b = body.0;
-        let s = Settings {
+        // The kept secret is sealed, longer than a plaintext may be: only a
+        // new one meets the rules.
+        let new_secret = matches!(b.secret, MaybeUndefined::Value(_));
+        let secret = patch(b.secret, cur.secret);
+        let (secret, kept) = if new_secret { (secret, None) } else { (None, secret) };
+        let mut s = Settings {
             name: b.name.map(|n| n.trim().to_string()).unwrap_or(cur.name),
             url: b.url.unwrap_or(cur.url),
-            secret: patch(b.secret, cur.secret),
+            secret,
             job_ids: b.job_ids.map(dedup).unwrap_or(cur.job_ids),
             min_level: b.min_level.unwrap_or(cur.min_level),
             enabled: b.enabled.unwrap_or(cur.enabled),
         };
         check(&state, &cur.project_id, &s).await?;
+        s.secret = match s.secret.take() {
+            Some(plain) => Some(seal_signing_key(&state, &cur.id, secrets::LOG_DRAIN_SECRET, &plain)?),
+            None => kept,
+        };
         let d: LogDrain = log_drains::update(&state.pool, &cur.project_id, &cur.id, &s, auth.0.actor_id.as_deref())
             .await?
             .ok_or_else(|| ApiError::not_found("log drain", &cur.id))?

@@ -27,6 +27,19 @@ use crate::strict_json::JsonBody;
 
 pub struct SecretsApi;
 
+/// A signing key (a job's webhook_secret, a subscription's or a log drain's
+/// secret) sealed for its row, under the rule of job secrets: a server
+/// without SECRETS_KEY refuses to store one (503) rather than keep it in
+/// the clear.
+pub(crate) fn seal_signing_key(state: &AppState, owner: &str, name: &str, plaintext: &str) -> ApiResult<String> {
+    let Some(key) = state.config.secrets_key.as_ref().map(SecretsKey::from_secret) else {
+        return Err(ApiError::unavailable(
+            "this server has no SECRETS_KEY configured, so it cannot store signing secrets; nothing was changed",
+        ));
+    };
+    key.seal(owner, name, plaintext).map_err(|e| ApiError::internal("sealing a signing secret", &e))
+}
+
 /// Secrets per job.
 pub const MAX_SECRETS: i64 = 100;
 /// Characters of one value.

@@ -14,8 +14,10 @@ use switchyard_shared::domain::job::check_url;
 use switchyard_shared::domain::rules::Text;
 use switchyard_shared::domain::FieldErrors;
 use switchyard_shared::outbound::TargetError;
+use switchyard_shared::secrets;
 use switchyard_shared::store::deliveries::{self, Delivery, Subscription, SubscriptionWrite};
 
+use super::secrets::seal_signing_key;
 use super::{check_id, patch, project_of, tenant, Tag};
 use crate::audit::{self, Change};
 use crate::auth::Auth;
@@ -221,13 +223,14 @@ impl WebhooksApi {
         check(&state, &mut e, &b.webhook_url, &b.event_types, Some(&b.secret), b.description.as_deref());
         e.finish()?;
         let id = switchyard_shared::ids::new_id("whs");
+        let sealed = seal_signing_key(&state, &id, secrets::SUBSCRIPTION_SECRET, &b.secret)?;
         let actor = auth.0.actor();
         let w = SubscriptionWrite {
             url: &b.webhook_url,
             event_types: &b.event_types,
             active: b.active.unwrap_or(true),
             description: b.description.as_deref(),
-            secret: Some(&b.secret),
+            secret: Some(&sealed),
             actor: actor.as_deref(),
         };
         let mut tx = state.pool.begin().await?;
@@ -295,13 +298,17 @@ impl WebhooksApi {
         let mut e = FieldErrors::new();
         check(&state, &mut e, &url, &types, b.secret.as_deref(), description.as_deref());
         e.finish()?;
+        let sealed = match &b.secret {
+            Some(plain) => Some(seal_signing_key(&state, &cur.id, secrets::SUBSCRIPTION_SECRET, plain)?),
+            None => None,
+        };
         let actor = auth.0.actor();
         let w = SubscriptionWrite {
             url: &url,
             event_types: &types,
             active: b.active.unwrap_or(cur.active),
             description: description.as_deref(),
-            secret: b.secret.as_deref(),
+            secret: sealed.as_deref(),
             actor: actor.as_deref(),
         };
         let mut tx = state.pool.begin().await?;

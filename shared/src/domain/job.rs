@@ -77,8 +77,14 @@ pub struct JobSpec {
     pub run_ttl_secs: i64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub webhook_url: Option<String>,
+    /// Sealed (`secrets::SecretsKey::seal`) in the job's row; never in a
+    /// version's row, which keeps only [`JobSpec::has_webhook_secret`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub webhook_secret: Option<String>,
+    /// Set in a version's row instead of the secret, so a version still
+    /// tells whether it was signed without holding the key.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub has_webhook_secret: bool,
     pub retry_strategy: String,
     pub retry_delays_secs: Vec<i64>,
     pub retry_initial_delay_secs: i64,

@@ -53,7 +53,15 @@ pub async fn spec_for_run(pool: &PgPool, job_id: &str, version_id: &str) -> Resu
     .bind(job_id)
     .fetch_optional(pool)
     .await?;
-    Ok(row.map(|(pinned, current)| if pinned.0.version_policy == "latest" { current.0 } else { pinned.0 }))
+    Ok(row.map(|(pinned, current)| {
+        if pinned.0.version_policy == "latest" {
+            current.0
+        } else {
+            // A version never holds the webhook secret: the key is the job's
+            // current one, whichever definition the run pinned.
+            JobSpec { webhook_secret: current.0.webhook_secret, ..pinned.0 }
+        }
+    }))
 }
 
 /// The definition snapshot of one job version (versions are immutable).
@@ -122,6 +130,17 @@ pub struct JobWrite<'a> {
     pub actor: Option<&'a str>,
 }
 
+/// The definition as a version row keeps it: without the webhook secret,
+/// which only the job's row holds (sealed), so a rotated or leaked key is
+/// not preserved in every version made while it was set.
+fn version_spec_of(spec: &JobSpec) -> JobSpec {
+    JobSpec {
+        webhook_secret: None,
+        has_webhook_secret: spec.webhook_secret.is_some() || spec.has_webhook_secret,
+        ..spec.clone()
+    }
+}
+
 async fn insert_version(conn: &mut PgConnection, w: &JobWrite<'_>, version: i32) -> Result<(), sqlx::Error> {
     sqlx::query(
         "INSERT INTO job_versions (id, job_id, version, name, slug, enabled, group_id, spec, created_by)
@@ -134,7 +153,7 @@ async fn insert_version(conn: &mut PgConnection, w: &JobWrite<'_>, version: i32)
     .bind(w.slug)
     .bind(w.enabled)
     .bind(w.group_id)
-    .bind(sqlx::types::Json(w.spec))
+    .bind(sqlx::types::Json(version_spec_of(w.spec)))
     .bind(w.actor)
     .execute(conn)
     .await?;

@@ -77,6 +77,7 @@ pub async fn list(
 pub struct Settings {
     pub name: String,
     pub url: String,
+    /// Sealed with SECRETS_KEY (`secrets::SecretsKey::seal`) by the caller.
     pub secret: Option<String>,
     pub job_ids: Vec<String>,
     pub min_level: String,
@@ -89,6 +90,7 @@ pub struct Settings {
 /// later transaction is.
 pub async fn create(
     pool: &PgPool,
+    id: &str,
     project_id: &str,
     s: &Settings,
     actor: Option<&str>,
@@ -99,7 +101,7 @@ pub async fn create(
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, pg_current_xact_id()::text::bigint, $9, $9)
          RETURNING {COLS}"
     ))
-    .bind(crate::ids::log_drain_id())
+    .bind(id)
     .bind(project_id)
     .bind(&s.name)
     .bind(&s.url)

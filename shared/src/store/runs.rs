@@ -626,6 +626,10 @@ pub struct Loaded {
     /// The job's current version (for jobs that run their latest
     /// definition); `None` when the job row is gone.
     pub current_version_id: Option<String>,
+    /// The job's webhook_secret as its row holds it (sealed, or plaintext
+    /// from before sealing): versions never hold it, so it is read with
+    /// the run, like the job's secrets.
+    pub webhook_secret: Option<String>,
     /// The run was not started before its `expires_at`.
     pub expired: bool,
 }
@@ -645,6 +649,7 @@ pub async fn load_for_dispatch(pool: &PgPool, ids: Vec<String>) -> Result<Vec<Op
         checkpoint: Option<Json<Value>>,
         secrets: Option<Json<Vec<(String, String, String)>>>,
         current_version_id: Option<String>,
+        webhook_secret: Option<String>,
         expired: bool,
     }
     // bytea goes through JSON as hex: one row per run, one trip per batch.
@@ -656,6 +661,7 @@ pub async fn load_for_dispatch(pool: &PgPool, ids: Vec<String>) -> Result<Vec<Op
             (SELECT json_agg(json_build_array(name, encode(nonce, 'hex'), encode(ciphertext, 'hex')) ORDER BY name)
                FROM job_secrets s WHERE s.job_id = q.job_id) AS secrets,
             (SELECT version_id FROM jobs j WHERE j.id = q.job_id) AS current_version_id,
+            (SELECT j.spec->>'webhook_secret' FROM jobs j WHERE j.id = q.job_id) AS webhook_secret,
             (q.expires_at IS NOT NULL AND q.expires_at <= now() AND q.started_at IS NULL) AS expired
          FROM (SELECT {RUN_COLUMNS} FROM job_runs WHERE id = ANY($1) OFFSET 0) q
          WHERE q.status = 'queued'"
@@ -672,6 +678,7 @@ pub async fn load_for_dispatch(pool: &PgPool, ids: Vec<String>) -> Result<Vec<Op
                 checkpoint: r.checkpoint.map(|c| c.0),
                 secrets: super::secrets::unseal_rows(r.secrets.map(|s| s.0).unwrap_or_default()),
                 current_version_id: r.current_version_id,
+                webhook_secret: r.webhook_secret,
                 expired: r.expired,
             })
         })

@@ -11,4 +11,5 @@ mod quotas;
 mod run_tokens;
 mod secrets;
 mod slow_clients;
+mod stored_secrets;
 mod usage;
