@@ -205,6 +205,22 @@ async fn check_group(state: &AppState, project_id: &str, group_id: &str) -> ApiR
     Ok(())
 }
 
+/// Under `TARGET_DENY_PRIVATE`, a 422 for each URL the server would refuse
+/// to send to: saved, it could only fail every run that uses it. Names
+/// other than the local host's are judged again at connect, where they
+/// resolve.
+pub(super) fn refuse_private_targets<'a>(
+    state: &AppState,
+    errors: &mut FieldErrors,
+    urls: impl IntoIterator<Item = (String, &'a str)>,
+) {
+    for (at, url) in urls {
+        if let Some(d) = state.webhooks.refusal(url) {
+            errors.push(at, d.to_string(), Some(url.into()));
+        }
+    }
+}
+
 #[OpenApi(tag = "Tag::Jobs")]
 impl JobsApi {
     /// Create a job.
@@ -248,6 +264,7 @@ impl JobsApi {
             endpoint_url: d.endpoint_url,
         };
         errors.extend(spec.validate());
+        refuse_private_targets(&state, &mut errors, spec.target_urls());
         errors.finish()?;
         super::project_exists(&state, &project_id).await?;
         if let Some(g) = &b.group_id {
@@ -375,6 +392,7 @@ impl JobsApi {
             s.rate_limit_keys = rate_keys(k);
         }
         errors.extend(s.validate());
+        refuse_private_targets(&state, &mut errors, s.target_urls());
         errors.finish()?;
         s.webhook_secret = match s.webhook_secret.take() {
             Some(plain) => Some(seal_signing_key(&state, &cur.id, secrets::JOB_WEBHOOK_SECRET, &plain)?),

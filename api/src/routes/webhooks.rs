@@ -13,7 +13,6 @@ use serde_json::Value;
 use switchyard_shared::domain::job::check_url;
 use switchyard_shared::domain::rules::Text;
 use switchyard_shared::domain::FieldErrors;
-use switchyard_shared::outbound::TargetError;
 use switchyard_shared::secrets;
 use switchyard_shared::store::deliveries::{self, Delivery, Subscription, SubscriptionWrite};
 
@@ -176,7 +175,7 @@ fn check(
 ) {
     if let Err(m) = check_url(url) {
         e.push("body.webhook_url", m, Some(url.into()));
-    } else if let Err(TargetError::Denied(d)) = state.webhooks.target(url) {
+    } else if let Some(d) = state.webhooks.refusal(url) {
         e.push("body.webhook_url", d.to_string(), Some(url.into()));
     }
     e.check(!types.is_empty(), "body.event_types", "name at least one event type", None);

@@ -547,10 +547,20 @@ async fn checked_steps(
     let steps: Vec<StepRequest> = steps.into_iter().map(step_request).collect();
     let refs = references(state, project_id, own, &steps).await?;
     let policy = store::workflows::policy(&state.pool, project_id).await?.map(|r| r.policy.0).unwrap_or_default();
-    match wf::validate_steps(&steps, &refs, &policy) {
-        Ok(s) => Ok(Some(s)),
+    let checked = wf::validate_steps(&steps, &refs, &policy);
+    let mut refused = FieldErrors::new();
+    let urls = wf::target_urls(&steps);
+    super::jobs::refuse_private_targets(state, &mut refused, urls.iter().map(|(at, u)| (at.clone(), u.as_str())));
+    let reachable = refused.is_empty();
+    match checked {
+        Ok(s) if reachable => Ok(Some(s)),
+        Ok(_) => {
+            errors.extend(refused.into_vec());
+            Ok(None)
+        }
         Err(e) => {
             errors.extend(e);
+            errors.extend(refused.into_vec());
             Ok(None)
         }
     }

@@ -250,7 +250,7 @@ pub fn parse_timezone(tz: &str) -> Result<chrono_tz::Tz, String> {
 }
 
 /// An http(s) URL with a host; the private-address check happens at the API,
-/// which knows the configuration.
+/// which knows the configuration (see [`JobSpec::target_urls`]).
 pub fn check_url(raw: &str) -> Result<url::Url, String> {
     let u = url::Url::parse(raw).map_err(|e| format!("not a valid URL: {e}"))?;
     if u.scheme() != "http" && u.scheme() != "https" {
@@ -263,6 +263,19 @@ pub fn check_url(raw: &str) -> Result<url::Url, String> {
 }
 
 impl JobSpec {
+    /// Every URL the service sends to for this job, with its body field:
+    /// what the API judges against its private-address policy at save.
+    pub fn target_urls(&self) -> Vec<(String, &str)> {
+        [
+            ("endpoint_url", Some(&self.endpoint_url)),
+            ("fallback_endpoint_url", self.fallback_endpoint_url.as_ref()),
+            ("webhook_url", self.webhook_url.as_ref()),
+        ]
+        .into_iter()
+        .filter_map(|(field, v)| Some((format!("body.{field}"), v?.as_str())))
+        .collect()
+    }
+
     /// The number of [`SETTING_BOUNDS`] named `field`.
     fn setting(&self, field: &str) -> i64 {
         match field {

@@ -602,6 +602,22 @@ fn check_type(e: &mut FieldErrors, i: usize, s: &StepRequest) -> Option<StepType
     Some(t)
 }
 
+/// Every URL the steps notify, with its body field: what the API judges
+/// against its private-address policy at save. Stage notifications of the
+/// wrong shape have no URLs to judge (`check_stage_notifications` reports them).
+pub fn target_urls(steps: &[StepRequest]) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for (i, s) in steps.iter().enumerate() {
+        if let Some(u) = &s.event_notify_url {
+            out.push((format!("body.steps/{i}/event_notify_url"), u.clone()));
+        }
+        for (k, u) in s.stage_targets().map(|n| n.urls).unwrap_or_default().into_iter().enumerate() {
+            out.push((format!("body.steps/{i}/stage_notifications/urls/{k}"), u));
+        }
+    }
+    out
+}
+
 /// Enumerations, ranges, lengths and expressions of one step.
 fn check_values(e: &mut FieldErrors, i: usize, s: &StepRequest) {
     let at = |f: &str| format!("body.steps/{i}/{f}");

@@ -31,8 +31,8 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// theirs after 60 to 120 seconds.
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 
-/// The client plus the one policy it cannot enforce by itself: URLs naming a
-/// non-public IP literal never reach the resolver, so callers check them.
+/// The client plus what its resolver cannot judge: URLs naming an IP literal
+/// never reach the resolver, so [`Http::target`] judges them before sending.
 #[derive(Clone, Debug)]
 pub struct Http {
     pub client: reqwest::Client,
@@ -46,16 +46,27 @@ impl Http {
         Ok(Http { client: build(pool_per_host, deny_private)?, deny_private })
     }
 
-    /// Parses `raw` and applies the private-address policy to IP literals.
+    /// Parses `raw` and applies the private-address policy to what the URL
+    /// itself shows: IP literals and the local host's names.
     pub fn target(&self, raw: &str) -> Result<url::Url, TargetError> {
         let url = url::Url::parse(raw).map_err(|e| TargetError::Invalid(format!("invalid URL: {e}")))?;
         if url.scheme() != "http" && url.scheme() != "https" {
             return Err(TargetError::Invalid(format!("unsupported URL scheme {:?}", url.scheme())));
         }
         if self.deny_private {
-            target::check_literal(&url).map_err(TargetError::Denied)?;
+            target::check_host(&url).map_err(TargetError::Denied)?;
         }
         Ok(url)
+    }
+
+    /// Why a URL about to be saved could never be sent to, by the same rule
+    /// as at dispatch. A URL that does not parse is the caller's own
+    /// validation's to report, so it yields `None` here.
+    pub fn refusal(&self, raw: &str) -> Option<target::TargetDenied> {
+        match self.target(raw) {
+            Err(TargetError::Denied(d)) => Some(d),
+            _ => None,
+        }
     }
 }
 

@@ -1,6 +1,7 @@
 //! Findings of a penetration test, one test per finding, and the class-level
 //! guarantees that close each class (see each module's doc).
 
+mod addresses;
 mod approvals;
 mod credentials;
 mod expressions;
