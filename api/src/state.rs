@@ -18,7 +18,8 @@ pub struct AppState {
     pub intake: crate::intake::Intake,
     /// Jobs as the trigger paths read them.
     pub jobs: Arc<crate::job_cache::JobCache>,
-    /// This server's private-address policy (`TARGET_DENY_PRIVATE`), for
-    /// the URLs a subscription names.
+    /// This server's address policy (`TARGET_DENY_PRIVATE`), judging at
+    /// save every URL the service will send to (jobs, steps, subscriptions,
+    /// log drains) as the senders judge it at connect.
     pub webhooks: Http,
 }

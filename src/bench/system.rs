@@ -19,6 +19,9 @@ use super::target::Target;
 
 const SECRET: &str = "bench-internal-secret-0123456789";
 const JWT_KEY: &str = "bench-jwt-signing-key-0123456789abcdef";
+/// Signing secrets (webhook, subscription) are sealed with it: without one
+/// the api refuses to store them, as a production server would.
+const SECRETS_KEY: &str = "bench-secrets-key-0123456789abcdef";
 /// The services, in the order they start (`--workers` copies of the
 /// worker, whose logs are `worker.log`, `worker-2.log`, ...); they stop in
 /// reverse.
@@ -150,6 +153,7 @@ impl System {
             .env("API_ADDR", format!("127.0.0.1:{api_port}"))
             .env("INTERNAL_SECRET", SECRET)
             .env("JWT_SIGNING_KEY", JWT_KEY)
+            .env("SECRETS_KEY", SECRETS_KEY)
             .env("RATE_LIMIT_GLOBAL_PER_MIN", "0")
             .env("RATE_LIMIT_TRIGGER_PER_MIN", "0")
             .env("RATE_LIMIT_BULK_PER_MIN", "0")

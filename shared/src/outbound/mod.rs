@@ -1,10 +1,11 @@
 //! HTTP calls the service makes to its users' endpoints, the same for every
-//! process: the worker's dispatches, and the terminal webhook that the
-//! worker, the api (runs finished over the SDK) and the scheduler (runs whose
-//! heartbeats stopped) send when a run ends.
+//! process: the worker's dispatches, and the scheduler's deliveries of the
+//! outbox (terminal webhooks, subscriptions' events, notifications) and of
+//! log drains.
 //!
-//! - [`client`]: the HTTP client ([`Http`]), its private-address policy for IP
-//!   literals, and the connect-time measurement behind `connect_ms`.
+//! - [`client`]: the HTTP client ([`Http`]), the address policy applied at
+//!   connect (and by the api at save), and the connect-time measurement
+//!   behind `connect_ms`.
 //! - [`target`]: which addresses may be reached when `TARGET_DENY_PRIVATE` is on.
 //! - [`signing`]: the HMAC `X-Svc-Signature` headers.
 //! - [`webhook`]: one attempt of a delivery of the outbox (terminal webhooks,
