@@ -10,6 +10,7 @@ use poem_openapi::payload::Json;
 use poem_openapi::types::MaybeUndefined;
 use poem_openapi::{ApiResponse, Object, OpenApi};
 use serde_json::Value;
+use switchyard_shared::domain::job::{MAX_CRON_JOBS_PER_PROJECT, MAX_JOBS_PER_PROJECT};
 use switchyard_shared::domain::{FieldErrors, JobSpec, RateLimitKey};
 use switchyard_shared::queue::WakeLoop;
 use switchyard_shared::secrets;
@@ -275,6 +276,7 @@ impl JobsApi {
         }
         policy::enforce_tags(&state.pool, &project_id, "job", &spec.tags).await?;
         policy::check(&state, &auth.0, &project_id, Resource { kind: "job", id: None, tags: &spec.tags }).await?;
+        check_quotas(&state, &project_id, None, b.enabled.unwrap_or(true) && spec.cron.is_some()).await?;
         let id = switchyard_shared::ids::job_id();
         let mut spec = spec;
         if let Some(plain) = spec.webhook_secret.take() {
@@ -423,6 +425,9 @@ impl JobsApi {
         }
         policy::enforce_tags(&state.pool, &cur.project_id, "job", &s.tags).await?;
         let enabled = b.enabled.unwrap_or(cur.enabled);
+        if enabled && s.cron.is_some() && !(cur.enabled && cur.spec.0.cron.is_some()) {
+            check_quotas(&state, &cur.project_id, Some(&cur.id), true).await?;
+        }
         let version_id = switchyard_shared::ids::job_version_id();
         let actor = auth.0.actor();
         let write = JobWrite {
@@ -555,4 +560,20 @@ async fn set_job_paused(state: &AppState, auth: &Auth, job_id: &str, paused: boo
     sync_limits(state, &rec.id, &rec.project_id, &rec.spec.0, rec.paused).await;
     wake_cron(state, &rec.spec.0, rec.enabled && !rec.paused);
     Ok(Json(job_view(rec)))
+}
+
+/// The project's quotas on jobs ([`MAX_JOBS_PER_PROJECT`], and
+/// [`MAX_CRON_JOBS_PER_PROJECT`] when the job will fire on a cron): 422
+/// past either, and nothing is written.
+async fn check_quotas(state: &AppState, project_id: &str, besides: Option<&str>, cron: bool) -> ApiResult<()> {
+    let (jobs, crons) = store::jobs::quota_counts(&state.pool, project_id, besides).await?;
+    if besides.is_none() && jobs >= MAX_JOBS_PER_PROJECT {
+        let m = format!("the project already has the most jobs it may keep ({MAX_JOBS_PER_PROJECT})");
+        return Err(ApiError::invalid_field("body", m, None));
+    }
+    if cron && crons >= MAX_CRON_JOBS_PER_PROJECT {
+        let m = format!("the project already has the most enabled cron jobs it may keep ({MAX_CRON_JOBS_PER_PROJECT})");
+        return Err(ApiError::invalid_field("body.cron", m, None));
+    }
+    Ok(())
 }

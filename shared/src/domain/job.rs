@@ -16,6 +16,13 @@ use super::rules::Text;
 pub const MAX_ATTEMPTS_LIMIT: i64 = 100;
 pub const MAX_TIMEOUT_SECS: i64 = 24 * 3600;
 pub const DEFAULT_MAX_ATTEMPTS: i64 = 3;
+/// Most live jobs a project may have: far above any team's catalogue, low
+/// enough that one tenant cannot fill the shared job cache and scans.
+pub const MAX_JOBS_PER_PROJECT: i64 = 10_000;
+/// Most enabled cron jobs a project may have. A cron fires at most once a
+/// second, so this bounds what one tenant's schedules can start to 100
+/// runs a second, well under what the service sustains for everyone.
+pub const MAX_CRON_JOBS_PER_PROJECT: i64 = 100;
 pub const DEFAULT_TIMEOUT_SECS: i64 = 30;
 pub const DEFAULT_RETRY_INITIAL_DELAY_SECS: i64 = 1;
 pub const DEFAULT_RETRY_MAX_DELAY_SECS: i64 = 3600;

@@ -216,6 +216,19 @@ pub async fn set_paused(conn: &mut PgConnection, id: &str, paused: bool) -> Resu
         .await
 }
 
+/// The project's live jobs and, of those, the enabled ones with a cron,
+/// for the project's quotas; `besides` is left out (the job being changed).
+pub async fn quota_counts(pool: &PgPool, project_id: &str, besides: Option<&str>) -> Result<(i64, i64), sqlx::Error> {
+    sqlx::query_as(
+        "SELECT count(*), count(*) FILTER (WHERE enabled AND spec ? 'cron')
+           FROM jobs WHERE project_id = $1 AND deleted_at IS NULL AND id IS DISTINCT FROM $2",
+    )
+    .bind(project_id)
+    .bind(besides)
+    .fetch_one(pool)
+    .await
+}
+
 /// Marks a job deleted (its runs are cancelled by the caller, in the same
 /// transaction).
 pub async fn soft_delete(conn: &mut PgConnection, id: &str, actor: Option<&str>) -> Result<(), sqlx::Error> {
