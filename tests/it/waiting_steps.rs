@@ -211,6 +211,10 @@ async fn a_saga_that_fails_at_step_three_compensates_two_then_one() {
         (Some("completed"), Some("completed"))
     );
     assert_eq!(undo.count(), undone_before, "one's compensation never ran");
+    let failed = decisions(&env, &id, "compensation_failed").await;
+    assert_eq!(failed.len(), 1, "explain records the failed compensation: {failed:?}");
+    assert_eq!(failed[0]["step_ref"], "two");
+    assert!(failed[0]["details"]["job_run_id"].is_string(), "{failed:?}");
 }
 
 /// A cancel during a saga ends the compensation under way with the run.

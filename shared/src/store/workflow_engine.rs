@@ -979,6 +979,11 @@ impl Pass<'_> {
                     then = SagaMove::Failed(r.clone());
                 }
             }
+        } else if let SagaMove::Failed(r) = &then {
+            // Its compensation job failed for good: explain says so, as it
+            // does for one that could not start.
+            let details = json!({ "job_run_id": rows.get(r).and_then(|x| x.compensation_job_run_id.clone()) });
+            self.note(Some(r), "compensation_failed", "its compensation job failed", details);
         }
         self.flush(tx).await?;
         let ending = match &then {
