@@ -315,3 +315,27 @@ async fn scopes_and_projects_bound_who_sees_and_changes_workflows() {
     assert_eq!(s, 422, "{v}");
     assert_eq!(v["errors"][0]["location"], "body.steps/0/job_id");
 }
+
+#[tokio::test]
+async fn a_value_that_cannot_be_stored_is_located_at_that_value() {
+    let env = TestEnv::start().await;
+    let (project, a, _) = setup(&env).await;
+    let nul = "a\u{0}b";
+    let cases = [
+        (json!([{"step_ref": "x", "job_id": a, "payload": {"note": nul}}]), "body.steps/0/payload/note"),
+        (
+            json!([{"step_ref": "x", "job_id": a}, {"step_ref": "y", "job_id": a, "payload": {"list": [1, {"a/b": nul}]}}]),
+            "body.steps/1/payload/list/1/a~1b",
+        ),
+        (
+            json!([{"step_ref": "x", "job_id": a, "condition": {"==": [{"var": "payload.k"}, nul]}}]),
+            "body.steps/0/condition/==/1",
+        ),
+    ];
+    for (steps, at) in cases {
+        let got = refused(&env, &project, steps).await;
+        assert!(got.iter().any(|(l, m)| l == at && m.contains("NUL")), "{at}: {got:?}");
+    }
+    let (_, list) = env.get(&format!("/v1/workflows?project_id={project}")).await;
+    assert_eq!(list["data"].as_array().map(Vec::len), Some(0), "nothing was saved: {list}");
+}

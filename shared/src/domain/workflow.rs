@@ -621,6 +621,15 @@ pub fn target_urls(steps: &[StepRequest]) -> Vec<(String, String)> {
 /// Enumerations, ranges, lengths and expressions of one step.
 fn check_values(e: &mut FieldErrors, i: usize, s: &StepRequest) {
     let at = |f: &str| format!("body.steps/{i}/{f}");
+    // Postgres cannot store U+0000; found here, the error names the value
+    // (`body.steps/0/payload/note`), not the whole body.
+    for (f, v) in
+        [("payload", &s.payload), ("condition", &s.condition), ("stage_notifications", &s.stage_notifications)]
+    {
+        if let Some(path) = v.as_ref().and_then(nul_at) {
+            e.push(format!("{}{path}", at(f)), "holds a NUL character (\\u0000), which cannot be stored", None);
+        }
+    }
     let enumerated = |e: &mut FieldErrors, f: &str, v: &Option<String>, allowed: &[&str]| {
         if let Some(v) = v {
             e.check(
@@ -718,6 +727,24 @@ impl StepRequest {
             "cost_gate_timeout_secs" => self.cost_gate_timeout_secs,
             other => unreachable!("{other} is not a number of STEP_BOUNDS"),
         }
+    }
+}
+
+/// The JSON pointer (from the value, `""` for itself) of the first string or
+/// key holding U+0000.
+fn nul_at(v: &Value) -> Option<String> {
+    let escape = |k: &str| k.replace('~', "~0").replace('/', "~1");
+    match v {
+        Value::String(t) if t.contains('\0') => Some(String::new()),
+        Value::Array(items) => items.iter().enumerate().find_map(|(k, x)| nul_at(x).map(|p| format!("/{k}{p}"))),
+        Value::Object(o) => o.iter().find_map(|(k, x)| {
+            if k.contains('\0') {
+                Some(format!("/{}", escape(&k.replace('\0', "\\u0000"))))
+            } else {
+                nul_at(x).map(|p| format!("/{}{p}", escape(k)))
+            }
+        }),
+        _ => None,
     }
 }
 
