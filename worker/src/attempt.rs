@@ -247,9 +247,8 @@ async fn call_target(w: &Inner, run: &Run, spec: &JobSpec, extras: &Extras<'_>) 
         Ok(s) => s,
         Err(why) => return Some(Attempted::without_call(Verdict::permanent(ErrorClass::SecretsUnavailable, why))),
     };
-    let spec = &JobSpec { webhook_secret: signing, ..spec.clone() };
     let body = request_body(run, extras.checkpoint, secrets.as_ref());
-    let headers = request_headers(run, spec, token, &body);
+    let headers = request_headers(run, signing.as_deref(), token, &body);
     let req = DispatchRequest {
         endpoint_url: &spec.endpoint_url,
         fallback_url: spec.fallback_endpoint_url.as_deref().filter(|u| !u.is_empty()),
@@ -375,7 +374,14 @@ pub fn request_body(
     body.to_string().into_bytes()
 }
 
-pub fn request_headers(run: &Run, spec: &JobSpec, token: String, body: &[u8]) -> Vec<(&'static str, String)> {
+/// The dispatch's headers; signed when the job has a webhook secret
+/// (`webhook_secret`, already opened: the stored one is sealed).
+pub fn request_headers(
+    run: &Run,
+    webhook_secret: Option<&str>,
+    token: String,
+    body: &[u8],
+) -> Vec<(&'static str, String)> {
     let mut h = vec![
         ("X-Svc-Run-Id", run.id.clone()),
         ("X-Svc-Attempt", run.attempt.to_string()),
@@ -383,7 +389,7 @@ pub fn request_headers(run: &Run, spec: &JobSpec, token: String, body: &[u8]) ->
         ("Idempotency-Key", format!("{}:{}", run.id, run.attempt)),
         ("X-Svc-Run-Token", token),
     ];
-    if let Some(secret) = spec.webhook_secret.as_deref().filter(|s| !s.is_empty()) {
+    if let Some(secret) = webhook_secret.filter(|s| !s.is_empty()) {
         h.extend(signing::headers(secret, Utc::now().timestamp(), body));
     }
     h
@@ -493,13 +499,11 @@ pub(crate) mod tests {
         let v: Value = serde_json::from_slice(&with).unwrap();
         assert_eq!(v["checkpoint"], json!({"step": 3}));
         assert_eq!(v["secrets"], json!({"API_TOKEN": "t0k"}));
-        let mut spec = JobSpec::with_endpoint("http://x");
         let names = |h: &[(&'static str, String)]| h.iter().map(|(n, _)| *n).collect::<Vec<_>>();
-        let h = request_headers(&run, &spec, "tok".into(), &body);
+        let h = request_headers(&run, None, "tok".into(), &body);
         assert_eq!(names(&h), ["X-Svc-Run-Id", "X-Svc-Attempt", "Idempotency-Key", "X-Svc-Run-Token"]);
         assert_eq!(h[2].1, "run_1:2");
-        spec.webhook_secret = Some("s3cret".into());
-        let h = request_headers(&run, &spec, "tok".into(), &body);
+        let h = request_headers(&run, Some("s3cret"), "tok".into(), &body);
         let ts: i64 = h[4].1.parse().unwrap();
         assert_eq!(h[4].0, "X-Svc-Timestamp");
         assert_eq!(h[5], ("X-Svc-Signature", signing::signature("s3cret", ts, &body)));
