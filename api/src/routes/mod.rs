@@ -359,10 +359,7 @@ pub async fn sdk_run_for_write(state: &AppState, auth: &Auth, run_id: &str) -> A
 /// and the resource policies on workflows let the caller act on it (403
 /// otherwise).
 pub async fn load_workflow(state: &AppState, auth: &Auth, id: &str) -> ApiResult<WorkflowRecord> {
-    check_id("workflow", id)?;
-    let w = store::workflows::get(&state.pool, tenant(&auth.0), id)
-        .await?
-        .ok_or_else(|| ApiError::not_found("workflow", id))?;
+    let w = find_workflow(state, auth, id).await?;
     admit_workflow(state, auth, &w).await?;
     Ok(w)
 }
@@ -371,13 +368,16 @@ pub async fn load_workflow(state: &AppState, auth: &Auth, id: &str) -> ApiResult
 /// event dispatched with `jobs:trigger` triggers a workflow as
 /// `workflows:trigger` would.
 pub async fn load_workflow_as(state: &AppState, auth: &Auth, id: &str, action: &str) -> ApiResult<WorkflowRecord> {
-    check_id("workflow", id)?;
-    let w = store::workflows::get(&state.pool, tenant(&auth.0), id)
-        .await?
-        .ok_or_else(|| ApiError::not_found("workflow", id))?;
+    let w = find_workflow(state, auth, id).await?;
     let r = Resource { kind: "workflow", id: Some(&w.id), tags: &w.tags.0 };
     policy::authorize(state, &auth.0, &w.project_id, action, r).await?;
     Ok(w)
+}
+
+/// The workflow if it exists and the caller may see it (404 otherwise).
+async fn find_workflow(state: &AppState, auth: &Auth, id: &str) -> ApiResult<WorkflowRecord> {
+    check_id("workflow", id)?;
+    store::workflows::get(&state.pool, tenant(&auth.0), id).await?.ok_or_else(|| ApiError::not_found("workflow", id))
 }
 
 /// The resource policies on workflows applied to `w` (403 when they refuse).
