@@ -197,8 +197,7 @@ pub fn bearer_matches(head: &str, token: Option<&crate::config::Secret>) -> bool
         .find(|(k, _)| k.trim().eq_ignore_ascii_case("authorization"))
         .and_then(|(_, v)| v.trim().strip_prefix("Bearer "))
         .unwrap_or("");
-    let (a, b) = (given.trim().as_bytes(), token.expose().as_bytes());
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    bool::from(subtle::ConstantTimeEq::ct_eq(given.trim().as_bytes(), token.expose().as_bytes()))
 }
 
 pub async fn serve_metrics(
