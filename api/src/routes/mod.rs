@@ -336,23 +336,30 @@ pub async fn sdk_run(state: &AppState, auth: &Auth, run_id: &str) -> ApiResult<R
     Ok(run)
 }
 
-/// [`sdk_run`] for an SDK write (checkpoints, progress, outputs, tool
-/// calls, state): a run token writes only while its run is unfinished (409
-/// after), so a token that outlives its run (it is valid for the job's
-/// timeout plus a grace) cannot keep changing the record. Reads, logs (a
-/// buffered logger flushes after the answer), usage (a cost is often known
-/// only after the work; amounts and records are bounded, sums saturate),
-/// heartbeats (which tell a worker its run was cancelled) and complete/fail
-/// (with their own rules) stay allowed.
+/// [`sdk_run`] for an SDK write that does not need its attempt running
+/// (tool calls): a run token still writes nothing once its run has ended
+/// (409), so a token that outlives its run (it is valid for the job's
+/// timeout plus a grace) cannot keep changing the record. The writes that
+/// need a running attempt (checkpoints, progress, outputs, state) refuse an
+/// ended run through `sdk_runs::require_running`, with the same answer.
+/// Reads, logs (a buffered logger flushes after the answer), usage (a cost
+/// is often known only after the work; amounts and records are bounded,
+/// sums saturate), heartbeats (which tell a worker its run was cancelled)
+/// and complete/fail (with their own rules) stay allowed.
 pub async fn sdk_run_for_write(state: &AppState, auth: &Auth, run_id: &str) -> ApiResult<Run> {
     let run = sdk_run(state, auth, run_id).await?;
     if auth.0.run_id.is_some() && run.status.is_terminal() {
-        return Err(ApiError::conflict(format!(
-            "the run has ended ({}): its run token writes nothing more; reads and heartbeats stay allowed",
-            run.status
-        )));
+        return Err(ended(&run));
     }
     Ok(run)
+}
+
+/// The answer to a write on a run that has ended.
+pub fn ended(run: &Run) -> ApiError {
+    ApiError::conflict(format!(
+        "the run has ended ({}): its run token writes nothing more; reads and heartbeats stay allowed",
+        run.status
+    ))
 }
 
 /// The workflow, if it exists and the caller may see it (404 otherwise),

@@ -66,6 +66,9 @@ fn caller_attempt(auth: &Auth, run: &Run) -> i32 {
 
 /// 409 unless the run is running on the caller's attempt.
 fn require_running(run: &Run, attempt: i32) -> ApiResult<()> {
+    if run.status.is_terminal() {
+        return Err(super::ended(run));
+    }
     if run.status != RunStatus::Running {
         return Err(ApiError::conflict(format!("the run is {}, not running", run.status)));
     }
@@ -278,7 +281,7 @@ impl SdkRunsApi {
         run_id: Path<String>,
         body: JsonBody<CheckpointRequest>,
     ) -> ApiResult<Created<Checkpoint>> {
-        let run = sdk_run_for_write(&state, &auth, &run_id).await?;
+        let run = sdk_run(&state, &auth, &run_id).await?;
         let b = body.0;
         let mut errors = FieldErrors::new();
         if let Some(l) = &b.label {
@@ -319,7 +322,7 @@ impl SdkRunsApi {
         run_id: Path<String>,
         body: JsonBody<ProgressRequest>,
     ) -> ApiResult<Json<ProgressResponse>> {
-        let run = sdk_run_for_write(&state, &auth, &run_id).await?;
+        let run = sdk_run(&state, &auth, &run_id).await?;
         let b = body.0;
         let mut errors = FieldErrors::new();
         errors.check(
@@ -350,7 +353,7 @@ impl SdkRunsApi {
         run_id: Path<String>,
         body: JsonBody<OutputRequest>,
     ) -> ApiResult<Created<RunOutput>> {
-        let run = sdk_run_for_write(&state, &auth, &run_id).await?;
+        let run = sdk_run(&state, &auth, &run_id).await?;
         let b = body.0;
         let mut errors = FieldErrors::new();
         check_text(&mut errors, "body.name", &b.name, &rec_rules::NAME);
@@ -473,7 +476,7 @@ impl SdkRunsApi {
         key: Path<String>,
         body: JsonBody<StatePut>,
     ) -> ApiResult<Json<StateEntry>> {
-        let run = sdk_run_for_write(&state, &auth, &run_id).await?;
+        let run = sdk_run(&state, &auth, &run_id).await?;
         let mut errors = FieldErrors::new();
         errors.check(
             is_valid_state_key(&key),
@@ -503,7 +506,7 @@ impl SdkRunsApi {
         run_id: Path<String>,
         key: Path<String>,
     ) -> ApiResult<Done> {
-        let run = sdk_run_for_write(&state, &auth, &run_id).await?;
+        let run = sdk_run(&state, &auth, &run_id).await?;
         let attempt = caller_attempt(&auth, &run);
         require_running(&run, attempt)?;
         let gone = is_valid_state_key(&key) && rec::state_delete(&state.pool, &run.id, &key).await?;
