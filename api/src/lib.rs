@@ -168,7 +168,7 @@ pub fn state_from_config(config: Config) -> anyhow::Result<AppState> {
     let jobs = Arc::new(job_cache::JobCache::default());
     let webhooks = Http::new(WEBHOOK_CONNECTIONS_PER_HOST, config.target_deny_private)
         .context("building the terminal-webhook client")?;
-    Ok(AppState { pool, queue, config: Arc::new(config), auth, intake, jobs, webhooks })
+    Ok(AppState { pool, queue, config: Arc::new(config), auth, intake, jobs, webhooks, versions: Arc::default() })
 }
 
 /// Serves until `shutdown` fires, then stops accepting and lets in-flight

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use sqlx::PgPool;
 use switchyard_shared::outbound::Http;
 use switchyard_shared::queue::Queue;
+use switchyard_shared::store::workflow_engine::Versions;
 use switchyard_shared::Config;
 
 #[derive(Clone)]
@@ -22,4 +23,6 @@ pub struct AppState {
     /// save every URL the service will send to (jobs, steps, subscriptions,
     /// log drains) as the senders judge it at connect.
     pub webhooks: Http,
+    /// Workflow versions' steps as the trigger's first pass reads them.
+    pub versions: Arc<Versions>,
 }

@@ -49,6 +49,7 @@ use switchyard_shared::domain::RunStatus;
 use switchyard_shared::queue::{Queue, WakeLoop};
 use switchyard_shared::shutdown::Shutdown;
 use switchyard_shared::store::flow::{self, CronJob};
+use switchyard_shared::store::workflow_engine::Versions;
 use switchyard_shared::store::workflow_runs::{self, NewWorkflowRun, Triggered};
 use switchyard_shared::store::{runs, workflows, NewRun, Tenant};
 
@@ -137,12 +138,14 @@ pub struct CronEnqueuer {
     queue: Queue,
     opts: CronOptions,
     alarm: Arc<Alarm>,
+    /// Workflow versions' steps, for the first pass of a run a tick starts.
+    versions: Arc<Versions>,
 }
 
 impl CronEnqueuer {
     pub fn new(pool: PgPool, queue: Queue, opts: CronOptions) -> Result<CronEnqueuer, OptionsError> {
         opts.validate()?;
-        Ok(CronEnqueuer { pool, queue, opts, alarm: Arc::default() })
+        Ok(CronEnqueuer { pool, queue, opts, alarm: Arc::default(), versions: Arc::default() })
     }
 
     /// What brings the next pass forward (rung by the wake-up listener).
@@ -219,7 +222,7 @@ impl CronEnqueuer {
                         cron_tick: Some(tick),
                         ..NewWorkflowRun::default()
                     };
-                    match workflow_runs::trigger(&self.pool, &wf, &new).await? {
+                    match workflow_runs::trigger(&self.pool, &self.queue, &self.versions, &wf, &new).await? {
                         Triggered::Created(run) => {
                             tracing::info!(workflow_id = %w.id, workflow_run_id = %run.id, tick = %tick, "workflow cron tick fired");
                             report.fired += 1;

@@ -35,7 +35,7 @@ use crate::error::{check_batch, check_positive, Error, OptionsError};
 use crate::pace;
 
 /// The channel the outbox's insert trigger notifies (migration 0010).
-pub const CHANNEL: &str = "switchyard_workflows";
+pub use workflow_engine::CHANNEL;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WorkflowOptions {

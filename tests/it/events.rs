@@ -56,8 +56,10 @@ fn entry<'a>(d: &'a Value, source_id: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no entry of {source_id}: {d}"))
 }
 
+/// The job's runs an event triggered: not those of a workflow's steps (a
+/// triggered workflow run starts its first step at once).
 async fn job_runs(env: &TestEnv, job_id: &str) -> i64 {
-    sqlx::query_scalar("SELECT count(*) FROM job_runs WHERE job_id = $1")
+    sqlx::query_scalar("SELECT count(*) FROM job_runs WHERE job_id = $1 AND workflow_step_run_id IS NULL")
         .bind(job_id)
         .fetch_one(&env.pool)
         .await

@@ -36,6 +36,7 @@ fn completed() -> Outcome {
         attempt_started_at: Utc::now(),
         trace: json!({}),
         webhook_url: None,
+        workflow_step_run_id: None,
     }
 }
 

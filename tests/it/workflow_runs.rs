@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use chrono::Utc;
 use serde_json::{json, Value};
-use switchyard_shared::store::workflow_engine;
+use switchyard_shared::domain::RunStatus;
+use switchyard_shared::store::workflow_runs::{self, NewWorkflowRun, Triggered};
+use switchyard_shared::store::{step_outcomes, workflow_engine, workflows, Outcome, Tenant};
 
 use crate::harness::{assert_problem, TestEnv};
 use crate::target::{Reply, Target};
@@ -96,7 +98,13 @@ async fn a_diamond_runs_each_step_once_after_its_dependencies() {
     assert_eq!(run["status"], "running");
     assert_eq!(run["version_id"], wf["version_id"]);
     assert_eq!(run["steps"].as_array().unwrap().len(), 4, "every step is listed from the start: {run}");
-    assert!(statuses(&run).values().all(|s| s == "pending"));
+    // The trigger's own transaction started the first step.
+    let first = statuses(&run);
+    assert_eq!(
+        (first.get("a").map(String::as_str), first.get("b").map(String::as_str), first.get("d").map(String::as_str)),
+        (Some("running"), Some("pending"), Some("pending"))
+    );
+    assert!(step(&run, "a")["job_run_id"].is_string(), "{run}");
     env.spawn_worker();
     env.spawn_scheduler();
     let id = run["id"].as_str().unwrap();
@@ -512,22 +520,61 @@ async fn a_crash_between_a_steps_outcome_and_the_next_enqueue_loses_and_doubles_
     let project = env.project().await;
     let j = job(&env, &project, &target.url, json!({})).await;
     let wf = workflow(&env, &project, json!({"steps": diamond(&j)})).await;
-    let run = trigger(&env, &wf, json!({})).await;
-    let id = run["id"].as_str().unwrap().to_string();
-
-    // The first advance starts `a`, and "crashes" before its enqueue.
     let dead_redis = switchyard_shared::queue::Queue::new(
         switchyard_shared::queue::Redis::open("redis://127.0.0.1:1/").unwrap(),
         &env.config.redis_key_prefix,
     );
     let versions = workflow_engine::Versions::default();
-    let a = workflow_engine::advance(&env.pool, &dead_redis, &versions, &id, Utc::now()).await.unwrap();
-    assert_eq!((a.steps_started, a.job_runs_enqueued), (1, 0));
+
+    // The trigger's transaction starts `a`, and "crashes" before its enqueue.
+    let record = workflows::get(&env.pool, Tenant::Any, wf["id"].as_str().unwrap()).await.unwrap().unwrap();
+    let new = NewWorkflowRun { triggered_by: "api".into(), ..NewWorkflowRun::default() };
+    let Triggered::Created(created) =
+        workflow_runs::trigger(&env.pool, &dead_redis, &versions, &record, &new).await.unwrap()
+    else {
+        panic!("a new run")
+    };
+    let id = created.id;
     let r = get_run(&env, &id).await;
     assert_eq!(step(&r, "a")["status"], "running");
     assert_eq!(env.zcard_all(|k| &k.ready).await, 0, "nothing reached redis");
 
-    // The whole system comes up twice over; the reconciler finds `a`.
+    // `a`'s outcome is recorded, `b` and `c` start in the same transaction,
+    // and the process "crashes" again before enqueueing them.
+    let a_run = step(&r, "a")["job_run_id"].as_str().unwrap().to_string();
+    let token: i64 = sqlx::query_scalar("SELECT dispatch_token FROM job_runs WHERE id = $1")
+        .bind(&a_run)
+        .fetch_one(&env.pool)
+        .await
+        .unwrap();
+    let outcome = Outcome {
+        status: RunStatus::Completed,
+        result: Some(json!({"n": 1})),
+        error: None,
+        error_class: None,
+        status_code: Some(200),
+        endpoint_url: target.url.clone(),
+        next_retry_at: None,
+        attempt_started_at: Utc::now(),
+        trace: json!({}),
+        webhook_url: None,
+        workflow_step_run_id: step(&r, "a")["id"].as_str().map(str::to_string),
+    };
+    let (recorded, pending) =
+        step_outcomes::finish_steps(&env.pool, &versions, vec![(a_run, token + 1, outcome)]).await.unwrap();
+    assert_eq!(recorded, [true]);
+    assert_eq!(pending.iter().map(|p| p.advanced.steps_started).sum::<usize>(), 2);
+    drop(pending);
+    let r = get_run(&env, &id).await;
+    assert_eq!(
+        (step(&r, "b")["status"].as_str(), step(&r, "c")["status"].as_str()),
+        (Some("running"), Some("running"))
+    );
+    let (rows,): (i64,) = sqlx::query_as("SELECT count(*) FROM workflow_outbox").fetch_one(&env.pool).await.unwrap();
+    assert_eq!(rows, 0, "the outcome's own transaction moved the run on: no outbox row");
+    assert_eq!(env.zcard_all(|k| &k.ready).await, 0, "nothing reached redis");
+
+    // The whole system comes up twice over; the reconciler finds `b` and `c`.
     env.scheduler().reconcile_once().await.unwrap();
     for _ in 0..2 {
         env.spawn_worker();
@@ -537,7 +584,7 @@ async fn a_crash_between_a_steps_outcome_and_the_next_enqueue_loses_and_doubles_
     assert!(statuses(&done).values().all(|s| s == "completed"));
     let mut order = called(&target);
     order.sort();
-    assert_eq!(order, ["a", "b", "c", "d"], "each step exactly once");
+    assert_eq!(order, ["b", "c", "d"], "each step exactly once (`a` was recorded by hand)");
     let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM job_runs WHERE workflow_step_run_id IS NOT NULL")
         .fetch_one(&env.pool)
         .await

@@ -181,6 +181,7 @@ async fn handle(w: &Inner, entry: &Entry, key: u64, dequeue: Duration) {
         attempt_started_at: claimed_at,
         trace: trace.to_json(),
         webhook_url: spec.as_ref().ok().and_then(|s| s.webhook_url.clone()).filter(|u| !u.is_empty()),
+        workflow_step_run_id: run.workflow_step_run_id.clone(),
     };
     let recorded = record::finish_attempt(&w.finisher, &run.id, run.dispatch_token, &outcome).await;
     let dispatch_secs = (attempted.timing.ttfb + attempted.timing.transfer).as_secs_f64();

@@ -22,7 +22,8 @@ use switchyard_shared::queue::{Entry, Queue};
 use switchyard_shared::run_token::TokenSigner;
 use switchyard_shared::shutdown::Shutdown;
 use switchyard_shared::store::group::GroupCommit;
-use switchyard_shared::store::runs;
+use switchyard_shared::store::workflow_engine::Versions;
+use switchyard_shared::store::{runs, step_outcomes};
 use switchyard_shared::telemetry::{DEQUEUE_DURATION, WORKER_POOL_QUEUED};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::{Id, JoinError, JoinSet};
@@ -78,6 +79,31 @@ pub(crate) type Marker = GroupCommit<(String, i64, chrono::DateTime<chrono::Utc>
 pub(crate) type Acker = GroupCommit<(Entry, Option<i64>), (), switchyard_shared::queue::QueueError>;
 pub(crate) type Finisher = GroupCommit<(String, i64, switchyard_shared::store::Outcome), bool>;
 
+/// Writes a group of outcomes. A group that ends a workflow step's job run
+/// moves the workflow run on in the same transaction
+/// (`store::step_outcomes`); should that fail, the outcomes are written the
+/// plain way, and the scheduler moves the runs on from their outbox rows.
+async fn finish(
+    pool: &PgPool,
+    queue: &Queue,
+    versions: &Versions,
+    items: Vec<(String, i64, switchyard_shared::store::Outcome)>,
+) -> Result<Vec<bool>, sqlx::Error> {
+    if !items.iter().any(|(_, _, o)| o.workflow_step_run_id.is_some() && o.status.is_terminal()) {
+        return runs::finish_many(pool, items).await;
+    }
+    match step_outcomes::finish_steps(pool, versions, items.clone()).await {
+        Ok((recorded, pending)) => {
+            step_outcomes::after_commit(queue, pending).await;
+            Ok(recorded)
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "recording step outcomes with their advances failed; recording them alone");
+            runs::finish_many(pool, items).await
+        }
+    }
+}
+
 impl Worker {
     pub fn new(pool: PgPool, queue: Queue, opts: WorkerOptions) -> anyhow::Result<Worker> {
         Ok(Worker::build(pool, queue, opts)?)
@@ -101,9 +127,13 @@ impl Worker {
             async move { runs::load_for_dispatch(&pool, ids).await }
         });
         let finish_pool = pool.clone();
+        let finish_queue = queue.clone();
+        let versions = Arc::new(Versions::default());
         let finisher = Finisher::spawn(2, MAX_BATCH, move |items| {
             let pool = finish_pool.clone();
-            async move { runs::finish_many(&pool, items).await }
+            let queue = finish_queue.clone();
+            let versions = versions.clone();
+            async move { finish(&pool, &queue, &versions, items).await }
         });
         let mark_pool = pool.clone();
         let marker = Marker::spawn(1, MAX_BATCH, move |items| {

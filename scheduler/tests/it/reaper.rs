@@ -20,6 +20,7 @@ fn outcome(status: RunStatus, next_retry_at: Option<chrono::DateTime<Utc>>) -> O
         attempt_started_at: Utc::now(),
         trace: serde_json::json!({}),
         webhook_url: None,
+        workflow_step_run_id: None,
     }
 }
 

@@ -62,6 +62,7 @@ pub mod runs;
 pub mod secrets;
 pub mod settle;
 pub mod stats;
+pub mod step_outcomes;
 pub mod transitions;
 pub mod workflow_engine;
 pub mod workflow_runs;

@@ -5,7 +5,7 @@ use std::sync::LazyLock;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::types::Json;
-use sqlx::PgPool;
+use sqlx::{PgConnection, PgPool};
 
 use crate::domain::{schedule, trigger, RunStatus};
 use crate::queue::Entry;
@@ -499,6 +499,10 @@ pub struct Outcome {
     /// The job's webhook_url, when it has one: a terminal outcome then
     /// writes the run's webhook delivery in the statement that records it.
     pub webhook_url: Option<String>,
+    /// The workflow step the run is the job run of: its workflow run moves
+    /// on in the transaction that records a terminal outcome
+    /// (`store::step_outcomes`). Not written.
+    pub workflow_step_run_id: Option<String>,
 }
 
 /// Records an attempt's outcome if the caller still holds the run (same
@@ -520,6 +524,14 @@ pub async fn finish_attempt(pool: &PgPool, run_id: &str, token: i64, o: &Outcome
 /// also the attempt's `queued -> running` and `running -> outcome`
 /// transitions: `job_run_transitions` (migration 0008) reads them from it.
 pub async fn finish_many(pool: &PgPool, items: Vec<(String, i64, Outcome)>) -> Result<Vec<bool>, sqlx::Error> {
+    finish_many_in(&mut *pool.acquire().await?, items).await
+}
+
+/// [`finish_many`] in the caller's transaction (see `store::step_outcomes`).
+pub async fn finish_many_in(
+    conn: &mut PgConnection,
+    items: Vec<(String, i64, Outcome)>,
+) -> Result<Vec<bool>, sqlx::Error> {
     let n = items.len();
     let mut ids = Vec::with_capacity(n);
     let mut tokens = Vec::with_capacity(n);
@@ -602,7 +614,7 @@ pub async fn finish_many(pool: &PgPool, items: Vec<(String, i64, Outcome)>) -> R
     .bind(&urls)
     .bind(&starts)
     .bind(&hooks)
-    .fetch_all(pool)
+    .fetch_all(conn)
     .await?;
     let done: std::collections::HashSet<String> = recorded
         .into_iter()

@@ -27,7 +27,7 @@ use sqlx::{PgConnection, PgPool};
 use super::runs::{self, NewRun, Run};
 use super::transitions::{self, Changed, Staged};
 use super::workflow_runs::{
-    self, record, record_many, wake, NewDecision, StepRun, Triggered, WorkflowRun, RUN_COLUMNS, STEP_COLUMNS,
+    self, record, wake, NewDecision, StepRun, Triggered, WorkflowRun, RUN_COLUMNS, STEP_COLUMNS,
 };
 use super::{events, jobs, workflows, Tenant};
 use crate::domain::schedule;
@@ -38,6 +38,10 @@ use crate::domain::workflow_run::{
 };
 use crate::domain::RunStatus;
 use crate::queue::Queue;
+
+/// The Postgres channel an outbox row's insert notifies with its run's id
+/// (migration 0010); the scheduler's workflow loop listens on it.
+pub const CHANNEL: &str = "switchyard_workflows";
 
 /// How a run ends.
 #[derive(Clone, Debug)]
@@ -171,39 +175,67 @@ impl StepWrite {
     }
 }
 
-async fn write_steps(conn: &mut PgConnection, w: &[StepWrite]) -> Result<(), sqlx::Error> {
-    if w.is_empty() {
+/// Writes what a pass decided in one statement: step rows, decisions (in
+/// order), and the run's `wake_at` when `wake` says what it is now (it is
+/// written only when it moves: most passes leave it as it was, and an
+/// update would write the run's row and its indexes again).
+async fn write_pass(
+    conn: &mut PgConnection,
+    run_id: &str,
+    w: &[StepWrite],
+    d: &[NewDecision],
+    wake: Option<Option<DateTime<Utc>>>,
+) -> Result<(), sqlx::Error> {
+    if w.is_empty() && d.is_empty() && wake.is_none() {
         return Ok(());
     }
     macro_rules! col {
-        ($f:expr) => {
-            w.iter().map($f).collect::<Vec<_>>()
+        ($v:expr, $f:expr) => {
+            $v.iter().map($f).collect::<Vec<_>>()
         };
     }
     sqlx::query(
-        "UPDATE workflow_step_runs s SET status = t.status, output = t.output, error = t.error,
-            job_run_id = t.job_run_id, child_workflow_run_id = t.child_id, wake_at = t.wake_at,
-            attempt = s.attempt + CASE WHEN t.start THEN 1 ELSE 0 END,
-            started_at = CASE WHEN t.start THEN now() ELSE s.started_at END,
-            finished_at = CASE WHEN t.finish THEN now() WHEN t.start THEN NULL ELSE s.finished_at END,
-            ended_by_run = t.ended_by_run,
-            approvers = CASE WHEN t.start THEN t.approvers ELSE s.approvers END
-         FROM UNNEST($1::text[], $2::text[], $3::jsonb[], $4::text[], $5::text[], $6::text[], $7::timestamptz[],
-                     $8::bool[], $9::bool[], $10::bool[], $11::jsonb[])
-              AS t (id, status, output, error, job_run_id, child_id, wake_at, start, finish, ended_by_run, approvers)
-         WHERE s.id = t.id",
+        "WITH steps AS (
+            UPDATE workflow_step_runs s SET status = t.status, output = t.output, error = t.error,
+                job_run_id = t.job_run_id, child_workflow_run_id = t.child_id, wake_at = t.wake_at,
+                attempt = s.attempt + CASE WHEN t.start THEN 1 ELSE 0 END,
+                started_at = CASE WHEN t.start THEN now() ELSE s.started_at END,
+                finished_at = CASE WHEN t.finish THEN now() WHEN t.start THEN NULL ELSE s.finished_at END,
+                ended_by_run = t.ended_by_run,
+                approvers = CASE WHEN t.start THEN t.approvers ELSE s.approvers END
+             FROM UNNEST($1::text[], $2::text[], $3::jsonb[], $4::text[], $5::text[], $6::text[], $7::timestamptz[],
+                         $8::bool[], $9::bool[], $10::bool[], $11::jsonb[])
+                  AS t (id, status, output, error, job_run_id, child_id, wake_at, start, finish, ended_by_run, approvers)
+             WHERE s.id = t.id
+         ), decisions AS (
+            INSERT INTO workflow_decisions (workflow_run_id, step_ref, decision_type, reason, details)
+            SELECT $12, t.step_ref, t.decision_type, t.reason, t.details
+              FROM UNNEST($13::text[], $14::text[], $15::text[], $16::jsonb[]) WITH ORDINALITY
+                   AS t (step_ref, decision_type, reason, details, n)
+             ORDER BY t.n
+         ), woke AS (
+            UPDATE workflow_runs SET wake_at = $17 WHERE id = $12 AND $18 AND wake_at IS DISTINCT FROM $17
+         )
+         SELECT 1",
     )
-    .bind(col!(|s| s.id.as_str()))
-    .bind(col!(|s| s.status.as_str()))
-    .bind(col!(|s| s.output.as_ref().map(Json)))
-    .bind(col!(|s| s.error.as_deref()))
-    .bind(col!(|s| s.job_run_id.as_deref()))
-    .bind(col!(|s| s.child_id.as_deref()))
-    .bind(col!(|s| s.wake_at))
-    .bind(col!(|s| s.start))
-    .bind(col!(|s| s.finish))
-    .bind(col!(|s| s.ended_by_run))
-    .bind(col!(|s| s.approvers.as_ref().map(Json)))
+    .bind(col!(w, |s| s.id.as_str()))
+    .bind(col!(w, |s| s.status.as_str()))
+    .bind(col!(w, |s| s.output.as_ref().map(Json)))
+    .bind(col!(w, |s| s.error.as_deref()))
+    .bind(col!(w, |s| s.job_run_id.as_deref()))
+    .bind(col!(w, |s| s.child_id.as_deref()))
+    .bind(col!(w, |s| s.wake_at))
+    .bind(col!(w, |s| s.start))
+    .bind(col!(w, |s| s.finish))
+    .bind(col!(w, |s| s.ended_by_run))
+    .bind(col!(w, |s| s.approvers.as_ref().map(Json)))
+    .bind(run_id)
+    .bind(col!(d, |d| d.step_ref.as_deref()))
+    .bind(col!(d, |d| d.decision_type.as_str()))
+    .bind(col!(d, |d| d.reason.as_str()))
+    .bind(col!(d, |d| Json(if d.details.is_null() { json!({}) } else { d.details.clone() })))
+    .bind(wake.flatten())
+    .bind(wake.is_some())
     .execute(conn)
     .await?;
     Ok(())
@@ -228,9 +260,10 @@ pub async fn next_wake(pool: &PgPool) -> Result<Option<DateTime<Utc>>, sqlx::Err
     sqlx::query_scalar("SELECT min(wake_at) FROM workflow_runs WHERE wake_at IS NOT NULL").fetch_one(pool).await
 }
 
-/// Advances one run at `now`. Another process holding the run's lock makes
-/// this a no-op (`idle`): that process sees every event committed before
-/// it read, and hears the notification of every one after.
+/// Advances one run at `now`, in a transaction of its own. Another process
+/// holding the run's lock makes this a no-op (`idle`): that process sees
+/// every event committed before it read, and hears the notification of
+/// every one after.
 pub async fn advance(
     pool: &PgPool,
     queue: &Queue,
@@ -239,6 +272,82 @@ pub async fn advance(
     now: DateTime<Utc>,
 ) -> Result<Advanced, sqlx::Error> {
     let mut tx = pool.begin().await?;
+    let Some(pending) = advance_in(&mut tx, versions, run_id, now, false).await? else {
+        // Held by another process, or gone: rows of a deleted run go too.
+        let gone: bool = sqlx::query_scalar("SELECT NOT EXISTS (SELECT 1 FROM workflow_runs WHERE id = $1)")
+            .bind(run_id)
+            .fetch_one(&mut *tx)
+            .await?;
+        if gone {
+            sqlx::query("DELETE FROM workflow_outbox WHERE workflow_run_id = $1")
+                .bind(run_id)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+        }
+        return Ok(Advanced { idle: true, ..Default::default() });
+    };
+    if pending.advanced.idle {
+        // Nothing was written: the lock goes with the rollback.
+        return Ok(pending.advanced);
+    }
+    tx.commit().await?;
+    Ok(pending.after_commit(queue).await)
+}
+
+/// An advance written in a transaction that has yet to commit, with what
+/// is left to do after the commit (enqueue the job runs it created, drop
+/// the queue entries of those it cancelled).
+#[must_use = "after the commit, `after_commit` enqueues the job runs the advance created"]
+pub struct Pending {
+    pub run_id: String,
+    pub advanced: Advanced,
+    /// The pass moved the run's `wake_at` to this: a caller that advanced
+    /// the run outside the scheduler tells it (see `finish_steps`).
+    pub woke: Option<DateTime<Utc>>,
+    new_runs: Vec<Run>,
+    staged: Vec<Staged>,
+}
+
+impl Pending {
+    /// Enqueues the job runs the advance created; if that fails, or the
+    /// process dies first, they are `queued` in Postgres and the
+    /// reconciler enqueues them.
+    pub async fn after_commit(self, queue: &Queue) -> Advanced {
+        let Pending { run_id, mut advanced, new_runs, staged, .. } = self;
+        let cancelled: Vec<Changed> = staged.into_iter().flat_map(Staged::committed).collect();
+        transitions::drop_entries(queue, &cancelled).await;
+        if !new_runs.is_empty() {
+            let entries: Vec<_> = new_runs
+                .iter()
+                .filter(|r| r.status == RunStatus::Queued || r.scheduled_at.is_some())
+                .map(|r| (r.entry(), r.scheduled_at.map_or(0, |t| t.timestamp_millis())))
+                .collect();
+            let refs: Vec<_> = entries.iter().map(|(e, due)| (e, *due)).collect();
+            match queue.enqueue_many(&refs, Utc::now().timestamp_millis()).await {
+                Ok(n) => advanced.job_runs_enqueued = n,
+                Err(e) => tracing::warn!(workflow_run_id = %run_id, error = %e,
+                    "enqueue of step runs failed; they are queued in postgres and the reconciler will enqueue them"),
+            }
+            if let Some(t) = new_runs.iter().filter_map(|r| r.expires_at).min() {
+                queue.wake(crate::queue::WakeLoop::Expirer, Some(t));
+            }
+        }
+        advanced
+    }
+}
+
+/// [`advance`] in the caller's transaction. `None` when another process
+/// holds the run (or it is gone): nothing was done. `force` advances the
+/// run although no outbox row asks for it, for a caller that made the
+/// event itself in this transaction (a trigger, a step's outcome).
+pub async fn advance_in(
+    tx: &mut PgConnection,
+    versions: &Versions,
+    run_id: &str,
+    now: DateTime<Utc>,
+    force: bool,
+) -> Result<Option<Pending>, sqlx::Error> {
     // Lock the run and consume its events in one statement: whatever
     // commits after it leaves a row for the next advance.
     let locked: Option<Locked> = sqlx::query_as(&format!(
@@ -256,33 +365,30 @@ pub async fn advance(
     .fetch_optional(&mut *tx)
     .await?;
     let Some(Locked { run, wf_version_id, wf_version, max_parallel_steps, consumed }) = locked else {
-        // Held by another process, or gone: rows of a deleted run go too.
-        let gone: bool = sqlx::query_scalar("SELECT NOT EXISTS (SELECT 1 FROM workflow_runs WHERE id = $1)")
-            .bind(run_id)
-            .fetch_one(&mut *tx)
-            .await?;
-        if gone {
-            sqlx::query("DELETE FROM workflow_outbox WHERE workflow_run_id = $1")
-                .bind(run_id)
-                .execute(&mut *tx)
-                .await?;
-            tx.commit().await?;
-        }
-        return Ok(Advanced { idle: true, ..Default::default() });
+        return Ok(None);
+    };
+    let pending = |advanced: Advanced| Pending {
+        run_id: run_id.to_string(),
+        advanced,
+        woke: None,
+        new_runs: Vec::new(),
+        staged: Vec::new(),
     };
     let due = run.wake_at.is_some_and(|w| w <= now);
-    if consumed == 0 && !due {
-        return Ok(Advanced { idle: true, ..Default::default() });
+    if consumed == 0 && !due && !force {
+        // The run's wake-up time goes back to a scheduler told of it by a
+        // pass made elsewhere (`finish_steps`).
+        return Ok(Some(pending(Advanced { idle: true, wake_at: run.wake_at, ..Default::default() })));
     }
     if !matches!(run.status, WorkflowRunStatus::Running | WorkflowRunStatus::Paused) {
         sqlx::query("UPDATE workflow_runs SET wake_at = NULL WHERE id = $1 AND wake_at IS NOT NULL")
             .bind(run_id)
             .execute(&mut *tx)
             .await?;
-        tx.commit().await?;
-        return Ok(Advanced::default());
+        return Ok(Some(pending(Advanced::default())));
     }
     let current = wf_version_id.zip(wf_version);
+    let before = run.wake_at;
     let mut engine = Pass {
         run,
         now,
@@ -299,36 +405,21 @@ pub async fn advance(
         emissions: Vec::new(),
         wake_at: None,
     };
-    engine.go(&mut tx).await?;
+    engine.go(tx).await?;
     let Pass { new_runs, staged, ended, writes, wake_at, .. } = engine;
-    tx.commit().await?;
-
-    let cancelled: Vec<Changed> = staged.into_iter().flat_map(Staged::committed).collect();
-    transitions::drop_entries(queue, &cancelled).await;
-    let mut enqueued = 0;
-    if !new_runs.is_empty() {
-        let entries: Vec<_> = new_runs
-            .iter()
-            .filter(|r| r.status == RunStatus::Queued || r.scheduled_at.is_some())
-            .map(|r| (r.entry(), r.scheduled_at.map_or(0, |t| t.timestamp_millis())))
-            .collect();
-        let refs: Vec<_> = entries.iter().map(|(e, due)| (e, *due)).collect();
-        match queue.enqueue_many(&refs, Utc::now().timestamp_millis()).await {
-            Ok(n) => enqueued = n,
-            Err(e) => tracing::warn!(workflow_run_id = %run_id, error = %e,
-                "enqueue of step runs failed; they are queued in postgres and the reconciler will enqueue them"),
-        }
-        if let Some(t) = new_runs.iter().filter_map(|r| r.expires_at).min() {
-            queue.wake(crate::queue::WakeLoop::Expirer, Some(t));
-        }
-    }
-    Ok(Advanced {
-        idle: false,
-        steps_started: writes.iter().filter(|w| w.start).count(),
-        job_runs_enqueued: enqueued,
-        ended: ended.map(|s| s.as_str().to_string()),
-        wake_at,
-    })
+    Ok(Some(Pending {
+        run_id: run_id.to_string(),
+        advanced: Advanced {
+            idle: false,
+            steps_started: writes.iter().filter(|w| w.start).count(),
+            job_runs_enqueued: 0,
+            ended: ended.map(|s| s.as_str().to_string()),
+            wake_at,
+        },
+        woke: wake_at.filter(|t| ended.is_none() && before != Some(*t)),
+        new_runs,
+        staged,
+    }))
 }
 
 /// A run locked for an advance, with what it needs of its workflow (none
@@ -424,7 +515,7 @@ impl Pass<'_> {
 
         if self.run.deadline_at.is_some_and(|d| d <= self.now) {
             self.emits(&defs, &rows_by_ref, &now_of);
-            self.flush(tx).await?;
+            self.flush(tx, None).await?;
             let reason = "the workflow run passed its timeout_secs";
             self.staged.push(end_run(tx, &self.run, Decided::ended(WorkflowRunStatus::TimedOut, reason)).await?);
             self.ended = Some(WorkflowRunStatus::TimedOut);
@@ -488,7 +579,7 @@ impl Pass<'_> {
             }
             if let Some(ending) = next.ending {
                 self.emits(&defs, &rows_by_ref, &now_of);
-                self.flush(tx).await?;
+                self.flush(tx, None).await?;
                 let decided = match ending {
                     Ending::Completed => Decided {
                         output: Some(workflow_run::run_output(now_of.iter().map(|(r, s)| (r.as_str(), s)))),
@@ -519,26 +610,18 @@ impl Pass<'_> {
             }
         }
         self.emits(&defs, &rows_by_ref, &now_of);
-        self.flush(tx).await?;
-        // The next moment the run must be looked at without an event.
-        let wake_at = self.writes.iter().filter_map(|w| w.wake_at).chain(self.run.deadline_at).min();
-        // Written only when it moves: most passes leave it as it was, and
-        // an update would write the run's row and its indexes again.
-        self.wake_at = sqlx::query_scalar(
-            "WITH t AS (
-                SELECT min(t) AS wake_at FROM (
-                    SELECT min(wake_at) AS t FROM workflow_step_runs WHERE workflow_run_id = $1 AND status = 'waiting'
-                    UNION ALL SELECT $2::timestamptz) x
-             ), moved AS (
-                UPDATE workflow_runs r SET wake_at = t.wake_at FROM t
-                 WHERE r.id = $1 AND r.wake_at IS DISTINCT FROM t.wake_at
-             )
-             SELECT wake_at FROM t",
-        )
-        .bind(&run_id)
-        .bind(wake_at)
-        .fetch_one(&mut *tx)
-        .await?;
+        // The next moment the run must be looked at without an event: the
+        // earliest end of a waiting step's wait, or the run's deadline.
+        let written: HashMap<&str, Option<DateTime<Utc>>> =
+            self.writes.iter().map(|w| (w.id.as_str(), w.wake_at)).collect();
+        let wake_at = rows_by_ref
+            .iter()
+            .filter(|(r, _)| now_of.get(*r).is_some_and(|n| n.status == StepStatus::Waiting))
+            .filter_map(|(_, row)| written.get(row.id.as_str()).copied().unwrap_or(row.wake_at))
+            .chain(self.run.deadline_at)
+            .min();
+        self.flush(tx, Some(wake_at)).await?;
+        self.wake_at = wake_at;
         Ok(())
     }
 
@@ -564,9 +647,16 @@ impl Pass<'_> {
         self.emissions.extend(due);
     }
 
-    async fn flush(&mut self, tx: &mut PgConnection) -> Result<(), sqlx::Error> {
-        write_steps(tx, &self.writes[self.flushed..]).await?;
-        self.flushed = self.writes.len();
+    /// Writes what the pass decided so far; `wake`: the run's wake-up time
+    /// as the pass leaves it, when the pass is over.
+    async fn flush(&mut self, tx: &mut PgConnection, wake: Option<Option<DateTime<Utc>>>) -> Result<(), sqlx::Error> {
+        let from = std::mem::replace(&mut self.flushed, self.writes.len());
+        if self.emissions.is_empty() && self.event_notices.is_empty() {
+            // The common pass: one statement.
+            let decisions = std::mem::take(&mut self.decisions);
+            return write_pass(tx, &self.run.id, &self.writes[from..], &decisions, wake).await;
+        }
+        write_pass(tx, &self.run.id, &self.writes[from..], &[], None).await?;
         for (step_run_id, step_ref, key, output) in std::mem::take(&mut self.emissions) {
             let new = events::NewEvent {
                 id: crate::ids::event_id(),
@@ -601,7 +691,8 @@ impl Pass<'_> {
             )
             .await?;
         }
-        record_many(tx, &self.run.id, &std::mem::take(&mut self.decisions)).await
+        let decisions = std::mem::take(&mut self.decisions);
+        write_pass(tx, &self.run.id, &[], &decisions, wake).await
     }
 
     /// Brings one step up to date with its job run, child run or sleep.
@@ -985,7 +1076,7 @@ impl Pass<'_> {
             let details = json!({ "job_run_id": rows.get(r).and_then(|x| x.compensation_job_run_id.clone()) });
             self.note(Some(r), "compensation_failed", "its compensation job failed", details);
         }
-        self.flush(tx).await?;
+        self.flush(tx, None).await?;
         let ending = match &then {
             SagaMove::Done => None,
             SagaMove::Failed(r) => Some(r.clone()),

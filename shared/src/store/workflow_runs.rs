@@ -136,20 +136,65 @@ pub enum Triggered {
     Skipped { active_run_id: String },
 }
 
-/// Triggers a run of `wf` (its current version) in one transaction.
-pub async fn trigger(pool: &PgPool, wf: &WorkflowRecord, new: &NewWorkflowRun) -> Result<Triggered, sqlx::Error> {
+/// Triggers a run of `wf` (its current version) in one transaction, which
+/// also makes the engine's first pass over it: the steps that can start
+/// at once are started, their job runs inserted, and enqueued after the
+/// commit (as `workflow_engine::advance` does). A run created `pending`
+/// waits for a slot, and is started by the run that frees it.
+pub async fn trigger(
+    pool: &PgPool,
+    queue: &Queue,
+    versions: &workflow_engine::Versions,
+    wf: &WorkflowRecord,
+    new: &NewWorkflowRun,
+) -> Result<Triggered, sqlx::Error> {
     let mut tx = pool.begin().await?;
-    let t = trigger_in(&mut tx, wf, new).await?;
+    let t = create_in(&mut tx, wf, new, false).await?;
+    let started = match &t {
+        Triggered::Created(run) if run.status == WorkflowRunStatus::Running => {
+            workflow_engine::advance_in(&mut tx, versions, &run.id, Utc::now(), true).await?
+        }
+        _ => None,
+    };
+    if started.as_ref().is_some_and(|p| p.woke.is_some()) {
+        // The scheduler sleeps until the earliest wake-up it knows of.
+        sqlx::query("SELECT pg_notify($1, $2)")
+            .bind(workflow_engine::CHANNEL)
+            .bind(&started.as_ref().expect("checked").run_id)
+            .execute(&mut *tx)
+            .await?;
+    }
     tx.commit().await?;
-    Ok(t)
+    let Some(started) = started else { return Ok(t) };
+    let ended = started.after_commit(queue).await.ended.is_some();
+    // A run can end in its first pass (every step skipped, a step that
+    // fails at once): the answer shows it as it is.
+    match t {
+        Triggered::Created(run) if ended => {
+            Ok(Triggered::Created(get(pool, Tenant::Project(&run.project_id), &run.id).await?.unwrap_or(run)))
+        }
+        t => Ok(t),
+    }
 }
 
 /// [`trigger`] in the caller's transaction (a sub-workflow step starts its
-/// child in the transaction that starts the step).
+/// child in the transaction that starts the step); the engine takes the
+/// run up from its outbox row.
 pub async fn trigger_in(
     conn: &mut PgConnection,
     wf: &WorkflowRecord,
     new: &NewWorkflowRun,
+) -> Result<Triggered, sqlx::Error> {
+    create_in(conn, wf, new, true).await
+}
+
+/// Creates the run; `wake`: with an outbox row for the engine (otherwise
+/// the caller advances the run in this transaction).
+async fn create_in(
+    conn: &mut PgConnection,
+    wf: &WorkflowRecord,
+    new: &NewWorkflowRun,
+    wake_engine: bool,
 ) -> Result<Triggered, sqlx::Error> {
     if let Some(run) = holder(conn, &wf.id, new).await? {
         return Ok(Triggered::Existing(run));
@@ -225,7 +270,9 @@ pub async fn trigger_in(
     };
     insert_steps(conn, &run.id, &wf.steps.0).await?;
     if running {
-        wake(conn, &run.id).await?;
+        if wake_engine {
+            wake(conn, &run.id).await?;
+        }
     } else {
         record(
             conn,

@@ -1,0 +1,83 @@
+//! A step's job run ending moves its workflow run on in the same
+//! transaction.
+//!
+//! The worker records outcomes in groups ([`runs::finish_many`]). When a
+//! group holds the outcome of a workflow step's job run, the group is
+//! written by [`finish_steps`] instead: the outcomes, then an advance of
+//! each workflow run whose step ended (`workflow_engine::advance_in`), then
+//! one commit. The next step's job run is inserted by that commit and
+//! enqueued by the worker right after, so the common case of a chain costs
+//! one write transaction per step, with no outbox row, no notification and
+//! no pass of the scheduler.
+//!
+//! The scheduler stays the engine of last resort, and nothing is lost when
+//! the shortcut is not taken: a workflow run another process holds (its
+//! lock is taken with `SKIP LOCKED`) gets the outbox row the job-run
+//! trigger would have written (migration 0010), so its holder or the
+//! scheduler advances it; and if the transaction fails for any reason, the
+//! caller writes the same outcomes the plain way, where the trigger writes
+//! every outbox row. A pass that leaves a run with a wake-up time (a
+//! sleep's end, the run's deadline) notifies the scheduler, which sleeps
+//! until the earliest one it knows.
+//!
+//! The setting `switchyard.inline_steps` (migration 0027) keeps the
+//! job-run trigger from writing the outbox rows while the outcomes are
+//! written: this transaction advances those runs itself.
+
+use chrono::Utc;
+use sqlx::PgPool;
+
+use super::runs::{self, Outcome};
+use super::workflow_engine::{self, Pending, Versions, CHANNEL};
+use super::workflow_runs::wake;
+use crate::queue::Queue;
+
+/// Records `items` as [`runs::finish_many`] does and advances the workflow
+/// runs whose steps' job runs they end, in one transaction. Returns, in
+/// input order, whether each outcome was recorded, and the advances to
+/// finish after the commit ([`after_commit`]).
+pub async fn finish_steps(
+    pool: &PgPool,
+    versions: &Versions,
+    items: Vec<(String, i64, Outcome)>,
+) -> Result<(Vec<bool>, Vec<Pending>), sqlx::Error> {
+    let steps: Vec<Option<String>> =
+        items.iter().map(|(_, _, o)| o.workflow_step_run_id.clone().filter(|_| o.status.is_terminal())).collect();
+    let mut tx = pool.begin().await?;
+    sqlx::query("SELECT set_config('switchyard.inline_steps', 'on', true)").execute(&mut *tx).await?;
+    let recorded = runs::finish_many_in(&mut tx, items).await?;
+    let ended: Vec<&str> = steps.iter().zip(&recorded).filter(|(_, r)| **r).filter_map(|(s, _)| s.as_deref()).collect();
+    // The job-run trigger writes outbox rows again from here on: a pass
+    // below may end a run whose parent must hear of it.
+    let (_, runs): (String, Vec<String>) = sqlx::query_as(
+        "SELECT set_config('switchyard.inline_steps', '', true),
+                array(SELECT DISTINCT workflow_run_id FROM workflow_step_runs WHERE id = ANY($1) ORDER BY 1)",
+    )
+    .bind(&ended)
+    .fetch_one(&mut *tx)
+    .await?;
+    let now = Utc::now();
+    let mut pending = Vec::with_capacity(runs.len());
+    for run_id in &runs {
+        match workflow_engine::advance_in(&mut tx, versions, run_id, now, true).await? {
+            Some(p) => {
+                if p.woke.is_some() {
+                    sqlx::query("SELECT pg_notify($1, $2)").bind(CHANNEL).bind(run_id).execute(&mut *tx).await?;
+                }
+                pending.push(p);
+            }
+            // Another process holds it: the row it will read, as the
+            // trigger would have written it.
+            None => wake(&mut tx, run_id).await?,
+        }
+    }
+    tx.commit().await?;
+    Ok((recorded, pending))
+}
+
+/// Enqueues what the advances of a committed [`finish_steps`] created.
+pub async fn after_commit(queue: &Queue, pending: Vec<Pending>) {
+    for p in pending {
+        p.after_commit(queue).await;
+    }
+}
