@@ -11,8 +11,8 @@
 //! - [`settle`]: waiting for a phase's runs to end. [`check`]: their correctness.
 //! - [`open_loop`]: triggers at a fixed rate, for (b) and (w).
 //! - Phases: [`throughput`] (a, g), [`latency`] (b), [`bulk`] (c),
-//!   [`queue_depth`] (d, e), [`idle`] (f), [`workflows`] (w), [`notify`] (n),
-//!   [`retention`] (r), [`reports`] (y).
+//!   [`queue_depth`] (d, e), [`idle`] (f), [`workflows`] (w), [`saturation`] (s),
+//!   [`notify`] (n), [`retention`] (r), [`reports`] (y).
 //! - [`pg_tables`]: Postgres table activity per run, read at the end.
 //! - [`stats`]: percentiles. [`anchors`]: the peer figures. [`report`]: the output.
 
@@ -33,6 +33,7 @@ mod queue_depth;
 mod report;
 mod reports;
 mod retention;
+mod saturation;
 mod settle;
 mod stalls;
 mod stats;
@@ -301,6 +302,25 @@ async fn phases(sys: &System, opts: &Opts) -> anyhow::Result<Report> {
         report.goals.extend(w.goals());
         report.workflows = Some(w);
         report.phase_secs.insert("w".into(), lap(&mut t));
+    }
+    // Only when asked for by name; after the table activity too, for the
+    // same reason as (w).
+    if opts.names('s') {
+        eprintln!(
+            "bench: (s) workflow saturation: the 3-step chain, closed loop, {} in flight, {} warm-up runs, then {} s",
+            opts.wf_inflight, opts.wf_warmup, opts.wf_closed_secs
+        );
+        let j = job("workflows-closed".into()).await?;
+        // (a) or (w) before it leaves writeback, as before each rate of (b).
+        sys.settle_disk(Duration::from_secs(3)).await?;
+        let r = saturation::run(sys, &meter, project, &j, opts).await;
+        if let Some(mut s) = keep(&mut report.failures, "(s)", r) {
+            if let Some(a) = report.throughput.as_ref() {
+                s.compare_with_a(a);
+            }
+            report.workflows.get_or_insert_with(Default::default).closed = Some(s);
+        }
+        report.phase_secs.insert("s".into(), lap(&mut t));
     }
     // Last too, each part in a project of its own: a subscription would add
     // a delivery to every run of a phase sharing the project.

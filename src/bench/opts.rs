@@ -33,13 +33,19 @@ pub const USAGE: &str = "usage: switchyard-bench [options]   (normally run throu
   --wf-fan-runs N     how many of those runs, one after another (default 3; 0 skips them)
   --wf-wide N         parallel steps of the one wide fan-out run (default 1000;
                       0 skips it)
+  --wf-inflight N     phase (s): workflow runs of the 3-step chain in flight, closed loop
+                      (default 128)
+  --wf-warmup N       phase (s): workflow runs finished before the measured window (default 1000)
+  --wf-closed-secs S  phase (s): seconds of the measured window (default 15)
   --notify-runs N     closed-loop runs of each part of phase (n): each run a terminal
                       webhook, then each a webhook and a subscription event
                       (default 20000, after 500 warm-up)
   --wait-quiet S      wait up to S seconds for a quiet box (<15 % busy) before starting (default 30)
-  --only a,b,c,d,f,w,n,p,r,y  run only these phases ((r) and (y) are not in the default set:
-                      they write --history old runs and --report-runs ended runs, minutes of
-                      work) ((g) comes with (a), (e) with (d))
+  --only a,b,c,d,f,w,n,p,r,y,s  run only these phases ((r), (y) and (s) are not in the default
+                      set: (r) and (y) write --history old runs and --report-runs ended runs,
+                      minutes of work; (s), the workflow saturation closed loop, runs when
+                      named: `--only a,s` also prints a workflow step's CPU and a workflow's
+                      WAL against (a)'s plain run) ((g) comes with (a), (e) with (d))
   --pg-base URL       Postgres server (default postgres://postgres@127.0.0.1:5432)
   --redis URL         Redis (default redis://127.0.0.1:6379; a cluster: redis+cluster://host:port,...)
   --bin PATH          the switchyard binary (default: next to this one)
@@ -77,6 +83,10 @@ pub struct Opts {
     pub wf_fan: usize,
     pub wf_fan_runs: usize,
     pub wf_wide: usize,
+    /// Phase (s): workflow runs in flight, warm-up runs, measured seconds.
+    pub wf_inflight: usize,
+    pub wf_warmup: usize,
+    pub wf_closed_secs: u64,
     pub notify_runs: usize,
     pub notify_warmup: usize,
     pub wait_quiet_secs: u64,
@@ -119,6 +129,11 @@ impl Default for Opts {
             wf_fan_runs: 3,
             // The widest fan-out the step limit admits: root and join besides.
             wf_wide: 1000,
+            // The anchors' workflow peers saturate best at 128 in flight
+            // (../shared/anchors/workflows, README), after 1,000 warm-up.
+            wf_inflight: 128,
+            wf_warmup: 1_000,
+            wf_closed_secs: 15,
             notify_runs: 20_000,
             notify_warmup: 500,
             wait_quiet_secs: 30,
@@ -184,6 +199,9 @@ impl Opts {
                 "--wf-fan" => o.wf_fan = num(&value)?.max(1),
                 "--wf-fan-runs" => o.wf_fan_runs = num(&value)?,
                 "--wf-wide" => o.wf_wide = num(&value)?,
+                "--wf-inflight" => o.wf_inflight = num(&value)?.max(1),
+                "--wf-warmup" => o.wf_warmup = num(&value)?,
+                "--wf-closed-secs" => o.wf_closed_secs = num(&value)?.max(1) as u64,
                 "--notify-runs" => o.notify_runs = num(&value)?.max(1),
                 "--wait-quiet" => o.wait_quiet_secs = num(&value)? as u64,
                 "--only" => o.only = Some(value.chars().filter(|c| c.is_ascii_alphabetic()).collect()),
@@ -202,6 +220,11 @@ impl Opts {
 
     pub fn wants(&self, phase: char) -> bool {
         self.only.as_ref().is_none_or(|p| p.contains(&phase))
+    }
+
+    /// A phase outside the default set, run only when `--only` names it.
+    pub fn names(&self, phase: char) -> bool {
+        self.only.as_ref().is_some_and(|p| p.contains(&phase))
     }
 
     pub fn rate_warmup(&self) -> Duration {

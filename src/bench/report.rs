@@ -17,6 +17,7 @@ use super::pg_tables::PerRun;
 use super::queue_depth::QueueFigures;
 use super::reports::ReportFigures;
 use super::retention::RetentionFigures;
+use super::saturation::Saturation;
 use super::system::System;
 use super::throughput::Throughput;
 use super::workflows::{Fan, Goal, Workflows};
@@ -629,7 +630,9 @@ fn cpu_list(cpu_us_per_run: &BTreeMap<String, f64>) -> String {
 }
 
 fn workflows_table(o: &mut String, w: &Workflows) {
-    let _ = writeln!(o, "\n(w) workflow runs, every step a job step calling the target (ms p50 / p95 / p99 / max)");
+    if w.chain.is_some() || w.plain.is_some() || w.fan.is_some() || w.wide.is_some() {
+        let _ = writeln!(o, "\n(w) workflow runs, every step a job step calling the target (ms p50 / p95 / p99 / max)");
+    }
     if let Some(c) = &w.chain {
         let note = load_note(c.overloaded_after_s, c.timed_out);
         let _ = writeln!(
@@ -661,6 +664,63 @@ fn workflows_table(o: &mut String, w: &Workflows) {
     }
     if let Some(f) = &w.wide {
         fan_table(o, "wide fan-out", f);
+    }
+    if let Some(s) = &w.closed {
+        saturation_table(o, s);
+    }
+}
+
+fn saturation_table(o: &mut String, s: &Saturation) {
+    let _ = writeln!(
+        o,
+        "\n(s) workflow saturation: chain a → b → c, closed loop, {} runs in flight; {} warm-up runs ({:.1} s), then {:.1} s measured{}",
+        s.inflight,
+        s.warmup_runs,
+        s.warmup_secs,
+        s.secs,
+        if s.timed_out { "   GAVE UP on a stalled run" } else { "" }
+    );
+    let _ = writeln!(
+        o,
+        "    workflow runs/s                        {:>8.1}   ({} finished in the window)",
+        s.runs_per_s, s.runs
+    );
+    let _ = writeln!(o, "    ms p50 / p95 / p99 / max");
+    let _ = writeln!(o, "      trigger call                         {}", s.trigger_ms);
+    let _ = writeln!(o, "      trigger → finished_at                {}", s.to_finished_ms);
+    let _ = writeln!(o, "      trigger → the client saw it          {}", s.to_seen_ms);
+    let _ = writeln!(o, "      step-to-step (end → next request)    {}", s.step_to_step_ms);
+    let _ = writeln!(o, "    box busy                               {:>8.1} %", s.box_busy_pct);
+    let keys = ["api", "worker", "scheduler", "postgres", "postgres_bg", "redis", "target", "bench", "total"];
+    let cpu: Vec<String> =
+        keys.iter().filter_map(|k| s.cpu_us_per_run.get(*k).map(|v| format!("{k} {v:.0}"))).collect();
+    let _ = writeln!(o, "    CPU µs per workflow run                {}", cpu.join(", "));
+    let _ = writeln!(
+        o,
+        "      the system's processes               {:.0}   (the bench's finished-run watcher, counted as bench: {:.0})",
+        s.system_cpu_us_per_run, s.watcher_cpu_us_per_run
+    );
+    let _ = writeln!(
+        o,
+        "    Postgres per workflow run (cluster)    {:.2} write transactions, {:.0} WAL bytes",
+        s.pg_write_xacts_per_run, s.pg_wal_bytes_per_run
+    );
+    match &s.vs_plain {
+        Some(v) => {
+            let _ = writeln!(
+                o,
+                "    against (a)'s plain run                CPU per step {:.0} / plain run {:.0} µs = {:.2}×; WAL per workflow {:.0} / plain run {:.0} B = {:.2}×",
+                v.step_cpu_us,
+                v.plain_cpu_us,
+                v.cpu_step_vs_plain,
+                s.pg_wal_bytes_per_run,
+                v.plain_wal_bytes,
+                v.wal_workflow_vs_plain
+            );
+        }
+        None => {
+            let _ = writeln!(o, "    against a plain run: run (a) in the same invocation (--only a,s)");
+        }
     }
 }
 

@@ -42,6 +42,7 @@ use super::client::Sent;
 use super::meter::{ours, Meter, Usage};
 use super::open_loop::{offer, Offered};
 use super::opts::Opts;
+use super::saturation::Saturation;
 use super::stats::{summarize, Summary};
 use super::system::System;
 use super::target::StepHit;
@@ -54,7 +55,7 @@ pub const STEP_TO_STEP_RATE: u32 = 100;
 /// The most a workflow step may cost against a plain run at the same rate.
 pub const STEP_COST_RATIO: f64 = 1.3;
 /// Steps of the chain `a → b → c`: job runs, and requests, per workflow run.
-const CHAIN_STEPS: usize = 3;
+pub const CHAIN_STEPS: usize = 3;
 
 /// Correctness of a part's workflow runs.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -208,6 +209,8 @@ pub struct Workflows {
     pub chain: Option<Chain>,
     pub fan: Option<Fan>,
     pub wide: Option<Fan>,
+    /// Phase (s): the chain in a closed loop ([`saturation`](super::saturation)).
+    pub closed: Option<Saturation>,
 }
 
 impl Workflows {
@@ -218,6 +221,7 @@ impl Workflows {
             self.chain.as_ref().map(|c| &c.check),
             self.fan.as_ref().map(|f| &f.check),
             self.wide.as_ref().map(|w| &w.check),
+            self.closed.as_ref().map(|s| &s.check),
         ];
         for c in parts.into_iter().flatten() {
             all.merge(c);
@@ -288,12 +292,17 @@ fn ms(d: Duration) -> f64 {
 }
 
 /// `to − from` (zero if negative).
-fn between(from: DateTime<Utc>, to: DateTime<Utc>) -> Duration {
+pub(super) fn between(from: DateTime<Utc>, to: DateTime<Utc>) -> Duration {
     (to - from).to_std().unwrap_or(Duration::ZERO)
 }
 
 fn job_step(step_ref: &str, job: &str, depends_on: &[String]) -> Value {
     json!({ "step_ref": step_ref, "job_id": job, "depends_on": depends_on })
+}
+
+/// The chain `a → b → c`, every step a run of `job`.
+pub(super) fn chain_steps(job: &str) -> Value {
+    json!([job_step("a", job, &[]), job_step("b", job, &["a".into()]), job_step("c", job, &["b".into()])])
 }
 
 fn fan_refs(width: usize) -> Vec<String> {
@@ -322,19 +331,19 @@ struct StepRow {
 }
 
 /// What Postgres and the target show of a workflow's runs.
-struct Observed {
+pub(super) struct Observed {
     /// Workflow run → its status and `finished_at`.
     runs: HashMap<String, (String, Stamp)>,
     /// (workflow run, step_ref) → the step.
     steps: HashMap<(String, String), StepSeen>,
     /// (workflow run, step_ref) → the target's requests.
     hits: HashMap<(String, String), Vec<StepHit>>,
-    check: WfCheck,
+    pub check: WfCheck,
 }
 
 impl Observed {
     /// The step's end: its job run's `finished_at` (the first, if several).
-    fn end(&self, run: &str, step: &str) -> Stamp {
+    pub(super) fn end(&self, run: &str, step: &str) -> Stamp {
         self.steps.get(&(run.to_string(), step.to_string())).and_then(|s| s.ends.iter().flatten().min().copied())
     }
 
@@ -343,14 +352,14 @@ impl Observed {
     }
 
     /// The wall clock of the step's first request at the target.
-    fn request(&self, run: &str, step: &str) -> Stamp {
+    pub(super) fn request(&self, run: &str, step: &str) -> Stamp {
         self.hits.get(&(run.to_string(), step.to_string())).and_then(|h| h.iter().map(|x| x.wall).min())
     }
 }
 
 /// Reads the workflow's runs, steps and job runs, and the target's record,
 /// and checks the accepted runs against both.
-async fn observe(sys: &System, workflow: &str, calls: &Calls) -> anyhow::Result<Observed> {
+pub(super) async fn observe(sys: &System, workflow: &str, calls: &Calls) -> anyhow::Result<Observed> {
     let accepted: HashSet<&str> = calls.created.iter().map(String::as_str).collect();
     let runs: Vec<(String, String, Stamp)> =
         sqlx::query_as("SELECT id, status, finished_at FROM workflow_runs WHERE workflow_id = $1")
@@ -476,8 +485,7 @@ pub async fn plain_at_chain_rate(sys: &System, meter: &Meter, job: &str, opts: &
 /// Part one (see the module doc).
 pub async fn chain(sys: &System, meter: &Meter, project: &str, job: &str, opts: &Opts) -> anyhow::Result<Chain> {
     let api = sys.api().clone();
-    let steps = json!([job_step("a", job, &[]), job_step("b", job, &["a".into()]), job_step("c", job, &["b".into()]),]);
-    let wf = api.create_workflow(project, "bench-chain", steps).await?;
+    let wf = api.create_workflow(project, "bench-chain", chain_steps(job)).await?;
     let url: Arc<str> = api.workflow_trigger_url(&wf).into();
     let rate = opts.wf_rate;
     let per_s = f64::from(rate);
