@@ -19,6 +19,7 @@ pub mod allocator;
 pub mod config;
 pub mod db;
 pub mod domain;
+pub mod engine;
 pub mod ids;
 pub mod outbound;
 pub mod queue;

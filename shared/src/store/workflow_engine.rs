@@ -20,47 +20,31 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use sqlx::types::Json;
 use sqlx::{PgConnection, PgPool};
 
-use super::runs::{self, NewRun, Run};
+use super::runs::{self, Run};
 use super::transitions::{self, Changed, Staged};
 use super::workflow_runs::{
     self, record, wake, NewDecision, StepRun, Triggered, WorkflowRun, RUN_COLUMNS, STEP_COLUMNS,
 };
 use super::{events, jobs, workflows, Tenant};
-use crate::domain::schedule;
-use crate::domain::step_logic::{self, transform_output};
-use crate::domain::workflow::{Step, StepType, MAX_NESTING_DEPTH};
+use crate::domain::workflow::{Step, StepType};
 use crate::domain::workflow_run::{
-    self, Compensable, Decision, Ending, Inputs, SagaMove, StepNow, StepStatus, WorkflowRunStatus,
+    self, Compensable, Decision, Inputs, SagaMove, StepNow, StepStatus, WorkflowRunStatus,
 };
 use crate::domain::RunStatus;
+use crate::engine::step_ended::{step_ended, Seen};
+use crate::engine::step_start::{self, step_start, ChildRequest, Facts, RunView};
+use crate::engine::{run_end, EventNotice, StepView, StepWrite};
 use crate::queue::Queue;
 
 /// The Postgres channel an outbox row's insert notifies with its run's id
 /// (migration 0010); the scheduler's workflow loop listens on it.
 pub const CHANNEL: &str = "switchyard_workflows";
 
-/// How a run ends.
-#[derive(Clone, Debug)]
-pub struct Decided {
-    pub status: WorkflowRunStatus,
-    pub error: Option<String>,
-    pub output: Option<Value>,
-    pub reason: String,
-    pub error_class: Option<String>,
-    /// The saga's final record, when the run compensated.
-    pub compensation: Option<Value>,
-}
-
-impl Decided {
-    pub fn ended(status: WorkflowRunStatus, reason: &str) -> Decided {
-        let error = (status != WorkflowRunStatus::Completed).then(|| reason.to_string());
-        Decided { status, error, output: None, reason: reason.to_string(), error_class: None, compensation: None }
-    }
-}
+pub use crate::engine::Decided;
 
 /// What one advance did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -124,54 +108,31 @@ struct StepRow {
     comp_status: Option<RunStatus>,
 }
 
-/// A change to one step row, written with the others in one statement.
-#[derive(Clone, Debug)]
-struct StepWrite {
-    id: String,
-    status: StepStatus,
-    output: Option<Value>,
-    error: Option<String>,
-    job_run_id: Option<String>,
-    child_id: Option<String>,
-    wake_at: Option<DateTime<Utc>>,
-    /// An approval's approvers, fixed when it starts waiting.
-    approvers: Option<Vec<String>>,
-    start: bool,
-    finish: bool,
-    ended_by_run: bool,
+/// A step row as the engine's transitions see it.
+fn view(s: &StepRun) -> StepView<'_> {
+    StepView {
+        id: &s.id,
+        step_ref: &s.step_ref,
+        step_type: &s.step_type,
+        status: s.status,
+        attempt: s.attempt,
+        job_run_id: s.job_run_id.as_deref(),
+        child_workflow_run_id: s.child_workflow_run_id.as_deref(),
+        wake_at: s.wake_at,
+        output: s.output.as_ref().map(|o| &o.0),
+        error: s.error.as_deref(),
+    }
 }
 
-impl StepWrite {
-    fn finish(s: &StepRun, status: StepStatus, output: Option<Value>, error: Option<String>) -> StepWrite {
-        StepWrite {
-            id: s.id.clone(),
-            status,
-            output,
-            error,
-            job_run_id: s.job_run_id.clone(),
-            child_id: s.child_workflow_run_id.clone(),
-            wake_at: None,
-            approvers: None,
-            start: false,
-            finish: true,
-            ended_by_run: false,
-        }
-    }
-
-    fn start(s: &StepRun, status: StepStatus) -> StepWrite {
-        StepWrite {
-            id: s.id.clone(),
-            status,
-            output: None,
-            error: None,
-            job_run_id: None,
-            child_id: None,
-            wake_at: None,
-            approvers: None,
-            start: true,
-            finish: false,
-            ended_by_run: false,
-        }
+/// The run as a step's start sees it.
+fn run_view(r: &WorkflowRun) -> RunView<'_> {
+    RunView {
+        id: &r.id,
+        project_id: &r.project_id,
+        payload: r.payload.as_ref().map(|p| &p.0),
+        created_by: r.created_by.as_deref(),
+        tags: &r.tags.0,
+        depth: r.depth,
     }
 }
 
@@ -452,9 +413,8 @@ struct Pass<'v> {
     ended: Option<WorkflowRunStatus>,
     /// Decisions made, written with the step rows (one statement).
     decisions: Vec<NewDecision>,
-    /// Event waits that timed out and name an event_notify_url:
-    /// (url, step run id, step ref, event key).
-    event_notices: Vec<(String, String, String, String)>,
+    /// Event waits that timed out and name an event_notify_url.
+    event_notices: Vec<EventNotice>,
     /// Events to emit with the writes (event_emit_key): step run id, step
     /// ref, key, the step's output.
     emissions: Vec<(String, String, String, Option<Value>)>,
@@ -543,7 +503,7 @@ impl Pass<'_> {
                 match d {
                     Decision::Skip { step_ref, reason, details } => {
                         let s = &rows_by_ref[step_ref];
-                        self.writes.push(StepWrite::finish(s, StepStatus::Skipped, None, None));
+                        self.writes.push(StepWrite::finish(&view(s), StepStatus::Skipped, None, None));
                         now_of.insert(
                             step_ref.clone(),
                             StepNow { status: StepStatus::Skipped, output: None, error: None },
@@ -552,7 +512,7 @@ impl Pass<'_> {
                     }
                     Decision::Fail { step_ref, error } => {
                         let s = &rows_by_ref[step_ref];
-                        self.writes.push(StepWrite::finish(s, StepStatus::Failed, None, Some(error.clone())));
+                        self.writes.push(StepWrite::finish(&view(s), StepStatus::Failed, None, Some(error.clone())));
                         now_of.insert(
                             step_ref.clone(),
                             StepNow { status: StepStatus::Failed, output: None, error: Some(error.clone()) },
@@ -580,26 +540,13 @@ impl Pass<'_> {
             if let Some(ending) = next.ending {
                 self.emits(&defs, &rows_by_ref, &now_of);
                 self.flush(tx, None).await?;
-                let decided = match ending {
-                    Ending::Completed => Decided {
-                        output: Some(workflow_run::run_output(now_of.iter().map(|(r, s)| (r.as_str(), s)))),
-                        ..Decided::ended(WorkflowRunStatus::Completed, "every step ended")
-                    },
-                    Ending::Failed { error, step_ref } => Decided {
-                        // A step failed by its expression's budget names it
-                        // on the run, where clients filter by class.
-                        error_class: now_of
-                            .get(&step_ref)
-                            .and_then(|s| s.error.as_deref())
-                            .and_then(step_logic::error_class_of)
-                            .map(str::to_string),
-                        ..Decided::ended(WorkflowRunStatus::Failed, &error)
-                    },
-                    Ending::Compensate { step_ref, error } => {
-                        self.begin_saga(tx, &step_ref, &error).await?;
-                        // Steps the halt cancelled are read again by the saga.
-                        return Box::pin(self.go(tx)).await;
-                    }
+                let Some(decided) = run_end::decided(&ending, &now_of) else {
+                    let workflow_run::Ending::Compensate { step_ref, error } = ending else {
+                        unreachable!("run_end::decided decides every other ending")
+                    };
+                    self.begin_saga(tx, &step_ref, &error).await?;
+                    // Steps the halt cancelled are read again by the saga.
+                    return Box::pin(self.go(tx)).await;
                 };
                 self.ended = Some(decided.status);
                 self.staged.push(end_run(tx, &self.run, decided).await?);
@@ -679,15 +626,15 @@ impl Pass<'_> {
             });
             self.note(Some(&step_ref), "event_emitted", &format!("event {key} emitted on completion"), details);
         }
-        for (url, step_id, step_ref, key) in std::mem::take(&mut self.event_notices) {
+        for n in std::mem::take(&mut self.event_notices) {
             super::deliveries::event_trigger_timed_out(
                 tx,
                 &self.run.project_id,
-                &url,
+                &n.url,
                 &self.run.id,
-                &step_id,
-                &step_ref,
-                &key,
+                &n.step_run_id,
+                &n.step_ref,
+                &n.event_key,
             )
             .await?;
         }
@@ -695,83 +642,30 @@ impl Pass<'_> {
         write_pass(tx, &self.run.id, &[], &decisions, wake).await
     }
 
-    /// Brings one step up to date with its job run, child run or sleep.
+    /// Brings one step up to date with its job run, child run or wait
+    /// (`engine::step_ended`).
     fn sync(&mut self, row: &StepRow, def: Option<&Step>) -> StepNow {
         let s = &row.step;
-        let here = StepNow { status: s.status, output: s.output.as_ref().map(|o| o.0.clone()), error: s.error.clone() };
-        if s.status != StepStatus::Running && s.status != StepStatus::Waiting {
-            return here;
+        let seen = Seen {
+            job: row.job_status.map(|j| (j, row.job_result.as_ref().map(|r| &r.0), row.job_error.as_deref())),
+            child: row.child_status.map(|c| (c, row.child_output.as_ref().map(|o| &o.0), row.child_error.as_deref())),
+        };
+        match step_ended(&view(s), &seen, def, self.now) {
+            Some(e) => {
+                self.writes.push(e.write);
+                self.decisions.push(e.note);
+                self.event_notices.extend(e.notice);
+                e.now
+            }
+            None => {
+                StepNow { status: s.status, output: s.output.as_ref().map(|o| o.0.clone()), error: s.error.clone() }
+            }
         }
-        let transform = def.and_then(|d| d.def.output_transform.as_deref());
-        let (status, output, error) = if let Some(js) = row.job_status.filter(|j| j.is_terminal()) {
-            match js {
-                RunStatus::Completed => (StepStatus::Completed, row.job_result.as_ref().map(|r| r.0.clone()), None),
-                RunStatus::TimedOut => (StepStatus::TimedOut, None, row.job_error.clone()),
-                RunStatus::Cancelled => (StepStatus::Cancelled, None, row.job_error.clone()),
-                RunStatus::Expired => {
-                    (StepStatus::Failed, None, Some("the step's job run expired before it started".into()))
-                }
-                _ => (StepStatus::Failed, None, row.job_error.clone()),
-            }
-        } else if let Some(cs) = row.child_status.filter(|c| c.is_terminal()) {
-            let why = || row.child_error.clone().or_else(|| Some(format!("the child workflow run {cs}")));
-            match cs {
-                WorkflowRunStatus::Completed => {
-                    (StepStatus::Completed, row.child_output.as_ref().map(|o| o.0.clone()), None)
-                }
-                WorkflowRunStatus::TimedOut => (StepStatus::TimedOut, None, why()),
-                WorkflowRunStatus::Cancelled => (StepStatus::Cancelled, None, why()),
-                _ => (StepStatus::Failed, None, why()),
-            }
-        } else if s.wake_at.is_some_and(|w| w <= self.now) {
-            // A sleep is over; a wait for an event or a decision ran out.
-            match s.step_type.as_str() {
-                "sleep" => (StepStatus::Completed, None, None),
-                "approval" => (StepStatus::TimedOut, None, Some("no decision within approval_timeout_secs".into())),
-                "cost_gate" => match def.and_then(|d| d.def.cost_gate_default_action.as_deref()) {
-                    Some("proceed") => (
-                        StepStatus::Completed,
-                        Some(json!({ "action": "proceeded", "reason": "no decision within cost_gate_timeout_secs" })),
-                        None,
-                    ),
-                    _ => (
-                        StepStatus::Failed,
-                        None,
-                        Some("no decision within cost_gate_timeout_secs (cost_gate_default_action fail)".into()),
-                    ),
-                },
-                "wait_for_event" => {
-                    if let Some(url) = def.and_then(|d| d.def.event_notify_url.clone()) {
-                        let key = def.and_then(|d| d.def.event_key.clone()).unwrap_or_default();
-                        self.event_notices.push((url, s.id.clone(), s.step_ref.clone(), key));
-                    }
-                    (StepStatus::TimedOut, None, Some("no event within event_timeout_secs".into()))
-                }
-                _ => return here,
-            }
-        } else {
-            return here;
-        };
-        let (status, output, error) = match (status, transform, output) {
-            (StepStatus::Completed, Some(t), out) => match transform_output(t, out.as_ref().unwrap_or(&Value::Null)) {
-                Ok(v) => (StepStatus::Completed, Some(v), None),
-                Err(e) => (StepStatus::Failed, None, Some(e)),
-            },
-            (status, _, out) => (status, out, error),
-        };
-        self.writes.push(StepWrite::finish(s, status, output.clone(), error.clone()));
-        let reason = match &error {
-            Some(e) => format!("{status}: {e}"),
-            None => status.to_string(),
-        };
-        let details = json!({ "job_run_id": s.job_run_id, "child_workflow_run_id": s.child_workflow_run_id });
-        self.note(Some(&s.step_ref), &format!("step_{status}"), &reason, details);
-        StepNow { status, output, error }
     }
 
-    /// Starts steps; returns each one's status after (running, waiting,
-    /// failed when it could not start, completed for a cost gate under its
-    /// threshold) with its output and error.
+    /// Starts steps (`engine::step_start`); returns each one's status
+    /// after (running, waiting, failed when it could not start, completed
+    /// for a cost gate under its threshold) with its output and error.
     async fn start(
         &mut self,
         tx: &mut PgConnection,
@@ -784,105 +678,24 @@ impl Pass<'_> {
         } else {
             jobs::get_many_in(tx, &job_ids).await?.into_iter().map(|j| (j.id.clone(), j)).collect()
         };
-        let payload = self.run.payload.as_ref().map(|p| p.0.clone());
-        let mut new_runs: Vec<NewRun> = Vec::new();
-        let mut cost: Option<i64> = None;
+        let cost = if starts.iter().any(|(d, _)| d.step_type() == Some(StepType::CostGate)) {
+            Some(run_cost(tx, &self.run.id).await?)
+        } else {
+            None
+        };
+        let mut new_runs = Vec::new();
         for (def, row) in starts {
-            let mut w = StepWrite::start(row, StepStatus::Running);
-            let mut figures = Value::Null;
-            let failed = |w: &mut StepWrite, e: String| {
-                w.status = StepStatus::Failed;
-                w.error = Some(e);
-                w.finish = true;
-            };
-            match def.step_type().unwrap_or(StepType::Job) {
-                StepType::Job => {
-                    let job = def
-                        .def
-                        .job_id
-                        .as_ref()
-                        .and_then(|id| jobs.get(id))
-                        .filter(|j| j.project_id == self.run.project_id);
-                    match job {
-                        None => failed(&mut w, "the step's job does not exist any more".into()),
-                        Some(j) if !j.enabled => failed(&mut w, format!("the step's job {} is disabled", j.id)),
-                        Some(j) => match self.job_run(j, def, row, payload.clone()) {
-                            Ok(new) => {
-                                w.job_run_id = Some(new.id.clone());
-                                new_runs.push(new);
-                            }
-                            Err(e) => failed(&mut w, e),
-                        },
-                    }
-                }
-                StepType::SubWorkflow => match self.child(tx, def, row).await? {
+            let facts = Facts { job: def.def.job_id.as_ref().and_then(|id| jobs.get(id)), cost_microusd: cost };
+            let started = step_start(def, &view(row), &run_view(&self.run), &facts, self.now);
+            let mut w = started.write;
+            new_runs.extend(started.job_run);
+            if let Some(c) = started.child {
+                match self.child(tx, &c, row).await? {
                     Ok(child) => w.child_id = Some(child),
-                    Err(e) => failed(&mut w, e),
-                },
-                StepType::Sleep => {
-                    w.status = StepStatus::Waiting;
-                    let secs = def.def.sleep_duration_secs.unwrap_or(0).max(0);
-                    w.wake_at = Some(self.now + chrono::Duration::seconds(secs));
-                }
-                // A cost gate compares what the run has spent so far with
-                // its threshold: within it the gate is passed at once, over
-                // it the gate waits for a decision like an approval.
-                StepType::CostGate => {
-                    let spent = match cost {
-                        Some(c) => c,
-                        None => *cost.insert(run_cost(tx, &self.run.id).await?),
-                    };
-                    let threshold = def.def.cost_gate_threshold_microusd.unwrap_or(0);
-                    figures = json!({ "cost_microusd": spent, "threshold_microusd": threshold });
-                    if spent <= threshold {
-                        w.status = StepStatus::Completed;
-                        w.finish = true;
-                        w.output = Some(
-                            json!({ "action": "proceeded", "cost_microusd": spent, "threshold_microusd": threshold }),
-                        );
-                    } else {
-                        w.status = StepStatus::Waiting;
-                        w.wake_at = def
-                            .def
-                            .cost_gate_timeout_secs
-                            .filter(|t| *t > 0)
-                            .map(|t| self.now + chrono::Duration::seconds(t));
-                    }
-                }
-                // Events and approvals wait for what resolves them, until
-                // their timeout (a durable deadline, like a sleep's).
-                StepType::WaitForEvent | StepType::Approval => {
-                    w.status = StepStatus::Waiting;
-                    let timeout = match def.step_type() {
-                        Some(StepType::Approval) => def.def.approval_timeout_secs,
-                        _ => def.def.event_timeout_secs,
-                    };
-                    w.wake_at = timeout.filter(|t| *t > 0).map(|t| self.now + chrono::Duration::seconds(t));
-                    if def.step_type() == Some(StepType::Approval) {
-                        w.approvers = def.def.approval_approvers.clone();
-                    }
+                    Err(e) => w.fail(e),
                 }
             }
-            let gate = def.step_type() == Some(StepType::CostGate);
-            let (decision, reason) = match (&w.status, &w.error) {
-                (StepStatus::Failed, Some(e)) => ("failed", e.clone()),
-                (StepStatus::Completed, _) => {
-                    ("cost_gate_passed", "the run's cost so far is within cost_gate_threshold_microusd".into())
-                }
-                (StepStatus::Waiting, _) if gate => (
-                    "waiting",
-                    "the run's cost so far is over cost_gate_threshold_microusd: the gate waits for a decision".into(),
-                ),
-                (StepStatus::Waiting, _) => {
-                    ("waiting", format!("{} step waits", def.def.step_type.as_deref().unwrap_or("a")))
-                }
-                _ => ("scheduled", "its dependencies are satisfied".to_string()),
-            };
-            let mut details = json!({ "attempt": row.attempt + 1, "job_run_id": w.job_run_id, "child_workflow_run_id": w.child_id, "wake_at": w.wake_at });
-            if let (Value::Object(d), Value::Object(f)) = (&mut details, figures) {
-                d.extend(f);
-            }
-            self.note(Some(&row.step_ref), decision, &reason, details);
+            self.decisions.push(step_start::start_note(def, &view(row), &w, &started.figures));
             out.push((w.status, row.step_ref.clone(), w.output.clone(), w.error.clone()));
             self.writes.push(w);
         }
@@ -893,87 +706,15 @@ impl Pass<'_> {
         Ok(out)
     }
 
-    /// The job run a job step starts, with the step's overrides.
-    fn job_run(
-        &self,
-        job: &jobs::JobRecord,
-        def: &Step,
-        row: &StepRun,
-        payload: Option<Value>,
-    ) -> Result<NewRun, String> {
-        let d = &def.def;
-        // One job run per start of the step: a second insert for the same
-        // start could only be a bug, and conflicts instead.
-        let key = format!("{}:{}", row.id, row.attempt + 1);
-        let i32_of = |v: Option<i64>| v.map(|n| n.clamp(0, i32::MAX as i64) as i32);
-        Ok(NewRun {
-            concurrency_key: d.concurrency_key.clone(),
-            retry_backoff: d.retry_backoff.clone(),
-            max_attempts_override: i32_of(d.retry_max_attempts),
-            retry_initial_delay_secs: i32_of(d.retry_initial_delay_secs),
-            retry_max_delay_secs: i32_of(d.retry_max_delay_secs),
-            timeout_secs_override: i32_of(d.timeout_secs_override),
-            resource_class: d.resource_class.clone(),
-            ..self.new_run(job, row, key, d.payload.clone().or(payload))?
-        })
-    }
-
-    /// A job run of `job` for the step `row` (its own or its
-    /// compensation), admitted under the job's rules, with the job's
-    /// default metadata and the run and step named in it.
-    fn new_run(
-        &self,
-        job: &jobs::JobRecord,
-        row: &StepRun,
-        idempotency_key: String,
-        payload: Option<Value>,
-    ) -> Result<NewRun, String> {
-        let spec = &job.spec.0;
-        let admitted = schedule::admission(spec, self.now, None, false)?;
-        let mut metadata: Map<String, Value> =
-            spec.default_run_metadata.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect();
-        metadata.insert("workflow_run_id".into(), Value::String(self.run.id.clone()));
-        metadata.insert("step_ref".into(), Value::String(row.step_ref.clone()));
-        Ok(NewRun {
-            id: crate::ids::run_id(),
-            project_id: self.run.project_id.clone(),
-            job_id: job.id.clone(),
-            job_version: job.version,
-            job_version_id: job.version_id.clone(),
-            status: admitted.status,
-            triggered_by: "workflow".into(),
-            created_by: self.run.created_by.clone(),
-            payload,
-            idempotency_key: Some(idempotency_key),
-            execution_mode: "sync".into(),
-            metadata: Value::Object(metadata),
-            tags: serde_json::to_value(&self.run.tags.0).unwrap_or_default(),
-            scheduled_at: admitted.scheduled_at,
-            expires_at: admitted.expires_at,
-            workflow_step_run_id: Some(row.id.clone()),
-            ..NewRun::default()
-        })
-    }
-
-    /// Starts a sub-workflow step's child run; `Err` with the reason when
-    /// it cannot start.
+    /// Starts a sub-workflow step's child run under the sub-workflow's
+    /// rules; `Err` with the reason when it cannot start.
     async fn child(
         &mut self,
         tx: &mut PgConnection,
-        def: &Step,
+        c: &ChildRequest,
         row: &StepRun,
     ) -> Result<Result<String, String>, sqlx::Error> {
-        let Some(sub_id) = def.def.sub_workflow_id.as_deref() else {
-            return Ok(Err("the step names no sub_workflow_id".into()));
-        };
-        let limit = def
-            .def
-            .max_nesting_depth
-            .unwrap_or(crate::domain::workflow::DEFAULT_MAX_NESTING_DEPTH)
-            .clamp(1, MAX_NESTING_DEPTH);
-        if i64::from(self.run.depth) + 1 > limit {
-            return Ok(Err(format!("the sub-workflow would nest deeper than max_nesting_depth ({limit})")));
-        }
+        let sub_id = &c.sub_workflow_id;
         let Some(sub) = workflows::get_in(tx, Tenant::Project(&self.run.project_id), sub_id).await? else {
             return Ok(Err(format!("the sub-workflow {sub_id} does not exist any more")));
         };
@@ -981,13 +722,13 @@ impl Pass<'_> {
             return Ok(Err(format!("the sub-workflow {sub_id} is disabled")));
         }
         let new = workflow_runs::NewWorkflowRun {
-            payload: def.def.payload.clone().or_else(|| self.run.payload.as_ref().map(|p| p.0.clone())),
-            idempotency_key: Some(format!("{}:{}", row.id, row.attempt + 1)),
+            payload: c.payload.clone(),
+            idempotency_key: Some(c.idempotency_key.clone()),
             tags: self.run.tags.0.clone(),
             triggered_by: "workflow".into(),
             created_by: self.run.created_by.clone(),
             parent_step_run_id: Some(row.id.clone()),
-            depth: self.run.depth + 1,
+            depth: c.depth,
             cron_tick: None,
         };
         Ok(match workflow_runs::trigger_in(tx, &sub, &new).await? {
@@ -1008,9 +749,7 @@ impl Pass<'_> {
             self.staged.push(end_runs(tx, &c, d, false).await?);
         }
         self.staged.push(transitions::cancel_in(tx, &jobs, "cancelled: its workflow run is compensating").await?);
-        let record = json!({
-            "status": "running", "failed_step": failed_step, "error": error, "started_at": self.now, "steps": [],
-        });
+        let record = run_end::saga_record(failed_step, error, self.now);
         sqlx::query("UPDATE workflow_runs SET compensation = $2 WHERE id = $1")
             .bind(&self.run.id)
             .bind(Json(&record))
@@ -1049,7 +788,8 @@ impl Pass<'_> {
             list.iter().filter(|c| c.status == StepStatus::Compensated).map(|c| c.step_ref.clone()).collect();
         for r in &next.compensated {
             let row = &rows[r];
-            let mut w = StepWrite::finish(row, StepStatus::Compensated, row.output.as_ref().map(|o| o.0.clone()), None);
+            let mut w =
+                StepWrite::finish(&view(row), StepStatus::Compensated, row.output.as_ref().map(|o| o.0.clone()), None);
             // finished_at stays the step's completion: the saga's order.
             w.finish = false;
             self.writes.push(w);
@@ -1089,47 +829,9 @@ impl Pass<'_> {
                 return Ok(());
             }
         };
-        let mut record = self.run.compensation.as_ref().map(|c| c.0.clone()).unwrap_or(Value::Null);
-        let error = record["error"].as_str().unwrap_or("a step failed").to_string();
-        let order: Vec<Value> = workflow_run::saga_order(&list)
-            .into_iter()
-            .map(|i| {
-                let c = &list[i];
-                let status = if done.contains(&c.step_ref) {
-                    "compensated"
-                } else if ending.as_deref() == Some(c.step_ref.as_str()) {
-                    "failed"
-                } else {
-                    "not_compensated"
-                };
-                let job_run_id = rows.get(&c.step_ref).and_then(|r| r.compensation_job_run_id.clone());
-                json!({ "step_ref": c.step_ref, "status": status, "job_run_id": job_run_id })
-            })
-            .collect();
-        let compensated: Vec<&str> =
-            order.iter().filter(|s| s["status"] == "compensated").filter_map(|s| s["step_ref"].as_str()).collect();
-        let undone = if compensated.is_empty() { "nothing to undo".into() } else { compensated.join(", ") };
-        record["steps"] = Value::Array(order);
-        record["finished_at"] = json!(self.now);
-        let decided = match ending {
-            None => {
-                record["status"] = json!("completed");
-                Decided {
-                    error: Some(format!("{error}; compensated: {undone}")),
-                    compensation: Some(record),
-                    ..Decided::ended(WorkflowRunStatus::Failed, "the saga compensated every completed step")
-                }
-            }
-            Some(r) => {
-                record["status"] = json!("failed");
-                Decided {
-                    error: Some(format!("{error}; the compensation of step {r} failed")),
-                    error_class: Some("compensation_failed".into()),
-                    compensation: Some(record),
-                    ..Decided::ended(WorkflowRunStatus::Failed, &format!("the compensation of step {r} failed"))
-                }
-            }
-        };
+        let record = self.run.compensation.as_ref().map(|c| c.0.clone()).unwrap_or(Value::Null);
+        let job_run_of = |r: &str| rows.get(r).and_then(|x| x.compensation_job_run_id.clone());
+        let decided = run_end::saga_ended(record, &list, &done, ending.as_deref(), job_run_of, self.now);
         self.ended = Some(WorkflowRunStatus::Failed);
         self.staged.push(end_run(tx, &self.run, decided).await?);
         Ok(())
@@ -1163,7 +865,7 @@ impl Pass<'_> {
             "error": saga["error"],
         });
         let key = format!("{}:{}:compensation", row.id, row.attempt);
-        let mut new = match self.new_run(&job, row, key, Some(payload)) {
+        let mut new = match step_start::new_run(&job, &run_view(&self.run), &view(row), key, Some(payload), self.now) {
             Ok(n) => n,
             Err(e) => return Ok(Err(e)),
         };

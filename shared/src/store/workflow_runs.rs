@@ -363,13 +363,7 @@ pub(super) async fn record(
 }
 
 /// A decision not yet written.
-#[derive(Clone, Debug)]
-pub(super) struct NewDecision {
-    pub step_ref: Option<String>,
-    pub decision_type: String,
-    pub reason: String,
-    pub details: Value,
-}
+pub(super) use crate::engine::Note as NewDecision;
 
 /// Records many decisions of one run in one statement, in order.
 pub(super) async fn record_many(conn: &mut PgConnection, run_id: &str, d: &[NewDecision]) -> Result<(), sqlx::Error> {
