@@ -228,15 +228,17 @@ impl WorkflowPlansApi {
         }))
     }
 
-    /// A dry run of the workflow's current version, walked as the engine
-    /// will: a step runs once each dependency completed, was skipped, or
-    /// failed under on_failure `continue`. A failure under
-    /// `skip_dependents` skips every step below it; one under
-    /// `fail_workflow` or `compensate` (no compensation is simulated) fails
-    /// the run and the steps not yet walked are `not_reached`. Conditions
-    /// are evaluated over `{payload, steps: {ref: {status, output}}}`
-    /// (steps not yet walked are `pending`); false skips the step, and a
-    /// condition that cannot be evaluated fails it, the error as reason.
+    /// A dry run of the workflow's current version under the engine's own
+    /// rules: a step starts once each dependency completed, was skipped,
+    /// or failed under on_failure `continue`, and the steps that can start
+    /// together start together. A failure under `skip_dependents` skips
+    /// every step below it; one under `fail_workflow` or `compensate` (no
+    /// compensation is simulated) fails the run, and the steps not started
+    /// by then are `not_reached`. Conditions are evaluated over
+    /// `{payload, steps: {ref: {status, output}}}` (steps not started yet
+    /// are `pending`); false skips the step, and a condition that cannot be
+    /// evaluated fails it. Each reason is the one the run's `explain`
+    /// would give.
     /// Every step completes unless `outcomes` says otherwise; `outputs`
     /// are what steps produce, before their output_transform. Nothing is
     /// run or stored. The body may be left out.

@@ -12,6 +12,7 @@ use poem_openapi::payload::Json;
 use poem_openapi::{ApiResponse, Object, OpenApi};
 use serde_json::Value;
 use switchyard_shared::domain::rules::Text;
+use switchyard_shared::domain::step::Step;
 use switchyard_shared::domain::workflow_plan::critical_path;
 use switchyard_shared::domain::workflow_run::{self, Decision, Inputs, StepNow, WorkflowRunStatus};
 use switchyard_shared::domain::FieldErrors;
@@ -722,7 +723,7 @@ impl WorkflowRunsApi {
         } else {
             let payload = run.payload.as_ref().map(|p| p.0.clone()).unwrap_or(Value::Null);
             let next = workflow_run::next(&Inputs {
-                steps: &defs,
+                steps: &Step::all(&defs),
                 now: &states,
                 payload: &payload,
                 paused: false,

@@ -11,7 +11,7 @@ use poem_openapi::payload::Json;
 use poem_openapi::types::MaybeUndefined;
 use poem_openapi::{ApiResponse, Object, OpenApi};
 use serde_json::Value;
-use switchyard_shared::domain::workflow::{self as wf, Policy, References, Settings, Step, StepRequest};
+use switchyard_shared::domain::workflow::{self as wf, Policy, References, Settings, SavedStep, StepRequest};
 use switchyard_shared::domain::FieldErrors;
 use switchyard_shared::queue::WakeLoop;
 use switchyard_shared::store;
@@ -406,7 +406,7 @@ fn step_request(s: WorkflowStepRequest) -> StepRequest {
     }
 }
 
-fn step_view(workflow_id: &str, created_at: DateTime<Utc>, s: Step) -> WorkflowStep {
+fn step_view(workflow_id: &str, created_at: DateTime<Utc>, s: SavedStep) -> WorkflowStep {
     let d = s.def;
     WorkflowStep {
         id: s.id,
@@ -567,8 +567,8 @@ async fn checked_steps(
 }
 
 /// Each checked step with a new id, for a new version.
-fn with_ids(steps: Vec<StepRequest>) -> Vec<Step> {
-    steps.into_iter().map(|def| Step { id: switchyard_shared::ids::workflow_step_id(), def }).collect()
+fn with_ids(steps: Vec<StepRequest>) -> Vec<SavedStep> {
+    steps.into_iter().map(|def| SavedStep { id: switchyard_shared::ids::workflow_step_id(), def }).collect()
 }
 
 fn narrow(v: Option<i64>) -> Option<i32> {
@@ -921,7 +921,7 @@ mod tests {
     #[test]
     fn a_saved_step_is_answered_with_its_defaults() {
         let def = StepRequest { step_ref: "a".into(), job_id: Some("job_1".into()), ..StepRequest::default() };
-        let v = step_view("wf_1", Utc::now(), Step { id: "wfs_1".into(), def });
+        let v = step_view("wf_1", Utc::now(), SavedStep { id: "wfs_1".into(), def });
         assert_eq!((v.depends_on.len(), v.on_failure.as_str(), v.workflow_id.as_str()), (0, "fail_workflow", "wf_1"));
     }
 }

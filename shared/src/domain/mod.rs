@@ -13,6 +13,7 @@ pub mod run_metadata;
 pub mod run_record;
 pub mod schedule;
 pub mod status;
+pub mod step;
 pub mod step_logic;
 pub mod trigger;
 pub mod workflow;

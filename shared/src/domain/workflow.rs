@@ -203,13 +203,13 @@ pub struct StepRequest {
 
 /// A saved step: the checked request with its id in the version.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Step {
+pub struct SavedStep {
     pub id: String,
     #[serde(flatten)]
     pub def: StepRequest,
 }
 
-impl Step {
+impl SavedStep {
     /// The step's type (always set on a saved step).
     pub fn step_type(&self) -> Option<StepType> {
         self.def.step_type.as_deref().and_then(|t| t.parse().ok())
@@ -1348,9 +1348,9 @@ mod tests {
 
     #[test]
     fn a_saved_step_reads_back_with_its_id() {
-        let s = Step { id: "wfs_1".into(), def: steps(json!([{"step_ref": "a", "job_id": "job_a"}])).remove(0) };
+        let s = SavedStep { id: "wfs_1".into(), def: steps(json!([{"step_ref": "a", "job_id": "job_a"}])).remove(0) };
         let v = serde_json::to_value(&s).unwrap();
         assert_eq!(v, json!({"id": "wfs_1", "step_ref": "a", "job_id": "job_a"}));
-        assert_eq!(serde_json::from_value::<Step>(v).unwrap(), s);
+        assert_eq!(serde_json::from_value::<SavedStep>(v).unwrap(), s);
     }
 }

@@ -15,8 +15,10 @@ use std::str::FromStr;
 use serde_json::Value;
 
 use super::field_errors::FieldError;
-use super::step_logic::{condition_holds, condition_input, transform_output, StepFacts};
-use super::workflow::{Step, DEFAULT_ON_FAILURE};
+use super::step::Step;
+use super::step_logic::transform_output;
+use super::workflow::SavedStep;
+use super::workflow_run::{next, Decision, Ending, Inputs, StepNow, StepStatus};
 
 /// The steps as indices: each step's dependencies by position.
 struct Graph {
@@ -25,7 +27,7 @@ struct Graph {
 }
 
 impl Graph {
-    fn of(steps: &[Step]) -> Graph {
+    fn of(steps: &[SavedStep]) -> Graph {
         let at: HashMap<&str, usize> = steps.iter().enumerate().map(|(i, s)| (s.def.step_ref.as_str(), i)).collect();
         let deps = steps
             .iter()
@@ -165,7 +167,7 @@ impl Graph {
 /// dependencies, and a step is one level above its highest dependency.
 /// Refs within a level are in definition order; the steps of one level may
 /// run at once.
-pub fn levels(steps: &[Step]) -> Vec<Vec<String>> {
+pub fn levels(steps: &[SavedStep]) -> Vec<Vec<String>> {
     Graph::of(steps).grouped()
 }
 
@@ -173,7 +175,7 @@ pub fn levels(steps: &[Step]) -> Vec<Vec<String>> {
 /// to the most, as refs from first to last, and that total in seconds. A
 /// step missing from `durations` counts 0. The plan passes expected
 /// durations; a run's graph may pass observed ones.
-pub fn critical_path(steps: &[Step], durations: &HashMap<String, f64>) -> (Vec<String>, f64) {
+pub fn critical_path(steps: &[SavedStep], durations: &HashMap<String, f64>) -> (Vec<String>, f64) {
     let g = Graph::of(steps);
     let d: Vec<f64> = g.refs.iter().map(|r| durations.get(r).copied().unwrap_or(0.0)).collect();
     let (path, total) = g.longest(&d);
@@ -206,7 +208,7 @@ pub struct Plan {
 /// `expected_duration_secs` (overridden where `overrides` says; a step
 /// without one counts 0). Overrides of unknown refs are ignored here: the
 /// api refuses them first ([`unknown_refs`]).
-pub fn plan(steps: &[Step], overrides: &HashMap<String, PlanOverride>) -> Plan {
+pub fn plan(steps: &[SavedStep], overrides: &HashMap<String, PlanOverride>) -> Plan {
     let skip: HashSet<usize> = steps
         .iter()
         .enumerate()
@@ -235,7 +237,11 @@ pub fn plan(steps: &[Step], overrides: &HashMap<String, PlanOverride>) -> Plan {
 
 /// One failure per key of a request map (`overrides`, `outcomes`,
 /// `outputs`) that names no step, located at `<location>.<key>`.
-pub fn unknown_refs<'a>(steps: &[Step], location: &str, keys: impl IntoIterator<Item = &'a String>) -> Vec<FieldError> {
+pub fn unknown_refs<'a>(
+    steps: &[SavedStep],
+    location: &str,
+    keys: impl IntoIterator<Item = &'a String>,
+) -> Vec<FieldError> {
     let refs: HashSet<&str> = steps.iter().map(|s| s.def.step_ref.as_str()).collect();
     keys.into_iter()
         .filter(|k| !refs.contains(k.as_str()))
@@ -303,10 +309,6 @@ impl Predicted {
     pub fn ran(self) -> bool {
         matches!(self, Predicted::Completed | Predicted::Failed | Predicted::TimedOut)
     }
-
-    fn is_failure(self) -> bool {
-        matches!(self, Predicted::Failed | Predicted::TimedOut)
-    }
 }
 
 impl fmt::Display for Predicted {
@@ -349,60 +351,97 @@ pub struct Simulation {
     pub failed: bool,
 }
 
-/// Walks the DAG as the engine will, under `given`. A step runs once each
-/// dependency completed, was skipped, or failed under `continue`; a
-/// failure under `skip_dependents` skips every step below it; one under
-/// `fail_workflow` or `compensate` (no compensation is simulated) fails
-/// the run, and the steps not yet walked are not reached. A step's
-/// condition sees `{payload, steps: {ref: {status, output}}}` with the
-/// steps walked so far (the others `pending`, output null); false skips
-/// the step, and a condition that cannot be evaluated fails it.
-pub fn simulate(steps: &[Step], given: &Assumptions) -> Simulation {
-    let g = Graph::of(steps);
-    let mut facts: BTreeMap<String, StepFacts> =
-        g.refs.iter().map(|r| (r.clone(), StepFacts { status: "pending".into(), output: Value::Null })).collect();
-    // For a step skipped because a failure above it skips its dependents:
-    // the failed step and how it ended.
-    let mut skipped_by: Vec<Option<(usize, Predicted)>> = vec![None; g.refs.len()];
+/// Runs the workflow as the engine would, under `given`: the engine's own
+/// rules (`workflow_run::next`) decide which steps start, which are
+/// skipped (a false condition, a failure under `skip_dependents` above)
+/// and when the run ends, and each step that starts ends at once as
+/// `given` says. Steps the rules start together run together, so a
+/// failure under `fail_workflow` or `compensate` (no compensation is
+/// simulated) leaves only the steps not started yet `not_reached`. A
+/// step's condition sees `{payload, steps: {ref: {status, output}}}` as
+/// the engine shows it.
+pub fn simulate(saved: &[SavedStep], given: &Assumptions) -> Simulation {
+    let steps = Step::all(saved);
+    let g = Graph::of(saved);
+    let mut now: HashMap<String, StepNow> = HashMap::new();
+    let mut why: HashMap<String, String> = HashMap::new();
+    let mut ran: HashSet<String> = HashSet::new();
     let mut ended: Option<String> = None;
-    let mut out = Simulation { order: vec![], steps: vec![], failed: false };
-    for n in g.walk() {
-        let def = &steps[n].def;
-        let r = &g.refs[n];
-        let blocked = g.deps[n].iter().find_map(|&d| skipped_by[d]);
-        let (status, reason, output) = if let Some(why) = &ended {
-            (Predicted::NotReached, Some(why.clone()), Value::Null)
-        } else if let Some((origin, how)) = blocked {
-            skipped_by[n] = Some((origin, how));
-            let how = if how == Predicted::TimedOut { "timed out" } else { "failed" };
-            (Predicted::Skipped, Some(format!("dependency {} {how} (skip_dependents)", g.refs[origin])), Value::Null)
-        } else {
-            let holds = match &def.condition {
-                Some(c) => condition_holds(c, &condition_input(&given.payload, &facts)),
-                None => Ok(true),
-            };
-            match holds {
-                Err(e) => (Predicted::Failed, Some(e), Value::Null),
-                Ok(false) => (Predicted::Skipped, Some("condition false".to_string()), Value::Null),
-                Ok(true) => run(def.output_transform.as_deref(), given.outcomes.get(r), given.outputs.get(r)),
-            }
-        };
-        if status.is_failure() {
-            match def.on_failure.as_deref().unwrap_or(DEFAULT_ON_FAILURE) {
-                "continue" => {}
-                "skip_dependents" => skipped_by[n] = Some((n, status)),
-                "compensate" => {
-                    ended =
-                        Some(format!("the run failed at step {r} (compensate: its completed steps are compensated)"))
+    // Each round starts at least one step or ends the run: bounded by the
+    // step count.
+    for _ in 0..=steps.len() {
+        let n = next(&Inputs {
+            steps: &steps,
+            now: &now,
+            payload: &given.payload,
+            paused: false,
+            max_parallel_steps: None,
+        });
+        let mut moved = false;
+        for d in n.decisions {
+            moved = true;
+            match d {
+                Decision::Start { step_ref } => {
+                    let def = steps.iter().find(|s| s.step_ref == step_ref);
+                    let transform = def.and_then(|s| s.output_transform.as_deref());
+                    let (status, reason, output) =
+                        run(transform, given.outcomes.get(&step_ref), given.outputs.get(&step_ref));
+                    let status = match status {
+                        Predicted::Completed => StepStatus::Completed,
+                        Predicted::TimedOut => StepStatus::TimedOut,
+                        _ => StepStatus::Failed,
+                    };
+                    if let Some(r) = &reason {
+                        why.insert(step_ref.clone(), r.clone());
+                    }
+                    ran.insert(step_ref.clone());
+                    now.insert(step_ref, StepNow { status, output: Some(output), error: reason });
                 }
-                other => ended = Some(format!("the run failed at step {r} ({other})")),
+                Decision::Skip { step_ref, reason, .. } => {
+                    why.insert(step_ref.clone(), reason);
+                    now.insert(step_ref, StepNow { status: StepStatus::Skipped, output: None, error: None });
+                }
+                Decision::Fail { step_ref, error } => {
+                    why.insert(step_ref.clone(), error.clone());
+                    now.insert(step_ref, StepNow { status: StepStatus::Failed, output: None, error: Some(error) });
+                }
+                // No cap is simulated.
+                Decision::Held { .. } => moved = false,
             }
-            out.failed |= ended.is_some();
         }
-        if status.ran() {
+        match n.ending {
+            Some(Ending::Failed { step_ref, .. }) => {
+                ended = Some(format!("the run failed at step {step_ref} (fail_workflow)"));
+                break;
+            }
+            Some(Ending::Compensate { step_ref, .. }) => {
+                ended = Some(format!(
+                    "the run failed at step {step_ref} (compensate: its completed steps are compensated)"
+                ));
+                break;
+            }
+            Some(Ending::Completed) => break,
+            None if !moved => break,
+            None => {}
+        }
+    }
+    let mut out = Simulation { order: vec![], steps: vec![], failed: ended.is_some() };
+    for n in g.walk() {
+        let r = &g.refs[n];
+        let status = match now.get(r).map(|s| s.status) {
+            Some(StepStatus::Completed) => Predicted::Completed,
+            Some(StepStatus::TimedOut) => Predicted::TimedOut,
+            Some(StepStatus::Failed) => Predicted::Failed,
+            Some(StepStatus::Skipped) => Predicted::Skipped,
+            _ => Predicted::NotReached,
+        };
+        let reason = match status {
+            Predicted::NotReached => ended.clone(),
+            _ => why.remove(r),
+        };
+        if ran.contains(r) {
             out.order.push(r.clone());
         }
-        facts.insert(r.clone(), StepFacts { status: status.as_str().into(), output });
         out.steps.push(StepPrediction { step_ref: r.clone(), status, reason });
     }
     out
@@ -448,8 +487,8 @@ pub struct Diff {
 /// The difference between two versions' steps. A step's id is not part of
 /// its definition (every version gives its steps new ids), and
 /// `depends_on` is compared as a set.
-pub fn diff(from: &[Step], to: &[Step]) -> Diff {
-    let old: HashMap<&str, &Step> = from.iter().map(|s| (s.def.step_ref.as_str(), s)).collect();
+pub fn diff(from: &[SavedStep], to: &[SavedStep]) -> Diff {
+    let old: HashMap<&str, &SavedStep> = from.iter().map(|s| (s.def.step_ref.as_str(), s)).collect();
     let new: HashSet<&str> = to.iter().map(|s| s.def.step_ref.as_str()).collect();
     let mut d = Diff {
         added: vec![],
@@ -474,8 +513,8 @@ pub fn diff(from: &[Step], to: &[Step]) -> Diff {
     d
 }
 
-fn changed_fields(a: &Step, b: &Step) -> Vec<String> {
-    let fields = |s: &Step| -> BTreeMap<String, Value> {
+fn changed_fields(a: &SavedStep, b: &SavedStep) -> Vec<String> {
+    let fields = |s: &SavedStep| -> BTreeMap<String, Value> {
         let mut m: BTreeMap<String, Value> = match serde_json::to_value(&s.def) {
             Ok(Value::Object(m)) => m.into_iter().collect(),
             _ => BTreeMap::new(),
@@ -496,13 +535,13 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn steps(v: Value) -> Vec<Step> {
+    fn steps(v: Value) -> Vec<SavedStep> {
         let defs: Vec<super::super::workflow::StepRequest> = serde_json::from_value(v).unwrap();
-        defs.into_iter().enumerate().map(|(i, def)| Step { id: format!("wfs_{i}"), def }).collect()
+        defs.into_iter().enumerate().map(|(i, def)| SavedStep { id: format!("wfs_{i}"), def }).collect()
     }
 
     /// a -> (b, c) -> d, with expected durations a 10, b 5, c 30, d 1.
-    fn diamond() -> Vec<Step> {
+    fn diamond() -> Vec<SavedStep> {
         steps(json!([
             {"step_ref": "a", "job_id": "j", "expected_duration_secs": 10},
             {"step_ref": "b", "job_id": "j", "depends_on": ["a"], "expected_duration_secs": 5},
@@ -536,7 +575,10 @@ mod tests {
         ]));
         assert_eq!(levels(&s), [vec!["b"], vec!["a"]]);
         assert_eq!(critical_path(&s, &HashMap::new()).0.len(), 2);
-        assert_eq!(simulate(&s, &Assumptions::default()).order, ["b", "a"]);
+        // The engine starts neither step of a cycle (saves refuse one), and
+        // neither does its simulation.
+        let sim = simulate(&s, &Assumptions::default());
+        assert!(sim.order.is_empty() && sim.steps.iter().all(|p| p.status == Predicted::NotReached), "{sim:?}");
     }
 
     #[test]
@@ -624,11 +666,11 @@ mod tests {
         ]));
         let sim = simulate(&s, &Assumptions { payload: json!({"n": 3}), ..Assumptions::default() });
         assert_eq!(sim.order, ["a", "after"]);
-        assert_eq!(statuses(&sim)[1], ("big".into(), "skipped", Some("condition false".into())));
+        assert_eq!(statuses(&sim)[1], ("big".into(), "skipped", Some("condition evaluated to false".into())));
         assert!(!sim.failed);
         let sim = simulate(&s, &Assumptions { payload: json!({"n": 30}), ..Assumptions::default() });
         assert_eq!(sim.order, ["a", "big"], "after's condition sees big completed");
-        assert_eq!(statuses(&sim)[2].2.as_deref(), Some("condition false"));
+        assert_eq!(statuses(&sim)[2].2.as_deref(), Some("condition evaluated to false"));
     }
 
     #[test]
@@ -661,14 +703,14 @@ mod tests {
         ]));
         let sim = simulate(&s, &given(&[("a", Outcome::TimedOut)]));
         assert_eq!(sim.order, ["a", "side"]);
-        let why = Some("dependency a timed out (skip_dependents)".to_string());
+        // The reasons are the engine's, as explain shows them.
         assert_eq!(
             statuses(&sim),
             [
                 ("a".into(), "timed_out", None),
                 ("side".into(), "completed", None),
-                ("b".into(), "skipped", why.clone()),
-                ("c".into(), "skipped", why)
+                ("b".into(), "skipped", Some("dependency a timed_out (on_failure skip_dependents)".into())),
+                ("c".into(), "skipped", Some("dependency b was skipped after a failure upstream".into()))
             ]
         );
         assert!(!sim.failed);
@@ -699,11 +741,13 @@ mod tests {
                 {"step_ref": "d", "job_id": "j", "depends_on": ["a"]}
             ]));
             let sim = simulate(&s, &given(&[("b", Outcome::Failed)]));
-            assert_eq!(sim.order, ["a", "b"]);
+            // a, b and c start together, as the engine starts them: only d,
+            // not started when b failed, is not reached.
+            assert_eq!(sim.order, ["a", "b", "c"]);
             assert!(sim.failed);
             let got = statuses(&sim);
             assert_eq!(got[1], ("b".into(), "failed", None));
-            assert_eq!(got[2], ("c".into(), "not_reached", Some(why.into())));
+            assert_eq!(got[2], ("c".into(), "completed", None));
             assert_eq!(got[3], ("d".into(), "not_reached", Some(why.into())));
         }
     }

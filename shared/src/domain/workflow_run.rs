@@ -32,8 +32,9 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
 use serde_json::{json, Value};
 
+use super::step::{OnFailure, Step};
 use super::step_logic::{condition_holds, condition_input, StepFacts};
-use super::workflow::Step;
+use super::workflow::SavedStep;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum WorkflowRunStatus {
@@ -225,19 +226,15 @@ pub struct Next {
     pub ending: Option<Ending>,
 }
 
-fn on_failure(s: &Step) -> &str {
-    s.def.on_failure.as_deref().unwrap_or(super::workflow::DEFAULT_ON_FAILURE)
-}
-
 fn deps(s: &Step) -> &[String] {
-    s.def.depends_on.as_deref().unwrap_or(&[])
+    &s.depends_on
 }
 
 /// The steps in an order where each comes after its dependencies, ties in
 /// definition order. A saved version has no cycle; steps left over by one
 /// (which validation refuses) are appended in definition order.
 pub fn topological(steps: &[Step]) -> Vec<usize> {
-    let index: HashMap<&str, usize> = steps.iter().enumerate().map(|(i, s)| (s.def.step_ref.as_str(), i)).collect();
+    let index: HashMap<&str, usize> = steps.iter().enumerate().map(|(i, s)| (s.step_ref.as_str(), i)).collect();
     let mut indegree = vec![0usize; steps.len()];
     let mut dependents: Vec<Vec<usize>> = vec![Vec::new(); steps.len()];
     for (i, s) in steps.iter().enumerate() {
@@ -268,11 +265,11 @@ pub fn topological(steps: &[Step]) -> Vec<usize> {
 
 /// What the run does next (see the module doc for the rules).
 pub fn next(i: &Inputs) -> Next {
-    let by_ref: HashMap<&str, &Step> = i.steps.iter().map(|s| (s.def.step_ref.as_str(), s)).collect();
+    let by_ref: HashMap<&str, &Step> = i.steps.iter().map(|s| (s.step_ref.as_str(), s)).collect();
     let mut st: HashMap<String, StepNow> = i
         .steps
         .iter()
-        .map(|s| (s.def.step_ref.clone(), i.now.get(&s.def.step_ref).cloned().unwrap_or_else(StepNow::pending)))
+        .map(|s| (s.step_ref.clone(), i.now.get(&s.step_ref).cloned().unwrap_or_else(StepNow::pending)))
         .collect();
     let order = topological(i.steps);
     let cap = i.max_parallel_steps.filter(|n| *n > 0).map(|n| n as usize);
@@ -288,7 +285,7 @@ pub fn next(i: &Inputs) -> Next {
             let ds = by_ref.get(d.as_str())?;
             if doomed.contains(d) {
                 Some(format!("dependency {d} was skipped after a failure upstream"))
-            } else if dn.status.is_failure() && on_failure(ds) == "skip_dependents" {
+            } else if dn.status.is_failure() && ds.on_failure == OnFailure::SkipDependents {
                 Some(format!("dependency {d} {} (on_failure skip_dependents)", dn.status.as_str()))
             } else {
                 None
@@ -296,7 +293,7 @@ pub fn next(i: &Inputs) -> Next {
         })
     };
     for &k in &order {
-        let r = &i.steps[k].def.step_ref;
+        let r = &i.steps[k].step_ref;
         if st[r].status == StepStatus::Skipped && dooms(r, &st, &doomed).is_some() {
             doomed.insert(r.clone());
         }
@@ -311,7 +308,7 @@ pub fn next(i: &Inputs) -> Next {
         let mut changed = false;
         for &k in &order {
             let step = &i.steps[k];
-            let r = &step.def.step_ref;
+            let r = &step.step_ref;
             if st[r].status != StepStatus::Pending {
                 continue;
             }
@@ -325,7 +322,7 @@ pub fn next(i: &Inputs) -> Next {
             let ready = deps(step).iter().all(|d| match (st.get(d), by_ref.get(d.as_str())) {
                 (Some(dn), Some(ds)) => match dn.status {
                     StepStatus::Completed | StepStatus::Skipped | StepStatus::Compensated => true,
-                    s if s.is_failure() => on_failure(ds) == "continue",
+                    s if s.is_failure() => ds.on_failure == OnFailure::Continue,
                     _ => false,
                 },
                 // A dependency the version does not have (validation
@@ -335,7 +332,7 @@ pub fn next(i: &Inputs) -> Next {
             if !ready || i.paused {
                 continue;
             }
-            if let Some(cond) = &step.def.condition {
+            if let Some(cond) = &step.condition {
                 let facts: BTreeMap<String, StepFacts> = st
                     .iter()
                     .map(|(k, v)| {
@@ -398,21 +395,21 @@ pub fn next(i: &Inputs) -> Next {
 /// The first step (in definition order) whose failure fails the run.
 fn failing(steps: &[Step], st: &HashMap<String, StepNow>) -> Option<Ending> {
     steps.iter().find_map(|s| {
-        let n = st.get(&s.def.step_ref)?;
+        let n = st.get(&s.step_ref)?;
         if !n.status.is_failure() {
             return None;
         }
-        let step_ref = s.def.step_ref.clone();
+        let step_ref = s.step_ref.clone();
         let error = format!(
             "step {} {}{}",
-            s.def.step_ref,
+            s.step_ref,
             n.status.as_str(),
             n.error.as_deref().map(|e| format!(": {e}")).unwrap_or_default()
         );
-        match on_failure(s) {
-            "fail_workflow" => Some(Ending::Failed { step_ref, error }),
-            "compensate" => Some(Ending::Compensate { step_ref, error }),
-            _ => None,
+        match s.on_failure {
+            OnFailure::FailWorkflow => Some(Ending::Failed { step_ref, error }),
+            OnFailure::Compensate => Some(Ending::Compensate { step_ref, error }),
+            OnFailure::Continue | OnFailure::SkipDependents => None,
         }
     })
 }
@@ -500,14 +497,14 @@ pub fn run_output<'a>(steps: impl IntoIterator<Item = (&'a str, &'a StepNow)>) -
 }
 
 /// The refs of `root` and every step that depends on it, directly or not.
-pub fn subtree(steps: &[Step], root: &str) -> Vec<String> {
+pub fn subtree(steps: &[SavedStep], root: &str) -> Vec<String> {
     let mut out = vec![root.to_string()];
     let mut seen: HashSet<String> = out.iter().cloned().collect();
     let mut i = 0;
     while i < out.len() {
         let cur = out[i].clone();
         for s in steps {
-            if deps(s).contains(&cur) && seen.insert(s.def.step_ref.clone()) {
+            if s.def.depends_on.as_deref().unwrap_or(&[]).contains(&cur) && seen.insert(s.def.step_ref.clone()) {
                 out.push(s.def.step_ref.clone());
             }
         }
@@ -528,8 +525,8 @@ mod tests {
         assert_eq!(crate::workflow_run_ended_sql!(), format!("({})", names.join(", ")));
     }
 
-    fn step(r: &str, deps: &[&str]) -> Step {
-        Step {
+    fn step(r: &str, deps: &[&str]) -> SavedStep {
+        SavedStep {
             id: format!("wfs_{r}"),
             def: StepRequest {
                 step_ref: r.into(),
@@ -542,7 +539,7 @@ mod tests {
         }
     }
 
-    fn with(mut s: Step, f: impl FnOnce(&mut StepRequest)) -> Step {
+    fn with(mut s: SavedStep, f: impl FnOnce(&mut StepRequest)) -> SavedStep {
         f(&mut s.def);
         s
     }
@@ -555,7 +552,9 @@ mod tests {
         list.iter().map(|(r, s)| (r.to_string(), at(*s))).collect()
     }
 
-    fn run(steps: &[Step], now: &HashMap<String, StepNow>) -> Next {
+    fn run(saved: &[SavedStep], now: &HashMap<String, StepNow>) -> Next {
+        let steps = Step::all(saved);
+        let steps = &steps[..];
         next(&Inputs { steps, now, payload: &json!({"tier": "gold"}), paused: false, max_parallel_steps: None })
     }
 
@@ -569,7 +568,7 @@ mod tests {
             .collect()
     }
 
-    fn diamond() -> Vec<Step> {
+    fn diamond() -> Vec<SavedStep> {
         vec![step("a", &[]), step("b", &["a"]), step("c", &["a"]), step("d", &["b", "c"])]
     }
 
@@ -668,15 +667,25 @@ mod tests {
 
     #[test]
     fn max_parallel_steps_holds_the_rest() {
-        let s: Vec<Step> = (0..5).map(|i| step(&format!("s{i}"), &[])).collect();
+        let s: Vec<SavedStep> = (0..5).map(|i| step(&format!("s{i}"), &[])).collect();
         let now = HashMap::new();
-        let n =
-            next(&Inputs { steps: &s, now: &now, payload: &json!(null), paused: false, max_parallel_steps: Some(2) });
+        let n = next(&Inputs {
+            steps: &Step::all(&s),
+            now: &now,
+            payload: &json!(null),
+            paused: false,
+            max_parallel_steps: Some(2),
+        });
         assert_eq!(started(&n), ["s0", "s1"]);
         assert_eq!(n.decisions.iter().filter(|d| matches!(d, Decision::Held { .. })).count(), 3);
         let now = states(&[("s0", StepStatus::Completed), ("s1", StepStatus::Running)]);
-        let n =
-            next(&Inputs { steps: &s, now: &now, payload: &json!(null), paused: false, max_parallel_steps: Some(2) });
+        let n = next(&Inputs {
+            steps: &Step::all(&s),
+            now: &now,
+            payload: &json!(null),
+            paused: false,
+            max_parallel_steps: Some(2),
+        });
         assert_eq!(started(&n), ["s2"]);
     }
 
@@ -684,7 +693,13 @@ mod tests {
     fn a_paused_run_starts_nothing_and_does_not_end_early() {
         let s = diamond();
         let now = states(&[("a", StepStatus::Completed)]);
-        let n = next(&Inputs { steps: &s, now: &now, payload: &json!(null), paused: true, max_parallel_steps: None });
+        let n = next(&Inputs {
+            steps: &Step::all(&s),
+            now: &now,
+            payload: &json!(null),
+            paused: true,
+            max_parallel_steps: None,
+        });
         assert_eq!(n, Next::default());
     }
 
@@ -699,7 +714,7 @@ mod tests {
     #[test]
     fn the_order_follows_dependencies_not_the_listing() {
         let s = vec![step("late", &["early"]), step("early", &[])];
-        assert_eq!(topological(&s), [1, 0]);
+        assert_eq!(topological(&Step::all(&s)), [1, 0]);
         assert_eq!(subtree(&diamond(), "b"), ["b", "d"]);
         assert_eq!(subtree(&diamond(), "a"), ["a", "b", "c", "d"]);
     }

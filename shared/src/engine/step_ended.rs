@@ -5,8 +5,8 @@ use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
 use super::effects::{EventNotice, Note, StepView, StepWrite};
+use crate::domain::step::{CostGateAction, Step, StepKind};
 use crate::domain::step_logic::transform_output;
-use crate::domain::workflow::Step;
 use crate::domain::workflow_run::{StepNow, StepStatus, WorkflowRunStatus};
 use crate::domain::RunStatus;
 
@@ -59,8 +59,8 @@ pub fn step_ended(s: &StepView, seen: &Seen, def: Option<&Step>, now: DateTime<U
         match s.step_type {
             "sleep" => (StepStatus::Completed, None, None),
             "approval" => (StepStatus::TimedOut, None, Some("no decision within approval_timeout_secs".into())),
-            "cost_gate" => match def.and_then(|d| d.def.cost_gate_default_action.as_deref()) {
-                Some("proceed") => (
+            "cost_gate" => match def.map(|d| &d.kind) {
+                Some(StepKind::CostGate { default_action: CostGateAction::Proceed, .. }) => (
                     StepStatus::Completed,
                     Some(json!({ "action": "proceeded", "reason": "no decision within cost_gate_timeout_secs" })),
                     None,
@@ -72,13 +72,12 @@ pub fn step_ended(s: &StepView, seen: &Seen, def: Option<&Step>, now: DateTime<U
                 ),
             },
             "wait_for_event" => {
-                if let Some(url) = def.and_then(|d| d.def.event_notify_url.clone()) {
-                    let event_key = def.and_then(|d| d.def.event_key.clone()).unwrap_or_default();
+                if let Some(StepKind::WaitForEvent { event_key, notify_url: Some(url), .. }) = def.map(|d| &d.kind) {
                     notice = Some(EventNotice {
-                        url,
+                        url: url.clone(),
                         step_run_id: s.id.to_string(),
                         step_ref: s.step_ref.to_string(),
-                        event_key,
+                        event_key: event_key.clone(),
                     });
                 }
                 (StepStatus::TimedOut, None, Some("no event within event_timeout_secs".into()))
@@ -88,7 +87,7 @@ pub fn step_ended(s: &StepView, seen: &Seen, def: Option<&Step>, now: DateTime<U
     } else {
         return None;
     };
-    let transform = def.and_then(|d| d.def.output_transform.as_deref());
+    let transform = def.and_then(|d| d.output_transform.as_deref());
     let (status, output, error) = match (status, transform) {
         (StepStatus::Completed, Some(t)) => match transform_output(t, output.as_ref().unwrap_or(&Value::Null)) {
             Ok(v) => (StepStatus::Completed, Some(v), None),
@@ -116,7 +115,7 @@ mod tests {
     fn step(kind: &str, extra: Value) -> Step {
         let mut v = json!({ "id": "st_1", "step_ref": "s", "step_type": kind });
         v.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
-        serde_json::from_value(v).unwrap()
+        Step::from(&serde_json::from_value::<crate::domain::workflow::SavedStep>(v).unwrap())
     }
 
     fn view<'a>(kind: &'a str, status: StepStatus, wake_at: Option<DateTime<Utc>>) -> StepView<'a> {

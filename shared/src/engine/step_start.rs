@@ -9,7 +9,8 @@ use serde_json::{json, Map, Value};
 
 use super::effects::{Note, StepView, StepWrite};
 use crate::domain::schedule;
-use crate::domain::workflow::{Step, StepType, DEFAULT_MAX_NESTING_DEPTH, MAX_NESTING_DEPTH};
+use crate::domain::step::{Step, StepKind};
+use crate::domain::workflow::StepType;
 use crate::domain::workflow_run::StepStatus;
 use crate::store::jobs::JobRecord;
 use crate::store::runs::NewRun;
@@ -56,11 +57,11 @@ pub struct Started {
 
 /// Starts `def` (its row `row`) of `run` at `now`.
 pub fn step_start(def: &Step, row: &StepView, run: &RunView, facts: &Facts, now: DateTime<Utc>) -> Started {
-    let d = &def.def;
     let mut w = StepWrite::start(row, StepStatus::Running);
     let mut started = Started { write: w.clone(), job_run: None, child: None, figures: Value::Null };
-    match def.step_type().unwrap_or(StepType::Job) {
-        StepType::Job => match facts.job.filter(|j| j.project_id == run.project_id) {
+    let after = |secs: &Option<i64>| secs.map(|t| now + chrono::Duration::seconds(t));
+    match &def.kind {
+        StepKind::Job { .. } => match facts.job.filter(|j| j.project_id == run.project_id) {
             None => w.fail("the step's job does not exist any more".into()),
             Some(j) if !j.enabled => w.fail(format!("the step's job {} is disabled", j.id)),
             Some(j) => match job_run(j, def, row, run, now) {
@@ -71,21 +72,28 @@ pub fn step_start(def: &Step, row: &StepView, run: &RunView, facts: &Facts, now:
                 Err(e) => w.fail(e),
             },
         },
-        StepType::SubWorkflow => match child(def, row, run) {
-            Ok(c) => started.child = Some(c),
-            Err(e) => w.fail(e),
-        },
-        StepType::Sleep => {
+        StepKind::SubWorkflow { sub_workflow_id, max_nesting_depth } => {
+            if i64::from(run.depth) + 1 > *max_nesting_depth {
+                w.fail(format!("the sub-workflow would nest deeper than max_nesting_depth ({max_nesting_depth})"));
+            } else {
+                started.child = Some(ChildRequest {
+                    sub_workflow_id: sub_workflow_id.clone(),
+                    payload: def.payload.clone().or_else(|| run.payload.cloned()),
+                    idempotency_key: format!("{}:{}", row.id, row.attempt + 1),
+                    depth: run.depth + 1,
+                });
+            }
+        }
+        StepKind::Sleep { duration_secs } => {
             w.status = StepStatus::Waiting;
-            let secs = d.sleep_duration_secs.unwrap_or(0).max(0);
-            w.wake_at = Some(now + chrono::Duration::seconds(secs));
+            w.wake_at = Some(now + chrono::Duration::seconds(*duration_secs));
         }
         // A cost gate compares what the run has spent so far with its
         // threshold: within it the gate is passed at once, over it the
         // gate waits for a decision like an approval.
-        StepType::CostGate => {
+        StepKind::CostGate { threshold_microusd, timeout_secs, .. } => {
             let spent = facts.cost_microusd.unwrap_or(0);
-            let threshold = d.cost_gate_threshold_microusd.unwrap_or(0);
+            let threshold = *threshold_microusd;
             started.figures = json!({ "cost_microusd": spent, "threshold_microusd": threshold });
             if spent <= threshold {
                 w.status = StepStatus::Completed;
@@ -94,20 +102,21 @@ pub fn step_start(def: &Step, row: &StepView, run: &RunView, facts: &Facts, now:
                     Some(json!({ "action": "proceeded", "cost_microusd": spent, "threshold_microusd": threshold }));
             } else {
                 w.status = StepStatus::Waiting;
-                w.wake_at = d.cost_gate_timeout_secs.filter(|t| *t > 0).map(|t| now + chrono::Duration::seconds(t));
+                w.wake_at = after(timeout_secs);
             }
         }
         // Events and approvals wait for what resolves them, until their
         // timeout (a durable deadline, like a sleep's).
-        StepType::WaitForEvent => {
+        StepKind::WaitForEvent { timeout_secs, .. } => {
             w.status = StepStatus::Waiting;
-            w.wake_at = d.event_timeout_secs.filter(|t| *t > 0).map(|t| now + chrono::Duration::seconds(t));
+            w.wake_at = after(timeout_secs);
         }
-        StepType::Approval => {
+        StepKind::Approval { approvers, timeout_secs } => {
             w.status = StepStatus::Waiting;
-            w.wake_at = d.approval_timeout_secs.filter(|t| *t > 0).map(|t| now + chrono::Duration::seconds(t));
-            w.approvers = d.approval_approvers.clone();
+            w.wake_at = after(timeout_secs);
+            w.approvers = approvers.clone();
         }
+        StepKind::Unusable { reason } => w.fail(format!("the step's definition cannot be read: {reason}")),
     }
     started.write = w;
     started
@@ -126,7 +135,9 @@ pub fn start_note(def: &Step, row: &StepView, w: &StepWrite, figures: &Value) ->
             "waiting",
             "the run's cost so far is over cost_gate_threshold_microusd: the gate waits for a decision".into(),
         ),
-        (StepStatus::Waiting, _) => ("waiting", format!("{} step waits", def.def.step_type.as_deref().unwrap_or("a"))),
+        (StepStatus::Waiting, _) => {
+            ("waiting", format!("{} step waits", def.step_type().map_or("a", StepType::as_str)))
+        }
         _ => ("scheduled", "its dependencies are satisfied".to_string()),
     };
     let mut details = json!({
@@ -140,20 +151,22 @@ pub fn start_note(def: &Step, row: &StepView, w: &StepWrite, figures: &Value) ->
 
 /// The job run a job step starts, with the step's overrides.
 fn job_run(job: &JobRecord, def: &Step, row: &StepView, run: &RunView, now: DateTime<Utc>) -> Result<NewRun, String> {
-    let d = &def.def;
+    let StepKind::Job { overrides: o, .. } = &def.kind else {
+        return Err("not a job step".into());
+    };
     // One job run per start of the step: a second insert for the same
     // start could only be a bug, and conflicts instead.
     let key = format!("{}:{}", row.id, row.attempt + 1);
     let i32_of = |v: Option<i64>| v.map(|n| n.clamp(0, i32::MAX as i64) as i32);
-    let payload = d.payload.clone().or_else(|| run.payload.cloned());
+    let payload = def.payload.clone().or_else(|| run.payload.cloned());
     Ok(NewRun {
-        concurrency_key: d.concurrency_key.clone(),
-        retry_backoff: d.retry_backoff.clone(),
-        max_attempts_override: i32_of(d.retry_max_attempts),
-        retry_initial_delay_secs: i32_of(d.retry_initial_delay_secs),
-        retry_max_delay_secs: i32_of(d.retry_max_delay_secs),
-        timeout_secs_override: i32_of(d.timeout_secs_override),
-        resource_class: d.resource_class.clone(),
+        concurrency_key: o.concurrency_key.clone(),
+        retry_backoff: o.retry_backoff.clone(),
+        max_attempts_override: i32_of(o.retry_max_attempts),
+        retry_initial_delay_secs: i32_of(o.retry_initial_delay_secs),
+        retry_max_delay_secs: i32_of(o.retry_max_delay_secs),
+        timeout_secs_override: i32_of(o.timeout_secs),
+        resource_class: o.resource_class.clone(),
         ..new_run(job, run, row, key, payload, now)?
     })
 }
@@ -196,24 +209,6 @@ pub fn new_run(
     })
 }
 
-/// The child run a sub-workflow step asks for; `Err` with the reason when
-/// it cannot have one.
-fn child(def: &Step, row: &StepView, run: &RunView) -> Result<ChildRequest, String> {
-    let Some(sub_id) = def.def.sub_workflow_id.as_deref() else {
-        return Err("the step names no sub_workflow_id".into());
-    };
-    let limit = def.def.max_nesting_depth.unwrap_or(DEFAULT_MAX_NESTING_DEPTH).clamp(1, MAX_NESTING_DEPTH);
-    if i64::from(run.depth) + 1 > limit {
-        return Err(format!("the sub-workflow would nest deeper than max_nesting_depth ({limit})"));
-    }
-    Ok(ChildRequest {
-        sub_workflow_id: sub_id.to_string(),
-        payload: def.def.payload.clone().or_else(|| run.payload.cloned()),
-        idempotency_key: format!("{}:{}", row.id, row.attempt + 1),
-        depth: run.depth + 1,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -222,7 +217,7 @@ mod tests {
     fn step(kind: &str, extra: Value) -> Step {
         let mut v = json!({ "id": "st_1", "step_ref": "s", "step_type": kind });
         v.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
-        serde_json::from_value(v).unwrap()
+        Step::from(&serde_json::from_value::<crate::domain::workflow::SavedStep>(v).unwrap())
     }
 
     fn row() -> StepView<'static> {
@@ -350,7 +345,7 @@ mod tests {
             ),
         ];
         for (def, facts, status, wake_at, job_run, child, decision) in cases {
-            let kind = def.def.step_type.clone().unwrap();
+            let kind = def.step_type().unwrap().as_str();
             let s = start(&def, &facts, 0);
             assert_eq!((s.write.status, s.write.wake_at), (status, wake_at), "{kind}");
             assert!(s.write.start, "{kind}: every start is a new attempt");

@@ -30,7 +30,8 @@ use super::workflow_runs::{
     self, record, wake, NewDecision, StepRun, Triggered, WorkflowRun, RUN_COLUMNS, STEP_COLUMNS,
 };
 use super::{events, jobs, workflows, Tenant};
-use crate::domain::workflow::{Step, StepType};
+use crate::domain::step::{Step, StepKind};
+use crate::domain::workflow::{SavedStep, StepType};
 use crate::domain::workflow_run::{
     self, Compensable, Decision, Inputs, SagaMove, StepNow, StepStatus, WorkflowRunStatus,
 };
@@ -74,7 +75,7 @@ impl Versions {
         if let Some(s) = self.0.lock().expect("versions").get(version_id) {
             return Ok(s.clone());
         }
-        let steps = Arc::new(version_steps(conn, version_id).await?);
+        let steps = Arc::new(Step::all(&version_steps(conn, version_id).await?));
         let mut map = self.0.lock().expect("versions");
         if map.len() >= Self::CAP {
             map.clear();
@@ -85,8 +86,8 @@ impl Versions {
 }
 
 /// The steps of a version.
-pub async fn version_steps(conn: &mut PgConnection, version_id: &str) -> Result<Vec<Step>, sqlx::Error> {
-    let steps: Option<Json<Vec<Step>>> = sqlx::query_scalar("SELECT steps FROM workflow_versions WHERE id = $1")
+pub async fn version_steps(conn: &mut PgConnection, version_id: &str) -> Result<Vec<SavedStep>, sqlx::Error> {
+    let steps: Option<Json<Vec<SavedStep>>> = sqlx::query_scalar("SELECT steps FROM workflow_versions WHERE id = $1")
         .bind(version_id)
         .fetch_optional(conn)
         .await?;
@@ -453,7 +454,7 @@ impl Pass<'_> {
         .bind(&run_id)
         .fetch_all(&mut *tx)
         .await?;
-        let defs: HashMap<&str, &Step> = steps.iter().map(|s| (s.def.step_ref.as_str(), s)).collect();
+        let defs: HashMap<&str, &Step> = steps.iter().map(|s| (s.step_ref.as_str(), s)).collect();
         let mut now_of: HashMap<String, StepNow> = HashMap::new();
         let mut rows_by_ref: HashMap<String, StepRun> = HashMap::new();
         let mut comp_of: HashMap<String, RunStatus> = HashMap::new();
@@ -585,7 +586,7 @@ impl Pass<'_> {
             .iter()
             .filter(|(_, n)| n.status == StepStatus::Completed)
             .filter_map(|(r, n)| {
-                let key = defs.get(r.as_str())?.def.event_emit_key.clone()?;
+                let key = defs.get(r.as_str())?.event_emit_key.clone()?;
                 let row = rows.get(r).filter(|row| row.emitted_event_id.is_none())?;
                 Some((row.id.clone(), r.clone(), key, n.output.clone()))
             })
@@ -672,7 +673,11 @@ impl Pass<'_> {
         starts: &[(Step, StepRun)],
     ) -> Result<Vec<(StepStatus, String, Option<Value>, Option<String>)>, sqlx::Error> {
         let mut out = Vec::with_capacity(starts.len());
-        let job_ids: Vec<String> = starts.iter().filter_map(|(d, _)| d.def.job_id.clone()).collect();
+        let job_of = |d: &Step| match &d.kind {
+            StepKind::Job { job_id, .. } => Some(job_id.clone()),
+            _ => None,
+        };
+        let job_ids: Vec<String> = starts.iter().filter_map(|(d, _)| job_of(d)).collect();
         let jobs: HashMap<String, jobs::JobRecord> = if job_ids.is_empty() {
             HashMap::new()
         } else {
@@ -685,7 +690,7 @@ impl Pass<'_> {
         };
         let mut new_runs = Vec::new();
         for (def, row) in starts {
-            let facts = Facts { job: def.def.job_id.as_ref().and_then(|id| jobs.get(id)), cost_microusd: cost };
+            let facts = Facts { job: job_of(def).and_then(|id| jobs.get(&id)), cost_microusd: cost };
             let started = step_start(def, &view(row), &run_view(&self.run), &facts, self.now);
             let mut w = started.write;
             new_runs.extend(started.job_run);
@@ -773,8 +778,8 @@ impl Pass<'_> {
     ) -> Result<(), sqlx::Error> {
         let list: Vec<Compensable> = steps
             .iter()
-            .filter(|d| d.def.compensation_job_id.is_some())
-            .filter_map(|d| rows.get(&d.def.step_ref))
+            .filter(|d| d.compensation.is_some())
+            .filter_map(|d| rows.get(&d.step_ref))
             .filter(|r| matches!(r.status, StepStatus::Completed | StepStatus::Compensated))
             .map(|r| Compensable {
                 step_ref: r.step_ref.clone(),
@@ -799,7 +804,7 @@ impl Pass<'_> {
         }
         let mut then = next.then;
         if let SagaMove::Start(r) = &then {
-            let def = steps.iter().find(|d| d.def.step_ref == *r).expect("a compensable step is in the version");
+            let def = steps.iter().find(|d| d.step_ref == *r).expect("a compensable step is in the version");
             match self.start_compensation(tx, def, &rows[r]).await? {
                 Ok(job_run_id) => {
                     let reason = "its compensation job started";
@@ -846,7 +851,7 @@ impl Pass<'_> {
         def: &Step,
         row: &StepRun,
     ) -> Result<Result<String, String>, sqlx::Error> {
-        let Some(job_id) = def.def.compensation_job_id.clone() else {
+        let Some(job_id) = def.compensation.as_ref().map(|c| c.job_id.clone()) else {
             return Ok(Err("the step names no compensation_job_id".into()));
         };
         let job = jobs::get_many_in(tx, std::slice::from_ref(&job_id)).await?.into_iter().next();
@@ -859,7 +864,7 @@ impl Pass<'_> {
         let payload = json!({
             "workflow_run_id": self.run.id,
             "step_ref": row.step_ref,
-            "payload": def.def.payload.clone().or_else(|| self.run.payload.as_ref().map(|p| p.0.clone())),
+            "payload": def.payload.clone().or_else(|| self.run.payload.as_ref().map(|p| p.0.clone())),
             "output": row.output.as_ref().map(|o| &o.0),
             "failed_step": saga["failed_step"],
             "error": saga["error"],
@@ -869,7 +874,8 @@ impl Pass<'_> {
             Ok(n) => n,
             Err(e) => return Ok(Err(e)),
         };
-        new.timeout_secs_override = def.def.compensation_timeout_secs.map(|t| t.clamp(1, i32::MAX as i64) as i32);
+        new.timeout_secs_override =
+            def.compensation.as_ref().and_then(|c| c.timeout_secs).map(|t| t.clamp(1, i32::MAX as i64) as i32);
         if let Value::Object(m) = &mut new.metadata {
             m.insert("compensation".into(), Value::String("true".into()));
         }
@@ -899,13 +905,15 @@ impl Pass<'_> {
         version: i32,
     ) -> Result<Arc<Vec<Step>>, sqlx::Error> {
         let steps = self.versions.get(tx, version_id).await?;
-        let refs: Vec<&str> = steps.iter().map(|s| s.def.step_ref.as_str()).collect();
+        let refs: Vec<&str> = steps.iter().map(|s| s.step_ref.as_str()).collect();
         sqlx::query("DELETE FROM workflow_step_runs WHERE workflow_run_id = $1 AND status = 'pending' AND NOT (step_ref = ANY($2))")
             .bind(&self.run.id)
             .bind(&refs)
             .execute(&mut *tx)
             .await?;
-        workflow_runs::insert_steps(tx, &self.run.id, &steps).await?;
+        // New steps' rows need the stored definitions (their stage_notifications).
+        let saved = version_steps(tx, version_id).await?;
+        workflow_runs::insert_steps(tx, &self.run.id, &saved).await?;
         sqlx::query("UPDATE workflow_runs SET version_id = $2, version = $3 WHERE id = $1")
             .bind(&self.run.id)
             .bind(version_id)

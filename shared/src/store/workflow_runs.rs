@@ -20,7 +20,7 @@ use super::transitions::{self, Changed};
 use super::workflow_engine::{self, Decided};
 use super::workflows::WorkflowRecord;
 use super::Tenant;
-use crate::domain::workflow::Step;
+use crate::domain::workflow::SavedStep;
 use crate::domain::workflow_run::{subtree, StepStatus, WorkflowRunStatus};
 use crate::ids;
 use crate::queue::Queue;
@@ -309,7 +309,7 @@ async fn holder(
 }
 
 /// One pending row per step of `steps`.
-pub(super) async fn insert_steps(conn: &mut PgConnection, run_id: &str, steps: &[Step]) -> Result<(), sqlx::Error> {
+pub(super) async fn insert_steps(conn: &mut PgConnection, run_id: &str, steps: &[SavedStep]) -> Result<(), sqlx::Error> {
     if steps.is_empty() {
         return Ok(());
     }
@@ -397,7 +397,7 @@ pub async fn get(pool: &PgPool, tenant: Tenant<'_>, id: &str) -> Result<Option<W
 }
 
 /// The steps of a version of a workflow.
-pub async fn version_steps(pool: &PgPool, version_id: &str) -> Result<Vec<Step>, sqlx::Error> {
+pub async fn version_steps(pool: &PgPool, version_id: &str) -> Result<Vec<SavedStep>, sqlx::Error> {
     let mut conn = pool.acquire().await?;
     workflow_engine::version_steps(&mut conn, version_id).await
 }

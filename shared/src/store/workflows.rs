@@ -8,7 +8,7 @@ use sqlx::types::Json;
 use sqlx::{PgConnection, PgPool};
 
 use super::Tenant;
-use crate::domain::workflow::{Policy, Step};
+use crate::domain::workflow::{Policy, SavedStep};
 
 /// A workflow as stored, with the steps of its current version.
 #[derive(Clone, Debug, sqlx::FromRow)]
@@ -34,7 +34,7 @@ pub struct WorkflowRecord {
     pub updated_by: Option<String>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
-    pub steps: Json<Vec<Step>>,
+    pub steps: Json<Vec<SavedStep>>,
     /// When the current version (and so each of its steps) was made.
     pub steps_created_at: DateTime<Utc>,
 }
@@ -69,7 +69,7 @@ pub struct WorkflowWrite<'a> {
 #[derive(Clone, Copy, Debug)]
 pub struct NewVersion<'a> {
     pub id: &'a str,
-    pub steps: &'a [Step],
+    pub steps: &'a [SavedStep],
 }
 
 async fn insert_version(
@@ -240,7 +240,7 @@ pub struct WorkflowVersionRow {
     pub id: String,
     pub workflow_id: String,
     pub version: i32,
-    pub steps: Json<Vec<Step>>,
+    pub steps: Json<Vec<SavedStep>>,
     pub created_by: Option<String>,
     pub created_at: DateTime<Utc>,
 }
