@@ -20,9 +20,9 @@
 //! sleep's end, the run's deadline) notifies the scheduler, which sleeps
 //! until the earliest one it knows.
 //!
-//! The setting `switchyard.inline_steps` (migration 0027) keeps the
-//! job-run trigger from writing the outbox rows while the outcomes are
-//! written: this transaction advances those runs itself.
+//! The setting `switchyard.inline_steps` (migration 0027), set for the
+//! transaction by its `BEGIN`, keeps the job-run trigger from writing the
+//! outbox rows: this transaction advances those runs itself.
 
 use chrono::Utc;
 use sqlx::PgPool;
@@ -43,18 +43,18 @@ pub async fn finish_steps(
 ) -> Result<(Vec<bool>, Vec<Pending>), sqlx::Error> {
     let steps: Vec<Option<String>> =
         items.iter().map(|(_, _, o)| o.workflow_step_run_id.clone().filter(|_| o.status.is_terminal())).collect();
-    let mut tx = pool.begin().await?;
-    sqlx::query("SELECT set_config('switchyard.inline_steps', 'on', true)").execute(&mut *tx).await?;
+    // The setting holds for the whole transaction: a pass below that
+    // cancels job runs cancels only its own run's (and its children's,
+    // which it ends itself), so no outbox row it keeps back is wanted.
+    let mut tx = pool.begin_with("BEGIN; SET LOCAL switchyard.inline_steps = 'on'").await?;
     let recorded = runs::finish_many_in(&mut tx, items).await?;
-    let ended: Vec<&str> = steps.iter().zip(&recorded).filter(|(_, r)| **r).filter_map(|(s, _)| s.as_deref()).collect();
-    // The job-run trigger writes outbox rows again from here on: a pass
-    // below may end a run whose parent must hear of it.
-    let (_, runs): (String, Vec<String>) = sqlx::query_as(
-        "SELECT set_config('switchyard.inline_steps', '', true),
-                array(SELECT DISTINCT workflow_run_id FROM workflow_step_runs WHERE id = ANY($1) ORDER BY 1)",
+    let ended: Vec<&str> =
+        steps.iter().zip(&recorded).filter(|(_, r)| **r).filter_map(|(s, _)| s.as_deref()).collect();
+    let runs: Vec<String> = sqlx::query_scalar(
+        "SELECT DISTINCT workflow_run_id FROM workflow_step_runs WHERE id = ANY($1) ORDER BY 1",
     )
     .bind(&ended)
-    .fetch_one(&mut *tx)
+    .fetch_all(&mut *tx)
     .await?;
     let now = Utc::now();
     let mut pending = Vec::with_capacity(runs.len());
