@@ -1,6 +1,6 @@
-//! Workflow definitions: create, get, list, update (versions only when the
-//! steps change), delete, every 422 of a save, the workflow policy, scopes
-//! and isolation.
+//! Workflow definitions: create, get, list, update (a new version for
+//! every change, none for a PATCH that changes nothing), delete, every 422
+//! of a save, the workflow policy, scopes and isolation.
 
 use reqwest::Method;
 use serde_json::{json, Value};
@@ -112,46 +112,205 @@ async fn create_get_list_and_delete() {
     assert!(actions.contains(&"workflow.created") && actions.contains(&"workflow.deleted"), "{actions:?}");
 }
 
+/// A workflow's or a version's steps without their `created_at` (that of
+/// the version holding them).
+fn defs(w: &Value) -> Vec<Value> {
+    let mut steps = w["steps"].as_array().unwrap().clone();
+    for s in &mut steps {
+        s.as_object_mut().unwrap().remove("created_at");
+    }
+    steps
+}
+
 #[tokio::test]
-async fn only_a_change_of_steps_makes_a_new_version() {
+async fn every_change_makes_a_new_version_and_no_change_keeps_it() {
     let env = TestEnv::start().await;
     let (project, a, b) = setup(&env).await;
     let w = create(&env, &project, "etl", chain(&a, &b)).await;
     let id = w["id"].as_str().unwrap();
+    let path = format!("/v1/workflows/{id}");
 
-    let (s, same) = env.patch(&format!("/v1/workflows/{id}"), json!({"description": "x", "cron": "0 * * * *"})).await;
-    assert_eq!(s, 200, "{same}");
-    assert_eq!((same["version"].as_i64(), &same["version_id"]), (Some(1), &w["version_id"]));
-    assert_eq!(same["description"], "x");
-    let (_, same) = env.patch(&format!("/v1/workflows/{id}"), json!({"steps": chain(&a, &b), "cron": null})).await;
-    assert_eq!(same["version"], 1, "the same steps again make no version");
-    assert!(same.get("cron").is_none(), "null clears cron");
+    // Each field alone, steps aside, makes the next version with a new id.
+    let mut seen = vec![w["version_id"].clone()];
+    let changes = [
+        json!({"name": "etl renamed"}),
+        json!({"slug": "etl-2"}),
+        json!({"description": "copy rows"}),
+        json!({"tags": {"team": "data"}}),
+        json!({"cron": "0 * * * *"}),
+        json!({"cron_timezone": "Europe/Paris"}),
+        json!({"timeout_secs": 600}),
+        json!({"max_concurrent_runs": 3}),
+        json!({"max_parallel_steps": 2}),
+        json!({"skip_if_running": true}),
+        json!({"version_policy": "latest"}),
+        json!({"backwards_compatible": false}),
+        json!({"enabled": false}),
+        json!({"cron": null}),
+    ];
+    let mut last = w.clone();
+    for change in &changes {
+        let (s, got) = env.patch(&path, change.clone()).await;
+        assert_eq!(s, 200, "{change}: {got}");
+        assert_eq!(got["version"], last["version"].as_i64().unwrap() + 1, "{change}: {got}");
+        assert!(!seen.contains(&got["version_id"]), "{change}: a new version_id: {got}");
+        for (k, v) in change.as_object().unwrap() {
+            assert_eq!(got.get(k).unwrap_or(&Value::Null), v, "{change}");
+        }
+        assert_eq!(defs(&got), defs(&last), "{change}: the steps stay as they were, ids and all");
+        seen.push(got["version_id"].clone());
+        last = got;
+    }
+    assert_eq!(last["version"], 15);
+
+    // Nothing to change: the version, its id and updated_at stay.
+    let same_values = json!({
+        "name": "etl renamed", "slug": "etl-2", "description": "copy rows", "tags": {"team": "data"},
+        "cron": null, "cron_timezone": "Europe/Paris", "timeout_secs": 600, "max_concurrent_runs": 3,
+        "max_parallel_steps": 2, "skip_if_running": true, "version_policy": "latest",
+        "backwards_compatible": false, "enabled": false, "steps": chain(&a, &b),
+    });
+    for body in [json!({}), json!({"breaking_change": true}), same_values] {
+        let (s, got) = env.patch(&path, body.clone()).await;
+        assert_eq!(s, 200, "{body}: {got}");
+        assert_eq!(got, last, "{body}: nothing changed");
+    }
 
     let mut steps = chain(&a, &b);
     steps[1]["sleep_duration_secs"] = json!(60);
-    let (s, v2) = env.patch(&format!("/v1/workflows/{id}"), json!({"steps": steps, "breaking_change": true})).await;
+    let (s, next) = env.patch(&path, json!({"steps": steps, "breaking_change": true})).await;
+    assert_eq!(s, 200, "{next}");
+    assert_eq!(next["version"], 16);
+    assert!(!seen.contains(&next["version_id"]));
+    assert_eq!(next["steps"][1]["sleep_duration_secs"], 60);
+    assert_ne!(next["steps"][0]["id"], last["steps"][0]["id"], "new steps, new step ids");
+    assert!(next.get("previous_version_id").is_none(), "no runs exist: {next}");
+
+    for bad in [json!({"steps": [{"step_ref": "x"}]}), json!({"name": "", "description": "changed"})] {
+        assert_problem(422, env.patch(&path, bad).await, 422);
+    }
+    let (_, after) = env.get(&path).await;
+    assert_eq!(after, next, "a refused update changes nothing");
+
+    let (_, versions) = env.get(&format!("{path}/versions?limit=100")).await;
+    let data = versions["data"].as_array().unwrap();
+    let nums: Vec<_> = data.iter().map(|v| v["version"].as_i64().unwrap()).collect();
+    assert_eq!(nums, (1..=16).rev().collect::<Vec<_>>(), "one version row per change, none for the rest");
+    assert_eq!(data[0]["id"], next["version_id"]);
+    assert_eq!(data[1]["id"], last["version_id"]);
+    assert_eq!(defs(&data[1]), defs(&data[15]), "a change of settings keeps the steps, ids and all");
+    assert_eq!(data[15]["id"], w["version_id"]);
+
+    let details: Vec<_> =
+        audited(&env, &project, "workflow.updated").await.into_iter().map(|e| e["details"].clone()).collect();
+    assert_eq!(details.len(), 15, "one per change, none for a PATCH that changed nothing: {details:?}");
+    let d = details.iter().find(|d| d["version"] == 16).unwrap();
+    assert_eq!((&d["changed"], &d["breaking_change"]), (&json!(["steps"]), &json!(true)), "{d}");
+    assert_eq!(d["previous_version_id"], last["version_id"]);
+    let d = details.iter().find(|d| d["version"] == 2).unwrap();
+    assert_eq!(d["changed"], json!(["name"]), "{d}");
+}
+
+#[tokio::test]
+async fn concurrent_updates_take_turns() {
+    let env = TestEnv::start().await;
+    let (project, a, b) = setup(&env).await;
+    let w = create(&env, &project, "etl", chain(&a, &b)).await;
+    let path = format!("/v1/workflows/{}", w["id"].as_str().unwrap());
+    let changes = [
+        json!({"description": "copy rows"}),
+        json!({"tags": {"team": "data"}}),
+        json!({"timeout_secs": 600}),
+        json!({"max_parallel_steps": 2}),
+    ];
+    let answers = futures::future::join_all(changes.iter().map(|c| env.patch(&path, c.clone()))).await;
+    let mut versions: Vec<i64> = answers
+        .iter()
+        .map(|(s, got)| {
+            assert_eq!(*s, 200, "{got}");
+            got["version"].as_i64().unwrap()
+        })
+        .collect();
+    versions.sort();
+    assert_eq!(versions, [2, 3, 4, 5], "each its own version");
+    let (_, now) = env.get(&path).await;
+    assert_eq!(now["version"], 5);
+    for change in &changes {
+        for (k, v) in change.as_object().unwrap() {
+            assert_eq!(&now[k], v, "no update undid another's {k}: {now}");
+        }
+    }
+}
+
+/// The project's audit events of `action`.
+async fn audited(env: &TestEnv, project: &str, action: &str) -> Vec<Value> {
+    let (s, events) = env.get(&format!("/v1/audit-events?project_id={project}&action={action}&limit=100")).await;
+    assert_eq!(s, 200, "{events}");
+    events["data"].as_array().unwrap().clone()
+}
+
+#[tokio::test]
+async fn a_change_of_settings_alone_reports_the_runs_on_the_version_it_replaces() {
+    let env = TestEnv::start().await;
+    let project = env.project().await;
+    // Nothing runs the naps here: a triggered run stays active.
+    let w = create(&env, &project, "naps", json!([{"step_ref": "nap", "sleep_duration_secs": 3600}])).await;
+    let id = w["id"].as_str().unwrap();
+    let path = format!("/v1/workflows/{id}");
+    let trigger = || async {
+        let (s, run) = env.post(&format!("{path}/trigger"), json!({})).await;
+        assert_eq!(s, 201, "{run}");
+        assert!(["pending", "running", "paused"].contains(&run["status"].as_str().unwrap()), "{run}");
+        run
+    };
+    trigger().await;
+    trigger().await;
+
+    let (s, v2) = env.patch(&path, json!({"description": "longer naps"})).await;
     assert_eq!(s, 200, "{v2}");
     assert_eq!(v2["version"], 2);
     assert_ne!(v2["version_id"], w["version_id"]);
-    assert_eq!(v2["steps"][1]["sleep_duration_secs"], 60);
-    assert!(v2.get("previous_version_id").is_none(), "no runs exist yet");
+    assert_eq!(v2["previous_version_id"], w["version_id"], "{v2}");
+    assert_eq!(v2["active_runs_on_previous_version"], 2);
+    assert!(audited(&env, &project, "workflow.updated_breaking").await.is_empty(), "not acknowledged as breaking");
 
-    let bad = env.patch(&format!("/v1/workflows/{id}"), json!({"steps": [{"step_ref": "x"}]})).await;
-    assert_problem(422, bad, 422);
-    let (_, after) = env.get(&format!("/v1/workflows/{id}")).await;
-    assert_eq!(after["version"], 2, "a refused update makes no version");
+    let run = trigger().await;
+    assert_eq!(run["version_id"], v2["version_id"]);
+    let (s, v3) = env.patch(&path, json!({"max_concurrent_runs": 5, "breaking_change": true})).await;
+    assert_eq!(s, 200, "{v3}");
+    assert_eq!(v3["version"], 3);
+    assert_eq!(v3["previous_version_id"], v2["version_id"], "{v3}");
+    assert_eq!(v3["active_runs_on_previous_version"], 1, "the runs on version 1 follow version 1");
+    let breaking = audited(&env, &project, "workflow.updated_breaking").await;
+    assert_eq!(breaking.len(), 1, "{breaking:?}");
+    assert_eq!(breaking[0]["resource_id"], id);
+    assert_eq!(
+        breaking[0]["details"],
+        json!({"previous_version_id": v2["version_id"], "version_id": v3["version_id"],
+               "active_runs_on_previous_version": 1})
+    );
 
-    let (_, versions) = env.get(&format!("/v1/workflows/{id}/versions")).await;
-    let data = versions["data"].as_array().unwrap();
-    let nums: Vec<_> = data.iter().map(|v| v["version"].as_i64().unwrap()).collect();
-    assert_eq!(nums, [2, 1]);
-    assert_eq!(data[0]["id"], v2["version_id"]);
-    assert_eq!(data[1]["steps"][1]["sleep_duration_secs"], 30, "version 1 keeps its steps");
+    // Runs on the current version, and a PATCH that changes nothing:
+    // no version is replaced, so nothing is reported or recorded.
+    trigger().await;
+    let (s, same) = env.patch(&path, json!({"max_concurrent_runs": 5, "breaking_change": true})).await;
+    assert_eq!(s, 200, "{same}");
+    assert_eq!((&same["version"], &same["version_id"]), (&v3["version"], &v3["version_id"]));
+    assert!(same.get("previous_version_id").is_none() && same.get("active_runs_on_previous_version").is_none());
+    assert_eq!(audited(&env, &project, "workflow.updated_breaking").await.len(), 1);
 
-    let (_, events) = env.get(&format!("/v1/audit-events?project_id={project}&action=workflow.updated")).await;
-    let details: Vec<_> = events["data"].as_array().unwrap().iter().map(|e| e["details"].clone()).collect();
-    assert_eq!(details.len(), 3);
-    assert!(details.iter().any(|d| d["new_version"] == true && d["breaking_change"] == true), "{details:?}");
+    let (_, active) = env.get(&format!("{path}/active-versions")).await;
+    let mut on: Vec<_> = active["versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| {
+            let n = ["pending", "running", "paused"].iter().map(|k| v[*k].as_i64().unwrap()).sum::<i64>();
+            (v["version"].as_i64().unwrap(), n)
+        })
+        .collect();
+    on.sort();
+    assert_eq!(on, [(1, 2), (2, 1), (3, 1)], "{active}");
 }
 
 #[tokio::test]

@@ -1,5 +1,5 @@
 //! Workflows (definitions only): create, read, list, update (a new version
-//! whenever the steps change), delete, versions, and the project's
+//! whenever anything changes), delete, versions, and the project's
 //! workflow policy that every save must satisfy.
 
 use std::collections::{HashMap, HashSet};
@@ -11,11 +11,11 @@ use poem_openapi::payload::Json;
 use poem_openapi::types::MaybeUndefined;
 use poem_openapi::{ApiResponse, Object, OpenApi};
 use serde_json::Value;
-use switchyard_shared::domain::workflow::{self as wf, Policy, References, Settings, SavedStep, StepRequest};
+use switchyard_shared::domain::workflow::{self as wf, Policy, References, SavedStep, Settings, StepRequest};
 use switchyard_shared::domain::FieldErrors;
 use switchyard_shared::queue::WakeLoop;
 use switchyard_shared::store;
-use switchyard_shared::store::workflows::{NewVersion, WorkflowRecord, WorkflowVersionRow, WorkflowWrite};
+use switchyard_shared::store::workflows::{NewVersion, Updated, WorkflowRecord, WorkflowVersionRow, WorkflowWrite};
 
 use super::{check_id, name_rule, patch, project_of, slug_rule, slugify, visible, Created, Tag};
 use crate::audit::{self, Change};
@@ -209,7 +209,8 @@ pub struct Workflow {
     pub name: String,
     pub slug: String,
     pub enabled: bool,
-    /// Moves only when the steps change.
+    /// Moves by one with every change of the workflow, of its settings or
+    /// of its steps.
     pub version: i64,
     pub steps: Vec<WorkflowStep>,
     pub created_at: DateTime<Utc>,
@@ -283,12 +284,15 @@ pub struct CreateWorkflow {
 }
 
 /// Change a workflow: absent fields keep their value, `null` clears an
-/// optional one. Only a change of `steps` makes a new version.
+/// optional one. Any change makes a new version; a body that changes
+/// nothing (the same values, or none) keeps the version.
 #[derive(Object)]
 #[oai(deny_unknown_fields)]
 pub struct UpdateWorkflow {
     pub backwards_compatible: Option<bool>,
-    /// Acknowledges a breaking change; recorded in the audit event.
+    /// Acknowledges a breaking change: recorded in the `workflow.updated`
+    /// audit event and, when runs are active on the version replaced, in
+    /// `workflow.updated_breaking`. It changes nothing by itself.
     pub breaking_change: Option<bool>,
     #[oai(nullable)]
     pub cron: MaybeUndefined<String>,
@@ -679,15 +683,15 @@ impl WorkflowsApi {
         Ok(Json(workflow_view(load(&state, &auth, &workflow_id).await?)))
     }
 
-    /// Change a workflow. Steps that differ from the current version's are
-    /// checked as on create and become a new version (new version and
-    /// version_id); a change of other fields alone keeps the version.
-    /// When a new version replaces one that active runs follow, the answer
-    /// carries previous_version_id and active_runs_on_previous_version, and
-    /// with `breaking_change: true` the audit event
-    /// `workflow.updated_breaking` is recorded as well (runs under
-    /// version_policy `pin` keep the old version; under `latest` they move
-    /// to the new one at their next step).
+    /// Change a workflow. Any change, of a setting or of the steps, makes
+    /// a new version (version + 1 and a new version_id); a body that
+    /// changes nothing keeps the version and writes nothing. Steps are
+    /// checked as on create. When a new version replaces one that active
+    /// runs follow, the answer carries previous_version_id and
+    /// active_runs_on_previous_version, and with `breaking_change: true`
+    /// the audit event `workflow.updated_breaking` is recorded as well
+    /// (runs under version_policy `pin` keep the old version; under
+    /// `latest` they move to the new one at their next step).
     #[oai(path = "/v1/workflows/:workflow_id", method = "patch", operation_id = "updateWorkflow")]
     async fn update(
         &self,
@@ -698,6 +702,19 @@ impl WorkflowsApi {
     ) -> ApiResult<Json<Workflow>> {
         let cur = load(&state, &auth, &workflow_id).await?;
         let b = body.0;
+        // What the checks read from the database is read before the row
+        // is locked: the steps' references and the project's tag rules.
+        let mut step_errors = FieldErrors::new();
+        let steps = match b.steps {
+            Some(s) => checked_steps(&state, &mut step_errors, &cur.project_id, Some(&cur.id), s).await?,
+            None => None,
+        };
+        let tag_rules = store::policies::tag_rules(&state.pool, &cur.project_id, "workflow").await?;
+        let mut tx = state.pool.begin().await?;
+        // The fields the body leaves out keep the values of the row as it
+        // is under its lock, so a PATCH at the same time is not undone.
+        let cur =
+            store::workflows::lock(&mut tx, &cur.id).await?.ok_or_else(|| ApiError::not_found("workflow", &cur.id))?;
         let mut errors = FieldErrors::new();
         let name = b.name.unwrap_or(cur.name.clone());
         name_rule(&mut errors, &name);
@@ -714,19 +731,9 @@ impl WorkflowsApi {
             version_policy: b.version_policy.unwrap_or(cur.version_policy.clone()),
         };
         errors.extend(settings.validate());
-        let steps = match b.steps {
-            Some(s) => checked_steps(&state, &mut errors, &cur.project_id, Some(&cur.id), s).await?,
-            None => None,
-        };
+        errors.extend(step_errors.into_vec());
         errors.finish()?;
-        let current: Vec<&StepRequest> = cur.steps.0.iter().map(|s| &s.def).collect();
-        let changed = steps.filter(|s| s.iter().collect::<Vec<_>>() != current).map(with_ids);
-        policy::enforce_tags(&state.pool, &cur.project_id, "workflow", &settings.tags).await?;
-        let version_id = changed.as_ref().map(|_| switchyard_shared::ids::workflow_version_id());
-        let next = match (&version_id, &changed) {
-            (Some(id), Some(steps)) => Some(NewVersion { id, steps }),
-            _ => None,
-        };
+        policy::tag_violations(&tag_rules, &settings.tags)?;
         let actor = auth.0.actor();
         let write = WorkflowWrite {
             id: &cur.id,
@@ -745,9 +752,15 @@ impl WorkflowsApi {
             backwards_compatible: b.backwards_compatible.unwrap_or(cur.backwards_compatible),
             actor: actor.as_deref(),
         };
-        let mut tx = state.pool.begin().await?;
-        let rec = store::workflows::update(&mut tx, &write, next).await?;
-        let rec = rec.ok_or_else(|| ApiError::not_found("workflow", &cur.id))?;
+        let updated = store::workflows::update(&mut tx, &write, steps.as_deref()).await?;
+        let (rec, replaced) = match updated.ok_or_else(|| ApiError::not_found("workflow", &cur.id))? {
+            Updated::Unchanged(rec) => {
+                tx.commit().await?;
+                return Ok(Json(workflow_view(rec)));
+            }
+            Updated::Versioned(rec, replaced) => (rec, replaced),
+        };
+        let breaking = b.breaking_change.unwrap_or(false);
         audit::record(
             &mut *tx,
             &auth.0,
@@ -756,18 +769,14 @@ impl WorkflowsApi {
                 "workflow.updated",
                 ("workflow", &rec.id),
                 serde_json::json!({
-                    "version": rec.version, "version_id": rec.version_id, "new_version": next.is_some(),
-                    "breaking_change": b.breaking_change.unwrap_or(false),
+                    "version": rec.version, "version_id": rec.version_id,
+                    "previous_version_id": replaced.version_id, "changed": replaced.changed,
+                    "breaking_change": breaking,
                 }),
             ),
         )
         .await?;
-        let active = match next {
-            Some(_) => store::workflow_runs::on_version(&state.pool, &cur.version_id, 0).await?.0,
-            None => 0,
-        };
-        let breaking = b.breaking_change.unwrap_or(false);
-        if breaking && active > 0 {
+        if breaking && replaced.active_runs > 0 {
             audit::record(
                 &mut *tx,
                 &auth.0,
@@ -776,8 +785,8 @@ impl WorkflowsApi {
                     "workflow.updated_breaking",
                     ("workflow", &rec.id),
                     serde_json::json!({
-                        "previous_version_id": cur.version_id, "version_id": rec.version_id,
-                        "active_runs_on_previous_version": active,
+                        "previous_version_id": replaced.version_id, "version_id": rec.version_id,
+                        "active_runs_on_previous_version": replaced.active_runs,
                     }),
                 ),
             )
@@ -790,9 +799,9 @@ impl WorkflowsApi {
             state.queue.wake(WakeLoop::Cron, None);
         }
         let mut view = workflow_view(rec);
-        if active > 0 {
-            view.previous_version_id = Some(cur.version_id);
-            view.active_runs_on_previous_version = Some(active);
+        if replaced.active_runs > 0 {
+            view.previous_version_id = Some(replaced.version_id);
+            view.active_runs_on_previous_version = Some(replaced.active_runs);
         }
         Ok(Json(view))
     }

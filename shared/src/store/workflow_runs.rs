@@ -484,14 +484,19 @@ pub async fn active_versions(
     .await
 }
 
-/// How many active runs follow the version, and up to `sample` of them.
-pub async fn on_version(pool: &PgPool, version_id: &str, sample: i64) -> Result<(i64, Vec<WorkflowRun>), sqlx::Error> {
-    let n: i64 = sqlx::query_scalar(
+/// How many active runs (pending, running or paused) follow the version.
+pub async fn active_on_version(conn: &mut PgConnection, version_id: &str) -> Result<i64, sqlx::Error> {
+    sqlx::query_scalar(
         "SELECT count(*) FROM workflow_runs WHERE version_id = $1 AND status IN ('pending', 'running', 'paused')",
     )
     .bind(version_id)
-    .fetch_one(pool)
-    .await?;
+    .fetch_one(conn)
+    .await
+}
+
+/// How many active runs follow the version, and up to `sample` of them.
+pub async fn on_version(pool: &PgPool, version_id: &str, sample: i64) -> Result<(i64, Vec<WorkflowRun>), sqlx::Error> {
+    let n = active_on_version(&mut *pool.acquire().await?, version_id).await?;
     let runs = sqlx::query_as(&format!(
         "SELECT {RUN_COLUMNS} FROM workflow_runs
          WHERE version_id = $1 AND status IN ('pending', 'running', 'paused') ORDER BY id DESC LIMIT $2"

@@ -1,5 +1,9 @@
 //! Workflow definitions: a workflow's settings, its versions (each an
-//! immutable array of steps) and the project's workflow policy.
+//! immutable array of steps) and the project's workflow policy. Every
+//! change of a workflow, of its settings or of its steps, makes a new
+//! version; a version row holds the steps only (the settings are the
+//! workflow row's, read live), so a version made by a change of settings
+//! alone holds the same steps as the one before it.
 
 use std::collections::BTreeMap;
 
@@ -7,8 +11,9 @@ use chrono::{DateTime, Utc};
 use sqlx::types::Json;
 use sqlx::{PgConnection, PgPool};
 
-use super::Tenant;
-use crate::domain::workflow::{Policy, SavedStep};
+use super::{workflow_runs, Tenant};
+use crate::domain::workflow::{Policy, SavedStep, StepRequest};
+use crate::ids;
 
 /// A workflow as stored, with the steps of its current version.
 #[derive(Clone, Debug, sqlx::FromRow)]
@@ -133,22 +138,121 @@ pub async fn create(
     reread(conn, w.id).await
 }
 
-/// Replaces a live workflow's settings and, with `next`, makes that its
-/// next version. The version number moves under the row lock, so two
-/// concurrent updates make versions n+1 and n+2, never two n+1. `None`: no
-/// live workflow.
+/// The live workflow with its row locked until the caller's transaction
+/// ends: what an update merges the fields its body leaves out from, so
+/// that two updates at once take turns and neither undoes the other's
+/// changes. `None`: no live workflow.
+pub async fn lock(conn: &mut PgConnection, id: &str) -> Result<Option<WorkflowRecord>, sqlx::Error> {
+    // The row alone first: a lock taken through the join would, after
+    // waiting for an update that moved version_id, recheck the new row
+    // against the old version's and find nothing. Once it is held, the
+    // read below sees what that update committed.
+    let live: Option<i32> =
+        sqlx::query_scalar("SELECT 1 FROM workflows WHERE id = $1 AND deleted_at IS NULL FOR UPDATE")
+            .bind(id)
+            .fetch_optional(&mut *conn)
+            .await?;
+    if live.is_none() {
+        return Ok(None);
+    }
+    reread(conn, id).await.map(Some)
+}
+
+/// What [`update`] did.
+#[derive(Clone, Debug)]
+pub enum Updated {
+    /// Every field and step was already as written: nothing was written,
+    /// the version stays.
+    Unchanged(WorkflowRecord),
+    /// The workflow as it is now, at a new version, and the one it replaced.
+    Versioned(WorkflowRecord, Replaced),
+}
+
+/// The version an update replaced.
+#[derive(Clone, Debug)]
+pub struct Replaced {
+    pub version_id: String,
+    /// Runs active (pending, running or paused) on it at the update.
+    pub active_runs: i64,
+    /// What differed: the names of the fields, `steps` among them.
+    pub changed: Vec<&'static str>,
+}
+
+/// The names of the fields of `w` that differ from `cur`'s.
+fn changed_fields(cur: &WorkflowRecord, w: &WorkflowWrite<'_>) -> Vec<&'static str> {
+    // Spelled out whole, so that a field added to the write cannot be
+    // left out of what counts as a change.
+    let WorkflowWrite {
+        id: _,
+        name,
+        slug,
+        description,
+        enabled,
+        tags,
+        cron,
+        cron_timezone,
+        max_concurrent_runs,
+        max_parallel_steps,
+        skip_if_running,
+        timeout_secs,
+        version_policy,
+        backwards_compatible,
+        actor: _,
+    } = *w;
+    [
+        ("name", cur.name == name),
+        ("slug", cur.slug == slug),
+        ("description", cur.description.as_deref() == description),
+        ("enabled", cur.enabled == enabled),
+        ("tags", cur.tags.0 == *tags),
+        ("cron", cur.cron.as_deref() == cron),
+        ("cron_timezone", cur.cron_timezone.as_deref() == cron_timezone),
+        ("max_concurrent_runs", cur.max_concurrent_runs == max_concurrent_runs),
+        ("max_parallel_steps", cur.max_parallel_steps == max_parallel_steps),
+        ("skip_if_running", cur.skip_if_running == skip_if_running),
+        ("timeout_secs", cur.timeout_secs == timeout_secs),
+        ("version_policy", cur.version_policy == version_policy),
+        ("backwards_compatible", cur.backwards_compatible == backwards_compatible),
+    ]
+    .into_iter()
+    .filter_map(|(field, same)| (!same).then_some(field))
+    .collect()
+}
+
+/// Saves `w` over the live workflow, with `steps` as its steps (`None`:
+/// its current ones). Any difference, in a setting or in the steps, makes
+/// the next version: version + 1, a new version_id and its version row,
+/// holding the new steps (each with a new id) or, when only settings
+/// changed, the current steps as they are. No difference writes nothing.
+/// The row is locked before it is compared, so two concurrent updates
+/// make versions n+1 and n+2, never two n+1, and the second compares
+/// against what the first wrote. `None`: no live workflow.
 pub async fn update(
     conn: &mut PgConnection,
     w: &WorkflowWrite<'_>,
-    next: Option<NewVersion<'_>>,
-) -> Result<Option<WorkflowRecord>, sqlx::Error> {
-    let version: Option<i32> = sqlx::query_scalar(
+    steps: Option<&[StepRequest]>,
+) -> Result<Option<Updated>, sqlx::Error> {
+    let Some(cur) = lock(conn, w.id).await? else { return Ok(None) };
+    let mut changed = changed_fields(&cur, w);
+    let new_steps = steps.filter(|s| !s.iter().eq(cur.steps.0.iter().map(|c| &c.def)));
+    if new_steps.is_some() {
+        changed.push("steps");
+    }
+    if changed.is_empty() {
+        return Ok(Some(Updated::Unchanged(cur)));
+    }
+    let steps: Vec<SavedStep> = match new_steps {
+        Some(s) => s.iter().map(|def| SavedStep { id: ids::workflow_step_id(), def: def.clone() }).collect(),
+        None => cur.steps.0.clone(),
+    };
+    let version = cur.version + 1;
+    let version_id = ids::workflow_version_id();
+    sqlx::query(
         "UPDATE workflows SET name = $2, slug = $3, description = $4, enabled = $5, tags = $6, cron = $7,
             cron_timezone = $8, max_concurrent_runs = $9, max_parallel_steps = $10, skip_if_running = $11,
             timeout_secs = $12, version_policy = $13, backwards_compatible = $14, updated_by = $15,
-            version = version + CASE WHEN $16::text IS NULL THEN 0 ELSE 1 END,
-            version_id = COALESCE($16, version_id)
-         WHERE id = $1 AND deleted_at IS NULL RETURNING version",
+            version = $16, version_id = $17
+         WHERE id = $1",
     )
     .bind(w.id)
     .bind(w.name)
@@ -165,14 +269,14 @@ pub async fn update(
     .bind(w.version_policy)
     .bind(w.backwards_compatible)
     .bind(w.actor)
-    .bind(next.map(|v| v.id))
-    .fetch_optional(&mut *conn)
+    .bind(version)
+    .bind(&version_id)
+    .execute(&mut *conn)
     .await?;
-    let Some(version) = version else { return Ok(None) };
-    if let Some(v) = next {
-        insert_version(conn, w.id, version, v, w.actor).await?;
-    }
-    reread(conn, w.id).await.map(Some)
+    insert_version(conn, w.id, version, NewVersion { id: &version_id, steps: &steps }, w.actor).await?;
+    let active_runs = workflow_runs::active_on_version(conn, &cur.version_id).await?;
+    let rec = reread(conn, w.id).await?;
+    Ok(Some(Updated::Versioned(rec, Replaced { version_id: cur.version_id, active_runs, changed })))
 }
 
 /// The live workflow with this id, if the tenant may read it.
