@@ -309,7 +309,11 @@ async fn holder(
 }
 
 /// One pending row per step of `steps`.
-pub(super) async fn insert_steps(conn: &mut PgConnection, run_id: &str, steps: &[SavedStep]) -> Result<(), sqlx::Error> {
+pub(super) async fn insert_steps(
+    conn: &mut PgConnection,
+    run_id: &str,
+    steps: &[SavedStep],
+) -> Result<(), sqlx::Error> {
     if steps.is_empty() {
         return Ok(());
     }
