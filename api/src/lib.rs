@@ -168,7 +168,18 @@ pub fn state_from_config(config: Config) -> anyhow::Result<AppState> {
     let jobs = Arc::new(job_cache::JobCache::default());
     let webhooks = Http::new(WEBHOOK_CONNECTIONS_PER_HOST, config.target_deny_private)
         .context("building the terminal-webhook client")?;
-    Ok(AppState { pool, queue, config: Arc::new(config), auth, intake, jobs, webhooks, versions: Arc::default() })
+    let engine_pool = db::worker_pool(&config.database_url, 8)?;
+    Ok(AppState {
+        pool,
+        queue,
+        config: Arc::new(config),
+        auth,
+        intake,
+        jobs,
+        webhooks,
+        versions: Arc::default(),
+        engine_pool,
+    })
 }
 
 /// Serves until `shutdown` fires, then stops accepting and lets in-flight

@@ -25,4 +25,10 @@ pub struct AppState {
     pub webhooks: Http,
     /// Workflow versions' steps as the trigger's first pass reads them.
     pub versions: Arc<Versions>,
+    /// The pool a workflow trigger and its first engine pass run on: the
+    /// worker's plan settings (`db::worker_pool`), which the engine's
+    /// statements need. With the api's own, a plan made while the tables
+    /// were new kept scanning `workflow_step_runs` whole (1.2 ms a read in
+    /// the closed-loop benchmark).
+    pub engine_pool: PgPool,
 }

@@ -343,7 +343,7 @@ async fn fire_workflow(
         created_by: auth.0.actor(),
         ..NewWorkflowRun::default()
     };
-    Ok(match workflow_runs::trigger(&state.pool, &state.queue, &state.versions, &wf, &new).await? {
+    Ok(match workflow_runs::trigger(&state.engine_pool, &state.queue, &state.versions, &wf, &new).await? {
         Triggered::Created(run) => (Some(run.id), TriggerStatus::Created, None),
         Triggered::Existing(run) => (Some(run.id), TriggerStatus::Existing, None),
         Triggered::Skipped { active_run_id } => (
