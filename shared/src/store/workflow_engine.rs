@@ -441,13 +441,20 @@ impl Pass<'_> {
             steps = self.move_to_version(tx, &id, n).await?;
         }
         let rows: Vec<StepRow> = sqlx::query_as(&format!(
+            // Each join a probe by primary key per step (OFFSET 0 keeps the
+            // planner from turning them into joins over every partition of
+            // job_runs: a merge join sorting all of them was one of its
+            // plans, and the read averaged 276 µs in the closed loop).
             "SELECT {}, j.status AS job_status, j.result AS job_result, j.error AS job_error,
                     c.status AS child_status, c.output AS child_output, c.error AS child_error,
                     cj.status AS comp_status
                FROM workflow_step_runs s
-               LEFT JOIN job_runs j ON j.id = s.job_run_id
-               LEFT JOIN workflow_runs c ON c.id = s.child_workflow_run_id
-               LEFT JOIN job_runs cj ON cj.id = s.compensation_job_run_id
+               LEFT JOIN LATERAL (SELECT status, result, error FROM job_runs WHERE id = s.job_run_id OFFSET 0) j
+                 ON true
+               LEFT JOIN LATERAL (SELECT status, output, error FROM workflow_runs WHERE id = s.child_workflow_run_id
+                                   OFFSET 0) c ON true
+               LEFT JOIN LATERAL (SELECT status FROM job_runs WHERE id = s.compensation_job_run_id OFFSET 0) cj
+                 ON true
               WHERE s.workflow_run_id = $1",
             STEP_COLUMNS.split(", ").map(|c| format!("s.{c}")).collect::<Vec<_>>().join(", ")
         ))
