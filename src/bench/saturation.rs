@@ -200,7 +200,12 @@ async fn watch(conn: &mut sqlx::PgConnection, l: &Loop) -> anyhow::Result<()> {
             progress = Instant::now();
         } else {
             let rows: Vec<(String, DateTime<Utc>)> = match sqlx::query_as(
-                "SELECT id, finished_at FROM workflow_runs WHERE id = ANY($1) AND finished_at IS NOT NULL",
+                // The ids are all an index may look up (OFFSET 0): given
+                // `finished_at IS NOT NULL` too, a generic plan walked every
+                // finished run (3.8 ms a poll, pg_stat_statements), CPU taken
+                // from the system under test.
+                "SELECT id, finished_at FROM (SELECT id, finished_at FROM workflow_runs WHERE id = ANY($1) OFFSET 0) r
+                  WHERE finished_at IS NOT NULL",
             )
             .bind(&ids)
             .fetch_all(&mut *conn)
