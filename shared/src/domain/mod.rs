@@ -5,6 +5,7 @@ pub mod event_key;
 pub mod expression_budget;
 pub mod field_errors;
 pub mod job;
+pub mod notification;
 pub mod payload_schema;
 pub mod result;
 pub mod retry;
