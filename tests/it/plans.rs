@@ -36,6 +36,9 @@ fn completed() -> Outcome {
         attempt_started_at: Utc::now(),
         trace: json!({}),
         webhook_url: None,
+        job_id: "job_j".into(),
+        project_id: "proj_p".into(),
+        attempt: 1,
         workflow_step_run_id: None,
     }
 }

@@ -260,3 +260,79 @@ async fn a_refused_job_run_webhook_is_dropped_without_a_record() {
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(hooks.count(), 1, "a 4xx is not retried");
 }
+
+/// Every way a run ends writes the same two notifications in the
+/// transaction that ends it: its job's terminal webhook and its event to
+/// the subscriptions that name it, each saying what the run's row says,
+/// with the time as `YYYY-MM-DDTHH:MM:SS.mmmZ` (an outcome of the worker,
+/// a cancel, the scheduler's expiry, the worker's expiry at claim).
+#[tokio::test]
+async fn every_way_a_run_ends_notifies_alike() {
+    let env = TestEnv::start().await;
+    let target = Target::start().await;
+    let project = env.project().await;
+    let sub = subscribe(&env, &project, "http://127.0.0.1:9/sub", json!(["*"])).await;
+    let hook = "http://127.0.0.1:9/hook";
+    let expiring =
+        env.job_in(&project, &target.url, json!({"name": "expiring", "webhook_url": hook, "run_ttl_secs": 1})).await;
+    let expiring = expiring["id"].as_str().unwrap();
+    let plain = env.job_in(&project, &target.url, json!({"name": "plain", "webhook_url": hook})).await;
+    let now = chrono::Utc::now();
+
+    let stale = env.trigger(expiring, json!({})).await["id"].as_str().unwrap().to_string();
+    let delayed = env.trigger(expiring, json!({"delay_secs": 5})).await["id"].as_str().unwrap().to_string();
+    let later = env.trigger(expiring, json!({"delay_secs": 3600})).await["id"].as_str().unwrap().to_string();
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let expired = switchyard_shared::store::runs::expire_unstarted(&env.pool, std::slice::from_ref(&stale));
+    assert_eq!(expired.await.unwrap(), 1);
+    assert_eq!(env.scheduler().expire_once(now + chrono::Duration::seconds(10)).await.unwrap(), 1);
+    assert_eq!(env.post(&format!("/v1/runs/{later}/cancel"), json!({})).await.0, 200);
+    let done = env.trigger(plain["id"].as_str().unwrap(), json!({})).await["id"].as_str().unwrap().to_string();
+    env.spawn_worker();
+    env.wait_status(&done, "completed", T).await;
+
+    for (id, status) in [(&stale, "expired"), (&delayed, "expired"), (&later, "cancelled"), (&done, "completed")] {
+        let run = env.run(id).await;
+        assert_eq!(run["status"], status);
+        let rows: Vec<(String, String, Value, i32, String, Option<String>)> = sqlx::query_as(
+            "SELECT kind, event_type, payload, max_attempts, url, subscription_id FROM webhook_deliveries
+              WHERE run_id = $1 ORDER BY kind",
+        )
+        .bind(id)
+        .fetch_all(&env.pool)
+        .await
+        .unwrap();
+        assert_eq!(rows.len(), 2, "{status}: {rows:#?}");
+        let event = format!("run.{status}");
+        let (kind, event_type, mut payload, attempts, url, sub_id) = rows[0].clone();
+        assert_eq!(
+            (kind.as_str(), event_type.as_str(), attempts, url.as_str(), sub_id),
+            ("job_run", &*event, 3, hook, None)
+        );
+        let at = payload.as_object_mut().unwrap().remove("timestamp").unwrap();
+        assert!(is_millis_utc(&at), "{at}");
+        let data = json!({
+            "run_id": id, "job_id": run["job_id"], "status": status, "attempt": run["attempt"],
+            "result": run["result"], "error": run["error"],
+        });
+        let mut flat = data.clone();
+        flat["project_id"] = json!(project);
+        assert_eq!(payload, flat, "{status}");
+
+        let (kind, event_type, mut payload, attempts, url, sub_id) = rows[1].clone();
+        assert_eq!(
+            (kind.as_str(), event_type.as_str(), attempts, url.as_str(), sub_id.as_deref()),
+            ("subscription", &*event, 5, "http://127.0.0.1:9/sub", sub["id"].as_str())
+        );
+        let at = payload.as_object_mut().unwrap().remove("occurred_at").unwrap();
+        assert!(is_millis_utc(&at), "{at}");
+        assert_eq!(payload, json!({"event_type": event, "project_id": project, "data": data}), "{status}");
+    }
+}
+
+/// `2024-05-01T09:30:00.250Z`, as every payload writes a time.
+fn is_millis_utc(v: &Value) -> bool {
+    v.as_str().is_some_and(|s| {
+        s.len() == 24 && s.ends_with('Z') && &s[19..20] == "." && chrono::DateTime::parse_from_rfc3339(s).is_ok()
+    })
+}

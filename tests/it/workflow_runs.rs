@@ -558,6 +558,9 @@ async fn a_crash_between_a_steps_outcome_and_the_next_enqueue_loses_and_doubles_
         attempt_started_at: Utc::now(),
         trace: json!({}),
         webhook_url: None,
+        job_id: j.clone(),
+        project_id: project.clone(),
+        attempt: 1,
         workflow_step_run_id: step(&r, "a")["id"].as_str().map(str::to_string),
     };
     let (recorded, pending) =

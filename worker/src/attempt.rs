@@ -181,6 +181,9 @@ async fn handle(w: &Inner, entry: &Entry, key: u64, dequeue: Duration) {
         attempt_started_at: claimed_at,
         trace: trace.to_json(),
         webhook_url: spec.as_ref().ok().and_then(|s| s.webhook_url.clone()).filter(|u| !u.is_empty()),
+        job_id: run.job_id.clone(),
+        project_id: run.project_id.clone(),
+        attempt: run.attempt,
         workflow_step_run_id: run.workflow_step_run_id.clone(),
     };
     let recorded = record::finish_attempt(&w.finisher, &run.id, run.dispatch_token, &outcome).await;

@@ -1,20 +1,28 @@
 //! The delivery outbox (migration 0011) and webhook subscriptions.
 //!
-//! Deliveries are written by the statements that make what they report
-//! (`sy_run_ended_deliveries` for runs, [`workflow_run_ended`] for workflow
-//! runs); the sender loop claims the due ones ([`claim_due`]), sends them
-//! and records each pass's attempts ([`record_attempts`]). Each kind keeps its own
-//! rules ([`Kind`]).
+//! Deliveries are written by the statement (or in the transaction) that
+//! makes what they report, with payloads built in Rust
+//! (`domain::notification`): a run's end by the statement that records a
+//! worker's outcomes (`runs::finish_many`, through [`runs_ended_ctes`]) or
+//! by [`runs_ended`] after the others that end runs; a workflow run's end
+//! by [`workflow_run_ended`]. (A step's stage changes are still written by
+//! the trigger of migration 0016.) The sender loop claims the due ones
+//! ([`claim_due`]), sends them and records each pass's attempts
+//! ([`record_attempts`]). Each kind keeps its own rules ([`Kind`]).
 
 use std::sync::LazyLock;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use serde_json::{json, Value};
+use serde_json::Value;
 use sqlx::types::Json;
 use sqlx::{PgConnection, PgPool};
 
+use super::runs::Run;
 use super::Tenant;
+use crate::domain::notification::{
+    self, Event, EventTriggerNotice, EventTriggerOutcome, RunEnded, RunWebhook, WorkflowRunEnded,
+};
 
 /// What a delivery reports, and so how it is retried.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -140,19 +148,143 @@ pub async fn claim_due(pool: &PgPool, limit: i64, hold: Duration) -> Result<Vec<
     sqlx::query_as(&CLAIM_DUE_SQL).bind(limit).bind(hold.as_secs_f64()).fetch_all(pool).await
 }
 
-/// The CTE `dlv` that writes the deliveries of the runs `source` ended
-/// (rows with id, job_id, project_id, status, attempt, result, error; the
-/// webhook URL is read from each job), for the statements that end runs
-/// outside the worker's outcomes. The statement must read `dlv` (a cross
-/// join: it is one row) for Postgres to run it.
-pub(super) fn ended_cte(source: &str, filter: &str) -> String {
+/// The deliveries of runs that ended, one row per run as the statements
+/// that write them bind it ([`runs_ended_ctes`]): the run's event (to the
+/// subscriptions that name it) and its terminal webhook, built in Rust.
+#[derive(Default)]
+pub(super) struct RunsEnded {
+    run_ids: Vec<String>,
+    job_ids: Vec<String>,
+    project_ids: Vec<String>,
+    event_types: Vec<String>,
+    /// Where the terminal webhook goes, when the caller knows
+    /// ([`HookUrl::Known`]); otherwise NULL.
+    hook_urls: Vec<Option<String>>,
+    /// The terminal webhook; NULL: none.
+    hooks: Vec<Option<Json<Value>>>,
+    events: Vec<Json<Value>>,
+}
+
+/// Where a run's terminal webhook goes.
+pub(super) enum HookUrl<'a> {
+    /// Nowhere: the job has no webhook_url.
+    Absent,
+    /// The job's webhook_url, as the caller read it.
+    Known(&'a str),
+    /// The job's webhook_url, read with the job by the statement that
+    /// writes the delivery.
+    OfJob,
+}
+
+impl RunsEnded {
+    pub(super) fn push(&mut self, project_id: &str, run: RunEnded, hook: HookUrl<'_>, at: DateTime<Utc>) {
+        let (url, hook) = match hook {
+            HookUrl::Absent => (None, false),
+            HookUrl::Known(url) => (Some(url.to_string()), true),
+            HookUrl::OfJob => (None, true),
+        };
+        self.hook_urls.push(url);
+        self.hooks.push(hook.then(|| Json(RunWebhook { run: &run, project_id, timestamp: at }.to_value())));
+        self.run_ids.push(run.run_id.clone());
+        self.job_ids.push(run.job_id.clone());
+        self.project_ids.push(project_id.to_string());
+        let event = Event::RunEnded(run);
+        self.event_types.push(event.event_type());
+        self.events.push(Json(event.envelope(project_id, at)));
+    }
+
+    /// Binds the rows in the order [`runs_ended_ctes`] reads them.
+    pub(super) fn bind<'q, O>(
+        self,
+        q: sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments>,
+    ) -> sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments> {
+        q.bind(self.run_ids)
+            .bind(self.job_ids)
+            .bind(self.project_ids)
+            .bind(self.event_types)
+            .bind(self.hook_urls)
+            .bind(self.hooks)
+            .bind(self.events)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.run_ids.is_empty()
+    }
+}
+
+/// A run's end as its notifications tell it.
+pub(super) fn run_ended(run: &Run) -> RunEnded {
+    RunEnded {
+        run_id: run.id.clone(),
+        job_id: run.job_id.clone(),
+        status: run.status.as_str().to_string(),
+        attempt: run.attempt,
+        result: run.result.as_ref().map(|r| r.0.clone()),
+        error: run.error.clone(),
+    }
+}
+
+/// The CTEs that write the deliveries of [`RunsEnded`] bound from `$p` on:
+/// `ended` (its rows; only those of the runs `fence` selects, when given),
+/// `hooks` (the terminal webhooks, 3 attempts) and `events` (one delivery
+/// per active subscription of the run's project that names its event or
+/// `*`, 5 attempts). A webhook's URL is the row's, or with `of_job` the
+/// job's `webhook_url` (none when it has none).
+pub(super) fn runs_ended_ctes(p: usize, fence: Option<&str>, of_job: bool) -> String {
+    let fence = fence.map(|f| format!("WHERE n.run_id IN ({f})")).unwrap_or_default();
+    let (url, jobs) =
+        if of_job { ("j.spec->>'webhook_url'", "JOIN jobs j ON j.id = n.job_id") } else { ("n.hook_url", "") };
     format!(
-        "dlv AS (
-            SELECT sy_run_ended_deliveries(array_agg(id), array_agg(job_id), array_agg(project_id), array_agg(status),
-                array_agg(attempt), array_agg(result), array_agg(error), array_agg(NULL::text)) AS delivered
-              FROM {source} WHERE {filter}
-         )"
+        "ended AS (
+            SELECT n.* FROM UNNEST(${p}::text[], ${}::text[], ${}::text[], ${}::text[], ${}::text[], ${}::jsonb[],
+                ${}::jsonb[]) AS n (run_id, job_id, project_id, event_type, hook_url, hook, event)
+            {fence}
+         ), hooks AS (
+            INSERT INTO webhook_deliveries (id, project_id, kind, url, event_type, payload, max_attempts, job_id, run_id)
+            SELECT sy_time_id('whd'), n.project_id, 'job_run', {url}, n.event_type, n.hook, {}, n.job_id, n.run_id
+              FROM ended n {jobs}
+             WHERE n.hook IS NOT NULL AND coalesce({url}, '') <> ''
+         ), events AS (
+            INSERT INTO webhook_deliveries (id, project_id, kind, url, event_type, payload, max_attempts, subscription_id,
+                job_id, run_id)
+            SELECT sy_time_id('whd'), n.project_id, 'subscription', s.url, n.event_type, n.event, {}, s.id, n.job_id,
+                   n.run_id
+              FROM ended n JOIN webhook_subscriptions s ON s.project_id = n.project_id AND s.active
+             WHERE s.event_types && ARRAY[n.event_type, '*']
+         )",
+        p + 1,
+        p + 2,
+        p + 3,
+        p + 4,
+        p + 5,
+        p + 6,
+        notification::JOB_RUN_ATTEMPTS,
+        notification::ATTEMPTS,
     )
+}
+
+/// [`runs_ended_ctes`]'s statement on its own, for the statements that end
+/// runs outside the worker's outcomes (cancels, expiry, dependency
+/// failures): in the caller's transaction, right after the statement that
+/// ended `runs`, each run's webhook URL read from its job.
+static RUNS_ENDED_SQL: LazyLock<String> = LazyLock::new(|| format!("WITH {} SELECT 1", runs_ended_ctes(1, None, true)));
+
+/// Writes the deliveries of `runs`, which the caller's transaction just
+/// ended (see [`RUNS_ENDED_SQL`]).
+pub(super) async fn runs_ended<'r>(
+    conn: &mut PgConnection,
+    runs: impl IntoIterator<Item = &'r Run>,
+) -> Result<(), sqlx::Error> {
+    let at = Utc::now();
+    let mut rows = RunsEnded::default();
+    for run in runs {
+        rows.push(&run.project_id, run_ended(run), HookUrl::OfJob, at);
+    }
+    if rows.is_empty() {
+        return Ok(());
+    }
+    rows.bind(sqlx::query_as::<_, (i32,)>(&RUNS_ENDED_SQL)).fetch_optional(conn).await?;
+    Ok(())
 }
 
 /// How one attempt went.
@@ -322,25 +454,23 @@ pub async fn workflow_run_ended(
     status: &str,
     error: Option<&str>,
 ) -> Result<(), sqlx::Error> {
-    let event = match status {
-        "completed" => "workflow_run.completed",
-        "cancelled" => "workflow_run.cancelled",
-        _ => "workflow_run.failed",
-    };
-    let data = json!({ "workflow_run_id": run_id, "workflow_id": workflow_id, "status": status, "error": error });
-    sqlx::query(
+    let event = Event::WorkflowRunEnded(WorkflowRunEnded {
+        workflow_run_id: run_id.to_string(),
+        workflow_id: workflow_id.to_string(),
+        status: status.to_string(),
+        error: error.map(str::to_string),
+    });
+    sqlx::query(&format!(
         "INSERT INTO webhook_deliveries (id, project_id, kind, url, event_type, payload, max_attempts, subscription_id,
             workflow_run_id)
-         SELECT sy_time_id('whd'), $1, 'subscription', s.url, $2,
-                jsonb_build_object('event_type', $2, 'project_id', $1, 'data', $3::jsonb,
-                    'occurred_at', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')),
-                5, s.id, $4
+         SELECT sy_time_id('whd'), $1, 'subscription', s.url, $2, $3, {}, s.id, $4
            FROM webhook_subscriptions s
           WHERE s.project_id = $1 AND s.active AND s.event_types && ARRAY[$2, '*']",
-    )
+        notification::ATTEMPTS
+    ))
     .bind(project_id)
-    .bind(event)
-    .bind(Json(data))
+    .bind(event.event_type())
+    .bind(Json(event.envelope(project_id, Utc::now())))
     .bind(run_id)
     .execute(conn)
     .await?;
@@ -360,21 +490,51 @@ pub async fn event_trigger_timed_out(
     step_ref: &str,
     event_key: &str,
 ) -> Result<(), sqlx::Error> {
-    let payload = json!({
-        "event_trigger_id": step_run_id, "workflow_run_id": workflow_run_id, "step_ref": step_ref,
-        "event_key": event_key, "outcome": "timed_out", "event_payload": null,
-        "timestamp": Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
-    });
-    sqlx::query(
+    let notice = EventTriggerNotice {
+        event_trigger_id: step_run_id.to_string(),
+        workflow_run_id: workflow_run_id.to_string(),
+        step_ref: step_ref.to_string(),
+        event_key: event_key.to_string(),
+        outcome: EventTriggerOutcome::TimedOut,
+        event_payload: None,
+        timestamp: Utc::now(),
+    };
+    event_trigger_notices(conn, project_id, vec![(url.to_string(), notice)]).await
+}
+
+/// Writes event-trigger notices, each to its URL (kind `event_trigger`).
+async fn event_trigger_notices(
+    conn: &mut PgConnection,
+    project_id: &str,
+    notices: Vec<(String, EventTriggerNotice)>,
+) -> Result<(), sqlx::Error> {
+    if notices.is_empty() {
+        return Ok(());
+    }
+    let (mut urls, mut types, mut payloads, mut runs, mut triggers) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (url, n) in notices {
+        urls.push(url);
+        types.push(n.event_type());
+        payloads.push(Json(n.to_value()));
+        runs.push(n.workflow_run_id);
+        triggers.push(n.event_trigger_id);
+    }
+    sqlx::query(&format!(
         "INSERT INTO webhook_deliveries (id, project_id, kind, url, event_type, payload, max_attempts, workflow_run_id,
             event_trigger_id)
-         VALUES (sy_time_id('whd'), $1, 'event_trigger', $2, 'event_trigger.timed_out', $3, 5, $4, $5)",
-    )
+         SELECT sy_time_id('whd'), $1, 'event_trigger', t.url, t.event_type, t.payload, {}, t.workflow_run_id,
+                t.event_trigger_id
+           FROM UNNEST($2::text[], $3::text[], $4::jsonb[], $5::text[], $6::text[])
+                AS t (url, event_type, payload, workflow_run_id, event_trigger_id)",
+        notification::ATTEMPTS
+    ))
     .bind(project_id)
-    .bind(url)
-    .bind(Json(payload))
-    .bind(workflow_run_id)
-    .bind(step_run_id)
+    .bind(urls)
+    .bind(types)
+    .bind(payloads)
+    .bind(runs)
+    .bind(triggers)
     .execute(conn)
     .await?;
     Ok(())

@@ -187,9 +187,9 @@ pub async fn any_awaiting_dependencies(pool: &PgPool) -> Result<bool, sqlx::Erro
         .await
 }
 
-/// Applies resolutions to runs locked by [`lock_resolvable`]. Returns the
-/// runs after the change (those that were still blocked), with the status
-/// each left.
+/// Applies resolutions to runs locked by [`lock_resolvable`], and writes
+/// the notifications of those that failed. Returns the runs after the
+/// change (those that were still blocked), with the status each left.
 pub async fn apply_resolutions(
     conn: &mut PgConnection,
     decisions: &[(String, Resolution)],
@@ -225,16 +225,16 @@ pub async fn apply_resolutions(
             SELECT id, 'pending', status, attempt,
                 CASE WHEN status = 'failed' THEN error ELSE 'dependencies completed' END
             FROM u WHERE status <> 'pending'
-         ), {}
-         SELECT {RUN_COLUMNS} FROM u CROSS JOIN dlv",
-        super::deliveries::ended_cte("u", "status = 'failed'")
+         )
+         SELECT {RUN_COLUMNS} FROM u"
     ))
     .bind(&ids)
     .bind(&statuses)
     .bind(&errors)
     .bind(&times)
-    .fetch_all(conn)
+    .fetch_all(&mut *conn)
     .await?;
+    super::deliveries::runs_ended(conn, rows.iter().filter(|r| r.status == RunStatus::Failed)).await?;
     for r in &rows {
         if r.status != RunStatus::Pending {
             crate::telemetry::transition(Some("pending"), r.status.as_str());
@@ -244,7 +244,8 @@ pub async fn apply_resolutions(
 }
 
 /// Marks `expired` up to `limit` runs that have not started and whose
-/// expires_at is at or before `now`. Returns them (to drop their entries).
+/// expires_at is at or before `now`, with their notifications, in one
+/// transaction. Returns them (to drop their entries).
 pub async fn expire_due(pool: &PgPool, now: DateTime<Utc>, limit: i64) -> Result<Vec<Changed>, sqlx::Error> {
     #[derive(sqlx::FromRow)]
     struct Row {
@@ -252,6 +253,7 @@ pub async fn expire_due(pool: &PgPool, now: DateTime<Utc>, limit: i64) -> Result
         run: Run,
         from_status: RunStatus,
     }
+    let mut tx = pool.begin().await?;
     let rows: Vec<Row> = sqlx::query_as(&format!(
         "WITH old AS (
             SELECT id, status FROM job_runs
@@ -267,14 +269,15 @@ pub async fn expire_due(pool: &PgPool, now: DateTime<Utc>, limit: i64) -> Result
          ), ev AS (
             INSERT INTO job_run_events (run_id, from_status, to_status, attempt, reason)
             SELECT id, from_status, 'expired', attempt, 'not started before expires_at' FROM u
-         ), {}
-         SELECT {RUN_COLUMNS}, from_status FROM u CROSS JOIN dlv",
-        super::deliveries::ended_cte("u", "true")
+         )
+         SELECT {RUN_COLUMNS}, from_status FROM u"
     ))
     .bind(now)
     .bind(limit)
-    .fetch_all(pool)
+    .fetch_all(&mut *tx)
     .await?;
+    super::deliveries::runs_ended(&mut tx, rows.iter().map(|r| &r.run)).await?;
+    tx.commit().await?;
     for r in &rows {
         crate::telemetry::transition(Some(r.from_status.as_str()), "expired");
     }

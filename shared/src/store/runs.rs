@@ -7,6 +7,8 @@ use serde_json::Value;
 use sqlx::types::Json;
 use sqlx::{PgConnection, PgPool};
 
+use super::deliveries::HookUrl;
+use crate::domain::notification::RunEnded;
 use crate::domain::{schedule, trigger, RunStatus};
 use crate::queue::Entry;
 
@@ -499,6 +501,13 @@ pub struct Outcome {
     /// The job's webhook_url, when it has one: a terminal outcome then
     /// writes the run's webhook delivery in the statement that records it.
     pub webhook_url: Option<String>,
+    /// The run's job and project, and the attempt this outcome ends (the
+    /// run's attempt once it is recorded): what a terminal outcome's
+    /// notifications name, built before the statement that records it
+    /// (`domain::notification`). Not written.
+    pub job_id: String,
+    pub project_id: String,
+    pub attempt: i32,
     /// The workflow step the run is the job run of: its workflow run moves
     /// on in the transaction that records a terminal outcome
     /// (`store::step_outcomes`). Not written.
@@ -527,6 +536,46 @@ pub async fn finish_many(pool: &PgPool, items: Vec<(String, i64, Outcome)>) -> R
     finish_many_in(&mut *pool.acquire().await?, items).await
 }
 
+/// [`finish_many_in`]'s statement: the outcomes ($1-$12), and the
+/// notifications of the terminal ones ($13-$19), written for the runs it
+/// records, all in one round trip per batch.
+///
+/// Written so that the ids are the only thing an index can look up (see
+/// `db::worker_pool`): `r.id = ANY($1)` besides the join, and the fence as
+/// a CASE, from which the planner derives no condition on `status`. Given
+/// one, a plan made while the table was new used it to hash the batch
+/// against every active run, at a cost that grew with the table (2,600
+/// buffer reads per batch of 14 in the benchmark).
+static FINISH_MANY_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "WITH input AS (
+            SELECT * FROM UNNEST($1::text[], $2::int8[], $3::text[], $4::jsonb[], $5::text[], $6::text[],
+                $7::timestamptz[], $8::jsonb[], $9::bool[], $10::int4[], $11::text[], $12::timestamptz[])
+              AS t(id, token, status, result, error, error_class, next_retry_at, trace, terminal,
+                   status_code, endpoint_url, started_at)
+        ), u AS (
+            UPDATE job_runs r SET status = i.status, result = i.result, error = i.error,
+                error_class = i.error_class, next_retry_at = i.next_retry_at, execution_trace = i.trace,
+                finished_at = CASE WHEN i.terminal THEN now() ELSE NULL END,
+                attempt = CASE WHEN r.status = 'queued' THEN r.attempt + 1 ELSE r.attempt END,
+                started_at = CASE WHEN r.status = 'queued' THEN i.started_at ELSE r.started_at END,
+                async_accepted_at = CASE WHEN r.status = 'queued' THEN NULL ELSE r.async_accepted_at END,
+                dispatch_token = i.token
+            FROM input i
+            WHERE r.id = ANY($1) AND r.id = i.id
+              AND CASE r.status WHEN 'queued' THEN r.dispatch_token = i.token - 1
+                                WHEN 'running' THEN r.dispatch_token = i.token END
+            RETURNING r.id, r.attempt, i.status, i.error, i.status_code, i.endpoint_url, i.started_at, i.trace
+        ), a AS (
+            INSERT INTO job_run_attempts (run_id, attempt, outcome, status_code, error, endpoint_url,
+                started_at, finished_at, trace)
+            SELECT id, attempt, status, status_code, error, endpoint_url, started_at, now(), trace FROM u
+        ), {}
+        SELECT id, status FROM u",
+        super::deliveries::runs_ended_ctes(13, Some("SELECT id FROM u"), false)
+    )
+});
+
 /// [`finish_many`] in the caller's transaction (see `store::step_outcomes`).
 pub async fn finish_many_in(
     conn: &mut PgConnection,
@@ -545,8 +594,26 @@ pub async fn finish_many_in(
     let mut codes = Vec::with_capacity(n);
     let mut urls = Vec::with_capacity(n);
     let mut starts = Vec::with_capacity(n);
-    let mut hooks = Vec::with_capacity(n);
+    // The notifications of the terminal outcomes, built here and written
+    // by the statement for the runs it records (`deliveries::RunsEnded`).
+    let at = Utc::now();
+    let mut ended = super::deliveries::RunsEnded::default();
     for (id, token, o) in items {
+        if o.status.is_terminal() {
+            let run = RunEnded {
+                run_id: id.clone(),
+                job_id: o.job_id,
+                status: o.status.as_str().to_string(),
+                attempt: o.attempt,
+                result: o.result.clone(),
+                error: o.error.clone(),
+            };
+            let hook = match o.webhook_url.as_deref().filter(|u| !u.is_empty()) {
+                Some(url) => HookUrl::Known(url),
+                None => HookUrl::Absent,
+            };
+            ended.push(&o.project_id, run, hook, at);
+        }
         ids.push(id);
         tokens.push(token);
         statuses.push(o.status.as_str());
@@ -559,63 +626,21 @@ pub async fn finish_many_in(
         codes.push(o.status_code);
         urls.push(o.endpoint_url);
         starts.push(o.attempt_started_at);
-        hooks.push(o.webhook_url.unwrap_or_default());
     }
-    // Written so that the ids are the only thing an index can look up (see
-    // `db::worker_pool`): `r.id = ANY($1)` besides the join, and the fence
-    // as a CASE, from which the planner derives no condition on `status`.
-    // Given one, a plan made while the table was new used it to hash the
-    // batch against every active run, at a cost that grew with the table
-    // (2,600 buffer reads per batch of 14 in the benchmark).
-    let recorded: Vec<(String, String)> = sqlx::query_as(
-        "WITH input AS (
-            SELECT * FROM UNNEST($1::text[], $2::int8[], $3::text[], $4::jsonb[], $5::text[], $6::text[],
-                $7::timestamptz[], $8::jsonb[], $9::bool[], $10::int4[], $11::text[], $12::timestamptz[],
-                $13::text[])
-              AS t(id, token, status, result, error, error_class, next_retry_at, trace, terminal,
-                   status_code, endpoint_url, started_at, webhook_url)
-        ), u AS (
-            UPDATE job_runs r SET status = i.status, result = i.result, error = i.error,
-                error_class = i.error_class, next_retry_at = i.next_retry_at, execution_trace = i.trace,
-                finished_at = CASE WHEN i.terminal THEN now() ELSE NULL END,
-                attempt = CASE WHEN r.status = 'queued' THEN r.attempt + 1 ELSE r.attempt END,
-                started_at = CASE WHEN r.status = 'queued' THEN i.started_at ELSE r.started_at END,
-                async_accepted_at = CASE WHEN r.status = 'queued' THEN NULL ELSE r.async_accepted_at END,
-                dispatch_token = i.token
-            FROM input i
-            WHERE r.id = ANY($1) AND r.id = i.id
-              AND CASE r.status WHEN 'queued' THEN r.dispatch_token = i.token - 1
-                                WHEN 'running' THEN r.dispatch_token = i.token END
-            RETURNING r.id, r.attempt, i.status, i.error, i.status_code, i.endpoint_url, i.started_at, i.trace,
-                r.project_id, r.job_id, i.result, i.terminal, i.webhook_url
-        ), a AS (
-            INSERT INTO job_run_attempts (run_id, attempt, outcome, status_code, error, endpoint_url,
-                started_at, finished_at, trace)
-            SELECT id, attempt, status, status_code, error, endpoint_url, started_at, now(), trace FROM u
-        ), d AS (
-            -- The terminal webhooks and subscription events (migration 0011),
-            -- one call per batch.
-            SELECT sy_run_ended_deliveries(array_agg(id), array_agg(job_id), array_agg(project_id),
-                array_agg(status), array_agg(attempt), array_agg(result), array_agg(error), array_agg(webhook_url))
-              FROM u WHERE terminal
-        )
-        SELECT id, status FROM u CROSS JOIN d",
-    )
-    .bind(&ids)
-    .bind(&tokens)
-    .bind(&statuses)
-    .bind(&results)
-    .bind(&errors)
-    .bind(&classes)
-    .bind(&retry_ats)
-    .bind(&traces)
-    .bind(&terminals)
-    .bind(&codes)
-    .bind(&urls)
-    .bind(&starts)
-    .bind(&hooks)
-    .fetch_all(conn)
-    .await?;
+    let q = sqlx::query_as(&FINISH_MANY_SQL)
+        .bind(&ids)
+        .bind(&tokens)
+        .bind(&statuses)
+        .bind(&results)
+        .bind(&errors)
+        .bind(&classes)
+        .bind(&retry_ats)
+        .bind(&traces)
+        .bind(&terminals)
+        .bind(&codes)
+        .bind(&urls)
+        .bind(&starts);
+    let recorded: Vec<(String, String)> = ended.bind(q).fetch_all(conn).await?;
     let done: std::collections::HashSet<String> = recorded
         .into_iter()
         .map(|(id, status)| {
@@ -774,29 +799,32 @@ pub async fn mark_running_for_attempt(pool: &PgPool, run_id: &str, attempt: i32)
 }
 
 /// Marks runs that were not started before their `expires_at` (found by
-/// [`load_for_dispatch`]) `expired`. Returns how many it marked.
+/// [`load_for_dispatch`]) `expired`, with their notifications, in one
+/// transaction. Returns how many it marked.
 pub async fn expire_unstarted(pool: &PgPool, ids: &[String]) -> Result<u64, sqlx::Error> {
-    let n: i64 = sqlx::query_scalar(&format!(
+    let mut tx = pool.begin().await?;
+    let expired: Vec<Run> = sqlx::query_as(&format!(
         "WITH u AS (
             UPDATE job_runs SET status = 'expired', finished_at = now(), next_retry_at = NULL,
                 error = 'not started within the job''s run_ttl_secs', error_class = 'expired'
             WHERE id = ANY($1) AND status = 'queued' AND started_at IS NULL
               AND expires_at IS NOT NULL AND expires_at <= now()
-            RETURNING id, attempt, job_id, project_id, status, result, error
+            RETURNING *
         ), ev AS (
             INSERT INTO job_run_events (run_id, from_status, to_status, attempt, reason)
             SELECT id, 'queued', 'expired', attempt, 'not started before expires_at' FROM u
-        ), {}
-        SELECT count(*) FROM u CROSS JOIN dlv",
-        super::deliveries::ended_cte("u", "true")
+        )
+        SELECT {RUN_COLUMNS} FROM u"
     ))
     .bind(ids)
-    .fetch_one(pool)
+    .fetch_all(&mut *tx)
     .await?;
-    for _ in 0..n {
+    super::deliveries::runs_ended(&mut tx, &expired).await?;
+    tx.commit().await?;
+    for _ in &expired {
         crate::telemetry::transition(Some("queued"), "expired");
     }
-    Ok(n as u64)
+    Ok(expired.len() as u64)
 }
 
 /// Moves runs whose time has come from `retrying` or `pending` (a delay) to

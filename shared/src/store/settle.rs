@@ -143,6 +143,9 @@ pub async fn settle(
         attempt_started_at: run.started_at.unwrap_or(now),
         trace: run.execution_trace.as_ref().map(|t| t.0.clone()).unwrap_or_else(|| json!({})),
         webhook_url: spec.webhook_url.clone().filter(|u| !u.is_empty()),
+        job_id: run.job_id.clone(),
+        project_id: run.project_id.clone(),
+        attempt: run.attempt,
         workflow_step_run_id: None,
     };
     if !runs::finish_attempt(pool, &run.id, run.dispatch_token, &outcome).await? {

@@ -7,7 +7,8 @@
 //!
 //! Every function here writes the new status and its `job_run_events` row
 //! in one statement (a restart also deletes the checkpoints, state and
-//! outputs of the run's earlier life), returns each run it moved with the
+//! outputs of the run's earlier life; a cancel's notifications follow in
+//! the same transaction), returns each run it moved with the
 //! status it left ([`Changed`]), and counts the move in
 //! `svc_run_transitions_total` under that status. Queue entries are the
 //! caller's to move once the rows are committed ([`drop_entries`] for
@@ -45,9 +46,8 @@ struct ChangedRow {
     from_status: RunStatus,
 }
 
-/// Turns the rows a statement moved into [`Changed`], counting each move.
-fn counted(rows: Vec<ChangedRow>) -> Vec<Changed> {
-    let changed: Vec<Changed> = rows.into_iter().map(|r| Changed { run: r.run, from: r.from_status }).collect();
+/// Counts each move of `changed`, once committed.
+fn counted(changed: Vec<Changed>) -> Vec<Changed> {
     count(&changed);
     changed
 }
@@ -77,7 +77,8 @@ impl Staged {
 }
 
 /// The cancellation of `old` (a CTE of `id, status` rows, locked), with
-/// the reason `$2`, returning every moved run and its old status.
+/// the reason `$2`, returning every moved run and its old status. Its
+/// notifications are [`cancelled`]'s to write, in the same transaction.
 fn cancel_sql(old: &str) -> String {
     format!(
         "WITH {old}, u AS (
@@ -87,10 +88,16 @@ fn cancel_sql(old: &str) -> String {
          ), ev AS (
             INSERT INTO job_run_events (run_id, from_status, to_status, attempt, reason)
             SELECT id, from_status, 'cancelled', attempt, $2 FROM u
-         ), {}
-         SELECT {RUN_COLUMNS}, from_status FROM u CROSS JOIN dlv",
-        super::deliveries::ended_cte("u", "true")
+         )
+         SELECT {RUN_COLUMNS}, from_status FROM u"
     )
+}
+
+/// Writes the notifications of the runs a [`cancel_sql`] statement
+/// cancelled, in its transaction.
+async fn cancelled(conn: &mut PgConnection, rows: Vec<ChangedRow>) -> Result<Vec<Changed>, sqlx::Error> {
+    super::deliveries::runs_ended(conn, rows.iter().map(|r| &r.run)).await?;
+    Ok(rows.into_iter().map(|r| Changed { run: r.run, from: r.from_status }).collect())
 }
 
 /// What [`cancel`] did to one run.
@@ -120,15 +127,18 @@ pub async fn cancel_many(
     reason: &str,
 ) -> Result<Vec<Changed>, sqlx::Error> {
     let statuses: Vec<RunStatus> = statuses.iter().copied().filter(|s| !s.is_terminal()).collect();
+    let mut tx = pool.begin().await?;
     let rows: Vec<ChangedRow> = sqlx::query_as(&cancel_sql(
         "old AS (SELECT id, status FROM job_runs WHERE id = ANY($1) AND status = ANY($3) FOR UPDATE)",
     ))
     .bind(ids)
     .bind(reason)
     .bind(&statuses)
-    .fetch_all(pool)
+    .fetch_all(&mut *tx)
     .await?;
-    Ok(counted(rows))
+    let changed = cancelled(&mut tx, rows).await?;
+    tx.commit().await?;
+    Ok(counted(changed))
 }
 
 /// [`cancel_many`] of unfinished runs in the caller's transaction (a
@@ -145,9 +155,9 @@ pub async fn cancel_in(conn: &mut PgConnection, ids: &[String], reason: &str) ->
     )))
     .bind(ids)
     .bind(reason)
-    .fetch_all(conn)
+    .fetch_all(&mut *conn)
     .await?;
-    Ok(Staged(rows.into_iter().map(|r| Changed { run: r.run, from: r.from_status }).collect()))
+    Ok(Staged(cancelled(conn, rows).await?))
 }
 
 /// Cancels the unfinished descendants of the runs `parents` (parent_run_id,
@@ -158,6 +168,7 @@ pub async fn cancel_descendants(pool: &PgPool, parents: &[String], reason: &str)
     if parents.is_empty() {
         return Ok(Vec::new());
     }
+    let mut tx = pool.begin().await?;
     let rows: Vec<ChangedRow> = sqlx::query_as(&cancel_sql(concat!(
         "RECURSIVE tree (id, depth) AS (
             SELECT id, 1 FROM job_runs WHERE parent_run_id = ANY($1)
@@ -173,9 +184,11 @@ pub async fn cancel_descendants(pool: &PgPool, parents: &[String], reason: &str)
     .bind(parents)
     .bind(format!("{reason} (with its parent run)"))
     .bind(MAX_LINEAGE_DEPTH)
-    .fetch_all(pool)
+    .fetch_all(&mut *tx)
     .await?;
-    let changed = counted(rows);
+    let changed = cancelled(&mut tx, rows).await?;
+    tx.commit().await?;
+    let changed = counted(changed);
     if !changed.is_empty() {
         metrics::counter!(BULK_CHILD_CANCELLATIONS).increment(changed.len() as u64);
     }
@@ -195,9 +208,9 @@ pub async fn cancel_job_runs(conn: &mut PgConnection, job_id: &str, reason: &str
     )))
     .bind(job_id)
     .bind(reason)
-    .fetch_all(conn)
+    .fetch_all(&mut *conn)
     .await?;
-    Ok(Staged(rows.into_iter().map(|r| Changed { run: r.run, from: r.from_status }).collect()))
+    Ok(Staged(cancelled(conn, rows).await?))
 }
 
 /// Drops the queue entries of cancelled runs, once their rows are
@@ -262,5 +275,5 @@ pub async fn restart(
     .fetch_all(&mut *tx)
     .await?;
     tx.commit().await?;
-    Ok(counted(rows).pop())
+    Ok(counted(rows.into_iter().map(|r| Changed { run: r.run, from: r.from_status }).collect()).pop())
 }
