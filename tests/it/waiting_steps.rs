@@ -329,6 +329,87 @@ async fn stage_notifications_follow_each_step_through_its_stages() {
     }
 }
 
+/// The stage changes an event and a cancel make are sent like the
+/// engine's, from their own transactions: a wait_for_event step `waiting`,
+/// then `completed` by the event it waited for (its output the event's
+/// payload), an approval `waiting`, then `cancelled` with its run; each to
+/// the URL and to the named subscription, saying what the step's row says.
+#[tokio::test]
+async fn stage_notifications_follow_an_event_and_a_cancel() {
+    let env = TestEnv::start().await;
+    let hooks = Target::start().await;
+    let project = env.project().await;
+    let (s, sub) = env
+        .post(
+            "/v1/webhooks/subscriptions",
+            json!({"project_id": project, "webhook_url": "http://127.0.0.1:9/sub", "event_types": ["run.failed"], "secret": "s"}),
+        )
+        .await;
+    assert_eq!(s, 200, "{sub}");
+    let sub_id = sub["id"].as_str().unwrap();
+    let notify =
+        json!({"urls": [hooks.url], "subscription_ids": [sub_id], "stages": ["waiting", "completed", "cancelled"]});
+    let steps = json!([
+        {"step_ref": "paid", "event_key": "order.paid", "event_timeout_secs": 600, "stage_notifications": notify},
+        {"step_ref": "ok", "approval_approvers": ["ops"], "depends_on": ["paid"], "stage_notifications": notify},
+    ]);
+    let wf = workflow(&env, &project, json!({"steps": steps})).await;
+    env.spawn_scheduler();
+    let id = trigger(&env, &wf, json!({})).await["id"].as_str().unwrap().to_string();
+    wait_run(&env, &id, |r| step(r, "paid")["status"] == "waiting").await;
+    let event = json!({"project_id": project, "event_key": "order.paid", "payload": {"amount": 5}});
+    let (s, v) = env.post("/v1/events/dispatch", event).await;
+    assert_eq!((s, &v["resumed_steps"]), (200, &json!(1)), "{v}");
+    wait_run(&env, &id, |r| step(r, "ok")["status"] == "waiting").await;
+    assert_eq!(env.post(&format!("/v1/workflow-runs/{id}/cancel"), json!({})).await.0, 200);
+    let run = wait_status(&env, &id, "cancelled").await;
+
+    let rows: Vec<(String, String, Value, String, Option<String>)> = sqlx::query_as(
+        "SELECT kind, event_type, payload, url, subscription_id FROM webhook_deliveries
+          WHERE workflow_run_id = $1 AND event_type LIKE 'workflow_step.%' ORDER BY id",
+    )
+    .bind(&id)
+    .fetch_all(&env.pool)
+    .await
+    .unwrap();
+    let mut seen: Vec<(String, String, String)> = rows
+        .iter()
+        .map(|(kind, t, p, _, _)| (p["data"]["step_ref"].as_str().unwrap().into(), t.clone(), kind.clone()))
+        .collect();
+    seen.sort();
+    let mut want = Vec::new();
+    for (r, stage) in [("ok", "cancelled"), ("ok", "waiting"), ("paid", "completed"), ("paid", "waiting")] {
+        for kind in ["step_stage", "subscription"] {
+            want.push((r.to_string(), format!("workflow_step.{stage}"), kind.to_string()));
+        }
+    }
+    assert_eq!(seen, want);
+    for (kind, event_type, payload, url, sub) in &rows {
+        match kind.as_str() {
+            "step_stage" => assert_eq!((url.as_str(), sub.as_deref()), (hooks.url.as_str(), None)),
+            _ => assert_eq!((url.as_str(), sub.as_deref()), ("http://127.0.0.1:9/sub", Some(sub_id))),
+        }
+        assert_eq!((&payload["event_type"], &payload["project_id"]), (&json!(event_type), &json!(project)));
+        let at = payload["occurred_at"].as_str().unwrap();
+        assert!(at.len() == 24 && at.ends_with('Z') && chrono::DateTime::parse_from_rfc3339(at).is_ok(), "{at}");
+        let data = &payload["data"];
+        let s = step(&run, data["step_ref"].as_str().unwrap());
+        let stage = event_type.trim_start_matches("workflow_step.");
+        let (status, output, error) = match stage {
+            "waiting" => (json!("waiting"), Value::Null, Value::Null),
+            _ => (s["status"].clone(), s["output"].clone(), s["error"].clone()),
+        };
+        let want = json!({
+            "workflow_run_id": id, "workflow_id": wf["id"], "step_run_id": s["id"], "step_ref": s["step_ref"],
+            "step_type": s["step_type"], "stage": stage, "status": status, "attempt": s["attempt"],
+            "output": output, "error": error,
+        });
+        assert_eq!(data, &want, "{event_type}");
+    }
+    assert_eq!(step(&run, "paid")["output"], json!({"amount": 5}));
+    assert!(step(&run, "ok")["error"].is_string(), "the cancel says why");
+}
+
 /// A step with event_emit_key dispatches an event with its output when it
 /// completes: it resumes another run's wait and triggers the project's
 /// sources, once.

@@ -4,16 +4,19 @@
 //! makes what they report, with payloads built in Rust
 //! (`domain::notification`): a run's end by the statement that records a
 //! worker's outcomes (`runs::finish_many`, through [`runs_ended_ctes`]) or
-//! by [`runs_ended`] after the others that end runs; a workflow run's end
-//! by [`workflow_run_ended`]. (A step's stage changes are still written by
-//! the trigger of migration 0016.) The sender loop claims the due ones
-//! ([`claim_due`]), sends them and records each pass's attempts
-//! ([`record_attempts`]). Each kind keeps its own rules ([`Kind`]).
+//! by [`runs_ended`] after the others that end runs; a step's stage change
+//! by [`step_stages`] after each statement that changes a step's status;
+//! a workflow run's end by [`workflow_run_ended`]; a `wait_for_event`
+//! step's notice by [`event_trigger_timed_out`] and [`events_received`].
+//! The sender loop claims the due ones ([`claim_due`]), sends them and
+//! records each pass's attempts ([`record_attempts`]). Each kind keeps its
+//! own rules ([`Kind`]).
 
 use std::sync::LazyLock;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use serde::Deserialize;
 use serde_json::Value;
 use sqlx::types::Json;
 use sqlx::{PgConnection, PgPool};
@@ -21,8 +24,9 @@ use sqlx::{PgConnection, PgPool};
 use super::runs::Run;
 use super::Tenant;
 use crate::domain::notification::{
-    self, Event, EventTriggerNotice, EventTriggerOutcome, RunEnded, RunWebhook, WorkflowRunEnded,
+    self, Event, EventTriggerNotice, EventTriggerOutcome, RunEnded, RunWebhook, StepStage, WorkflowRunEnded,
 };
+use crate::domain::workflow::StageNotifications;
 
 /// What a delivery reports, and so how it is retried.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -287,6 +291,128 @@ pub(super) async fn runs_ended<'r>(
     Ok(())
 }
 
+/// What an UPDATE of `workflow_step_runs s` returns for the stage
+/// deliveries of the steps it changes ([`stage_changes`]). `old_status`,
+/// read only for a step with stage_notifications, is its status before
+/// the statement: a subquery in RETURNING sees the row as the statement
+/// found it, not the statement's own write.
+pub(super) const STAGE_RETURNING: &str = "s.id, s.workflow_run_id, s.step_ref, s.step_type, s.status, s.attempt, \
+    s.output, s.error, s.stage_notifications, \
+    CASE WHEN s.stage_notifications IS NOT NULL THEN (SELECT o.status FROM workflow_step_runs o WHERE o.id = s.id) END \
+    AS old_status";
+
+/// A column for a statement that changes steps' statuses: the changes of
+/// steps with stage_notifications among the rows of `cte` (an UPDATE
+/// returning [`STAGE_RETURNING`]), as a JSON array of [`StageChange`],
+/// NULL when none (most steps have no stage_notifications), for
+/// [`step_stages`].
+pub(super) fn stage_changes(cte: &str) -> String {
+    format!(
+        "(SELECT jsonb_agg(c) FROM (
+            SELECT x.id AS step_run_id, x.workflow_run_id, r.workflow_id, r.project_id, x.step_ref, x.step_type,
+                   x.status, x.attempt, x.output, x.error, x.stage_notifications
+              FROM {cte} x JOIN workflow_runs r ON r.id = x.workflow_run_id
+             WHERE x.stage_notifications IS NOT NULL AND x.status IS DISTINCT FROM x.old_status
+         ) c)"
+    )
+}
+
+/// A step whose status a statement changed, with its stage_notifications
+/// ([`stage_changes`]).
+#[derive(Clone, Debug, Deserialize)]
+pub(super) struct StageChange {
+    step_run_id: String,
+    workflow_run_id: String,
+    workflow_id: String,
+    project_id: String,
+    step_ref: String,
+    step_type: String,
+    status: String,
+    attempt: i32,
+    output: Option<Value>,
+    error: Option<String>,
+    stage_notifications: Value,
+}
+
+/// The stage deliveries of steps a statement of the caller's transaction
+/// just changed ([`stage_changes`]): for each stage its stage_notifications
+/// send, one delivery per URL (kind `step_stage`) and one per named active
+/// subscription of the project, whatever its event_types (kind
+/// `subscription`). One statement, none when no stage is sent.
+pub(super) async fn step_stages(
+    conn: &mut PgConnection,
+    changes: Option<Json<Vec<StageChange>>>,
+) -> Result<(), sqlx::Error> {
+    let Some(Json(changes)) = changes else { return Ok(()) };
+    let at = Utc::now();
+    let (mut projects, mut kinds, mut urls, mut subs, mut types, mut payloads, mut runs, mut steps) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for c in changes {
+        let Some(stage) = notification::stage_of(&c.status) else { continue };
+        let targets: StageNotifications = match serde_json::from_value(c.stage_notifications) {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(step_run_id = %c.step_run_id, error = %e, "stage_notifications unreadable; none sent");
+                continue;
+            }
+        };
+        if !notification::sends_stage(&targets, stage) {
+            continue;
+        }
+        let (run_id, step_run_id) = (c.workflow_run_id.clone(), c.step_run_id.clone());
+        let event = Event::StepStage(StepStage {
+            stage: stage.to_string(),
+            workflow_run_id: c.workflow_run_id,
+            workflow_id: c.workflow_id,
+            step_run_id: c.step_run_id,
+            step_ref: c.step_ref,
+            step_type: c.step_type,
+            status: c.status,
+            attempt: c.attempt,
+            output: c.output,
+            error: c.error,
+        });
+        let (event_type, payload) = (event.event_type(), Json(event.envelope(&c.project_id, at)));
+        let to_urls = targets.urls.iter().map(|u| ("step_stage", Some(u.as_str()), None));
+        let to_subs = notification::stage_subscriptions(&targets).into_iter().map(|s| ("subscription", None, Some(s)));
+        for (kind, url, sub) in to_urls.chain(to_subs) {
+            projects.push(c.project_id.clone());
+            kinds.push(kind);
+            urls.push(url.map(str::to_string));
+            subs.push(sub.map(str::to_string));
+            types.push(event_type.clone());
+            payloads.push(payload.clone());
+            runs.push(run_id.clone());
+            steps.push(step_run_id.clone());
+        }
+    }
+    if projects.is_empty() {
+        return Ok(());
+    }
+    sqlx::query(&format!(
+        "INSERT INTO webhook_deliveries (id, project_id, kind, url, event_type, payload, max_attempts, subscription_id,
+            workflow_run_id, step_run_id)
+         SELECT sy_time_id('whd'), t.project_id, t.kind, coalesce(t.url, s.url), t.event_type, t.payload, {}, s.id,
+                t.workflow_run_id, t.step_run_id
+           FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::jsonb[], $7::text[], $8::text[])
+                AS t (project_id, kind, url, subscription_id, event_type, payload, workflow_run_id, step_run_id)
+           LEFT JOIN webhook_subscriptions s ON s.id = t.subscription_id AND s.project_id = t.project_id AND s.active
+          WHERE t.subscription_id IS NULL OR s.id IS NOT NULL",
+        notification::ATTEMPTS
+    ))
+    .bind(projects)
+    .bind(kinds)
+    .bind(urls)
+    .bind(subs)
+    .bind(types)
+    .bind(payloads)
+    .bind(runs)
+    .bind(steps)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
 /// How one attempt went.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Attempt {
@@ -479,8 +605,8 @@ pub async fn workflow_run_ended(
 
 /// The event-trigger notification of a wait_for_event step resolved
 /// without its event (`timed_out`), in the engine's transaction. (The
-/// `received` ones are written by the statement that resumes the steps,
-/// `store::events::complete`.)
+/// `received` ones are written with the statement that resumes the steps,
+/// [`events_received`].)
 pub async fn event_trigger_timed_out(
     conn: &mut PgConnection,
     project_id: &str,
@@ -500,6 +626,45 @@ pub async fn event_trigger_timed_out(
         timestamp: Utc::now(),
     };
     event_trigger_notices(conn, project_id, vec![(url.to_string(), notice)]).await
+}
+
+/// A `wait_for_event` step an event resumed that names an
+/// event_notify_url (`store::events`).
+#[derive(Clone, Debug, Deserialize)]
+pub(super) struct Resumed {
+    step_run_id: String,
+    workflow_run_id: String,
+    step_ref: String,
+    url: String,
+}
+
+/// The event-trigger notifications (`received`, with the event's
+/// payload) of the steps an event resumed, in the transaction that
+/// resumes them.
+pub(super) async fn events_received(
+    conn: &mut PgConnection,
+    project_id: &str,
+    event_key: &str,
+    payload: &Value,
+    resumed: Vec<Resumed>,
+) -> Result<(), sqlx::Error> {
+    let at = Utc::now();
+    let notices = resumed
+        .into_iter()
+        .map(|r| {
+            let notice = EventTriggerNotice {
+                event_trigger_id: r.step_run_id,
+                workflow_run_id: r.workflow_run_id,
+                step_ref: r.step_ref,
+                event_key: event_key.to_string(),
+                outcome: EventTriggerOutcome::Received,
+                event_payload: Some(payload.clone()),
+                timestamp: at,
+            };
+            (r.url, notice)
+        })
+        .collect();
+    event_trigger_notices(conn, project_id, notices).await
 }
 
 /// Writes event-trigger notices, each to its URL (kind `event_trigger`).

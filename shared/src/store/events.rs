@@ -327,11 +327,14 @@ pub async fn complete(pool: &PgPool, event: &EventRow, runs: &[TriggeredRun]) ->
 }
 
 /// Resumes the `wait_for_event` steps of the event's project waiting for
-/// its key that began before it arrived (see [`complete`]); how many.
+/// its key that began before it arrived (see [`complete`]), with their
+/// notifications (stage changes, and the event-trigger notice of each that
+/// names an event_notify_url); how many.
 async fn resume_waiting(tx: &mut PgConnection, event: &EventRow) -> Result<i64, sqlx::Error> {
     // Runs are locked in id order, as the engine's advance locks them one
     // at a time, so the step cannot change under either.
-    sqlx::query_scalar(
+    let payload = event.payload.as_ref().map(|p| p.0.clone()).unwrap_or(Value::Null);
+    let (resumed, stages, notices): (i64, _, Option<Json<Vec<super::deliveries::Resumed>>>) = sqlx::query_as(&format!(
         "WITH waiting AS (
             SELECT s.id, s.workflow_run_id, s.step_ref
               FROM workflow_step_runs s
@@ -346,7 +349,7 @@ async fn resume_waiting(tx: &mut PgConnection, event: &EventRow) -> Result<i64, 
          ), u AS (
             UPDATE workflow_step_runs s SET status = 'completed', output = $4, wake_at = NULL, finished_at = now()
               FROM waiting w WHERE s.id = w.id AND s.status = 'waiting'
-            RETURNING s.id, s.workflow_run_id, s.step_ref
+            RETURNING {}
          ), o AS (
             INSERT INTO workflow_outbox (workflow_run_id) SELECT DISTINCT workflow_run_id FROM u
          ), d AS (
@@ -355,29 +358,29 @@ async fn resume_waiting(tx: &mut PgConnection, event: &EventRow) -> Result<i64, 
                    jsonb_build_object('event_id', $5::text)
               FROM u
          ), n AS (
-            -- The event-trigger notification of each resumed step that names
-            -- an event_notify_url (the step run is the event trigger).
-            INSERT INTO webhook_deliveries (id, project_id, kind, url, event_type, payload, max_attempts,
-                workflow_run_id, event_trigger_id)
-            SELECT sy_time_id('whd'), $1, 'event_trigger', def->>'event_notify_url', 'event_trigger.received',
-                   jsonb_build_object('event_trigger_id', u.id, 'workflow_run_id', u.workflow_run_id,
-                       'step_ref', u.step_ref, 'event_key', $2, 'outcome', 'received', 'event_payload', $4::jsonb,
-                       'timestamp', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')),
-                   5, u.workflow_run_id, u.id
+            -- The resumed steps that name an event_notify_url (the step run
+            -- is the event trigger), for their notices.
+            SELECT u.id AS step_run_id, u.workflow_run_id, u.step_ref, def->>'event_notify_url' AS url
               FROM u JOIN workflow_runs r ON r.id = u.workflow_run_id
               JOIN workflow_versions v ON v.id = r.version_id
               CROSS JOIN LATERAL jsonb_array_elements(v.steps) def
              WHERE def->>'step_ref' = u.step_ref AND coalesce(def->>'event_notify_url', '') <> ''
          )
-         SELECT count(*) FROM u",
-    )
+         SELECT (SELECT count(*) FROM u), {}, (SELECT jsonb_agg(n) FROM n)",
+        super::deliveries::STAGE_RETURNING,
+        super::deliveries::stage_changes("u")
+    ))
     .bind(&event.project_id)
     .bind(&event.event_key)
     .bind(event.created_at)
-    .bind(Json(event.payload.as_ref().map(|p| p.0.clone()).unwrap_or(Value::Null)))
+    .bind(Json(&payload))
     .bind(&event.id)
-    .fetch_one(tx)
-    .await
+    .fetch_one(&mut *tx)
+    .await?;
+    super::deliveries::step_stages(&mut *tx, stages).await?;
+    let notices = notices.map(|n| n.0).unwrap_or_default();
+    super::deliveries::events_received(tx, &event.project_id, &event.event_key, &payload, notices).await?;
+    Ok(resumed)
 }
 
 /// An event a workflow step emits on completing (its event_emit_key), in

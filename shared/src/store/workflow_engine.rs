@@ -140,7 +140,9 @@ fn run_view(r: &WorkflowRun) -> RunView<'_> {
 /// Writes what a pass decided in one statement: step rows, decisions (in
 /// order), and the run's `wake_at` when `wake` says what it is now (it is
 /// written only when it moves: most passes leave it as it was, and an
-/// update would write the run's row and its indexes again).
+/// update would write the run's row and its indexes again). The stage
+/// deliveries of the steps it changed follow in a second statement, when
+/// a step has stage_notifications.
 async fn write_pass(
     conn: &mut PgConnection,
     run_id: &str,
@@ -156,7 +158,7 @@ async fn write_pass(
             $v.iter().map($f).collect::<Vec<_>>()
         };
     }
-    sqlx::query(
+    let stages = sqlx::query_scalar(&format!(
         "WITH steps AS (
             UPDATE workflow_step_runs s SET status = t.status, output = t.output, error = t.error,
                 job_run_id = t.job_run_id, child_workflow_run_id = t.child_id, wake_at = t.wake_at,
@@ -169,6 +171,7 @@ async fn write_pass(
                          $8::bool[], $9::bool[], $10::bool[], $11::jsonb[])
                   AS t (id, status, output, error, job_run_id, child_id, wake_at, start, finish, ended_by_run, approvers)
              WHERE s.id = t.id
+             RETURNING {}
          ), decisions AS (
             INSERT INTO workflow_decisions (workflow_run_id, step_ref, decision_type, reason, details)
             SELECT $12, t.step_ref, t.decision_type, t.reason, t.details
@@ -178,8 +181,10 @@ async fn write_pass(
          ), woke AS (
             UPDATE workflow_runs SET wake_at = $17 WHERE id = $12 AND $18 AND wake_at IS DISTINCT FROM $17
          )
-         SELECT 1",
-    )
+         SELECT {}",
+        super::deliveries::STAGE_RETURNING,
+        super::deliveries::stage_changes("steps")
+    ))
     .bind(col!(w, |s| s.id.as_str()))
     .bind(col!(w, |s| s.status.as_str()))
     .bind(col!(w, |s| s.output.as_ref().map(Json)))
@@ -198,9 +203,9 @@ async fn write_pass(
     .bind(col!(d, |d| Json(if d.details.is_null() { json!({}) } else { d.details.clone() })))
     .bind(wake.flatten())
     .bind(wake.is_some())
-    .execute(conn)
+    .fetch_one(&mut *conn)
     .await?;
-    Ok(())
+    super::deliveries::step_stages(conn, stages).await
 }
 
 /// Runs with work: those with outbox rows and those whose wake-up time has
@@ -1019,40 +1024,43 @@ async fn end_runs(tx: &mut PgConnection, run_id: &str, d: Decided, tell_parent: 
     transitions::cancel_in(tx, &job_runs, "cancelled with its workflow run").await
 }
 
-/// Cancels the run's running and waiting steps (`error` says why);
-/// returns their job runs, and their child runs still active (locked),
-/// for the caller to cancel.
+/// Cancels the run's running and waiting steps (`error` says why), with
+/// their stage deliveries; returns their job runs, and their child runs
+/// still active (locked), for the caller to cancel.
 async fn halt_steps(
     tx: &mut PgConnection,
     run_id: &str,
     error: &str,
 ) -> Result<(Vec<String>, Vec<String>), sqlx::Error> {
-    let ended: Vec<(Option<String>, Option<String>)> = sqlx::query_as(
-        "UPDATE workflow_step_runs SET status = 'cancelled', ended_by_run = true, finished_at = now(), wake_at = NULL,
-            error = $2
-         WHERE workflow_run_id = $1 AND status IN ('running', 'waiting')
-         RETURNING job_run_id, child_workflow_run_id",
-    )
+    let (jobs, children, stages): (Vec<String>, Vec<String>, _) = sqlx::query_as(&format!(
+        "WITH h AS (
+            UPDATE workflow_step_runs s SET status = 'cancelled', ended_by_run = true, finished_at = now(),
+                wake_at = NULL, error = $2
+             WHERE workflow_run_id = $1 AND status IN ('running', 'waiting')
+             RETURNING s.job_run_id, s.child_workflow_run_id, {}
+         )
+         SELECT array(SELECT job_run_id FROM h WHERE job_run_id IS NOT NULL),
+                array(SELECT child_workflow_run_id FROM h WHERE child_workflow_run_id IS NOT NULL), {}",
+        super::deliveries::STAGE_RETURNING,
+        super::deliveries::stage_changes("h")
+    ))
     .bind(run_id)
     .bind(error)
-    .fetch_all(&mut *tx)
+    .fetch_one(&mut *tx)
     .await?;
-    let mut jobs = Vec::new();
-    let mut children = Vec::new();
-    for (job, child) in ended {
-        jobs.extend(job);
-        if let Some(child) = child {
-            // A child that ended already is left as it is.
-            let active: Option<String> = sqlx::query_scalar(
-                "SELECT id FROM workflow_runs WHERE id = $1 AND status IN ('pending', 'running', 'paused') FOR UPDATE",
-            )
-            .bind(&child)
-            .fetch_optional(&mut *tx)
-            .await?;
-            children.extend(active);
-        }
+    super::deliveries::step_stages(tx, stages).await?;
+    let mut active = Vec::new();
+    for child in children {
+        // A child that ended already is left as it is.
+        let locked: Option<String> = sqlx::query_scalar(
+            "SELECT id FROM workflow_runs WHERE id = $1 AND status IN ('pending', 'running', 'paused') FOR UPDATE",
+        )
+        .bind(&child)
+        .fetch_optional(&mut *tx)
+        .await?;
+        active.extend(locked);
     }
-    Ok((jobs, children))
+    Ok((jobs, active))
 }
 
 /// What a workflow run has spent so far: the cost_microusd of the SDK

@@ -321,7 +321,8 @@ pub(super) async fn insert_steps(
     let refs: Vec<&str> = steps.iter().map(|s| s.def.step_ref.as_str()).collect();
     let step_ids: Vec<&str> = steps.iter().map(|s| s.id.as_str()).collect();
     let types: Vec<&str> = steps.iter().map(|s| s.step_type().map_or("job", |t| t.as_str())).collect();
-    // Copied so that the stage trigger (migration 0016) reads no version.
+    // Copied so that the statements that change a step read no version
+    // for its stage deliveries (`deliveries::stage_changes`).
     let stages: Vec<Option<Json<&Value>>> =
         steps.iter().map(|s| s.def.stage_notifications.as_ref().map(Json)).collect();
     sqlx::query(
@@ -662,11 +663,17 @@ pub async fn decide_step(
         ),
         StepDecision::Skip => (StepStatus::Skipped, None, None),
     };
-    sqlx::query(
-        "UPDATE workflow_step_runs SET status = $2, output = $3, error = $4, wake_at = NULL, finished_at = now(),
-            decision = $5, decided_by = $6, decision_comment = $7, decided_at = now()
-         WHERE id = $1",
-    )
+    let stages = sqlx::query_scalar(&format!(
+        "WITH d AS (
+            UPDATE workflow_step_runs s SET status = $2, output = $3, error = $4, wake_at = NULL, finished_at = now(),
+                decision = $5, decided_by = $6, decision_comment = $7, decided_at = now()
+             WHERE id = $1
+             RETURNING {}
+         )
+         SELECT {}",
+        super::deliveries::STAGE_RETURNING,
+        super::deliveries::stage_changes("d")
+    ))
     .bind(&step.id)
     .bind(status)
     .bind(output.as_ref().map(Json))
@@ -674,8 +681,9 @@ pub async fn decide_step(
     .bind(decision.as_str())
     .bind(by)
     .bind(comment)
-    .execute(&mut *tx)
+    .fetch_one(&mut *tx)
     .await?;
+    super::deliveries::step_stages(&mut tx, stages).await?;
     let details = serde_json::json!({ "decided_by": by, "comment": comment });
     record(&mut tx, id, Some(step_ref), decision.as_str(), &format!("{} by {by}", decision.as_str()), details).await?;
     wake(&mut tx, id).await?;
