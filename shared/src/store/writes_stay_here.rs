@@ -4,7 +4,10 @@
 //! scheduler, the `switchyard` binary, the rest of shared; not tests) and
 //! fails on any SQL string there that writes `job_runs` or
 //! `job_run_events`, or assigns a `status` in an UPDATE. Reading runs
-//! (`WHERE status = ...`) is fine anywhere.
+//! (`WHERE status = ...`) is fine anywhere. A second test reads every
+//! source for the statements that set a workflow step's status: each must
+//! return its stage changes (`deliveries::STAGE_RETURNING`), which no
+//! trigger writes for it.
 
 use std::path::{Path, PathBuf};
 
@@ -129,6 +132,25 @@ fn assigns(list: &str, col: &str) -> bool {
     })
 }
 
+/// Whether the SQL string `sql` changes a workflow step's status without
+/// returning what its stage deliveries are written from (RETURNING
+/// `deliveries::STAGE_RETURNING`, a `{}` in the format string; see
+/// `deliveries::step_stages`). A step taken back to `pending` has no stage.
+fn unnotified_step_status(sql: &str) -> bool {
+    let s = normalized(sql);
+    let Some(at) = s.find("update workflow_step_runs") else { return false };
+    let rest = &s[at..];
+    let Some(set) = rest.find(" set ") else { return false };
+    let list = &rest[set + " set ".len()..];
+    let end = [" where ", " from ", " returning ", ";"].iter().filter_map(|k| list.find(k)).min();
+    let list = &list[..end.unwrap_or(list.len())];
+    let returned = rest.find(" returning ").is_some_and(|r| {
+        let returning = &rest[r..];
+        returning[..returning.find(')').unwrap_or(returning.len())].contains("{}")
+    });
+    assigns(list, "status") && !list.contains("status = 'pending'") && !returned
+}
+
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else { return };
     for e in entries.flatten() {
@@ -161,6 +183,40 @@ fn no_sql_outside_the_store_writes_a_run() {
         }
     }
     assert!(found.is_empty(), "SQL that writes runs belongs in shared/src/store:\n{}", found.join("\n"));
+}
+
+/// Stage notifications are written by the code that changes a step, not
+/// by a trigger (migration 0029): a statement that sets a step's status
+/// and returns nothing for them would change steps silently.
+#[test]
+fn every_change_of_a_steps_status_returns_its_stage_changes() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
+    let mut files = Vec::new();
+    for dir in ["api/src", "worker/src", "scheduler/src", "shared/src", "src"] {
+        rust_files(&root.join(dir), &mut files);
+    }
+    let mut found = Vec::new();
+    let mut seen = 0;
+    for f in files.iter().filter(|f| !f.ends_with("writes_stay_here.rs")) {
+        let src = std::fs::read_to_string(f).unwrap();
+        for lit in string_literals(&src) {
+            seen += usize::from(normalized(&lit).contains("update workflow_step_runs"));
+            if unnotified_step_status(&lit) {
+                let shown: String = normalized(&lit).chars().take(120).collect();
+                found.push(format!("{}: {shown}", f.strip_prefix(&root).unwrap().display()));
+            }
+        }
+    }
+    assert!(seen >= 5, "the updates of workflow_step_runs were found ({seen})");
+    assert!(found.is_empty(), "a step's status changes without its stage deliveries:\n{}", found.join("\n"));
+    assert!(unnotified_step_status("UPDATE workflow_step_runs s SET status = $2 WHERE id = $1"));
+    assert!(!unnotified_step_status("UPDATE workflow_step_runs s SET status = $2 WHERE id = $1 RETURNING {}"));
+    assert!(!unnotified_step_status(
+        "WITH h AS (UPDATE workflow_step_runs s SET status = 'x' RETURNING s.a, {}) SELECT"
+    ));
+    assert!(unnotified_step_status("WITH h AS (UPDATE workflow_step_runs s SET status = 'x' RETURNING s.a) SELECT {}"));
+    assert!(!unnotified_step_status("UPDATE workflow_step_runs SET status = 'pending', output = NULL WHERE x"));
+    assert!(!unnotified_step_status("UPDATE workflow_step_runs SET emitted_event_id = $2 WHERE id = $1"));
 }
 
 #[test]
