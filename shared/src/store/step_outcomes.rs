@@ -48,14 +48,12 @@ pub async fn finish_steps(
     // which it ends itself), so no outbox row it keeps back is wanted.
     let mut tx = pool.begin_with("BEGIN; SET LOCAL switchyard.inline_steps = 'on'").await?;
     let recorded = runs::finish_many_in(&mut tx, items).await?;
-    let ended: Vec<&str> =
-        steps.iter().zip(&recorded).filter(|(_, r)| **r).filter_map(|(s, _)| s.as_deref()).collect();
-    let runs: Vec<String> = sqlx::query_scalar(
-        "SELECT DISTINCT workflow_run_id FROM workflow_step_runs WHERE id = ANY($1) ORDER BY 1",
-    )
-    .bind(&ended)
-    .fetch_all(&mut *tx)
-    .await?;
+    let ended: Vec<&str> = steps.iter().zip(&recorded).filter(|(_, r)| **r).filter_map(|(s, _)| s.as_deref()).collect();
+    let runs: Vec<String> =
+        sqlx::query_scalar("SELECT DISTINCT workflow_run_id FROM workflow_step_runs WHERE id = ANY($1) ORDER BY 1")
+            .bind(&ended)
+            .fetch_all(&mut *tx)
+            .await?;
     let now = Utc::now();
     let mut pending = Vec::with_capacity(runs.len());
     for run_id in &runs {
