@@ -1,10 +1,14 @@
 //! The workflow engine's loop: advances workflow runs when something
 //! happens to them, and when a sleep or a deadline of theirs comes due.
 //!
-//! It does not poll for events. Every event writes a `workflow_outbox` row
-//! whose insert notifies the Postgres channel `switchyard_workflows` with
-//! the run's id at commit; a listener task forwards the ids, and each is
-//! advanced at once (`store::workflow_engine::advance`), at most
+//! The common moves do not come here: a trigger and a step's job-run
+//! outcome recorded by the worker make their pass in their own transaction
+//! (`store::step_outcomes`). Every other event, and a run another process
+//! held at that moment, writes a `workflow_outbox` row whose insert
+//! notifies the Postgres channel `switchyard_workflows` with the run's id
+//! at commit; so does a pass elsewhere that leaves a run a new wake-up
+//! time. It does not poll for events: a listener task forwards the ids,
+//! and each is advanced at once (`store::workflow_engine::advance`), at most
 //! `parallel` at a time, one at a time per run. Between events the loop
 //! sleeps until the earliest `wake_at` of any run (a sleeping step's end,
 //! a run's deadline), at most `max_sleep`; a sweep then advances every run

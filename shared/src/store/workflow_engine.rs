@@ -1,7 +1,10 @@
-//! The engine's moves: one [`advance`] of one workflow run, in one
-//! transaction under the run's row lock.
+//! The engine's pass: one [`advance`] of one workflow run, in one
+//! transaction under the run's row lock ([`advance_in`] makes it in the
+//! caller's: a trigger's, or the worker's as it records step outcomes).
+//! The decisions are the pure transitions of `crate::engine`; this module
+//! reads what they need and writes what they return.
 //!
-//! An advance consumes the run's outbox rows, reads its steps with the
+//! A pass consumes the run's outbox rows, reads its steps with the
 //! status of their job runs and child runs, brings each step up to date
 //! (a job run that ended ends its step, a sleep that is over completes),
 //! ends the run at its deadline, asks `domain::workflow_run::next` what

@@ -3,9 +3,11 @@
 //! replay). The engine's own moves are in [`workflow_engine`]; the rules
 //! both follow are in `domain::workflow_run`.
 //!
-//! Every move that may let a run go on writes a `workflow_outbox` row for
-//! it in its own transaction (migration 0010): the engine hears of it at
-//! commit, or finds the row later, and does the rest.
+//! A trigger makes the run's first pass in its own transaction
+//! ([`trigger`]); every other move that may let a run go on writes a
+//! `workflow_outbox` row for it in its own transaction (migration 0010):
+//! the engine hears of it at commit, or finds the row later, and does the
+//! rest.
 //!
 //! [`workflow_engine`]: super::workflow_engine
 
