@@ -219,6 +219,17 @@ impl Step {
 }
 
 #[cfg(test)]
+impl Step {
+    /// A saved step `s` of `kind` with `extra` fields, read as the engine
+    /// reads it (for the transitions' tests).
+    pub(crate) fn test(kind: &str, extra: Value) -> Step {
+        let mut v = serde_json::json!({ "id": "st_1", "step_ref": "s", "step_type": kind });
+        v.as_object_mut().expect("an object").extend(extra.as_object().expect("an object").clone());
+        Step::from(&serde_json::from_value::<SavedStep>(v).expect("a saved step"))
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;

@@ -668,24 +668,14 @@ mod tests {
     #[test]
     fn max_parallel_steps_holds_the_rest() {
         let s: Vec<SavedStep> = (0..5).map(|i| step(&format!("s{i}"), &[])).collect();
-        let now = HashMap::new();
-        let n = next(&Inputs {
-            steps: &Step::all(&s),
-            now: &now,
-            payload: &json!(null),
-            paused: false,
-            max_parallel_steps: Some(2),
-        });
+        let steps = Step::all(&s);
+        let capped = |now: &HashMap<String, StepNow>| {
+            next(&Inputs { steps: &steps, now, payload: &json!(null), paused: false, max_parallel_steps: Some(2) })
+        };
+        let n = capped(&HashMap::new());
         assert_eq!(started(&n), ["s0", "s1"]);
         assert_eq!(n.decisions.iter().filter(|d| matches!(d, Decision::Held { .. })).count(), 3);
-        let now = states(&[("s0", StepStatus::Completed), ("s1", StepStatus::Running)]);
-        let n = next(&Inputs {
-            steps: &Step::all(&s),
-            now: &now,
-            payload: &json!(null),
-            paused: false,
-            max_parallel_steps: Some(2),
-        });
+        let n = capped(&states(&[("s0", StepStatus::Completed), ("s1", StepStatus::Running)]));
         assert_eq!(started(&n), ["s2"]);
     }
 

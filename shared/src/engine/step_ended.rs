@@ -112,12 +112,6 @@ pub fn step_ended(s: &StepView, seen: &Seen, def: Option<&Step>, now: DateTime<U
 mod tests {
     use super::*;
 
-    fn step(kind: &str, extra: Value) -> Step {
-        let mut v = json!({ "id": "st_1", "step_ref": "s", "step_type": kind });
-        v.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
-        Step::from(&serde_json::from_value::<crate::domain::workflow::SavedStep>(v).unwrap())
-    }
-
     fn view<'a>(kind: &'a str, status: StepStatus, wake_at: Option<DateTime<Utc>>) -> StepView<'a> {
         StepView {
             id: "wfs_1",
@@ -147,7 +141,7 @@ mod tests {
             (RunStatus::Cancelled, StepStatus::Cancelled, None, Some("boom")),
             (RunStatus::Expired, StepStatus::Failed, None, Some("the step's job run expired before it started")),
         ];
-        let def = step("job", json!({ "job_id": "job_1" }));
+        let def = Step::test("job", json!({ "job_id": "job_1" }));
         for (job, want, output, error) in cases {
             let seen = Seen { job: Some((*job, Some(&out), Some("boom"))), child: None };
             let e = step_ended(&view("job", StepStatus::Running, None), &seen, Some(&def), at(0)).expect("ended");
@@ -171,7 +165,7 @@ mod tests {
             (WorkflowRunStatus::TimedOut, StepStatus::TimedOut, None, Some("the child workflow run timed_out")),
             (WorkflowRunStatus::Cancelled, StepStatus::Cancelled, None, Some("the child workflow run cancelled")),
         ];
-        let def = step("sub_workflow", json!({ "sub_workflow_id": "wf_2" }));
+        let def = Step::test("sub_workflow", json!({ "sub_workflow_id": "wf_2" }));
         for (child, want, output, error) in cases {
             let seen = Seen { job: None, child: Some((child, Some(&out), None)) };
             let e = step_ended(&view("sub_workflow", StepStatus::Running, None), &seen, Some(&def), at(0)).unwrap();
@@ -187,18 +181,20 @@ mod tests {
 
     #[test]
     fn a_wait_ends_when_its_time_comes_as_its_kind_says() {
-        let proceed =
-            step("cost_gate", json!({ "cost_gate_threshold_microusd": 1, "cost_gate_default_action": "proceed" }));
-        let fail = step("cost_gate", json!({ "cost_gate_threshold_microusd": 1 }));
-        let event = step(
+        let proceed = Step::test(
+            "cost_gate",
+            json!({ "cost_gate_threshold_microusd": 1, "cost_gate_default_action": "proceed" }),
+        );
+        let fail = Step::test("cost_gate", json!({ "cost_gate_threshold_microusd": 1 }));
+        let event = Step::test(
             "wait_for_event",
             json!({ "event_key": "order.paid", "event_notify_url": "https://example.com/hook" }),
         );
         let cases: Vec<(&str, Step, StepStatus, Option<&str>)> = vec![
-            ("sleep", step("sleep", json!({ "sleep_duration_secs": 5 })), StepStatus::Completed, None),
+            ("sleep", Step::test("sleep", json!({ "sleep_duration_secs": 5 })), StepStatus::Completed, None),
             (
                 "approval",
-                step("approval", json!({})),
+                Step::test("approval", json!({})),
                 StepStatus::TimedOut,
                 Some("no decision within approval_timeout_secs"),
             ),
@@ -220,17 +216,20 @@ mod tests {
         }
         // A wait with no timeout never ends by time.
         let forever = view("approval", StepStatus::Waiting, None);
-        assert_eq!(step_ended(&forever, &Seen::default(), Some(&step("approval", json!({}))), at(1_000_000)), None);
+        assert_eq!(
+            step_ended(&forever, &Seen::default(), Some(&Step::test("approval", json!({}))), at(1_000_000)),
+            None
+        );
     }
 
     #[test]
     fn output_transform_shapes_a_completed_output_and_a_bad_one_fails_the_step() {
         let out = json!({ "order": { "total": 42 } });
         let seen = Seen { job: Some((RunStatus::Completed, Some(&out), None)), child: None };
-        let shaped = step("job", json!({ "job_id": "job_1", "output_transform": "order.total" }));
+        let shaped = Step::test("job", json!({ "job_id": "job_1", "output_transform": "order.total" }));
         let e = step_ended(&view("job", StepStatus::Running, None), &seen, Some(&shaped), at(0)).unwrap();
         assert_eq!((e.now.status, e.now.output), (StepStatus::Completed, Some(json!(42))));
-        let broken = step("job", json!({ "job_id": "job_1", "output_transform": "order.[" }));
+        let broken = Step::test("job", json!({ "job_id": "job_1", "output_transform": "order.[" }));
         let e = step_ended(&view("job", StepStatus::Running, None), &seen, Some(&broken), at(0)).unwrap();
         assert_eq!(e.now.status, StepStatus::Failed);
         assert!(e.now.error.is_some());

@@ -9,7 +9,7 @@ use serde_json::{json, Map, Value};
 
 use super::effects::{Note, StepView, StepWrite};
 use crate::domain::schedule;
-use crate::domain::step::{Step, StepKind};
+use crate::domain::step::{JobOverrides, Step, StepKind};
 use crate::domain::workflow::StepType;
 use crate::domain::workflow_run::StepStatus;
 use crate::store::jobs::JobRecord;
@@ -58,16 +58,16 @@ pub struct Started {
 /// Starts `def` (its row `row`) of `run` at `now`.
 pub fn step_start(def: &Step, row: &StepView, run: &RunView, facts: &Facts, now: DateTime<Utc>) -> Started {
     let mut w = StepWrite::start(row, StepStatus::Running);
-    let mut started = Started { write: w.clone(), job_run: None, child: None, figures: Value::Null };
+    let (mut job_run_made, mut child, mut figures) = (None, None, Value::Null);
     let after = |secs: &Option<i64>| secs.map(|t| now + chrono::Duration::seconds(t));
     match &def.kind {
-        StepKind::Job { .. } => match facts.job.filter(|j| j.project_id == run.project_id) {
+        StepKind::Job { overrides, .. } => match facts.job.filter(|j| j.project_id == run.project_id) {
             None => w.fail("the step's job does not exist any more".into()),
             Some(j) if !j.enabled => w.fail(format!("the step's job {} is disabled", j.id)),
-            Some(j) => match job_run(j, def, row, run, now) {
+            Some(j) => match job_run(j, overrides, def, row, run, now) {
                 Ok(new) => {
                     w.job_run_id = Some(new.id.clone());
-                    started.job_run = Some(new);
+                    job_run_made = Some(new);
                 }
                 Err(e) => w.fail(e),
             },
@@ -76,7 +76,7 @@ pub fn step_start(def: &Step, row: &StepView, run: &RunView, facts: &Facts, now:
             if i64::from(run.depth) + 1 > *max_nesting_depth {
                 w.fail(format!("the sub-workflow would nest deeper than max_nesting_depth ({max_nesting_depth})"));
             } else {
-                started.child = Some(ChildRequest {
+                child = Some(ChildRequest {
                     sub_workflow_id: sub_workflow_id.clone(),
                     payload: def.payload.clone().or_else(|| run.payload.cloned()),
                     idempotency_key: format!("{}:{}", row.id, row.attempt + 1),
@@ -94,7 +94,7 @@ pub fn step_start(def: &Step, row: &StepView, run: &RunView, facts: &Facts, now:
         StepKind::CostGate { threshold_microusd, timeout_secs, .. } => {
             let spent = facts.cost_microusd.unwrap_or(0);
             let threshold = *threshold_microusd;
-            started.figures = json!({ "cost_microusd": spent, "threshold_microusd": threshold });
+            figures = json!({ "cost_microusd": spent, "threshold_microusd": threshold });
             if spent <= threshold {
                 w.status = StepStatus::Completed;
                 w.finish = true;
@@ -118,8 +118,7 @@ pub fn step_start(def: &Step, row: &StepView, run: &RunView, facts: &Facts, now:
         }
         StepKind::Unusable { reason } => w.fail(format!("the step's definition cannot be read: {reason}")),
     }
-    started.write = w;
-    started
+    Started { write: w, job_run: job_run_made, child, figures }
 }
 
 /// The decision a start records, once its write is final (a child that
@@ -150,10 +149,14 @@ pub fn start_note(def: &Step, row: &StepView, w: &StepWrite, figures: &Value) ->
 }
 
 /// The job run a job step starts, with the step's overrides.
-fn job_run(job: &JobRecord, def: &Step, row: &StepView, run: &RunView, now: DateTime<Utc>) -> Result<NewRun, String> {
-    let StepKind::Job { overrides: o, .. } = &def.kind else {
-        return Err("not a job step".into());
-    };
+fn job_run(
+    job: &JobRecord,
+    o: &JobOverrides,
+    def: &Step,
+    row: &StepView,
+    run: &RunView,
+    now: DateTime<Utc>,
+) -> Result<NewRun, String> {
     // One job run per start of the step: a second insert for the same
     // start could only be a bug, and conflicts instead.
     let key = format!("{}:{}", row.id, row.attempt + 1);
@@ -214,12 +217,6 @@ mod tests {
     use super::*;
     use crate::domain::{JobSpec, RunStatus};
 
-    fn step(kind: &str, extra: Value) -> Step {
-        let mut v = json!({ "id": "st_1", "step_ref": "s", "step_type": kind });
-        v.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
-        Step::from(&serde_json::from_value::<crate::domain::workflow::SavedStep>(v).unwrap())
-    }
-
     fn row() -> StepView<'static> {
         StepView {
             id: "wfs_1",
@@ -279,9 +276,17 @@ mod tests {
         // (step, facts, status, wake_at, job run?, child?, decision)
         type Case<'a> = (Step, Facts<'a>, StepStatus, Option<DateTime<Utc>>, bool, bool, &'a str);
         let cases: Vec<Case> = vec![
-            (step("job", json!({ "job_id": "job_1" })), with_job, StepStatus::Running, None, true, false, "scheduled"),
             (
-                step("sub_workflow", json!({ "sub_workflow_id": "wf_2" })),
+                Step::test("job", json!({ "job_id": "job_1" })),
+                with_job,
+                StepStatus::Running,
+                None,
+                true,
+                false,
+                "scheduled",
+            ),
+            (
+                Step::test("sub_workflow", json!({ "sub_workflow_id": "wf_2" })),
                 Facts::default(),
                 StepStatus::Running,
                 None,
@@ -290,7 +295,7 @@ mod tests {
                 "scheduled",
             ),
             (
-                step("sleep", json!({ "sleep_duration_secs": 30 })),
+                Step::test("sleep", json!({ "sleep_duration_secs": 30 })),
                 Facts::default(),
                 StepStatus::Waiting,
                 Some(at(30)),
@@ -299,7 +304,7 @@ mod tests {
                 "waiting",
             ),
             (
-                step("wait_for_event", json!({ "event_key": "order.paid", "event_timeout_secs": 60 })),
+                Step::test("wait_for_event", json!({ "event_key": "order.paid", "event_timeout_secs": 60 })),
                 Facts::default(),
                 StepStatus::Waiting,
                 Some(at(60)),
@@ -308,7 +313,7 @@ mod tests {
                 "waiting",
             ),
             (
-                step("wait_for_event", json!({ "event_key": "order.paid" })),
+                Step::test("wait_for_event", json!({ "event_key": "order.paid" })),
                 Facts::default(),
                 StepStatus::Waiting,
                 None,
@@ -317,7 +322,7 @@ mod tests {
                 "waiting",
             ),
             (
-                step("approval", json!({ "approval_timeout_secs": 90, "approval_approvers": ["ops"] })),
+                Step::test("approval", json!({ "approval_timeout_secs": 90, "approval_approvers": ["ops"] })),
                 Facts::default(),
                 StepStatus::Waiting,
                 Some(at(90)),
@@ -326,7 +331,7 @@ mod tests {
                 "waiting",
             ),
             (
-                step("cost_gate", json!({ "cost_gate_threshold_microusd": 100 })),
+                Step::test("cost_gate", json!({ "cost_gate_threshold_microusd": 100 })),
                 Facts { job: None, cost_microusd: Some(100) },
                 StepStatus::Completed,
                 None,
@@ -335,7 +340,7 @@ mod tests {
                 "cost_gate_passed",
             ),
             (
-                step("cost_gate", json!({ "cost_gate_threshold_microusd": 100, "cost_gate_timeout_secs": 5 })),
+                Step::test("cost_gate", json!({ "cost_gate_threshold_microusd": 100, "cost_gate_timeout_secs": 5 })),
                 Facts { job: None, cost_microusd: Some(101) },
                 StepStatus::Waiting,
                 Some(at(5)),
@@ -364,7 +369,7 @@ mod tests {
     #[test]
     fn a_job_steps_run_carries_the_step_its_overrides_and_the_runs_payload() {
         let j = job("prj_1", true);
-        let def = step(
+        let def = Step::test(
             "job",
             json!({ "job_id": "job_1", "retry_max_attempts": 2, "retry_backoff": "fixed", "timeout_secs_override": 9,
                     "concurrency_key": "tenant-1", "resource_class": "large" }),
@@ -386,7 +391,7 @@ mod tests {
         assert_eq!((r.retry_backoff.as_deref(), r.concurrency_key.as_deref()), (Some("fixed"), Some("tenant-1")));
         assert_eq!(r.resource_class.as_deref(), Some("large"));
 
-        let own = step("job", json!({ "job_id": "job_1", "payload": { "own": true } }));
+        let own = Step::test("job", json!({ "job_id": "job_1", "payload": { "own": true } }));
         let s = start(&own, &Facts { job: Some(&j), cost_microusd: None }, 0);
         assert_eq!(s.job_run.unwrap().payload, Some(json!({ "own": true })));
     }
@@ -395,7 +400,7 @@ mod tests {
     fn a_step_that_cannot_start_fails_at_once_saying_why() {
         let off = job("prj_1", false);
         let elsewhere = job("prj_2", true);
-        let def = step("job", json!({ "job_id": "job_1" }));
+        let def = Step::test("job", json!({ "job_id": "job_1" }));
         let cases: Vec<(Step, Facts, i32, &str)> = vec![
             (def.clone(), Facts::default(), 0, "the step's job does not exist any more"),
             (
@@ -406,7 +411,7 @@ mod tests {
             ),
             (def, Facts { job: Some(&off), cost_microusd: None }, 0, "the step's job job_1 is disabled"),
             (
-                step("sub_workflow", json!({ "sub_workflow_id": "wf_2", "max_nesting_depth": 2 })),
+                Step::test("sub_workflow", json!({ "sub_workflow_id": "wf_2", "max_nesting_depth": 2 })),
                 Facts::default(),
                 2,
                 "the sub-workflow would nest deeper than max_nesting_depth (2)",
@@ -426,7 +431,7 @@ mod tests {
 
     #[test]
     fn a_child_run_is_asked_for_one_level_deeper_with_one_key_per_start() {
-        let def = step("sub_workflow", json!({ "sub_workflow_id": "wf_2" }));
+        let def = Step::test("sub_workflow", json!({ "sub_workflow_id": "wf_2" }));
         let c = start(&def, &Facts::default(), 1).child.unwrap();
         assert_eq!(
             c,

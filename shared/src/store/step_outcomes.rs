@@ -28,7 +28,7 @@ use chrono::Utc;
 use sqlx::PgPool;
 
 use super::runs::{self, Outcome};
-use super::workflow_engine::{self, Pending, Versions, CHANNEL};
+use super::workflow_engine::{self, Pending, Versions};
 use super::workflow_runs::wake;
 use crate::queue::Queue;
 
@@ -59,9 +59,7 @@ pub async fn finish_steps(
     for run_id in &runs {
         match workflow_engine::advance_in(&mut tx, versions, run_id, now, true).await? {
             Some(p) => {
-                if p.woke.is_some() {
-                    sqlx::query("SELECT pg_notify($1, $2)").bind(CHANNEL).bind(run_id).execute(&mut *tx).await?;
-                }
+                p.tell_scheduler(&mut tx).await?;
                 pending.push(p);
             }
             // Another process holds it: the row it will read, as the

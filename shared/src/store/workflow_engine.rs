@@ -272,14 +272,23 @@ pub async fn advance(
 pub struct Pending {
     pub run_id: String,
     pub advanced: Advanced,
-    /// The pass moved the run's `wake_at` to this: a caller that advanced
-    /// the run outside the scheduler tells it (see `finish_steps`).
+    /// The pass moved the run's `wake_at` to this ([`Pending::tell_scheduler`]).
     pub woke: Option<DateTime<Utc>>,
     new_runs: Vec<Run>,
     staged: Vec<Staged>,
 }
 
 impl Pending {
+    /// Tells the scheduler, at commit, of the wake-up time this pass gave
+    /// the run (it sleeps until the earliest one it knows of): for a pass
+    /// made outside it, in a trigger's or a step outcome's transaction.
+    pub async fn tell_scheduler(&self, conn: &mut PgConnection) -> Result<(), sqlx::Error> {
+        if self.woke.is_some() {
+            sqlx::query("SELECT pg_notify($1, $2)").bind(CHANNEL).bind(&self.run_id).execute(conn).await?;
+        }
+        Ok(())
+    }
+
     /// Enqueues the job runs the advance created; if that fails, or the
     /// process dies first, they are `queued` in Postgres and the
     /// reconciler enqueues them.

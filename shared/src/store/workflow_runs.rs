@@ -158,13 +158,8 @@ pub async fn trigger(
         }
         _ => None,
     };
-    if started.as_ref().is_some_and(|p| p.woke.is_some()) {
-        // The scheduler sleeps until the earliest wake-up it knows of.
-        sqlx::query("SELECT pg_notify($1, $2)")
-            .bind(workflow_engine::CHANNEL)
-            .bind(&started.as_ref().expect("checked").run_id)
-            .execute(&mut *tx)
-            .await?;
+    if let Some(p) = &started {
+        p.tell_scheduler(&mut tx).await?;
     }
     tx.commit().await?;
     let Some(started) = started else { return Ok(t) };
