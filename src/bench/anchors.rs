@@ -1,4 +1,5 @@
-//! The peer figures of `shared/anchors/run.sh` (`ONLY=composite`): its
+//! The peer figures of the anchors' `run.sh` (`../shared/anchors/run.sh`
+//! beside this repository, or `ANCHORS_DIR`; `ONLY=composite`): its
 //! RESULT lines (`RESULT\tname\tvalue\tunit\tjson`), medians per name, and
 //! the ratios of ours against them.
 

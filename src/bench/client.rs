@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 /// The trigger body: a ~200-byte payload, the same object the anchors' peers
-/// send (shared/anchors/common.js `PAYLOAD`).
+/// send (`../shared/anchors/common.js`, `PAYLOAD`).
 pub const TRIGGER_BODY: &str = concat!(
     r#"{"payload":{"job":"send-email","attempt":1,"payload":{"to":"user@example.com","template":"welcome","#,
     r#""vars":{"name":"Ada","plan":"pro","n":42}},"pad":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}}"#

@@ -22,7 +22,8 @@ pub fn pg_base() -> String {
 }
 
 /// How many queue partitions every test's queue has: `TEST_QUEUE_PARTITIONS`
-/// runs the suite on a partitioned queue (scripts/test-cluster does, on a cluster).
+/// runs the suite on a partitioned queue (`scripts/test` does, on a local
+/// Redis Cluster started by `scripts/redis-cluster`).
 pub fn queue_partitions() -> usize {
     std::env::var("TEST_QUEUE_PARTITIONS").ok().and_then(|v| v.parse().ok()).unwrap_or(1)
 }

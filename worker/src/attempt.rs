@@ -1,5 +1,8 @@
 //! The life of one dequeued entry: read the run, load its job, dispatch,
-//! decide, record, ack, and send the terminal webhook.
+//! decide, record, ack. A terminal outcome of a job with a `webhook_url` is
+//! recorded with its terminal webhook in the notification outbox, by the
+//! same statement; the scheduler's delivery sender
+//! (`scheduler/src/deliveries.rs`) sends it and retries it, not the worker.
 //!
 //! Nothing is written to Postgres before the request leaves: the run is
 //! taken in memory (next attempt, next dispatch token) and its `running`
@@ -16,7 +19,7 @@
 //!            ▼
 //!   POST endpoint ─► verdict ─► retry policy ─► finish_attempt ─► ack (+ retry due)
 //!                        │                           │
-//!                        └ 202 async: ack only       └ terminal + webhook_url ─► webhook
+//!                        └ 202 async: ack only       └ terminal + webhook_url ─► outbox row
 //! ```
 
 use std::sync::Arc;

@@ -5,12 +5,18 @@
 //! [`run`] (a worker process from its [`Config`]), and [`Worker`] with its
 //! [`WorkerOptions`] for tests that drive one directly. What the worker shares
 //! with the api and the scheduler (the HTTP client, request signing, the
-//! terminal webhook, the run token, result rules) lives in `switchyard_shared`.
+//! notification outbox, the run token, result rules) lives in
+//! `switchyard_shared`.
+//!
+//! The worker sends no webhook itself: the statement that records a
+//! terminal outcome also writes the job's terminal webhook into the
+//! notification outbox (`webhook_deliveries`), and the scheduler's delivery
+//! sender (`scheduler/src/deliveries.rs`) sends it, with its retries.
 //!
 //! Inside, one module per step:
 //!
 //! - `worker`: the main loop (capacity, dequeue, idle wait, graceful shutdown) and [`Worker::run_once`].
-//! - `attempt`: one entry's life: claim, load the job, dispatch, decide, record, ack, webhook.
+//! - `attempt`: one entry's life: claim, load the job, dispatch, decide, record (with the outbox row), ack.
 //! - `dispatch`: the HTTP call to the job's endpoint, the fallback endpoint, phase timings.
 //! - `outcome`: what a response means for the run (completed, retrying, failed, timed_out). Pure.
 //! - `leases`: the in-flight registry and lease renewal.
