@@ -1,4 +1,4 @@
-"""Schemathesis hooks for scripts/contract (README, "Contract tests").
+"""Schemathesis hooks for scripts/contract (docs/testing.md, "Contract tests").
 
 A project-scoped request names its project in the query, the body or
 X-Project-Id, and a request naming two different ones is refused (422): a

@@ -39,7 +39,7 @@ const DEV_SECRETS_KEY: &str = "switchyard-dev-secrets-key";
     about = "Switchyard: run its services, or operate a running one over its HTTP API.",
     long_about = "Switchyard: run its services, or operate a running one over its HTTP API.\n\n\
         The services (dev, api, worker, scheduler, migrate) are configured from the environment \
-        (README.md, \"Configuration\"). The operator commands (runs, jobs, workflows, queues, dlq) \
+        (docs/configuration.md). The operator commands (runs, jobs, workflows, queues, dlq) \
         call the API at --api with --token; see `switchyard <command> --help`.",
     after_help = cli::EXIT_CODES,
     arg_required_else_help = true

@@ -1,5 +1,6 @@
 //! The log drain sender: ships each enabled drain's new run log lines to
-//! its receiver as newline-delimited JSON (README.md, "Log drains").
+//! its receiver as newline-delimited JSON (docs/notifications.md, "Log
+//! drains").
 //!
 //! ```text
 //! claim due drain ─► read ≤ batch_size lines after cursor ─► none: release

@@ -1,7 +1,7 @@
 //! The queue gauges: per job, how many runs are `queued` and how long the
 //! oldest of them has waited (`svc_queue_depth`,
 //! `svc_queue_oldest_age_seconds`, labels `project_id` and `job_id`), for
-//! dashboards and autoscalers (README, "Monitoring").
+//! dashboards and autoscalers (docs/monitoring.md).
 //!
 //! Counted from Postgres, the record of every status, every `interval`
 //! (default 15 s, a usual scrape interval) with one grouped query over the

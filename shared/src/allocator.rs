@@ -2,8 +2,8 @@
 //!
 //! glibc's malloc (malloc, free and their consolidation) was a fifth of the
 //! api's and the worker's CPU under load (perf over the benchmark's phase
-//! (a)); mimalloc's per-thread free lists cost a fraction of that (README,
-//! "CPU budget per run"). A library must not choose the allocator of the
+//! (a)); mimalloc's per-thread free lists cost a fraction of that
+//! (docs/benchmarks.md, "Where a run's CPU goes"). A library must not choose the allocator of the
 //! programs that link it, so each binary opts in with the macro.
 
 pub use mimalloc::MiMalloc;

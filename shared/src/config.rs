@@ -1,5 +1,5 @@
 //! Configuration, loaded once from the environment (every variable is in
-//! README.md, "Configuration") and validated at start: a bad value stops the
+//! docs/configuration.md) and validated at start: a bad value stops the
 //! process with a message naming the variable. Tests build [`Config`]
 //! directly instead of touching the process environment.
 
@@ -90,7 +90,7 @@ pub struct Config {
 }
 
 impl Config {
-    /// The defaults of README.md's "Configuration" table, for tests and
+    /// The defaults of the table in docs/configuration.md, for tests and
     /// `switchyard dev`.
     pub fn defaults() -> Config {
         Config {

@@ -1,4 +1,4 @@
-//! The benchmark driver behind `scripts/bench` (README, "Benchmark"). It
+//! The benchmark driver behind `scripts/bench` (docs/benchmarks.md). It
 //! brings up a fresh system on loopback, runs each phase within a count and
 //! a deadline, prints a table and one `BENCH {json}` line, and takes the
 //! system down again on every exit path.

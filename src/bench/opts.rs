@@ -1,5 +1,6 @@
-//! Command-line options. Defaults are the figures README's "Benchmark"
-//! section reports; every phase is bounded by a count and a deadline.
+//! Command-line options. Defaults are those of the figures
+//! docs/benchmarks.md reports; every phase is bounded by a count and a
+//! deadline.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -130,7 +131,7 @@ impl Default for Opts {
             // The widest fan-out the step limit admits: root and join besides.
             wf_wide: 1000,
             // The anchors' workflow peers saturate best at 128 in flight
-            // (../shared/anchors/workflows, README), after 1,000 warm-up.
+            // (../shared/anchors/workflows, its README), after 1,000 warm-up.
             wf_inflight: 128,
             wf_warmup: 1_000,
             wf_closed_secs: 15,

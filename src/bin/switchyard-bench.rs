@@ -1,5 +1,5 @@
-//! `switchyard-bench`: the benchmark driver that `scripts/bench` runs (README,
-//! "Benchmark"). `switchyard-bench --help` lists its options.
+//! `switchyard-bench`: the benchmark driver that `scripts/bench` runs
+//! (docs/benchmarks.md). `switchyard-bench --help` lists its options.
 
 #[path = "../bench/mod.rs"]
 mod bench;

@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::{Failure, Global};
 
-/// Exit codes a script can rely on (README, "CLI"; `switchyard --help`).
+/// Exit codes a script can rely on (docs/cli.md; `switchyard --help`).
 pub mod exit {
     /// The command did what it was asked to.
     pub const OK: u8 = 0;

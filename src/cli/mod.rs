@@ -24,7 +24,7 @@ use serde_json::{json, Value};
 pub use client::exit;
 use client::Client;
 
-/// The exit codes, as `--help` shows them (README, "CLI", says the same).
+/// The exit codes, as `--help` shows them (docs/cli.md says the same).
 pub const EXIT_CODES: &str = "Exit codes:
   0  success
   1  the outcome was not success: a run waited on (--wait) did not complete,

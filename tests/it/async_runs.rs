@@ -1,8 +1,8 @@
-//! Async execution (README.md, "Run records, bulk operations, environments and
-//! secrets"): a 202 keeps the run running without a lease or a concurrency
-//! slot; `complete` / `fail` over the SDK finish it under the retry policy;
-//! silence past the timeout is a timed-out attempt; a checkpoint reaches the
-//! next attempt.
+//! Async execution (docs/runs.md, "Run records, bulk operations,
+//! environments and secrets"): a 202 keeps the run running without a lease
+//! or a concurrency slot; `complete` / `fail` over the SDK finish it under
+//! the retry policy; silence past the timeout is a timed-out attempt; a
+//! checkpoint reaches the next attempt.
 
 use std::time::Duration;
 

@@ -1,5 +1,5 @@
 //! Bulk operations, replay, restart and cancellation with children
-//! (README.md, "Run records, bulk operations, environments and secrets";
+//! (docs/runs.md, "Run records, bulk operations, environments and secrets";
 //! the sizes: docs/contract.md, "Limits").
 
 use std::time::Duration;

@@ -1,6 +1,6 @@
 //! The operator CLI (`switchyard runs|jobs|workflows|queues|dlq`) run as a
 //! separate process against a test system's API: what it prints, and the
-//! exit codes scripts rely on (README, "CLI").
+//! exit codes scripts rely on (docs/cli.md).
 
 use std::time::Duration;
 

@@ -1,6 +1,6 @@
-//! Log drains (README.md, "Log drains"): the API, and the scheduler's
-//! sender against a local receiver: order, NDJSON, signatures, a receiver
-//! that is down for a while, the backlog cap, filters.
+//! Log drains (docs/notifications.md, "Log drains"): the API, and the
+//! scheduler's sender against a local receiver: order, NDJSON, signatures,
+//! a receiver that is down for a while, the backlog cap, filters.
 
 use std::time::Duration;
 

@@ -1,5 +1,5 @@
 //! Run records: written over the SDK with the run token, read under /v1
-//! (README.md, "Run records, bulk operations, environments and secrets");
+//! (docs/runs.md, "Run records, bulk operations, environments and secrets");
 //! metadata, debug mode, the debug bundle.
 
 use std::time::Duration;

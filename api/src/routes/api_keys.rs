@@ -1,6 +1,6 @@
 //! API keys: create, list, get, revoke, rotate, and the checks of their
-//! bodies. A key is a project credential limited by scopes (README.md,
-//! "Access control"); its format is `auth::keys`.
+//! bodies. A key is a project credential limited by scopes
+//! (docs/access-control.md); its format is `auth::keys`.
 
 use chrono::{DateTime, Utc};
 use poem::web::Data;

@@ -1,6 +1,6 @@
 //! Log drains: a project's run log lines shipped to an HTTP receiver by the
-//! scheduler (README.md, "Log drains"). Here they are configured; the
-//! sending is `switchyard_scheduler::drains`.
+//! scheduler (docs/notifications.md, "Log drains"). Here they are
+//! configured; the sending is `switchyard_scheduler::drains`.
 //!
 //! The signing secret is write-only: responses say `has_secret`, and
 //! neither responses, audit details nor logs carry the value.

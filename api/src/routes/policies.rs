@@ -1,6 +1,6 @@
 //! Resource policies and tag policies, per project: their operations and
 //! the checks of their bodies. How they are evaluated: `auth::policy`
-//! (and README.md, "Access control").
+//! (and docs/access-control.md).
 
 use std::collections::HashMap;
 

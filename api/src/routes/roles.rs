@@ -1,7 +1,7 @@
 //! Roles: the four system roles (`admin`, `operator`, `viewer`,
 //! `triggerer`), and custom roles per project that may inherit one other
-//! role; the checks of their bodies. README.md, "Access control", tells
-//! how a member's role becomes permissions.
+//! role; the checks of their bodies. docs/access-control.md tells how a
+//! member's role becomes permissions.
 
 use std::sync::LazyLock;
 

@@ -1,5 +1,5 @@
 //! Log drains: where a project's run log lines are shipped, and how far
-//! each drain got (README.md, "Log drains").
+//! each drain got (docs/notifications.md, "Log drains").
 //!
 //! The log table is the buffer. A drain's cursor is the (transaction,
 //! line id) of the last line it shipped or skipped; lines are read in that
