@@ -38,7 +38,8 @@ use super::workflows::Goal;
 
 /// The wait for deliveries gives up when none arrived for this long.
 const STALL: Duration = Duration::from_secs(20);
-/// The most a terminal webhook may add to a run's CPU (issue 17).
+/// The most a terminal webhook may add to a run's CPU (the goal phase (n)
+/// prints MET or MISSED).
 pub const WEBHOOK_EXTRA_PCT: f64 = 25.0;
 
 #[derive(Clone, Debug, Default, Serialize)]

@@ -60,7 +60,7 @@ pub struct Report {
     pub workflows: Option<Workflows>,
     /// Phase (n)'s parts: webhook only, then webhook and subscription.
     pub notify: Vec<Notify>,
-    /// Figures held against the goals the issues set for them.
+    /// Figures held against the benchmark's goals (docs/benchmarks.md).
     pub goals: Vec<Goal>,
     /// Postgres table activity over the whole benchmark, per accepted run.
     pub pg_tables: Vec<PerRun>,

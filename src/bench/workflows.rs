@@ -194,7 +194,7 @@ pub struct Fan {
     pub check: WfCheck,
 }
 
-/// A figure held against the goal the issue set for it.
+/// A figure held against the benchmark's goal for it (docs/benchmarks.md).
 #[derive(Clone, Debug, Serialize)]
 pub struct Goal {
     pub name: String,
@@ -229,7 +229,7 @@ impl Workflows {
         all
     }
 
-    /// The issue's goals for workflows, with what this run got.
+    /// The benchmark's goals for workflows, with what this run got.
     pub fn goals(&self) -> Vec<Goal> {
         let mut out = Vec::new();
         if let Some(c) = &self.chain {

@@ -1,4 +1,4 @@
-//! Issue 15: the served document states every rule the server enforces,
+//! The served document states every rule the server enforces,
 //! and the server reads input strictly: a value of the wrong type or a
 //! `null` where none is allowed is a 400, never coerced or taken as absent.
 

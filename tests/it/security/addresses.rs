@@ -1,12 +1,13 @@
-//! Finding 9: with `TARGET_DENY_PRIVATE` on, a job's endpoint_url,
-//! fallback_endpoint_url and webhook_url and a step's notification URLs
-//! naming 127.0.0.1 were saved (only log drains and subscriptions were
-//! judged at save), NAT64, 6to4, benchmarking and multicast addresses passed
-//! both at save and at dispatch, and a refused dispatch told the run what
-//! the target's name resolved to. One policy (`outbound::target::refusal`,
-//! the IANA special-purpose registries) now judges every URL the service
-//! sends to, at save for what the URL shows and at connect for what a name
-//! resolves to, and the run only learns that the address is not allowed.
+//! Found by a penetration test: with `TARGET_DENY_PRIVATE` on, a job's
+//! endpoint_url, fallback_endpoint_url and webhook_url and a step's
+//! notification URLs naming 127.0.0.1 were saved (only log drains and
+//! subscriptions were judged at save), NAT64, 6to4, benchmarking and
+//! multicast addresses passed both at save and at dispatch, and a refused
+//! dispatch told the run what the target's name resolved to. One policy
+//! (`outbound::target::refusal`, the IANA special-purpose registries) now
+//! judges every URL the service sends to, at save for what the URL shows and
+//! at connect for what a name resolves to, and the run only learns that the
+//! address is not allowed.
 //!
 //! Nothing here connects beyond loopback: public literals are only saved.
 

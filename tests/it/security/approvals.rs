@@ -1,6 +1,7 @@
-//! Finding 5: under `version_policy: latest`, `workflows:write` could PATCH
-//! a waiting approval's approvers to itself and then approve. A waiting
-//! approval keeps the approvers it started waiting with.
+//! Found by a penetration test: under `version_policy: latest`,
+//! `workflows:write` could PATCH a waiting approval's approvers to itself
+//! and then approve. A waiting approval keeps the approvers it started
+//! waiting with.
 
 use serde_json::json;
 

@@ -1,5 +1,5 @@
-//! Credentials: a key manager cannot revoke a stronger key (finding 7), and
-//! an OIDC token is refused before its `nbf` (finding 10).
+//! Credentials (two findings of a penetration test): a key manager cannot
+//! revoke a stronger key, and an OIDC token is refused before its `nbf`.
 
 use jsonwebtoken::Algorithm;
 use reqwest::Method;

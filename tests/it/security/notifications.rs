@@ -1,9 +1,9 @@
-//! Finding 6: a step's stage notifications to URLs and a wait_for_event
-//! step's event_notify_url notices went out unsigned, so a receiver could
-//! not tell them from a forgery. Every delivery of the outbox is now signed
-//! (docs/contract.md, "Signatures"); those without a secret of their own
-//! (and a job's terminal webhook without a webhook_secret) with the
-//! project's signing secret, which `secrets:read` reads from
+//! Found by a penetration test: a step's stage notifications to URLs and a
+//! wait_for_event step's event_notify_url notices went out unsigned, so a
+//! receiver could not tell them from a forgery. Every delivery of the outbox
+//! is now signed (docs/contract.md, "Signatures"); those without a secret of
+//! their own (and a job's terminal webhook without a webhook_secret) with
+//! the project's signing secret, which `secrets:read` reads from
 //! `GET /v1/projects/{project_id}/signing-secret`.
 
 use hmac::{Hmac, Mac};

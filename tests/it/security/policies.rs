@@ -1,11 +1,11 @@
-//! Finding 3: resource policies were bypassed by four indirect paths. The
-//! class is closed by one authorization function (`policy::authorize`) that
-//! every path calls with the direct operation's action, and proved here by
-//! enumeration: every operation of the served OpenAPI document that names a
-//! job, run, workflow, workflow run or job group in its path is refused
-//! (403) for a key a deny policy bars from that resource, and so is every
-//! operation that reaches those resources without naming them (bulk,
-//! group, event and filter paths).
+//! Found by a penetration test: resource policies were bypassed by four
+//! indirect paths. The class is closed by one authorization function
+//! (`policy::authorize`) that every path calls with the direct operation's
+//! action, and proved here by enumeration: every operation of the served
+//! OpenAPI document that names a job, run, workflow, workflow run or job
+//! group in its path is refused (403) for a key a deny policy bars from that
+//! resource, and so is every operation that reaches those resources without
+//! naming them (bulk, group, event and filter paths).
 
 use reqwest::Method;
 use serde_json::{json, Value};

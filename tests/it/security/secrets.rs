@@ -1,6 +1,7 @@
-//! Finding 2: `jobs:write` alone could send a job's secrets anywhere by
-//! moving its endpoint. Moving where a job with secrets dispatches needs
-//! `secrets:read`; everything else about the job stays `jobs:write`.
+//! Found by a penetration test: `jobs:write` alone could send a job's
+//! secrets anywhere by moving its endpoint. Moving where a job with secrets
+//! dispatches needs `secrets:read`; everything else about the job stays
+//! `jobs:write`.
 
 use reqwest::Method;
 use serde_json::json;

@@ -1,5 +1,6 @@
-//! Finding 8: a connection sending partial headers stayed open past 90 s.
-//! The api closes it at the header bound (api/src/slow_clients.rs).
+//! Found by a penetration test: a connection sending partial headers stayed
+//! open past 90 s. The api closes it at the header bound
+//! (api/src/slow_clients.rs).
 
 use std::time::Duration;
 

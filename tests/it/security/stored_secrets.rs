@@ -1,8 +1,8 @@
-//! Finding: webhook, subscription and log-drain secrets were stored in the
-//! clear, and a job's webhook_secret was copied into every job version.
-//! They are now sealed with SECRETS_KEY like job secrets, kept out of
-//! version rows, opened only by the sender that signs with them, and never
-//! returned by the API.
+//! Found by a penetration test: webhook, subscription and log-drain secrets
+//! were stored in the clear, and a job's webhook_secret was copied into
+//! every job version. They are now sealed with SECRETS_KEY like job secrets,
+//! kept out of version rows, opened only by the sender that signs with them,
+//! and never returned by the API.
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
-//! Finding 4: one tenant froze analytics for all by reporting
-//! `cost_microusd: i64::MAX` twice (the rollup's sum left bigint and failed
-//! every pass). Amounts are bounded at intake, and every sum of them
-//! saturates instead of failing, so no row can stop a background pass.
+//! Found by a penetration test: one tenant froze analytics for all by
+//! reporting `cost_microusd: i64::MAX` twice (the rollup's sum left bigint
+//! and failed every pass). Amounts are bounded at intake, and every sum of
+//! them saturates instead of failing, so no row can stop a background pass.
 
 use std::time::Duration;
 
