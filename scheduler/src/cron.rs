@@ -50,6 +50,7 @@ use switchyard_shared::queue::{Queue, WakeLoop};
 use switchyard_shared::shutdown::Shutdown;
 use switchyard_shared::store::flow::{self, CronJob};
 use switchyard_shared::store::workflow_engine::Versions;
+use switchyard_shared::store::workflow_moves;
 use switchyard_shared::store::workflow_runs::{self, NewWorkflowRun, Triggered};
 use switchyard_shared::store::{runs, workflows, NewRun, Tenant};
 
@@ -222,7 +223,7 @@ impl CronEnqueuer {
                         cron_tick: Some(tick),
                         ..NewWorkflowRun::default()
                     };
-                    match workflow_runs::trigger(&self.pool, &self.queue, &self.versions, &wf, &new).await? {
+                    match workflow_moves::trigger(&self.pool, &self.queue, &self.versions, &wf, &new).await? {
                         Triggered::Created(run) => {
                             tracing::info!(workflow_id = %w.id, workflow_run_id = %run.id, tick = %tick, "workflow cron tick fired");
                             report.fired += 1;

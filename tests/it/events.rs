@@ -408,3 +408,46 @@ async fn dispatches_are_checked_and_scopes_bound_who_may_do_what() {
     let (s, v) = post(wf_writer, to("workflow", &wf)).await;
     assert_eq!(s, 201, "{v}");
 }
+
+/// A dispatched event and an event a step emits take one path: each
+/// triggers a job under its dedup window (an equal payload inside the
+/// window folds into the first run, `existing`), and the run it makes is
+/// enqueued at commit and reaches the job's endpoint.
+#[tokio::test]
+async fn every_event_triggers_a_job_under_its_dedup_window_and_its_run_is_dispatched() {
+    let env = TestEnv::start().await;
+    let target = crate::target::Target::start().await;
+    let project = env.project().await;
+    let j = id(&env.job_in(&project, &target.url, json!({"name": "folded", "dedup_window_secs": 3600})).await);
+    let to_job = source(&env, &project, "order.*", "job", &j).await;
+    env.spawn_worker();
+    env.spawn_scheduler();
+
+    let first = dispatch(&env, json!({"project_id": project, "event_key": "order.paid", "payload": {"n": 1}})).await;
+    assert_eq!(entry(&first, &to_job)["status"], "created", "{first}");
+    let hits = target.wait_count(1, std::time::Duration::from_secs(30)).await;
+    assert_eq!(hits[0].body["payload"], json!({"n": 1}), "the event's run was enqueued and dispatched");
+
+    let again = dispatch(&env, json!({"project_id": project, "event_key": "order.paid", "payload": {"n": 1}})).await;
+    assert_eq!(entry(&again, &to_job)["status"], "existing", "{again}");
+    assert_eq!(entry(&again, &to_job)["id"], entry(&first, &to_job)["id"], "folded into the first run");
+    let other = dispatch(&env, json!({"project_id": project, "event_key": "order.paid", "payload": {"n": 2}})).await;
+    assert_eq!(entry(&other, &to_job)["status"], "created", "another payload is another run: {other}");
+
+    // A step emitting the same payload under a key the source matches
+    // folds into the first run too.
+    let emitter = crate::workflow_runs::job(&env, &project, &target.url, json!({"name": "emitter"})).await;
+    let steps = json!({"steps": [{"step_ref": "pay", "job_id": emitter, "event_emit_key": "order.emitted"}]});
+    let wf = crate::workflow_runs::workflow(&env, &project, steps).await;
+    target.set_default(crate::target::Reply::json(200, r#"{"n":1}"#));
+    let run = crate::workflow_runs::trigger(&env, &wf, json!({})).await;
+    let done = crate::workflow_runs::wait_status(&env, &id(&run), "completed").await;
+    let emitted = crate::workflow_runs::step(&done, "pay")["emitted_event_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("emitted: {done}"))
+        .to_string();
+    let (_, ev) = env.get(&format!("/v1/events/{emitted}")).await;
+    assert_eq!(ev["triggered_runs"][0]["status"], "existing", "{ev}");
+    assert_eq!(ev["triggered_runs"][0]["id"], entry(&first, &to_job)["id"], "{ev}");
+    assert_eq!(job_runs(&env, &j).await, 2);
+}

@@ -10,7 +10,8 @@ use std::time::Duration;
 use chrono::Utc;
 use serde_json::{json, Value};
 use switchyard_shared::domain::RunStatus;
-use switchyard_shared::store::workflow_runs::{self, NewWorkflowRun, Triggered};
+use switchyard_shared::store::workflow_moves;
+use switchyard_shared::store::workflow_runs::{NewWorkflowRun, Triggered};
 use switchyard_shared::store::{step_outcomes, workflow_engine, workflows, Outcome, Tenant};
 
 use crate::harness::{assert_problem, TestEnv};
@@ -530,7 +531,7 @@ async fn a_crash_between_a_steps_outcome_and_the_next_enqueue_loses_and_doubles_
     let record = workflows::get(&env.pool, Tenant::Any, wf["id"].as_str().unwrap()).await.unwrap().unwrap();
     let new = NewWorkflowRun { triggered_by: "api".into(), ..NewWorkflowRun::default() };
     let Triggered::Created(created) =
-        workflow_runs::trigger(&env.pool, &dead_redis, &versions, &record, &new).await.unwrap()
+        workflow_moves::trigger(&env.pool, &dead_redis, &versions, &record, &new).await.unwrap()
     else {
         panic!("a new run")
     };

@@ -2,12 +2,14 @@
 //! sources that turn matching events into job runs and workflow runs, and
 //! the record of what each event triggered (docs/contract.md, "Events").
 //!
-//! A dispatch records the event, then triggers each matching source's
-//! target through the same paths as a job trigger (`run_actions::trigger`)
-//! or a workflow trigger (`store::workflow_runs::trigger`), then marks the
-//! event complete. Each trigger's idempotency key names the event and the
-//! source, so a dispatch that repeats an idempotency_key, even after a
-//! crash halfway, finishes the event without triggering anything twice.
+//! A dispatch records the event, checks which sources' targets the sender
+//! may trigger (as a trigger of each would), then fires it in one
+//! transaction through `store::events::fire_in`, the path a step's emitted
+//! event takes too: each source's target triggered under its own rules,
+//! the steps waiting for the event resumed, the event marked complete.
+//! Each trigger's idempotency key names the event and the source, so a
+//! dispatch that repeats an idempotency_key, even after a crash halfway,
+//! finishes the event without triggering anything twice.
 
 use std::collections::HashMap;
 
@@ -20,10 +22,8 @@ use poem_openapi::{Object, OpenApi};
 use serde_json::{json, Value};
 use switchyard_shared::domain::rules::Text;
 use switchyard_shared::domain::{event_key, FieldErrors};
-use switchyard_shared::store::events::{
-    self, EventRow, EventSourceRow, NewEvent, RunKind, SourceWrite, TriggerStatus, TriggeredRun,
-};
-use switchyard_shared::store::workflow_runs::{self, NewWorkflowRun, Triggered};
+use switchyard_shared::store::events::{self, EventRow, EventSourceRow, NewEvent, SourceWrite, TriggeredRun};
+use switchyard_shared::store::runs;
 
 use super::{
     description_rule, found, load_for_trigger, load_workflow_as, name_rule, patch, project_exists, project_of, tenant,
@@ -33,10 +33,8 @@ use crate::audit::{self, Change};
 use crate::auth::{scopes, Auth};
 use crate::error::{ApiError, ApiResult};
 use crate::pagination::{Page, Window};
-use crate::run_actions;
 use crate::state::AppState;
 use crate::strict_json::JsonBody;
-use crate::views::TriggerRequest;
 
 pub struct EventsApi;
 
@@ -285,73 +283,22 @@ async fn check_target(
     Ok(())
 }
 
-/// Triggers one source's target for the event: the job through the job
-/// trigger's path, the workflow through the workflow trigger's, with the
-/// event's payload. A refusal is the entry's error; only the service's
-/// own failures are the dispatch's.
-async fn fire(state: &AppState, auth: &Auth, event: &EventRow, source: &EventSourceRow) -> ApiResult<TriggeredRun> {
-    let key = event_key::trigger_key(&event.id, &source.id);
-    let payload = event.payload.as_ref().map(|p| p.0.clone());
-    let (kind, result) = if source.target_type == "job" {
-        (RunKind::JobRun, fire_job(state, auth, event, source, key, payload).await)
+/// Whether the sender may trigger the source's target, under the same
+/// checks as a trigger of it (the target's tenant and its resource
+/// policies, with the target's own action): `Some(why)` when not. The
+/// target's own rules (enabled, payload_schema, skip_if_running) are the
+/// store's, applied as the event fires.
+async fn refusal(state: &AppState, auth: &Auth, source: &EventSourceRow) -> ApiResult<Option<String>> {
+    let checked = if source.target_type == "job" {
+        load_for_trigger(state, auth, &source.target_id).await.map(drop)
     } else {
-        (RunKind::WorkflowRun, fire_workflow(state, auth, source, key, payload).await)
+        load_workflow_as(state, auth, &source.target_id, "workflows:trigger").await.map(drop)
     };
-    let entry = |id, status, error| TriggeredRun { source_id: source.id.clone(), kind, id, status, error };
-    match result {
-        Ok((id, status, why)) => Ok(entry(id, status, why)),
+    match checked {
+        Ok(()) => Ok(None),
         Err(e) if not_the_triggers_fault(&e) => Err(e),
-        Err(e) => Ok(entry(None, TriggerStatus::Error, Some(e.one_line()))),
+        Err(e) => Ok(Some(e.one_line())),
     }
-}
-
-/// The run, how it went, and why there is none.
-type Fired = (Option<String>, TriggerStatus, Option<String>);
-
-async fn fire_job(
-    state: &AppState,
-    auth: &Auth,
-    event: &EventRow,
-    source: &EventSourceRow,
-    key: String,
-    payload: Option<Value>,
-) -> ApiResult<Fired> {
-    let job = load_for_trigger(state, auth, &source.target_id).await?;
-    let metadata =
-        HashMap::from([("event_id".to_string(), event.id.clone()), ("event_source_id".to_string(), source.id.clone())]);
-    let req = TriggerRequest { payload, idempotency_key: Some(key), metadata: Some(metadata), ..Default::default() };
-    let (run, created) = run_actions::trigger(state, &auth.0, &job, req, "event", None).await?;
-    let status = if created { TriggerStatus::Created } else { TriggerStatus::Existing };
-    Ok((Some(run.id), status, None))
-}
-
-async fn fire_workflow(
-    state: &AppState,
-    auth: &Auth,
-    source: &EventSourceRow,
-    key: String,
-    payload: Option<Value>,
-) -> ApiResult<Fired> {
-    let wf = load_workflow_as(state, auth, &source.target_id, "workflows:trigger").await?;
-    if !wf.enabled {
-        return Err(ApiError::conflict("the workflow is disabled; enable it to trigger runs"));
-    }
-    let new = NewWorkflowRun {
-        payload,
-        idempotency_key: Some(key),
-        triggered_by: "event".into(),
-        created_by: auth.0.actor(),
-        ..NewWorkflowRun::default()
-    };
-    Ok(match workflow_runs::trigger(&state.engine_pool, &state.queue, &state.versions, &wf, &new).await? {
-        Triggered::Created(run) => (Some(run.id), TriggerStatus::Created, None),
-        Triggered::Existing(run) => (Some(run.id), TriggerStatus::Existing, None),
-        Triggered::Skipped { active_run_id } => (
-            None,
-            TriggerStatus::Skipped,
-            Some(format!("the workflow has skip_if_running and run {active_run_id} is active; no run was created")),
-        ),
-    })
 }
 
 #[OpenApi(tag = "Tag::Events")]
@@ -402,11 +349,16 @@ impl EventsApi {
             return Ok(Json(dispatched_view(event)));
         }
         let sources = events::matching_sources(&state.pool, &event.project_id, &event.event_key).await?;
-        let mut runs = Vec::with_capacity(sources.len());
+        let mut refused = HashMap::new();
         for source in &sources {
-            runs.push(fire(&state, &auth, &event, source).await?);
+            if let Some(why) = refusal(&state, &auth, source).await? {
+                refused.insert(source.id.clone(), why);
+            }
         }
-        let done = events::complete(&state.pool, &event, &runs).await?;
+        let mut tx = state.pool.begin().await?;
+        let (done, made) = events::fire_in(&mut tx, &event, &sources, &refused).await?;
+        tx.commit().await?;
+        runs::enqueue_made(&state.queue, &made).await;
         Ok(Json(dispatched_view(done)))
     }
 

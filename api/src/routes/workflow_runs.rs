@@ -12,12 +12,13 @@ use poem_openapi::payload::Json;
 use poem_openapi::{ApiResponse, Object, OpenApi};
 use serde_json::Value;
 use switchyard_shared::domain::rules::Text;
-use switchyard_shared::domain::step::Step;
+use switchyard_shared::domain::step::Steps;
 use switchyard_shared::domain::workflow_plan::critical_path;
 use switchyard_shared::domain::workflow_run::{self, Decision, Inputs, StepNow, WorkflowRunStatus};
 use switchyard_shared::domain::FieldErrors;
+use switchyard_shared::store::workflow_moves::{self, Decider, Moved, Refused, StepDecision};
 use switchyard_shared::store::workflow_runs::{
-    self, Decider, Moved, NewWorkflowRun, Refused, RunFilter, StepDecision, StepRun, Triggered, WorkflowRun as RunRow,
+    self, NewWorkflowRun, RunFilter, StepRun, Triggered, WorkflowRun as RunRow,
 };
 use switchyard_shared::store::{self, Tenant};
 
@@ -368,7 +369,7 @@ async fn moved(
         Err(Refused::Conflict(why)) => return Err(ApiError::conflict(why)),
         Err(Refused::Forbidden(why)) => return Err(ApiError::forbidden(why)),
     };
-    workflow_runs::drop_entries(&state.queue, &m).await;
+    workflow_moves::drop_entries(&state.queue, &m).await;
     audit::record(&state.pool, &auth.0, Change::new(&m.run.project_id, action, ("workflow_run", &m.run.id), details))
         .await?;
     Ok(Json(with_steps(state, m.run).await?))
@@ -421,7 +422,7 @@ impl WorkflowRunsApi {
             created_by: auth.0.actor(),
             ..NewWorkflowRun::default()
         };
-        match workflow_runs::trigger(&state.engine_pool, &state.queue, &state.versions, &wf, &new).await? {
+        match workflow_moves::trigger(&state.engine_pool, &state.queue, &state.versions, &wf, &new).await? {
             Triggered::Created(run) => Ok(TriggeredRun::Created(Json(with_steps(&state, run).await?))),
             Triggered::Existing(run) => Ok(TriggeredRun::Existing(Json(with_steps(&state, run).await?))),
             Triggered::Skipped { active_run_id } => Err(ApiError::conflict(format!(
@@ -485,7 +486,7 @@ impl WorkflowRunsApi {
     ) -> ApiResult<Json<WorkflowRun>> {
         load(&state, &auth, &workflow_run_id).await?;
         let reason = format!("cancelled by {}", who(&auth.0));
-        let r = workflow_runs::cancel(&state.pool, tenant(&auth.0), &workflow_run_id, &reason).await?;
+        let r = workflow_moves::cancel(&state.pool, tenant(&auth.0), &workflow_run_id, &reason).await?;
         moved(&state, &auth, r, &workflow_run_id, "workflow_run.cancelled", Value::Null).await
     }
 
@@ -499,7 +500,7 @@ impl WorkflowRunsApi {
         workflow_run_id: Path<String>,
     ) -> ApiResult<Json<WorkflowRun>> {
         load(&state, &auth, &workflow_run_id).await?;
-        let r = workflow_runs::set_paused(&state.pool, tenant(&auth.0), &workflow_run_id, true, &who(&auth.0)).await?;
+        let r = workflow_moves::set_paused(&state.pool, tenant(&auth.0), &workflow_run_id, true, &who(&auth.0)).await?;
         moved(&state, &auth, r, &workflow_run_id, "workflow_run.paused", Value::Null).await
     }
 
@@ -513,7 +514,8 @@ impl WorkflowRunsApi {
         workflow_run_id: Path<String>,
     ) -> ApiResult<Json<WorkflowRun>> {
         load(&state, &auth, &workflow_run_id).await?;
-        let r = workflow_runs::set_paused(&state.pool, tenant(&auth.0), &workflow_run_id, false, &who(&auth.0)).await?;
+        let r =
+            workflow_moves::set_paused(&state.pool, tenant(&auth.0), &workflow_run_id, false, &who(&auth.0)).await?;
         moved(&state, &auth, r, &workflow_run_id, "workflow_run.resumed", Value::Null).await
     }
 
@@ -723,7 +725,7 @@ impl WorkflowRunsApi {
         } else {
             let payload = run.payload.as_ref().map(|p| p.0.clone()).unwrap_or(Value::Null);
             let next = workflow_run::next(&Inputs {
-                steps: &Step::all(&defs),
+                steps: &Steps::of(&defs),
                 now: &states,
                 payload: &payload,
                 paused: false,
@@ -828,7 +830,7 @@ impl WorkflowRunsApi {
         let who =
             Decider { actor: auth.0.actor_id.as_deref(), roles: &auth.0.roles, internal: auth.0.scopes.is_none() };
         let t: Tenant = tenant(&auth.0);
-        let r = workflow_runs::decide_step(&state.pool, t, run_id, step_ref, decision, &who, body.comment.as_deref())
+        let r = workflow_moves::decide_step(&state.pool, t, run_id, step_ref, decision, &who, body.comment.as_deref())
             .await?;
         let r = match r {
             Err(Refused::NotFound) if workflow_runs::get(&state.pool, t, run_id).await?.is_some() => {
@@ -851,7 +853,7 @@ impl WorkflowRunsApi {
     ) -> ApiResult<Json<WorkflowRun>> {
         load(state, auth, run_id).await?;
         let t: Tenant = tenant(&auth.0);
-        let r = workflow_runs::reset_steps(&state.pool, t, run_id, step_ref, with_descendants, &who(&auth.0)).await?;
+        let r = workflow_moves::reset_steps(&state.pool, t, run_id, step_ref, with_descendants, &who(&auth.0)).await?;
         let r = match r {
             Err(Refused::NotFound) if workflow_runs::get(&state.pool, t, run_id).await?.is_some() => {
                 return Err(ApiError::not_found("step", step_ref));

@@ -3,6 +3,8 @@
 //! the stored JSON) into types, so no rule looks a field up by name or
 //! compares strings.
 
+use std::collections::{HashMap, VecDeque};
+
 use serde_json::Value;
 
 use super::workflow::{SavedStep, StepType, DEFAULT_MAX_NESTING_DEPTH, MAX_NESTING_DEPTH};
@@ -204,6 +206,95 @@ impl From<&SavedStep> for Step {
                 .map(|job_id| Compensation { job_id, timeout_secs: d.compensation_timeout_secs }),
         }
     }
+}
+
+/// A version's steps with their graph worked out once: each step's
+/// dependencies and dependents by position, and an order in which every
+/// step comes after its dependencies. The rules (`workflow_run::next`) and
+/// `simulate` walk it by position, so a pass over a 2,000-step version does
+/// no hashing of refs, and the engine keeps one per version it has read.
+#[derive(Clone, Debug, Default)]
+pub struct Steps {
+    list: Vec<Step>,
+    index: HashMap<String, usize>,
+    /// Each step's dependencies the version has (validation refuses one it
+    /// has not; such a dependency holds nothing back), in `depends_on` order.
+    deps: Vec<Vec<usize>>,
+    dependents: Vec<Vec<usize>>,
+    order: Vec<usize>,
+}
+
+impl Steps {
+    pub fn new(list: Vec<Step>) -> Steps {
+        let mut index = HashMap::with_capacity(list.len());
+        for (i, s) in list.iter().enumerate() {
+            index.entry(s.step_ref.clone()).or_insert(i);
+        }
+        let deps: Vec<Vec<usize>> =
+            list.iter().map(|s| s.depends_on.iter().filter_map(|d| index.get(d).copied()).collect()).collect();
+        let mut dependents = vec![Vec::new(); list.len()];
+        for (i, ds) in deps.iter().enumerate() {
+            for &d in ds {
+                dependents[d].push(i);
+            }
+        }
+        let order = topological(&deps, &dependents);
+        Steps { list, index, deps, dependents, order }
+    }
+
+    /// The steps of a saved version, typed.
+    pub fn of(saved: &[SavedStep]) -> Steps {
+        Steps::new(Step::all(saved))
+    }
+
+    pub fn position(&self, step_ref: &str) -> Option<usize> {
+        self.index.get(step_ref).copied()
+    }
+
+    pub fn deps(&self, i: usize) -> &[usize] {
+        &self.deps[i]
+    }
+
+    pub fn dependents(&self, i: usize) -> &[usize] {
+        &self.dependents[i]
+    }
+
+    /// Positions in an order where each step comes after its dependencies,
+    /// ties in definition order. A saved version has no cycle; steps left
+    /// over by one (which validation refuses) come last in definition order.
+    pub fn order(&self) -> &[usize] {
+        &self.order
+    }
+}
+
+impl std::ops::Deref for Steps {
+    type Target = [Step];
+    fn deref(&self) -> &[Step] {
+        &self.list
+    }
+}
+
+fn topological(deps: &[Vec<usize>], dependents: &[Vec<usize>]) -> Vec<usize> {
+    let mut indegree: Vec<usize> = deps.iter().map(Vec::len).collect();
+    let mut ready: VecDeque<usize> = (0..deps.len()).filter(|&i| indegree[i] == 0).collect();
+    let mut order = Vec::with_capacity(deps.len());
+    while let Some(i) = ready.pop_front() {
+        order.push(i);
+        for &j in &dependents[i] {
+            indegree[j] -= 1;
+            if indegree[j] == 0 {
+                ready.push_back(j);
+            }
+        }
+    }
+    if order.len() < deps.len() {
+        let mut seen = vec![false; deps.len()];
+        for &i in &order {
+            seen[i] = true;
+        }
+        order.extend((0..deps.len()).filter(|&i| !seen[i]));
+    }
+    order
 }
 
 impl Step {

@@ -15,10 +15,10 @@ use std::str::FromStr;
 use serde_json::Value;
 
 use super::field_errors::FieldError;
-use super::step::Step;
+use super::step::Steps;
 use super::step_logic::transform_output;
 use super::workflow::SavedStep;
-use super::workflow_run::{next, Decision, Ending, Inputs, StepNow, StepStatus};
+use super::workflow_run::{Decision, Ending, Rules, StepNow, StepStatus};
 
 /// The steps as indices: each step's dependencies by position.
 struct Graph {
@@ -361,8 +361,9 @@ pub struct Simulation {
 /// step's condition sees `{payload, steps: {ref: {status, output}}}` as
 /// the engine shows it.
 pub fn simulate(saved: &[SavedStep], given: &Assumptions) -> Simulation {
-    let steps = Step::all(saved);
+    let steps = Steps::of(saved);
     let g = Graph::of(saved);
+    let mut rules = Rules::new(&steps, &HashMap::new(), &given.payload, false, None);
     let mut now: HashMap<String, StepNow> = HashMap::new();
     let mut why: HashMap<String, String> = HashMap::new();
     let mut ran: HashSet<String> = HashSet::new();
@@ -370,19 +371,13 @@ pub fn simulate(saved: &[SavedStep], given: &Assumptions) -> Simulation {
     // Each round starts at least one step or ends the run: bounded by the
     // step count.
     for _ in 0..=steps.len() {
-        let n = next(&Inputs {
-            steps: &steps,
-            now: &now,
-            payload: &given.payload,
-            paused: false,
-            max_parallel_steps: None,
-        });
+        let n = rules.advance();
         let mut moved = false;
         for d in n.decisions {
             moved = true;
             match d {
                 Decision::Start { step_ref } => {
-                    let def = steps.iter().find(|s| s.step_ref == step_ref);
+                    let def = steps.position(&step_ref).map(|k| &steps[k]);
                     let transform = def.and_then(|s| s.output_transform.as_deref());
                     let (status, reason, output) =
                         run(transform, given.outcomes.get(&step_ref), given.outputs.get(&step_ref));
@@ -395,7 +390,9 @@ pub fn simulate(saved: &[SavedStep], given: &Assumptions) -> Simulation {
                         why.insert(step_ref.clone(), r.clone());
                     }
                     ran.insert(step_ref.clone());
-                    now.insert(step_ref, StepNow { status, output: Some(output), error: reason });
+                    let ended = StepNow { status, output: Some(output), error: reason };
+                    rules.set(&step_ref, ended.clone());
+                    now.insert(step_ref, ended);
                 }
                 Decision::Skip { step_ref, reason, .. } => {
                     why.insert(step_ref.clone(), reason);
@@ -797,5 +794,118 @@ mod tests {
         reordered[3].def.depends_on = Some(vec!["c".into(), "b".into()]);
         reordered[0].id = "wfs_other".into();
         assert_eq!(diff(&from, &reordered), Diff { added: vec![], removed: vec![], changed: vec![] });
+    }
+
+    /// The rules played round by round from scratch, as `next` answers a
+    /// pass that knows nothing of the last one: what [`simulate`]'s kept
+    /// rules must agree with.
+    fn from_scratch(saved: &[SavedStep], given: &Assumptions) -> (Vec<(String, Predicted)>, bool) {
+        use super::super::workflow_run::{next, Inputs};
+        let steps = Steps::of(saved);
+        let mut now: HashMap<String, StepNow> = HashMap::new();
+        let mut failed = false;
+        for _ in 0..=steps.len() {
+            let n = next(&Inputs {
+                steps: &steps,
+                now: &now,
+                payload: &given.payload,
+                paused: false,
+                max_parallel_steps: None,
+            });
+            let moved = !n.decisions.is_empty();
+            for d in n.decisions {
+                let (r, status) = match d {
+                    Decision::Start { step_ref } => {
+                        let status = match given.outcomes.get(&step_ref).copied().unwrap_or_default() {
+                            Outcome::Completed => StepStatus::Completed,
+                            Outcome::Failed => StepStatus::Failed,
+                            Outcome::TimedOut => StepStatus::TimedOut,
+                        };
+                        (step_ref, status)
+                    }
+                    Decision::Skip { step_ref, .. } => (step_ref, StepStatus::Skipped),
+                    Decision::Fail { step_ref, .. } => (step_ref, StepStatus::Failed),
+                    Decision::Held { .. } => unreachable!("no cap"),
+                };
+                now.insert(r, StepNow { status, output: Some(Value::Null), error: None });
+            }
+            match n.ending {
+                Some(Ending::Completed) => break,
+                Some(_) => {
+                    failed = true;
+                    break;
+                }
+                None if !moved => break,
+                None => {}
+            }
+        }
+        let fate = steps
+            .iter()
+            .map(|s| {
+                let p = match now.get(&s.step_ref).map(|n| n.status) {
+                    Some(StepStatus::Completed) => Predicted::Completed,
+                    Some(StepStatus::TimedOut) => Predicted::TimedOut,
+                    Some(StepStatus::Failed) => Predicted::Failed,
+                    Some(StepStatus::Skipped) => Predicted::Skipped,
+                    _ => Predicted::NotReached,
+                };
+                (s.step_ref.clone(), p)
+            })
+            .collect();
+        (fate, failed)
+    }
+
+    #[test]
+    fn kept_rules_agree_with_rules_played_from_scratch_on_random_graphs() {
+        // A small linear congruential generator: the same cases every run.
+        let mut seed: u64 = 0x5eed;
+        let mut roll = |n: u64| {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (seed >> 33) % n
+        };
+        let on_failure = ["fail_workflow", "continue", "skip_dependents", "compensate"];
+        for case in 0..300 {
+            let n = 2 + roll(12) as usize;
+            let mut defs = Vec::new();
+            let mut given = Assumptions { payload: json!({"tier": "gold"}), ..Assumptions::default() };
+            for i in 0..n {
+                let deps: Vec<String> = (0..i).filter(|_| roll(3) == 0).map(|j| format!("s{j}")).collect();
+                let mut d = json!({"step_ref": format!("s{i}"), "job_id": "j", "depends_on": deps,
+                                   "on_failure": on_failure[roll(4) as usize]});
+                match roll(6) {
+                    0 => d["condition"] = json!({"==": [{"var": "payload.tier"}, "gold"]}),
+                    1 => d["condition"] = json!({"==": [{"var": "payload.tier"}, "free"]}),
+                    2 => d["condition"] = json!({"nope": [1]}),
+                    _ => {}
+                }
+                defs.push(d);
+                match roll(5) {
+                    0 => given.outcomes.insert(format!("s{i}"), Outcome::Failed),
+                    1 => given.outcomes.insert(format!("s{i}"), Outcome::TimedOut),
+                    _ => None,
+                };
+            }
+            let saved = steps(Value::Array(defs));
+            let sim = simulate(&saved, &given);
+            let (want, failed) = from_scratch(&saved, &given);
+            let mut got: Vec<(String, Predicted)> = sim.steps.iter().map(|p| (p.step_ref.clone(), p.status)).collect();
+            let mut want = want;
+            got.sort_by(|a, b| a.0.cmp(&b.0));
+            want.sort_by(|a, b| a.0.cmp(&b.0));
+            assert_eq!((got, sim.failed), (want, failed), "case {case}: {saved:?}");
+        }
+    }
+
+    #[test]
+    fn a_chain_of_the_most_steps_allowed_plays_out_in_one_walk() {
+        let defs: Vec<Value> = (0..2000)
+            .map(|i| match i {
+                0 => json!({"step_ref": "s0", "job_id": "j"}),
+                i => json!({"step_ref": format!("s{i}"), "job_id": "j", "depends_on": [format!("s{}", i - 1)]}),
+            })
+            .collect();
+        let sim = simulate(&steps(Value::Array(defs)), &Assumptions::default());
+        assert_eq!(sim.order.len(), 2000);
+        assert!(!sim.failed && sim.steps.iter().all(|p| p.status == Predicted::Completed));
     }
 }

@@ -28,11 +28,11 @@
 //! condition: a step skipped because a failure doomed it dooms its own
 //! dependents in turn), or failed with on_failure `continue`.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use serde_json::{json, Value};
 
-use super::step::{OnFailure, Step};
+use super::step::{OnFailure, Step, Steps};
 use super::step_logic::{condition_holds, condition_input, StepFacts};
 use super::workflow::SavedStep;
 
@@ -169,7 +169,7 @@ impl StepNow {
 /// What [`next`] looks at.
 pub struct Inputs<'a> {
     /// The steps of the version the run follows.
-    pub steps: &'a [Step],
+    pub steps: &'a Steps,
     /// Each step's state by ref; a step missing here is pending.
     pub now: &'a HashMap<String, StepNow>,
     pub payload: &'a Value,
@@ -226,118 +226,136 @@ pub struct Next {
     pub ending: Option<Ending>,
 }
 
-fn deps(s: &Step) -> &[String] {
-    &s.depends_on
-}
-
-/// The steps in an order where each comes after its dependencies, ties in
-/// definition order. A saved version has no cycle; steps left over by one
-/// (which validation refuses) are appended in definition order.
-pub fn topological(steps: &[Step]) -> Vec<usize> {
-    let index: HashMap<&str, usize> = steps.iter().enumerate().map(|(i, s)| (s.step_ref.as_str(), i)).collect();
-    let mut indegree = vec![0usize; steps.len()];
-    let mut dependents: Vec<Vec<usize>> = vec![Vec::new(); steps.len()];
-    for (i, s) in steps.iter().enumerate() {
-        for d in deps(s) {
-            if let Some(&j) = index.get(d.as_str()) {
-                indegree[i] += 1;
-                dependents[j].push(i);
-            }
-        }
-    }
-    let mut ready: VecDeque<usize> = (0..steps.len()).filter(|&i| indegree[i] == 0).collect();
-    let mut order = Vec::with_capacity(steps.len());
-    while let Some(i) = ready.pop_front() {
-        order.push(i);
-        for &j in &dependents[i] {
-            indegree[j] -= 1;
-            if indegree[j] == 0 {
-                ready.push_back(j);
-            }
-        }
-    }
-    if order.len() < steps.len() {
-        let seen: HashSet<usize> = order.iter().copied().collect();
-        order.extend((0..steps.len()).filter(|i| !seen.contains(i)));
-    }
-    order
-}
-
 /// What the run does next (see the module doc for the rules).
 pub fn next(i: &Inputs) -> Next {
-    let by_ref: HashMap<&str, &Step> = i.steps.iter().map(|s| (s.step_ref.as_str(), s)).collect();
-    let mut st: HashMap<String, StepNow> = i
-        .steps
-        .iter()
-        .map(|s| (s.step_ref.clone(), i.now.get(&s.step_ref).cloned().unwrap_or_else(StepNow::pending)))
-        .collect();
-    let order = topological(i.steps);
-    let cap = i.max_parallel_steps.filter(|n| *n > 0).map(|n| n as usize);
-    let mut active = st.values().filter(|s| s.status.is_active()).count();
-    let mut out = Next::default();
+    let mut rules = Rules::new(i.steps, i.now, i.payload, i.paused, i.max_parallel_steps);
+    rules.advance()
+}
 
-    // Steps skipped because a failure upstream doomed them pass the doom on.
-    let mut doomed: HashSet<String> = HashSet::new();
-    let dooms = |r: &str, st: &HashMap<String, StepNow>, doomed: &HashSet<String>| -> Option<String> {
-        let s = by_ref.get(r)?;
-        deps(s).iter().find_map(|d| {
-            let dn = st.get(d)?;
-            let ds = by_ref.get(d.as_str())?;
-            if doomed.contains(d) {
-                Some(format!("dependency {d} was skipped after a failure upstream"))
-            } else if dn.status.is_failure() && ds.on_failure == OnFailure::SkipDependents {
-                Some(format!("dependency {d} {} (on_failure skip_dependents)", dn.status.as_str()))
-            } else {
-                None
+/// The rules over one run's steps, kept between rounds: [`Rules::advance`]
+/// decides what it can, [`Rules::set`] records how a started step ended,
+/// and the next `advance` looks only at the steps that change could move.
+/// So a caller that plays a whole run out (`simulate`) does work in
+/// proportion to the steps and their edges, not steps times rounds.
+pub struct Rules<'a> {
+    steps: &'a Steps,
+    state: Vec<StepNow>,
+    payload: &'a Value,
+    paused: bool,
+    cap: Option<usize>,
+    active: usize,
+    terminal: usize,
+    /// Skipped because a failure upstream doomed it: passes the doom on.
+    doomed: Vec<bool>,
+    /// Failed under fail_workflow or compensate, by position: the first
+    /// ends the run.
+    failing: BTreeSet<usize>,
+    /// Places in the walk order still to look at.
+    todo: BTreeSet<usize>,
+    /// Where each step is in the walk order.
+    place: Vec<usize>,
+    /// Held for a slot (the decision is made once per step) ...
+    held: Vec<bool>,
+    /// ... and where to look again when a slot comes free.
+    waiting_for_slot: Vec<usize>,
+}
+
+impl<'a> Rules<'a> {
+    pub fn new(
+        steps: &'a Steps,
+        now: &HashMap<String, StepNow>,
+        payload: &'a Value,
+        paused: bool,
+        max_parallel_steps: Option<i64>,
+    ) -> Rules<'a> {
+        let state: Vec<StepNow> =
+            steps.iter().map(|s| now.get(&s.step_ref).cloned().unwrap_or_else(StepNow::pending)).collect();
+        let mut place = vec![0; steps.len()];
+        for (p, &k) in steps.order().iter().enumerate() {
+            place[k] = p;
+        }
+        let mut rules = Rules {
+            steps,
+            active: state.iter().filter(|s| s.status.is_active()).count(),
+            terminal: state.iter().filter(|s| s.status.is_terminal()).count(),
+            failing: (0..steps.len()).filter(|&k| fails_run(&steps[k], &state[k])).collect(),
+            doomed: vec![false; steps.len()],
+            todo: (0..steps.len()).collect(),
+            held: vec![false; steps.len()],
+            waiting_for_slot: Vec::new(),
+            state,
+            payload,
+            paused,
+            cap: max_parallel_steps.filter(|n| *n > 0).map(|n| n as usize),
+            place,
+        };
+        for &k in steps.order() {
+            if rules.state[k].status == StepStatus::Skipped && rules.dooms(k).is_some() {
+                rules.doomed[k] = true;
             }
-        })
-    };
-    for &k in &order {
-        let r = &i.steps[k].step_ref;
-        if st[r].status == StepStatus::Skipped && dooms(r, &st, &doomed).is_some() {
-            doomed.insert(r.clone());
+        }
+        rules
+    }
+
+    /// Records a step's new state (a started step that ended) and marks
+    /// the steps it may move for the next [`Rules::advance`].
+    pub fn set(&mut self, step_ref: &str, now: StepNow) {
+        let Some(k) = self.steps.position(step_ref) else { return };
+        let was = std::mem::replace(&mut self.state[k], now);
+        self.changed(k, was.status);
+    }
+
+    fn changed(&mut self, k: usize, was: StepStatus) {
+        let is = self.state[k].status;
+        self.active = self.active + usize::from(is.is_active()) - usize::from(was.is_active());
+        self.terminal = self.terminal + usize::from(is.is_terminal()) - usize::from(was.is_terminal());
+        if fails_run(&self.steps[k], &self.state[k]) {
+            self.failing.insert(k);
+        } else {
+            self.failing.remove(&k);
+        }
+        if is != StepStatus::Running {
+            for &d in self.steps.dependents(k) {
+                self.todo.insert(self.place[d]);
+            }
+        }
+        if was.is_active() && !is.is_active() {
+            // A slot came free: steps held for one may start.
+            self.todo.extend(self.waiting_for_slot.drain(..));
         }
     }
 
-    let mut held: HashSet<String> = HashSet::new();
-    loop {
-        if let Some(end) = failing(i.steps, &st) {
+    /// The decisions the steps' states allow now, and the run's ending
+    /// when it has one. A run already failing decides nothing more.
+    pub fn advance(&mut self) -> Next {
+        let mut out = Next::default();
+        if let Some(end) = self.ending() {
             out.ending = Some(end);
             return out;
         }
-        let mut changed = false;
-        for &k in &order {
-            let step = &i.steps[k];
-            let r = &step.step_ref;
-            if st[r].status != StepStatus::Pending {
+        let steps = self.steps;
+        while let Some(p) = self.todo.pop_first() {
+            let k = steps.order()[p];
+            if self.state[k].status != StepStatus::Pending {
                 continue;
             }
-            if let Some(reason) = dooms(r, &st, &doomed) {
-                doomed.insert(r.clone());
-                st.get_mut(r).expect("every step has a state").status = StepStatus::Skipped;
+            let r = &steps[k].step_ref;
+            if let Some(reason) = self.dooms(k) {
+                self.doomed[k] = true;
+                self.decide(k, StepStatus::Skipped, None);
                 out.decisions.push(Decision::Skip { step_ref: r.clone(), reason, details: json!({}) });
-                changed = true;
                 continue;
             }
-            let ready = deps(step).iter().all(|d| match (st.get(d), by_ref.get(d.as_str())) {
-                (Some(dn), Some(ds)) => match dn.status {
-                    StepStatus::Completed | StepStatus::Skipped | StepStatus::Compensated => true,
-                    s if s.is_failure() => ds.on_failure == OnFailure::Continue,
-                    _ => false,
-                },
-                // A dependency the version does not have (validation
-                // refuses one) holds nothing back.
-                _ => true,
-            });
-            if !ready || i.paused {
+            if !self.ready(k) || self.paused {
                 continue;
             }
-            if let Some(cond) = &step.condition {
-                let facts: BTreeMap<String, StepFacts> = st
+            if let Some(cond) = &steps[k].condition {
+                let facts: BTreeMap<String, StepFacts> = steps
                     .iter()
-                    .map(|(k, v)| {
+                    .zip(&self.state)
+                    .map(|(s, v)| {
                         (
-                            k.clone(),
+                            s.step_ref.clone(),
                             StepFacts {
                                 status: v.status.as_str().into(),
                                 output: v.output.clone().unwrap_or(Value::Null),
@@ -345,60 +363,79 @@ pub fn next(i: &Inputs) -> Next {
                         )
                     })
                     .collect();
-                let input = condition_input(i.payload, &facts);
+                let input = condition_input(self.payload, &facts);
                 match condition_holds(cond, &input) {
                     Ok(true) => {}
                     Ok(false) => {
-                        st.get_mut(r).expect("every step has a state").status = StepStatus::Skipped;
+                        self.decide(k, StepStatus::Skipped, None);
                         out.decisions.push(Decision::Skip {
                             step_ref: r.clone(),
                             reason: "condition evaluated to false".into(),
                             details: json!({ "condition": cond, "input": input }),
                         });
-                        changed = true;
                         continue;
                     }
                     Err(error) => {
-                        let s = st.get_mut(r).expect("every step has a state");
-                        s.status = StepStatus::Failed;
-                        s.error = Some(error.clone());
+                        self.decide(k, StepStatus::Failed, Some(error.clone()));
                         out.decisions.push(Decision::Fail { step_ref: r.clone(), error });
-                        changed = true;
                         continue;
                     }
                 }
             }
-            if cap.is_some_and(|c| active >= c) {
-                if held.insert(r.clone()) {
+            if let Some(cap) = self.cap.filter(|c| self.active >= *c) {
+                self.waiting_for_slot.push(p);
+                if !std::mem::replace(&mut self.held[k], true) {
                     out.decisions.push(Decision::Held {
                         step_ref: r.clone(),
-                        reason: format!("max_parallel_steps ({}) steps are running or waiting", cap.unwrap_or(0)),
+                        reason: format!("max_parallel_steps ({cap}) steps are running or waiting"),
                     });
                 }
                 continue;
             }
-            st.get_mut(r).expect("every step has a state").status = StepStatus::Running;
-            active += 1;
+            self.held[k] = false;
+            self.decide(k, StepStatus::Running, None);
             out.decisions.push(Decision::Start { step_ref: r.clone() });
-            changed = true;
         }
-        if !changed {
-            break;
-        }
+        out.ending = self.ending().or_else(|| (self.terminal == self.steps.len()).then_some(Ending::Completed));
+        out
     }
-    if st.values().all(|s| s.status.is_terminal()) {
-        out.ending = Some(Ending::Completed);
-    }
-    out
-}
 
-/// The first step (in definition order) whose failure fails the run.
-fn failing(steps: &[Step], st: &HashMap<String, StepNow>) -> Option<Ending> {
-    steps.iter().find_map(|s| {
-        let n = st.get(&s.step_ref)?;
-        if !n.status.is_failure() {
-            return None;
+    fn decide(&mut self, k: usize, status: StepStatus, error: Option<String>) {
+        let was = self.state[k].status;
+        self.state[k].status = status;
+        if error.is_some() {
+            self.state[k].error = error;
         }
+        self.changed(k, was);
+    }
+
+    /// Why a failure upstream dooms step `k`, if one does.
+    fn dooms(&self, k: usize) -> Option<String> {
+        self.steps.deps(k).iter().find_map(|&d| {
+            let dn = &self.state[d];
+            let ds = &self.steps[d];
+            if self.doomed[d] {
+                Some(format!("dependency {} was skipped after a failure upstream", ds.step_ref))
+            } else if dn.status.is_failure() && ds.on_failure == OnFailure::SkipDependents {
+                Some(format!("dependency {} {} (on_failure skip_dependents)", ds.step_ref, dn.status.as_str()))
+            } else {
+                None
+            }
+        })
+    }
+
+    fn ready(&self, k: usize) -> bool {
+        self.steps.deps(k).iter().all(|&d| match self.state[d].status {
+            StepStatus::Completed | StepStatus::Skipped | StepStatus::Compensated => true,
+            s if s.is_failure() => self.steps[d].on_failure == OnFailure::Continue,
+            _ => false,
+        })
+    }
+
+    /// The first step (in definition order) whose failure fails the run.
+    fn ending(&self) -> Option<Ending> {
+        let &k = self.failing.first()?;
+        let (s, n) = (&self.steps[k], &self.state[k]);
         let step_ref = s.step_ref.clone();
         let error = format!(
             "step {} {}{}",
@@ -406,12 +443,15 @@ fn failing(steps: &[Step], st: &HashMap<String, StepNow>) -> Option<Ending> {
             n.status.as_str(),
             n.error.as_deref().map(|e| format!(": {e}")).unwrap_or_default()
         );
-        match s.on_failure {
-            OnFailure::FailWorkflow => Some(Ending::Failed { step_ref, error }),
-            OnFailure::Compensate => Some(Ending::Compensate { step_ref, error }),
-            OnFailure::Continue | OnFailure::SkipDependents => None,
-        }
-    })
+        Some(match s.on_failure {
+            OnFailure::Compensate => Ending::Compensate { step_ref, error },
+            _ => Ending::Failed { step_ref, error },
+        })
+    }
+}
+
+fn fails_run(s: &Step, n: &StepNow) -> bool {
+    n.status.is_failure() && matches!(s.on_failure, OnFailure::FailWorkflow | OnFailure::Compensate)
 }
 
 /// A step that completed and names a compensation job, as the saga sees it.
@@ -553,8 +593,7 @@ mod tests {
     }
 
     fn run(saved: &[SavedStep], now: &HashMap<String, StepNow>) -> Next {
-        let steps = Step::all(saved);
-        let steps = &steps[..];
+        let steps = &Steps::of(saved);
         next(&Inputs { steps, now, payload: &json!({"tier": "gold"}), paused: false, max_parallel_steps: None })
     }
 
@@ -668,7 +707,7 @@ mod tests {
     #[test]
     fn max_parallel_steps_holds_the_rest() {
         let s: Vec<SavedStep> = (0..5).map(|i| step(&format!("s{i}"), &[])).collect();
-        let steps = Step::all(&s);
+        let steps = Steps::of(&s);
         let capped = |now: &HashMap<String, StepNow>| {
             next(&Inputs { steps: &steps, now, payload: &json!(null), paused: false, max_parallel_steps: Some(2) })
         };
@@ -684,7 +723,7 @@ mod tests {
         let s = diamond();
         let now = states(&[("a", StepStatus::Completed)]);
         let n = next(&Inputs {
-            steps: &Step::all(&s),
+            steps: &Steps::of(&s),
             now: &now,
             payload: &json!(null),
             paused: true,
@@ -704,7 +743,7 @@ mod tests {
     #[test]
     fn the_order_follows_dependencies_not_the_listing() {
         let s = vec![step("late", &["early"]), step("early", &[])];
-        assert_eq!(topological(&Step::all(&s)), [1, 0]);
+        assert_eq!(Steps::of(&s).order(), [1, 0]);
         assert_eq!(subtree(&diamond(), "b"), ["b", "d"]);
         assert_eq!(subtree(&diamond(), "a"), ["a", "b", "c", "d"]);
     }

@@ -10,7 +10,9 @@
 //!   out);
 //! - [`step_start`]: a step the rules let start begins: a job run, a child
 //!   run, a sleep, a wait;
-//! - [`run_end`]: how a run ends, and the record of its saga.
+//! - [`run_end`]: how a run ends, and the record of its saga;
+//! - [`moves`]: a person's moves (cancel, pause, resume, a decision on a
+//!   waiting step, a retry or a replay), applied by `store::workflow_moves`.
 //!
 //! Nothing here reads or writes Postgres, so each transition is tested
 //! table-style on in-memory state, for every step kind and every way a
@@ -18,6 +20,7 @@
 //! others) cover the store's side.
 
 pub mod effects;
+pub mod moves;
 pub mod run_end;
 pub mod step_ended;
 pub mod step_start;

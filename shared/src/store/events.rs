@@ -2,11 +2,13 @@
 //! project defines, the events dispatched to it, and what each event
 //! triggered.
 //!
-//! An event is inserted first, then its triggers are made (by the api,
-//! through the same paths as a job or workflow trigger), then it is marked
-//! complete with their results. Each trigger's idempotency key names the
-//! event and the source (`domain::event_key::trigger_key`), so finishing an
-//! event a second time finds the runs the first attempt made.
+//! An event is inserted first, then fired ([`fire_in`], one transaction):
+//! its sources' targets triggered, the steps waiting for it resumed, and
+//! the event marked complete with what it triggered. The api's dispatch
+//! and a step's `event_emit_key` both take that path. Each trigger's
+//! idempotency key names the event and the source
+//! (`domain::event_key::trigger_key`), so firing an event a second time
+//! finds the runs the first attempt made.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -16,7 +18,8 @@ use sqlx::{PgConnection, PgPool};
 
 use std::collections::HashMap;
 
-use super::runs::{self, NewRun, Run};
+use super::flow::{self, CreateOptions};
+use super::runs::{NewRun, Run};
 use super::workflow_runs::{self, NewWorkflowRun, Triggered};
 use super::{jobs, workflows, Tenant};
 use crate::domain::{schedule, trigger};
@@ -290,44 +293,11 @@ pub async fn insert(pool: &PgPool, e: &NewEvent) -> Result<(EventRow, bool), sql
     Ok((existing, false))
 }
 
-/// Marks the event complete with what it triggered, and in the same
-/// transaction resumes the `wait_for_event` steps of the project waiting
-/// for its key that began before the event arrived: each completes with the
-/// event's payload as its output, and its run is told (outbox). A step
-/// that began after the event arrived waits for the next one: an event is
-/// a moment, not a state. When another dispatch completed the event first,
-/// its record stands and is returned (and it resumed the steps): the first
-/// complete account of an event is the one kept.
-pub async fn complete(pool: &PgPool, event: &EventRow, runs: &[TriggeredRun]) -> Result<EventRow, sqlx::Error> {
-    let mut tx = pool.begin().await?;
-    let resumed = resume_waiting(&mut tx, event).await?;
-    let done: Option<EventRow> = sqlx::query_as(&format!(
-        "UPDATE events SET triggered_runs = $2, resumed_steps = $3, completed_at = now()
-          WHERE id = $1 AND completed_at IS NULL
-          RETURNING {EVENT_COLS}"
-    ))
-    .bind(&event.id)
-    .bind(Json(runs))
-    .bind(resumed as i32)
-    .fetch_optional(&mut *tx)
-    .await?;
-    let id = &event.id;
-    if done.is_some() {
-        tx.commit().await?;
-    } else {
-        // Another dispatch completed it (and resumed what waited) first.
-        tx.rollback().await?;
-    }
-    match done {
-        Some(row) => Ok(row),
-        None => {
-            sqlx::query_as(&format!("SELECT {EVENT_COLS} FROM events WHERE id = $1")).bind(id).fetch_one(pool).await
-        }
-    }
-}
-
 /// Resumes the `wait_for_event` steps of the event's project waiting for
-/// its key that began before it arrived (see [`complete`]), with their
+/// its key that began before it arrived: each completes with the event's
+/// payload as its output, and its run is told (outbox). A step that began
+/// after the event arrived waits for the next one: an event is a moment,
+/// not a state. With their
 /// notifications (stage changes, and the event-trigger notice of each that
 /// names an event_notify_url); how many.
 async fn resume_waiting(tx: &mut PgConnection, event: &EventRow) -> Result<i64, sqlx::Error> {
@@ -385,12 +355,9 @@ async fn resume_waiting(tx: &mut PgConnection, event: &EventRow) -> Result<i64, 
 
 /// An event a workflow step emits on completing (its event_emit_key), in
 /// the engine's transaction, so that it happens exactly once with the
-/// step's completion: recorded complete at once, each matching source
-/// triggered (a workflow through its trigger; a job under its
-/// payload_schema and admission rules, with the dispatch's idempotency
-/// key, though not folded by its dedup window), and the wait_for_event
-/// steps waiting for its key resumed. Returns the event and the job runs
-/// it made, for the caller to enqueue after commit.
+/// step's completion: recorded, then fired ([`fire_in`]) at once. Returns
+/// the event and the job runs it made, for the caller to enqueue after
+/// commit.
 pub async fn emit_in(conn: &mut PgConnection, e: &NewEvent) -> Result<(EventRow, Vec<Run>), sqlx::Error> {
     let event: EventRow = sqlx::query_as(&format!(
         "INSERT INTO events (id, project_id, event_key, payload, created_by) VALUES ($1, $2, $3, $4, $5)
@@ -404,14 +371,47 @@ pub async fn emit_in(conn: &mut PgConnection, e: &NewEvent) -> Result<(EventRow,
     .fetch_one(&mut *conn)
     .await?;
     let sources = matching_sources(&mut *conn, &e.project_id, &e.event_key).await?;
+    fire_in(conn, &event, &sources, &HashMap::new()).await
+}
+
+/// Fires a recorded event in the caller's transaction: the one path every
+/// event takes, dispatched through the api or emitted by a step. Each of
+/// `sources` triggers its target with the event's payload, under that
+/// target's own rules: a workflow through its trigger (skip_if_running may
+/// skip it), a job under its enabled flag, payload_schema, admission rules
+/// and dedup window. Each trigger's idempotency key names the event and
+/// the source, so firing an event again (a dispatch retried after a crash)
+/// finds the runs the first attempt made. `refused` holds the sources the
+/// sender may not trigger (a resource policy), by id, with why: their
+/// entries are errors. Then the `wait_for_event` steps waiting for its
+/// key are resumed and the event is marked complete.
+///
+/// The event row is locked first: when another dispatch completed it
+/// meanwhile, its record stands and is returned, and nothing is made (the
+/// first complete account of an event is the one kept). Returns the event
+/// and the job runs it made, for the caller to enqueue after commit.
+pub async fn fire_in(
+    conn: &mut PgConnection,
+    event: &EventRow,
+    sources: &[EventSourceRow],
+    refused: &HashMap<String, String>,
+) -> Result<(EventRow, Vec<Run>), sqlx::Error> {
+    let now: EventRow = sqlx::query_as(&format!("SELECT {EVENT_COLS} FROM events WHERE id = $1 FOR UPDATE"))
+        .bind(&event.id)
+        .fetch_one(&mut *conn)
+        .await?;
+    if now.completed_at.is_some() {
+        return Ok((now, Vec::new()));
+    }
     let mut triggered = Vec::with_capacity(sources.len());
     let mut made = Vec::new();
-    for source in &sources {
+    for source in sources {
         let key = crate::domain::event_key::trigger_key(&event.id, &source.id);
-        let (kind, fired) = if source.target_type == "job" {
-            (RunKind::JobRun, fire_job_in(conn, &event, source, key).await?)
-        } else {
-            (RunKind::WorkflowRun, fire_workflow_in(conn, &event, source, key).await?)
+        let kind = if source.target_type == "job" { RunKind::JobRun } else { RunKind::WorkflowRun };
+        let fired = match refused.get(&source.id) {
+            Some(why) => Err(why.clone()),
+            None if kind == RunKind::JobRun => fire_job_in(conn, event, source, key).await?,
+            None => fire_workflow_in(conn, event, source, key).await?,
         };
         let (id, status, error) = match fired {
             Ok(Fired::Job(run, created)) => {
@@ -437,7 +437,7 @@ pub async fn emit_in(conn: &mut PgConnection, e: &NewEvent) -> Result<(EventRow,
         };
         triggered.push(TriggeredRun { source_id: source.id.clone(), kind, id, status, error });
     }
-    let resumed = resume_waiting(conn, &event).await?;
+    let resumed = resume_waiting(conn, event).await?;
     let done: EventRow = sqlx::query_as(&format!(
         "UPDATE events SET triggered_runs = $2, resumed_steps = $3, completed_at = now() WHERE id = $1
          RETURNING {EVENT_COLS}"
@@ -491,11 +491,9 @@ async fn fire_job_in(
         Err(why) => return Ok(Err(why)),
     };
     let new = NewRun::triggered(&job, req, &valid, &admitted, "event", event.created_by.clone(), None);
-    let written = runs::insert_many_in(conn, std::slice::from_ref(&new)).await?;
-    Ok(match written.into_iter().next() {
-        Some((run, created)) => Ok(Fired::Job(Box::new(run), created)),
-        None => Err("the run could not be written".into()),
-    })
+    let opts = CreateOptions { dedup_window_secs: spec.dedup_window_secs, depends_on: Vec::new() };
+    let (run, created) = flow::create_in(conn, new, &opts).await?;
+    Ok(Ok(Fired::Job(Box::new(run), created)))
 }
 
 async fn fire_workflow_in(

@@ -40,11 +40,23 @@ pub struct CreateOptions {
 /// Payload dedup is race-free: the lookup and the insert happen under a
 /// transaction-scoped advisory lock on (job, payload hash), so of two equal
 /// concurrent triggers the second waits and then finds the first.
-pub async fn create(pool: &PgPool, mut new: NewRun, opts: &CreateOptions) -> Result<(Run, bool), sqlx::Error> {
+pub async fn create(pool: &PgPool, new: NewRun, opts: &CreateOptions) -> Result<(Run, bool), sqlx::Error> {
     if opts.depends_on.is_empty() && opts.dedup_window_secs <= 0 {
         return runs::insert(pool, &new).await;
     }
     let mut tx = pool.begin().await?;
+    let made = create_in(&mut tx, new, opts).await?;
+    tx.commit().await?;
+    Ok(made)
+}
+
+/// [`create`] in the caller's transaction (an event fires its sources in
+/// one); the dedup lock is held until it ends.
+pub async fn create_in(
+    conn: &mut PgConnection,
+    mut new: NewRun,
+    opts: &CreateOptions,
+) -> Result<(Run, bool), sqlx::Error> {
     if let Some(key) = &new.idempotency_key {
         let found: Option<Run> = sqlx::query_as(&format!(
             "SELECT {RUN_COLUMNS} FROM job_runs
@@ -52,10 +64,9 @@ pub async fn create(pool: &PgPool, mut new: NewRun, opts: &CreateOptions) -> Res
         ))
         .bind(&new.job_id)
         .bind(key)
-        .fetch_optional(&mut *tx)
+        .fetch_optional(&mut *conn)
         .await?;
         if let Some(run) = found {
-            tx.commit().await?;
             return Ok((run, false));
         }
     }
@@ -65,12 +76,12 @@ pub async fn create(pool: &PgPool, mut new: NewRun, opts: &CreateOptions) -> Res
         let hash: Vec<u8> =
             sqlx::query_scalar("SELECT sha256(convert_to(coalesce($1::jsonb, 'null'::jsonb)::text, 'UTF8'))")
                 .bind(new.payload.as_ref().map(Json))
-                .fetch_one(&mut *tx)
+                .fetch_one(&mut *conn)
                 .await?;
         sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1 || ':' || encode($2, 'hex'), 0))")
             .bind(&new.job_id)
             .bind(&hash)
-            .execute(&mut *tx)
+            .execute(&mut *conn)
             .await?;
         let found: Option<Run> = sqlx::query_as(&format!(
             "SELECT {RUN_COLUMNS} FROM job_runs
@@ -80,19 +91,17 @@ pub async fn create(pool: &PgPool, mut new: NewRun, opts: &CreateOptions) -> Res
         .bind(&new.job_id)
         .bind(&hash)
         .bind(opts.dedup_window_secs as f64)
-        .fetch_optional(&mut *tx)
+        .fetch_optional(&mut *conn)
         .await?;
         if let Some(run) = found {
-            tx.commit().await?;
             return Ok((run, false));
         }
         new.payload_hash = Some(hash);
     }
-    let (run, created) = runs::insert_in(&mut tx, &new).await?;
+    let (run, created) = runs::insert_in(&mut *conn, &new).await?;
     if created && !opts.depends_on.is_empty() {
-        insert_dependencies(&mut tx, &run.id, &opts.depends_on).await?;
+        insert_dependencies(conn, &run.id, &opts.depends_on).await?;
     }
-    tx.commit().await?;
     Ok((run, created))
 }
 

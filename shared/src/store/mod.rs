@@ -65,6 +65,7 @@ pub mod stats;
 pub mod step_outcomes;
 pub mod transitions;
 pub mod workflow_engine;
+pub mod workflow_moves;
 pub mod workflow_runs;
 pub mod workflows;
 

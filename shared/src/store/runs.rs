@@ -1033,3 +1033,32 @@ pub async fn recent_sends(
     .await?;
     Ok(rows.into_iter().map(|(id, at)| (at.timestamp_millis(), id)).collect())
 }
+
+/// Enqueues, after the commit that made them, the job runs a transaction
+/// created (an event's runs, a workflow pass's step runs): the queued ones
+/// now, the scheduled ones at their time; and tells the expirer of the
+/// soonest TTL among them. A failure is logged and not returned: the runs
+/// are durable, and the reconciler enqueues them. How many were enqueued.
+pub async fn enqueue_made(queue: &crate::queue::Queue, made: &[Run]) -> usize {
+    if made.is_empty() {
+        return 0;
+    }
+    let entries: Vec<_> = made
+        .iter()
+        .filter(|r| r.status == RunStatus::Queued || r.scheduled_at.is_some())
+        .map(|r| (r.entry(), r.scheduled_at.map_or(0, |t| t.timestamp_millis())))
+        .collect();
+    let refs: Vec<_> = entries.iter().map(|(e, due)| (e, *due)).collect();
+    let n = match queue.enqueue_many(&refs, Utc::now().timestamp_millis()).await {
+        Ok(n) => n,
+        Err(e) => {
+            tracing::warn!(runs = made.len(), error = %e,
+                "enqueue of new runs failed; they are queued in postgres and the reconciler will enqueue them");
+            0
+        }
+    };
+    if let Some(t) = made.iter().filter_map(|r| r.expires_at).min() {
+        queue.wake(crate::queue::WakeLoop::Expirer, Some(t));
+    }
+    n
+}

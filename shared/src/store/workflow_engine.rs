@@ -33,8 +33,8 @@ use super::workflow_runs::{
     self, record, wake, NewDecision, StepRun, Triggered, WorkflowRun, RUN_COLUMNS, STEP_COLUMNS,
 };
 use super::{events, jobs, workflows, Tenant};
-use crate::domain::step::{Step, StepKind};
-use crate::domain::workflow::{SavedStep, StepType};
+use crate::domain::step::{Step, StepKind, Steps};
+use crate::domain::workflow::StepType;
 use crate::domain::workflow_run::{
     self, Compensable, Decision, Inputs, SagaMove, StepNow, StepStatus, WorkflowRunStatus,
 };
@@ -69,16 +69,16 @@ pub struct Advanced {
 /// saved, so an engine keeps them instead of reading and parsing the same
 /// document on every pass; at `CAP` versions it starts afresh.
 #[derive(Default)]
-pub struct Versions(std::sync::Mutex<HashMap<String, Arc<Vec<Step>>>>);
+pub struct Versions(std::sync::Mutex<HashMap<String, Arc<Steps>>>);
 
 impl Versions {
     const CAP: usize = 1024;
 
-    async fn get(&self, conn: &mut PgConnection, version_id: &str) -> Result<Arc<Vec<Step>>, sqlx::Error> {
+    async fn get(&self, conn: &mut PgConnection, version_id: &str) -> Result<Arc<Steps>, sqlx::Error> {
         if let Some(s) = self.0.lock().expect("versions").get(version_id) {
             return Ok(s.clone());
         }
-        let steps = Arc::new(Step::all(&version_steps(conn, version_id).await?));
+        let steps = Arc::new(Steps::of(&workflow_runs::version_steps_in(conn, version_id).await?));
         let mut map = self.0.lock().expect("versions");
         if map.len() >= Self::CAP {
             map.clear();
@@ -86,15 +86,6 @@ impl Versions {
         map.insert(version_id.to_string(), steps.clone());
         Ok(steps)
     }
-}
-
-/// The steps of a version.
-pub async fn version_steps(conn: &mut PgConnection, version_id: &str) -> Result<Vec<SavedStep>, sqlx::Error> {
-    let steps: Option<Json<Vec<SavedStep>>> = sqlx::query_scalar("SELECT steps FROM workflow_versions WHERE id = $1")
-        .bind(version_id)
-        .fetch_optional(conn)
-        .await?;
-    Ok(steps.map(|s| s.0).unwrap_or_default())
 }
 
 /// A step row with what its job run or child run says now.
@@ -113,7 +104,7 @@ struct StepRow {
 }
 
 /// A step row as the engine's transitions see it.
-fn view(s: &StepRun) -> StepView<'_> {
+pub(super) fn view(s: &StepRun) -> StepView<'_> {
     StepView {
         id: &s.id,
         step_ref: &s.step_ref,
@@ -293,25 +284,10 @@ impl Pending {
     /// process dies first, they are `queued` in Postgres and the
     /// reconciler enqueues them.
     pub async fn after_commit(self, queue: &Queue) -> Advanced {
-        let Pending { run_id, mut advanced, new_runs, staged, .. } = self;
+        let Pending { mut advanced, new_runs, staged, .. } = self;
         let cancelled: Vec<Changed> = staged.into_iter().flat_map(Staged::committed).collect();
         transitions::drop_entries(queue, &cancelled).await;
-        if !new_runs.is_empty() {
-            let entries: Vec<_> = new_runs
-                .iter()
-                .filter(|r| r.status == RunStatus::Queued || r.scheduled_at.is_some())
-                .map(|r| (r.entry(), r.scheduled_at.map_or(0, |t| t.timestamp_millis())))
-                .collect();
-            let refs: Vec<_> = entries.iter().map(|(e, due)| (e, *due)).collect();
-            match queue.enqueue_many(&refs, Utc::now().timestamp_millis()).await {
-                Ok(n) => advanced.job_runs_enqueued = n,
-                Err(e) => tracing::warn!(workflow_run_id = %run_id, error = %e,
-                    "enqueue of step runs failed; they are queued in postgres and the reconciler will enqueue them"),
-            }
-            if let Some(t) = new_runs.iter().filter_map(|r| r.expires_at).min() {
-                queue.wake(crate::queue::WakeLoop::Expirer, Some(t));
-            }
-        }
+        advanced.job_runs_enqueued = runs::enqueue_made(queue, &new_runs).await;
         advanced
     }
 }
@@ -927,7 +903,7 @@ impl Pass<'_> {
         tx: &mut PgConnection,
         version_id: &str,
         version: i32,
-    ) -> Result<Arc<Vec<Step>>, sqlx::Error> {
+    ) -> Result<Arc<Steps>, sqlx::Error> {
         let steps = self.versions.get(tx, version_id).await?;
         let refs: Vec<&str> = steps.iter().map(|s| s.step_ref.as_str()).collect();
         sqlx::query("DELETE FROM workflow_step_runs WHERE workflow_run_id = $1 AND status = 'pending' AND NOT (step_ref = ANY($2))")
@@ -936,7 +912,7 @@ impl Pass<'_> {
             .execute(&mut *tx)
             .await?;
         // New steps' rows need the stored definitions (their stage_notifications).
-        let saved = version_steps(tx, version_id).await?;
+        let saved = workflow_runs::version_steps_in(tx, version_id).await?;
         workflow_runs::insert_steps(tx, &self.run.id, &saved).await?;
         sqlx::query("UPDATE workflow_runs SET version_id = $2, version = $3 WHERE id = $1")
             .bind(&self.run.id)

@@ -1,15 +1,11 @@
-//! Workflow runs and their steps: the rows, the reads, and the moves people
-//! ask for through the api (trigger, cancel, pause, resume, step retry and
-//! replay). The engine's own moves are in [`workflow_engine`]; the rules
-//! both follow are in `domain::workflow_run`.
-//!
-//! A trigger makes the run's first pass in its own transaction
-//! ([`trigger`]); every other move that may let a run go on writes a
-//! `workflow_outbox` row for it in its own transaction (migration 0010):
-//! the engine hears of it at commit, or finds the row later, and does the
-//! rest.
+//! Workflow runs and their steps: the rows and the reads. The engine's
+//! pass is [`workflow_engine`], the moves people ask for through the api
+//! are [`workflow_moves`]; both build on this module, which imports
+//! neither. The rules they follow are in `domain::workflow_run` and
+//! `engine`.
 //!
 //! [`workflow_engine`]: super::workflow_engine
+//! [`workflow_moves`]: super::workflow_moves
 
 use std::collections::BTreeMap;
 
@@ -18,14 +14,11 @@ use serde_json::Value;
 use sqlx::types::Json;
 use sqlx::{PgConnection, PgPool};
 
-use super::transitions::{self, Changed};
-use super::workflow_engine::{self, Decided};
 use super::workflows::WorkflowRecord;
 use super::Tenant;
 use crate::domain::workflow::SavedStep;
-use crate::domain::workflow_run::{subtree, StepStatus, WorkflowRunStatus};
+use crate::domain::workflow_run::{StepStatus, WorkflowRunStatus};
 use crate::ids;
-use crate::queue::Queue;
 
 /// A workflow run row.
 #[derive(Clone, Debug, sqlx::FromRow)]
@@ -138,51 +131,26 @@ pub enum Triggered {
     Skipped { active_run_id: String },
 }
 
-/// Triggers a run of `wf` (its current version) in one transaction, which
-/// also makes the engine's first pass over it: the steps that can start
-/// at once are started, their job runs inserted, and enqueued after the
-/// commit (as `workflow_engine::advance` does). A run created `pending`
-/// waits for a slot, and is started by the run that frees it.
-pub async fn trigger(
-    pool: &PgPool,
-    queue: &Queue,
-    versions: &workflow_engine::Versions,
-    wf: &WorkflowRecord,
-    new: &NewWorkflowRun,
-) -> Result<Triggered, sqlx::Error> {
-    let mut tx = pool.begin().await?;
-    let t = create_in(&mut tx, wf, new, false).await?;
-    let started = match &t {
-        Triggered::Created(run) if run.status == WorkflowRunStatus::Running => {
-            workflow_engine::advance_in(&mut tx, versions, &run.id, Utc::now(), true).await?
-        }
-        _ => None,
-    };
-    if let Some(p) = &started {
-        p.tell_scheduler(&mut tx).await?;
-    }
-    tx.commit().await?;
-    let Some(started) = started else { return Ok(t) };
-    let ended = started.after_commit(queue).await.ended.is_some();
-    // A run can end in its first pass (every step skipped, a step that
-    // fails at once): the answer shows it as it is.
-    match t {
-        Triggered::Created(run) if ended => {
-            Ok(Triggered::Created(get(pool, Tenant::Project(&run.project_id), &run.id).await?.unwrap_or(run)))
-        }
-        t => Ok(t),
-    }
-}
-
-/// [`trigger`] in the caller's transaction (a sub-workflow step starts its
-/// child in the transaction that starts the step); the engine takes the
-/// run up from its outbox row.
+/// Triggers a run of `wf` (its current version) in the caller's
+/// transaction, with an outbox row: the engine takes the run up when it
+/// commits. A sub-workflow step starts its child this way, in the
+/// transaction that starts the step, and so does an event.
 pub async fn trigger_in(
     conn: &mut PgConnection,
     wf: &WorkflowRecord,
     new: &NewWorkflowRun,
 ) -> Result<Triggered, sqlx::Error> {
     create_in(conn, wf, new, true).await
+}
+
+/// Creates a run of `wf` without telling the engine: the caller makes the
+/// run's first pass in this transaction (`workflow_moves::trigger`).
+pub async fn create_unannounced_in(
+    conn: &mut PgConnection,
+    wf: &WorkflowRecord,
+    new: &NewWorkflowRun,
+) -> Result<Triggered, sqlx::Error> {
+    create_in(conn, wf, new, false).await
 }
 
 /// Creates the run; `wake`: with an outbox row for the engine (otherwise
@@ -401,7 +369,16 @@ pub async fn get(pool: &PgPool, tenant: Tenant<'_>, id: &str) -> Result<Option<W
 /// The steps of a version of a workflow.
 pub async fn version_steps(pool: &PgPool, version_id: &str) -> Result<Vec<SavedStep>, sqlx::Error> {
     let mut conn = pool.acquire().await?;
-    workflow_engine::version_steps(&mut conn, version_id).await
+    version_steps_in(&mut conn, version_id).await
+}
+
+/// [`version_steps`] in the caller's transaction.
+pub async fn version_steps_in(conn: &mut PgConnection, version_id: &str) -> Result<Vec<SavedStep>, sqlx::Error> {
+    let steps: Option<Json<Vec<SavedStep>>> = sqlx::query_scalar("SELECT steps FROM workflow_versions WHERE id = $1")
+        .bind(version_id)
+        .fetch_optional(conn)
+        .await?;
+    Ok(steps.map(|s| s.0).unwrap_or_default())
 }
 
 /// The steps of a run, in the order their rows were made (definition order).
@@ -547,297 +524,4 @@ pub async fn cron_page(pool: &PgPool, after: &str, limit: i64) -> Result<Vec<Cro
     .bind(limit)
     .fetch_all(pool)
     .await
-}
-
-/// Why a person's move on a run was refused.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Refused {
-    NotFound,
-    /// The move does not apply to the run or step as it is.
-    Conflict(String),
-    /// The caller may not make this move (not an approver of the step).
-    Forbidden(String),
-}
-
-/// A person's decision on a waiting step.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StepDecision {
-    /// The step completes (its output records the decision).
-    Approve,
-    /// The step fails; its on_failure applies.
-    Reject,
-    /// The step is skipped; its dependents treat it as satisfied.
-    Skip,
-}
-
-impl StepDecision {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            StepDecision::Approve => "approved",
-            StepDecision::Reject => "rejected",
-            StepDecision::Skip => "skipped",
-        }
-    }
-}
-
-/// Who decides: the actor id and the role names the credential holds.
-/// `actor: None` is the internal secret acting as no one in particular.
-#[derive(Clone, Debug)]
-pub struct Decider<'a> {
-    pub actor: Option<&'a str>,
-    pub roles: &'a [String],
-    pub internal: bool,
-}
-
-/// Records a person's decision on a waiting step. An approval step with
-/// `approval_approvers` accepts it only from a listed user id or a holder
-/// of a listed role (the internal secret naming no actor is the service's
-/// operator and may decide too). Approve and reject apply to approval and
-/// cost-gate steps; skip to any waiting step.
-pub async fn decide_step(
-    pool: &PgPool,
-    tenant: Tenant<'_>,
-    id: &str,
-    step_ref: &str,
-    decision: StepDecision,
-    who: &Decider<'_>,
-    comment: Option<&str>,
-) -> MoveResult {
-    let mut tx = pool.begin().await?;
-    let Some(run) = lock(&mut tx, tenant, id).await? else { return Ok(Err(Refused::NotFound)) };
-    let step: Option<StepRun> = sqlx::query_as(&format!(
-        "SELECT {STEP_COLUMNS} FROM workflow_step_runs WHERE workflow_run_id = $1 AND step_ref = $2"
-    ))
-    .bind(id)
-    .bind(step_ref)
-    .fetch_optional(&mut *tx)
-    .await?;
-    let Some(step) = step else { return Ok(Err(Refused::NotFound)) };
-    if step.status != StepStatus::Waiting {
-        return Ok(Err(Refused::Conflict(format!("step {step_ref} is {}, not waiting for a decision", step.status))));
-    }
-    let decidable = matches!(step.step_type.as_str(), "approval" | "cost_gate");
-    if decision != StepDecision::Skip && !decidable {
-        return Ok(Err(Refused::Conflict(format!(
-            "step {step_ref} is a {} step: only approval and cost_gate steps are approved or rejected",
-            step.step_type
-        ))));
-    }
-    // The approvers it started waiting with: a later version (under
-    // version_policy latest) does not change who decides a pending approval.
-    let approvers = match step.approvers.clone() {
-        Some(Json(fixed)) => fixed,
-        None => workflow_engine::version_steps(&mut tx, &run.version_id)
-            .await?
-            .iter()
-            .find(|s| s.def.step_ref == step_ref)
-            .and_then(|s| s.def.approval_approvers.clone())
-            .unwrap_or_default(),
-    };
-    let operator = who.internal && who.actor.is_none();
-    let listed =
-        who.actor.is_some_and(|a| approvers.iter().any(|x| x == a)) || who.roles.iter().any(|r| approvers.contains(r));
-    if !approvers.is_empty() && !operator && !listed {
-        return Ok(Err(Refused::Forbidden(format!(
-            "only an approver of step {step_ref} may decide it ({})",
-            approvers.join(", ")
-        ))));
-    }
-    let by = who.actor.unwrap_or("the internal secret");
-    let (status, output, error) = match decision {
-        StepDecision::Approve => (
-            StepStatus::Completed,
-            Some(serde_json::json!({ "decision": "approved", "decided_by": by, "comment": comment })),
-            None,
-        ),
-        StepDecision::Reject => (
-            StepStatus::Failed,
-            None,
-            Some(match comment {
-                Some(c) => format!("rejected by {by}: {c}"),
-                None => format!("rejected by {by}"),
-            }),
-        ),
-        StepDecision::Skip => (StepStatus::Skipped, None, None),
-    };
-    let stages = sqlx::query_scalar(&format!(
-        "WITH d AS (
-            UPDATE workflow_step_runs s SET status = $2, output = $3, error = $4, wake_at = NULL, finished_at = now(),
-                decision = $5, decided_by = $6, decision_comment = $7, decided_at = now()
-             WHERE id = $1
-             RETURNING {}
-         )
-         SELECT {}",
-        super::deliveries::STAGE_RETURNING,
-        super::deliveries::stage_changes("d")
-    ))
-    .bind(&step.id)
-    .bind(status)
-    .bind(output.as_ref().map(Json))
-    .bind(&error)
-    .bind(decision.as_str())
-    .bind(by)
-    .bind(comment)
-    .fetch_one(&mut *tx)
-    .await?;
-    super::deliveries::step_stages(&mut tx, stages).await?;
-    let details = serde_json::json!({ "decided_by": by, "comment": comment });
-    record(&mut tx, id, Some(step_ref), decision.as_str(), &format!("{} by {by}", decision.as_str()), details).await?;
-    wake(&mut tx, id).await?;
-    let run = reread(&mut tx, id).await?;
-    tx.commit().await?;
-    Ok(Ok(Moved { run, cancelled: Vec::new() }))
-}
-
-/// What a person's move did: the run after it, and the job runs it
-/// cancelled (their queue entries are the caller's to drop).
-#[derive(Clone, Debug)]
-pub struct Moved {
-    pub run: WorkflowRun,
-    pub cancelled: Vec<Changed>,
-}
-
-type MoveResult = Result<Result<Moved, Refused>, sqlx::Error>;
-
-async fn lock(conn: &mut PgConnection, tenant: Tenant<'_>, id: &str) -> Result<Option<WorkflowRun>, sqlx::Error> {
-    sqlx::query_as(&format!(
-        "SELECT {RUN_COLUMNS} FROM workflow_runs WHERE id = $1 AND ($2::text IS NULL OR project_id = $2) FOR UPDATE"
-    ))
-    .bind(id)
-    .bind(tenant.filter())
-    .fetch_optional(conn)
-    .await
-}
-
-async fn reread(conn: &mut PgConnection, id: &str) -> Result<WorkflowRun, sqlx::Error> {
-    sqlx::query_as(&format!("SELECT {RUN_COLUMNS} FROM workflow_runs WHERE id = $1")).bind(id).fetch_one(conn).await
-}
-
-/// Cancels an active run: its running steps and their job runs (and child
-/// workflow runs) are cancelled with it.
-pub async fn cancel(pool: &PgPool, tenant: Tenant<'_>, id: &str, reason: &str) -> MoveResult {
-    let mut tx = pool.begin().await?;
-    let Some(run) = lock(&mut tx, tenant, id).await? else { return Ok(Err(Refused::NotFound)) };
-    if run.status.is_terminal() {
-        return Ok(Err(Refused::Conflict(format!("the workflow run is {} already", run.status))));
-    }
-    let staged = workflow_engine::end_run(&mut tx, &run, Decided::ended(WorkflowRunStatus::Cancelled, reason)).await?;
-    let run = reread(&mut tx, id).await?;
-    tx.commit().await?;
-    Ok(Ok(Moved { run, cancelled: staged.committed() }))
-}
-
-/// Pauses a running run (`pause`: no step starts until it is resumed; the
-/// steps under way finish) or resumes a paused one (the steps that became
-/// ready meanwhile start).
-pub async fn set_paused(pool: &PgPool, tenant: Tenant<'_>, id: &str, pause: bool, who: &str) -> MoveResult {
-    let (from, to, what) = if pause {
-        (WorkflowRunStatus::Running, WorkflowRunStatus::Paused, "paused")
-    } else {
-        (WorkflowRunStatus::Paused, WorkflowRunStatus::Running, "resumed")
-    };
-    let mut tx = pool.begin().await?;
-    let Some(run) = lock(&mut tx, tenant, id).await? else { return Ok(Err(Refused::NotFound)) };
-    if run.status != from {
-        return Ok(Err(Refused::Conflict(format!(
-            "only a {from} workflow run can be {what}; this one is {}",
-            run.status
-        ))));
-    }
-    sqlx::query("UPDATE workflow_runs SET status = $2 WHERE id = $1").bind(id).bind(to).execute(&mut *tx).await?;
-    record(&mut tx, id, None, what, &format!("{what} by {who}"), Value::Null).await?;
-    if !pause {
-        wake(&mut tx, id).await?;
-    }
-    let run = reread(&mut tx, id).await?;
-    tx.commit().await?;
-    Ok(Ok(Moved { run, cancelled: Vec::new() }))
-}
-
-/// Takes ended steps back to pending and the run up again: one step
-/// (`retry`) or a step with every step below it (`replay-subtree`). A run
-/// that had ended goes back to `running` with a fresh deadline, and the
-/// steps its ending cancelled are pending again too.
-pub async fn reset_steps(
-    pool: &PgPool,
-    tenant: Tenant<'_>,
-    id: &str,
-    step_ref: &str,
-    with_descendants: bool,
-    who: &str,
-) -> MoveResult {
-    let mut tx = pool.begin().await?;
-    let Some(run) = lock(&mut tx, tenant, id).await? else { return Ok(Err(Refused::NotFound)) };
-    let rows: Vec<StepRun> =
-        sqlx::query_as(&format!("SELECT {STEP_COLUMNS} FROM workflow_step_runs WHERE workflow_run_id = $1"))
-            .bind(id)
-            .fetch_all(&mut *tx)
-            .await?;
-    let Some(step) = rows.iter().find(|s| s.step_ref == step_ref) else { return Ok(Err(Refused::NotFound)) };
-    if !step.status.is_terminal() {
-        return Ok(Err(Refused::Conflict(format!(
-            "step {step_ref} is {}; only an ended step can be retried",
-            step.status
-        ))));
-    }
-    if run.status == WorkflowRunStatus::Pending {
-        return Ok(Err(Refused::Conflict("the workflow run has not started".into())));
-    }
-    if run.compensation.is_some() {
-        // Its completed work was undone (or is being undone): going on
-        // from where it stood would build on steps that no longer hold.
-        return Ok(Err(Refused::Conflict(
-            "the workflow run compensated its completed steps; trigger a new run instead".into(),
-        )));
-    }
-    let refs: Vec<String> = if with_descendants {
-        let steps = workflow_engine::version_steps(&mut tx, &run.version_id).await?;
-        subtree(&steps, step_ref)
-    } else {
-        vec![step_ref.to_string()]
-    };
-    if let Some(busy) =
-        rows.iter().find(|s| refs.contains(&s.step_ref) && !s.status.is_terminal() && s.status != StepStatus::Pending)
-    {
-        return Ok(Err(Refused::Conflict(format!("step {} of the subtree is {}", busy.step_ref, busy.status))));
-    }
-    let ended = run.status.is_terminal();
-    sqlx::query(
-        "UPDATE workflow_step_runs SET status = 'pending', output = NULL, error = NULL, job_run_id = NULL,
-            child_workflow_run_id = NULL, emitted_event_id = NULL, wake_at = NULL, finished_at = NULL, ended_by_run = false,
-            decision = NULL, decided_by = NULL, decision_comment = NULL, decided_at = NULL
-         WHERE workflow_run_id = $1 AND (step_ref = ANY($2) OR ($3 AND ended_by_run))",
-    )
-    .bind(id)
-    .bind(&refs)
-    .bind(ended)
-    .execute(&mut *tx)
-    .await?;
-    if ended {
-        sqlx::query(
-            "UPDATE workflow_runs r SET status = 'running', finished_at = NULL, error = NULL, output = NULL,
-                deadline_at = (SELECT CASE WHEN w.timeout_secs IS NOT NULL THEN now() + make_interval(secs => w.timeout_secs) END
-                                 FROM workflows w WHERE w.id = r.workflow_id)
-             WHERE id = $1",
-        )
-        .bind(id)
-        .execute(&mut *tx)
-        .await?;
-    }
-    let (kind, what) = if with_descendants {
-        ("subtree_replayed", "replayed with its descendants")
-    } else {
-        ("step_retried", "retried")
-    };
-    record(&mut tx, id, Some(step_ref), kind, &format!("{what} by {who}"), serde_json::json!({ "steps": refs }))
-        .await?;
-    wake(&mut tx, id).await?;
-    let run = reread(&mut tx, id).await?;
-    tx.commit().await?;
-    Ok(Ok(Moved { run, cancelled: Vec::new() }))
-}
-
-/// Drops the queue entries of the job runs a move cancelled.
-pub async fn drop_entries(queue: &Queue, moved: &Moved) {
-    transitions::drop_entries(queue, &moved.cancelled).await
 }
