@@ -200,12 +200,14 @@ async fn watch(conn: &mut sqlx::PgConnection, l: &Loop) -> anyhow::Result<()> {
             progress = Instant::now();
         } else {
             let rows: Vec<(String, DateTime<Utc>)> = match sqlx::query_as(
-                // The ids are all an index may look up (OFFSET 0): given
-                // `finished_at IS NOT NULL` too, a generic plan walked every
-                // finished run (3.8 ms a poll, pg_stat_statements), CPU taken
-                // from the system under test.
-                "SELECT id, finished_at FROM (SELECT id, finished_at FROM workflow_runs WHERE id = ANY($1) OFFSET 0) r
-                  WHERE finished_at IS NOT NULL",
+                // One probe of the primary key per id in flight (LATERAL,
+                // OFFSET 0): `id = ANY($1)` let a generic plan scan the whole
+                // table and test each row against every id (12.7 ms a poll
+                // at 128 in flight, pg_stat_statements), CPU taken from the
+                // system under test.
+                "SELECT w.id, r.finished_at FROM unnest($1::text[]) AS w (id)
+                   JOIN LATERAL (SELECT finished_at FROM workflow_runs WHERE id = w.id OFFSET 0) r ON true
+                  WHERE r.finished_at IS NOT NULL",
             )
             .bind(&ids)
             .fetch_all(&mut *conn)
