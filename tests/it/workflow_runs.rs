@@ -382,10 +382,15 @@ async fn pin_keeps_a_runs_version_and_latest_moves_it_at_the_next_step() {
     let target = Target::start().await;
     let project = env.project().await;
     let j = job(&env, &project, &target.url, json!({})).await;
-    let v1 =
-        json!([{"step_ref": "nap", "sleep_duration_secs": 1}, {"step_ref": "b", "job_id": j, "depends_on": ["nap"]}]);
+    // v2 adds a step and drops one that has not started when it lands
+    // (the nap gives the update 2 s to land first).
+    let v1 = json!([
+        {"step_ref": "nap", "sleep_duration_secs": 2},
+        {"step_ref": "b", "job_id": j, "depends_on": ["nap"]},
+        {"step_ref": "gone", "job_id": j, "depends_on": ["nap"]},
+    ]);
     let v2 = json!([
-        {"step_ref": "nap", "sleep_duration_secs": 1},
+        {"step_ref": "nap", "sleep_duration_secs": 2},
         {"step_ref": "b", "job_id": j, "depends_on": ["nap"]},
         {"step_ref": "added", "job_id": j, "depends_on": ["b"]},
     ]);
@@ -408,10 +413,15 @@ async fn pin_keeps_a_runs_version_and_latest_moves_it_at_the_next_step() {
         assert_eq!(p["active_runs_on_previous_version"], 1);
     }
     let p = wait_status(&env, rp["id"].as_str().unwrap(), "completed").await;
-    assert_eq!(p["steps"].as_array().unwrap().len(), 2, "pin: the run keeps v1: {p}");
+    assert_eq!(p["steps"].as_array().unwrap().len(), 3, "pin: the run keeps v1: {p}");
+    assert_eq!(step(&p, "gone")["status"], "completed", "{p}");
     assert_eq!(p["version_id"], pinned["version_id"]);
     let l = wait_status(&env, rl["id"].as_str().unwrap(), "completed").await;
     assert_eq!(step(&l, "added")["status"], "completed", "latest: the new step ran: {l}");
+    let refs: Vec<&str> = l["steps"].as_array().unwrap().iter().map(|s| s["step_ref"].as_str().unwrap()).collect();
+    assert!(!refs.contains(&"gone"), "latest: the dropped step that had not started is gone: {l}");
+    let (_, explain) = env.get(&format!("/v1/workflow-runs/{}/explain", rl["id"].as_str().unwrap())).await;
+    assert!(explain.to_string().contains("version_moved"), "{explain}");
     assert_ne!(l["version_id"], latest["version_id"]);
     assert_eq!(l["started_version_id"], latest["version_id"]);
     let (_, audit) = env.get(&format!("/v1/audit-events?project_id={project}")).await;

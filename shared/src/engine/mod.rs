@@ -11,6 +11,8 @@
 //! - [`step_start`]: a step the rules let start begins: a job run, a child
 //!   run, a sleep, a wait;
 //! - [`run_end`]: how a run ends, and the record of its saga;
+//! - [`version_move`]: a run under version_policy `latest` moves to its
+//!   workflow's newest version;
 //! - [`moves`]: a person's moves (cancel, pause, resume, a decision on a
 //!   waiting step, a retry or a replay), applied by `store::workflow_moves`.
 //!
@@ -24,5 +26,6 @@ pub mod moves;
 pub mod run_end;
 pub mod step_ended;
 pub mod step_start;
+pub mod version_move;
 
 pub use effects::{Decided, EventNotice, Note, StepView, StepWrite};

@@ -3,9 +3,11 @@
 //!
 //! The worker records outcomes in groups ([`runs::finish_many`]). When a
 //! group holds the outcome of a workflow step's job run, the group is
-//! written by [`finish_steps`] instead: the outcomes, then an advance of
-//! each workflow run whose step ended (`workflow_engine::advance_in`), then
-//! one commit. The next step's job run is inserted by that commit and
+//! written by [`finish_steps`] instead: the outcomes, then the advances
+//! of the workflow runs whose steps ended, together
+//! (`workflow_engine::advance_many_in`: one statement locks them, one
+//! reads their steps, one inserts the job runs they start and one writes
+//! their steps and decisions), then one commit. The next step's job run is inserted by that commit and
 //! enqueued by the worker right after, so the common case of a chain costs
 //! one write transaction per step, with no outbox row, no notification and
 //! no pass of the scheduler.
@@ -54,26 +56,24 @@ pub async fn finish_steps(
             .bind(&ended)
             .fetch_all(&mut *tx)
             .await?;
-    let now = Utc::now();
     let mut pending = Vec::with_capacity(runs.len());
-    for run_id in &runs {
-        match workflow_engine::advance_in(&mut tx, versions, run_id, now, true).await? {
+    for (run_id, advanced) in workflow_engine::advance_many_in(&mut tx, versions, &runs, Utc::now(), true).await? {
+        match advanced {
             Some(p) => {
                 p.tell_scheduler(&mut tx).await?;
                 pending.push(p);
             }
             // Another process holds it: the row it will read, as the
             // trigger would have written it.
-            None => wake(&mut tx, run_id).await?,
+            None => wake(&mut tx, &run_id).await?,
         }
     }
     tx.commit().await?;
     Ok((recorded, pending))
 }
 
-/// Enqueues what the advances of a committed [`finish_steps`] created.
+/// Enqueues what the advances of a committed [`finish_steps`] created
+/// (one call to Redis for them all).
 pub async fn after_commit(queue: &Queue, pending: Vec<Pending>) {
-    for p in pending {
-        p.after_commit(queue).await;
-    }
+    Pending::after_commit_all(queue, pending).await;
 }

@@ -27,7 +27,7 @@ use serde_json::{json, Value};
 use sqlx::types::Json;
 use sqlx::{PgConnection, PgPool};
 
-use super::runs::{self, Run};
+use super::runs::{self, NewRun, Run};
 use super::transitions::{self, Changed, Staged};
 use super::workflow_runs::{
     self, record, wake, NewDecision, StepRun, Triggered, WorkflowRun, RUN_COLUMNS, STEP_COLUMNS,
@@ -41,7 +41,7 @@ use crate::domain::workflow_run::{
 use crate::domain::RunStatus;
 use crate::engine::step_ended::{step_ended, Seen};
 use crate::engine::step_start::{self, step_start, ChildRequest, Facts, RunView};
-use crate::engine::{run_end, EventNotice, StepView, StepWrite};
+use crate::engine::{run_end, version_move, EventNotice, StepView, StepWrite};
 use crate::queue::Queue;
 
 /// The Postgres channel an outbox row's insert notifies with its run's id
@@ -103,6 +103,22 @@ struct StepRow {
     comp_status: Option<RunStatus>,
 }
 
+impl StepRow {
+    /// A step row just inserted: nothing has run for it.
+    fn fresh(step: StepRun) -> StepRow {
+        StepRow {
+            step,
+            job_status: None,
+            job_result: None,
+            job_error: None,
+            child_status: None,
+            child_output: None,
+            child_error: None,
+            comp_status: None,
+        }
+    }
+}
+
 /// A step row as the engine's transitions see it.
 pub(super) fn view(s: &StepRun) -> StepView<'_> {
     StepView {
@@ -131,22 +147,30 @@ fn run_view(r: &WorkflowRun) -> RunView<'_> {
     }
 }
 
-/// Writes what a pass decided in one statement: step rows, decisions (in
-/// order), and the run's `wake_at` when `wake` says what it is now (it is
-/// written only when it moves: most passes leave it as it was, and an
-/// update would write the run's row and its indexes again). The stage
-/// deliveries of the steps it changed follow in a second statement, when
-/// a step has stage_notifications.
-async fn write_pass(
-    conn: &mut PgConnection,
-    run_id: &str,
-    w: &[StepWrite],
-    d: &[NewDecision],
+/// What one pass writes at its end.
+struct PassWrite {
+    run_id: String,
+    writes: Vec<StepWrite>,
+    decisions: Vec<NewDecision>,
+    /// The run's wake-up time as the pass leaves it, when the pass is over.
     wake: Option<Option<DateTime<Utc>>>,
-) -> Result<(), sqlx::Error> {
-    if w.is_empty() && d.is_empty() && wake.is_none() {
+}
+
+/// Writes what passes decided, of one run or of many, in one statement:
+/// step rows, decisions (in order), and each run's `wake_at` when its pass
+/// says what it is now (it is written only when it moves: most passes
+/// leave it as it was, and an update would write the run's row and its
+/// indexes again). The stage deliveries of the steps it changed follow in
+/// a second statement, when a step has stage_notifications.
+async fn write_passes(conn: &mut PgConnection, passes: &[PassWrite]) -> Result<(), sqlx::Error> {
+    if passes.iter().all(|p| p.writes.is_empty() && p.decisions.is_empty() && p.wake.is_none()) {
         return Ok(());
     }
+    let w: Vec<&StepWrite> = passes.iter().flat_map(|p| &p.writes).collect();
+    let d: Vec<(&str, &NewDecision)> =
+        passes.iter().flat_map(|p| p.decisions.iter().map(|d| (p.run_id.as_str(), d))).collect();
+    let woke: Vec<(&str, Option<DateTime<Utc>>)> =
+        passes.iter().filter_map(|p| p.wake.map(|t| (p.run_id.as_str(), t))).collect();
     macro_rules! col {
         ($v:expr, $f:expr) => {
             $v.iter().map($f).collect::<Vec<_>>()
@@ -168,12 +192,14 @@ async fn write_pass(
              RETURNING {}
          ), decisions AS (
             INSERT INTO workflow_decisions (workflow_run_id, step_ref, decision_type, reason, details)
-            SELECT $12, t.step_ref, t.decision_type, t.reason, t.details
-              FROM UNNEST($13::text[], $14::text[], $15::text[], $16::jsonb[]) WITH ORDINALITY
-                   AS t (step_ref, decision_type, reason, details, n)
+            SELECT t.run_id, t.step_ref, t.decision_type, t.reason, t.details
+              FROM UNNEST($12::text[], $13::text[], $14::text[], $15::text[], $16::jsonb[]) WITH ORDINALITY
+                   AS t (run_id, step_ref, decision_type, reason, details, n)
              ORDER BY t.n
          ), woke AS (
-            UPDATE workflow_runs SET wake_at = $17 WHERE id = $12 AND $18 AND wake_at IS DISTINCT FROM $17
+            UPDATE workflow_runs r SET wake_at = t.wake_at
+              FROM UNNEST($17::text[], $18::timestamptz[]) AS t (id, wake_at)
+             WHERE r.id = t.id AND r.wake_at IS DISTINCT FROM t.wake_at
          )
          SELECT {}",
         super::deliveries::STAGE_RETURNING,
@@ -190,13 +216,13 @@ async fn write_pass(
     .bind(col!(w, |s| s.finish))
     .bind(col!(w, |s| s.ended_by_run))
     .bind(col!(w, |s| s.approvers.as_ref().map(Json)))
-    .bind(run_id)
-    .bind(col!(d, |d| d.step_ref.as_deref()))
-    .bind(col!(d, |d| d.decision_type.as_str()))
-    .bind(col!(d, |d| d.reason.as_str()))
-    .bind(col!(d, |d| Json(if d.details.is_null() { json!({}) } else { d.details.clone() })))
-    .bind(wake.flatten())
-    .bind(wake.is_some())
+    .bind(col!(d, |(r, _)| *r))
+    .bind(col!(d, |(_, d)| d.step_ref.as_deref()))
+    .bind(col!(d, |(_, d)| d.decision_type.as_str()))
+    .bind(col!(d, |(_, d)| d.reason.as_str()))
+    .bind(col!(d, |(_, d)| Json(if d.details.is_null() { json!({}) } else { d.details.clone() })))
+    .bind(col!(woke, |(r, _)| *r))
+    .bind(col!(woke, |(_, t)| *t))
     .fetch_one(&mut *conn)
     .await?;
     super::deliveries::step_stages(conn, stages).await
@@ -290,6 +316,19 @@ impl Pending {
         advanced.job_runs_enqueued = runs::enqueue_made(queue, &new_runs).await;
         advanced
     }
+
+    /// [`Pending::after_commit`] for many advances, with one call to Redis
+    /// for the job runs they all created.
+    pub async fn after_commit_all(queue: &Queue, pending: Vec<Pending>) {
+        let mut cancelled: Vec<Changed> = Vec::new();
+        let mut made: Vec<Run> = Vec::new();
+        for p in pending {
+            cancelled.extend(p.staged.into_iter().flat_map(Staged::committed));
+            made.extend(p.new_runs);
+        }
+        transitions::drop_entries(queue, &cancelled).await;
+        runs::enqueue_made(queue, &made).await;
+    }
 }
 
 /// [`advance`] in the caller's transaction. `None` when another process
@@ -303,78 +342,201 @@ pub async fn advance_in(
     now: DateTime<Utc>,
     force: bool,
 ) -> Result<Option<Pending>, sqlx::Error> {
-    // Lock the run and consume its events in one statement: whatever
+    let mut advanced = advance_many_in(tx, versions, std::slice::from_ref(&run_id.to_string()), now, force).await?;
+    Ok(advanced.pop().and_then(|(_, p)| p))
+}
+
+/// [`advance_in`] for many runs at once, in as few statements as the runs
+/// allow: one locks them all (`SKIP LOCKED`, in id order) and consumes
+/// their outbox rows, one reads all their steps, and the passes that go on
+/// without an event to emit write their step rows, decisions and new job
+/// runs together at the end (one insert, one update). A pass that ends
+/// its run, starts a saga or emits an event writes its own as it goes, in
+/// the order those need. Returns each run with its advance, in input
+/// order; `None` for a run another process holds (or that is gone).
+pub async fn advance_many_in(
+    tx: &mut PgConnection,
+    versions: &Versions,
+    run_ids: &[String],
+    now: DateTime<Utc>,
+    force: bool,
+) -> Result<Vec<(String, Option<Pending>)>, sqlx::Error> {
+    // Lock the runs and consume their events in one statement: whatever
     // commits after it leaves a row for the next advance.
-    let locked: Option<Locked> = sqlx::query_as(&format!(
+    let locked: Vec<Locked> = sqlx::query_as(&format!(
         "WITH r AS (
             SELECT {}, w.version_id AS wf_version_id, w.version AS wf_version, w.max_parallel_steps
               FROM workflow_runs r LEFT JOIN workflows w ON w.id = r.workflow_id AND w.deleted_at IS NULL
-             WHERE r.id = $1 FOR UPDATE OF r SKIP LOCKED
+             WHERE r.id = ANY($1) ORDER BY r.id FOR UPDATE OF r SKIP LOCKED
          ), consumed AS (
-            DELETE FROM workflow_outbox WHERE workflow_run_id = $1 AND EXISTS (SELECT 1 FROM r) RETURNING 1
+            DELETE FROM workflow_outbox WHERE workflow_run_id IN (SELECT id FROM r) RETURNING workflow_run_id
          )
-         SELECT r.*, (SELECT count(*) FROM consumed) AS consumed FROM r",
+         SELECT r.*, (SELECT count(*) FROM consumed c WHERE c.workflow_run_id = r.id) AS consumed FROM r",
         RUN_COLUMNS.split(", ").map(|c| format!("r.{}", c.trim())).collect::<Vec<_>>().join(", ")
     ))
-    .bind(run_id)
-    .fetch_optional(&mut *tx)
+    .bind(run_ids)
+    .fetch_all(&mut *tx)
     .await?;
-    let Some(Locked { run, wf_version_id, wf_version, max_parallel_steps, consumed }) = locked else {
-        return Ok(None);
+    advance_locked(tx, versions, run_ids, locked, None, now, force).await
+}
+
+/// The first pass of a run this transaction just created
+/// (`workflow_moves::trigger`), from what the creation returned: the run
+/// is the transaction's own, so nothing is locked or read again.
+pub async fn advance_new_in(
+    tx: &mut PgConnection,
+    versions: &Versions,
+    run: &WorkflowRun,
+    wf: &super::workflows::WorkflowRecord,
+    steps: Vec<StepRun>,
+    now: DateTime<Utc>,
+) -> Result<Option<Pending>, sqlx::Error> {
+    let locked = Locked {
+        run: run.clone(),
+        wf_version_id: Some(wf.version_id.clone()),
+        wf_version: Some(wf.version),
+        max_parallel_steps: wf.max_parallel_steps,
+        consumed: 0,
     };
-    let pending = |advanced: Advanced| Pending {
-        run_id: run_id.to_string(),
-        advanced,
-        woke: None,
-        new_runs: Vec::new(),
-        staged: Vec::new(),
+    let rows = steps.into_iter().map(StepRow::fresh).collect();
+    let ids = [run.id.clone()];
+    let mut advanced = advance_locked(tx, versions, &ids, vec![locked], Some(rows), now, true).await?;
+    Ok(advanced.pop().and_then(|(_, p)| p))
+}
+
+/// The passes over locked runs (see [`advance_many_in`]); `rows`: the
+/// steps of a single run, when the caller has them.
+async fn advance_locked(
+    tx: &mut PgConnection,
+    versions: &Versions,
+    run_ids: &[String],
+    locked: Vec<Locked>,
+    rows: Option<Vec<StepRow>>,
+    now: DateTime<Utc>,
+    force: bool,
+) -> Result<Vec<(String, Option<Pending>)>, sqlx::Error> {
+    let live: Vec<&str> = locked
+        .iter()
+        .filter(|l| matches!(l.run.status, WorkflowRunStatus::Running | WorkflowRunStatus::Paused))
+        .map(|l| l.run.id.as_str())
+        .collect();
+    let mut rows_of: HashMap<String, Vec<StepRow>> = HashMap::new();
+    let rows = match rows {
+        Some(rows) => rows,
+        None => step_rows(tx, &live).await?,
     };
-    let due = run.wake_at.is_some_and(|w| w <= now);
-    if consumed == 0 && !due && !force {
-        // The run's wake-up time goes back to a scheduler told of it by a
-        // pass made elsewhere (`finish_steps`).
-        return Ok(Some(pending(Advanced { idle: true, wake_at: run.wake_at, ..Default::default() })));
+    for row in rows {
+        rows_of.entry(row.step.workflow_run_id.clone()).or_default().push(row);
     }
-    if !matches!(run.status, WorkflowRunStatus::Running | WorkflowRunStatus::Paused) {
-        sqlx::query("UPDATE workflow_runs SET wake_at = NULL WHERE id = $1 AND wake_at IS NOT NULL")
-            .bind(run_id)
-            .execute(&mut *tx)
-            .await?;
-        return Ok(Some(pending(Advanced::default())));
-    }
-    let current = wf_version_id.zip(wf_version);
-    let before = run.wake_at;
-    let mut engine = Pass {
-        run,
-        now,
-        versions,
-        current,
-        max_parallel_steps,
-        writes: Vec::new(),
-        flushed: 0,
-        new_runs: Vec::new(),
-        staged: Vec::new(),
-        ended: None,
-        decisions: Vec::new(),
-        event_notices: Vec::new(),
-        emissions: Vec::new(),
-        wake_at: None,
-    };
-    engine.go(tx).await?;
-    let Pass { new_runs, staged, ended, writes, wake_at, .. } = engine;
-    Ok(Some(Pending {
-        run_id: run_id.to_string(),
-        advanced: Advanced {
+    let mut done: HashMap<String, Pending> = HashMap::with_capacity(locked.len());
+    let mut deferred: Vec<(PassWrite, Vec<NewRun>)> = Vec::new();
+    let mut jobs: HashMap<String, jobs::JobRecord> = HashMap::new();
+    for Locked { run, wf_version_id, wf_version, max_parallel_steps, consumed } in locked {
+        let run_id = run.id.clone();
+        let pending = |advanced: Advanced| Pending {
+            run_id: run_id.clone(),
+            advanced,
+            woke: None,
+            new_runs: Vec::new(),
+            staged: Vec::new(),
+        };
+        let due = run.wake_at.is_some_and(|w| w <= now);
+        if consumed == 0 && !due && !force {
+            // The run's wake-up time goes back to a scheduler told of it by a
+            // pass made elsewhere (`finish_steps`).
+            let idle = pending(Advanced { idle: true, wake_at: run.wake_at, ..Default::default() });
+            done.insert(run_id, idle);
+            continue;
+        }
+        if !matches!(run.status, WorkflowRunStatus::Running | WorkflowRunStatus::Paused) {
+            sqlx::query("UPDATE workflow_runs SET wake_at = NULL WHERE id = $1 AND wake_at IS NOT NULL")
+                .bind(&run_id)
+                .execute(&mut *tx)
+                .await?;
+            done.insert(run_id.clone(), pending(Advanced::default()));
+            continue;
+        }
+        let current = wf_version_id.zip(wf_version);
+        let before = run.wake_at;
+        let mut engine = Pass {
+            run,
+            now,
+            versions,
+            current,
+            max_parallel_steps,
+            writes: Vec::new(),
+            flushed: 0,
+            new_runs: Vec::new(),
+            staged: Vec::new(),
+            ended: None,
+            decisions: Vec::new(),
+            event_notices: Vec::new(),
+            emissions: Vec::new(),
+            wake_at: None,
+            deferred_runs: Vec::new(),
+            deferring: true,
+            deferred: None,
+            jobs: std::mem::take(&mut jobs),
+        };
+        engine.go(tx, rows_of.remove(&run_id)).await?;
+        let Pass { new_runs, staged, ended, writes, wake_at, deferred_runs, deferred: left, jobs: read, .. } = engine;
+        jobs = read;
+        if let Some(w) = left {
+            deferred.push((w, deferred_runs));
+        }
+        let advanced = Advanced {
             idle: false,
             steps_started: writes.iter().filter(|w| w.start).count(),
             job_runs_enqueued: 0,
             ended: ended.map(|s| s.as_str().to_string()),
             wake_at,
-        },
-        woke: wake_at.filter(|t| ended.is_none() && before != Some(*t)),
-        new_runs,
-        staged,
-    }))
+        };
+        let woke = wake_at.filter(|t| ended.is_none() && before != Some(*t));
+        done.insert(run_id.clone(), Pending { run_id, advanced, woke, new_runs, staged });
+    }
+    // The passes' last writes, together: the job runs first (the steps
+    // name them), then the step rows, decisions and wake-up times.
+    let made: Vec<NewRun> = deferred.iter().flat_map(|(_, r)| r.iter().cloned()).collect();
+    if !made.is_empty() {
+        for (run, created) in runs::insert_many_in(tx, &made).await? {
+            let owner = deferred.iter().find(|(_, r)| r.iter().any(|n| n.id == run.id)).map(|(w, _)| &w.run_id);
+            if let Some(p) = owner.and_then(|id| done.get_mut(id)).filter(|_| created) {
+                p.new_runs.push(run);
+            }
+        }
+    }
+    let passes: Vec<PassWrite> = deferred.into_iter().map(|(w, _)| w).collect();
+    write_passes(tx, &passes).await?;
+    Ok(run_ids.iter().map(|id| (id.clone(), done.remove(id))).collect())
+}
+
+/// The steps of runs, each with what its job run, child run and
+/// compensation run say now.
+async fn step_rows(tx: &mut PgConnection, run_ids: &[&str]) -> Result<Vec<StepRow>, sqlx::Error> {
+    if run_ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    sqlx::query_as(&format!(
+        // Each join a probe by primary key per step (OFFSET 0 keeps the
+        // planner from turning them into joins over every partition of
+        // job_runs: a merge join sorting all of them was one of its
+        // plans, and the read averaged 276 µs in the closed loop).
+        "SELECT {}, j.status AS job_status, j.result AS job_result, j.error AS job_error,
+                c.status AS child_status, c.output AS child_output, c.error AS child_error,
+                cj.status AS comp_status
+           FROM workflow_step_runs s
+           LEFT JOIN LATERAL (SELECT status, result, error FROM job_runs WHERE id = s.job_run_id OFFSET 0) j
+             ON true
+           LEFT JOIN LATERAL (SELECT status, output, error FROM workflow_runs WHERE id = s.child_workflow_run_id
+                               OFFSET 0) c ON true
+           LEFT JOIN LATERAL (SELECT status FROM job_runs WHERE id = s.compensation_job_run_id OFFSET 0) cj
+             ON true
+          WHERE s.workflow_run_id = ANY($1)",
+        STEP_COLUMNS.split(", ").map(|c| format!("s.{c}")).collect::<Vec<_>>().join(", ")
+    ))
+    .bind(run_ids)
+    .fetch_all(&mut *tx)
+    .await
 }
 
 /// A run locked for an advance, with what it needs of its workflow (none
@@ -413,6 +575,14 @@ struct Pass<'v> {
     /// ref, key, the step's output.
     emissions: Vec<(String, String, String, Option<Value>)>,
     wake_at: Option<DateTime<Utc>>,
+    /// Job runs the pass started, not yet inserted.
+    deferred_runs: Vec<NewRun>,
+    /// In a batch: the pass leaves its last writes to the batch.
+    deferring: bool,
+    /// Those writes.
+    deferred: Option<PassWrite>,
+    /// The jobs read so far in this batch, by id.
+    jobs: HashMap<String, jobs::JobRecord>,
 }
 
 impl Pass<'_> {
@@ -425,35 +595,20 @@ impl Pass<'_> {
         });
     }
 
-    async fn go(&mut self, tx: &mut PgConnection) -> Result<(), sqlx::Error> {
+    /// The pass over the run; `rows`: its steps as read with its lock, if
+    /// they were.
+    async fn go(&mut self, tx: &mut PgConnection, rows: Option<Vec<StepRow>>) -> Result<(), sqlx::Error> {
         let run_id = self.run.id.clone();
         let mut steps = self.versions.get(tx, &self.run.version_id).await?;
+        let mut rows = match rows {
+            Some(rows) => rows,
+            None => step_rows(tx, &[run_id.as_str()]).await?,
+        };
         if let Some((id, n)) =
             self.current.clone().filter(|(id, _)| self.run.version_policy == "latest" && *id != self.run.version_id)
         {
-            steps = self.move_to_version(tx, &id, n).await?;
+            steps = self.move_to_version(tx, &id, n, &mut rows).await?;
         }
-        let rows: Vec<StepRow> = sqlx::query_as(&format!(
-            // Each join a probe by primary key per step (OFFSET 0 keeps the
-            // planner from turning them into joins over every partition of
-            // job_runs: a merge join sorting all of them was one of its
-            // plans, and the read averaged 276 µs in the closed loop).
-            "SELECT {}, j.status AS job_status, j.result AS job_result, j.error AS job_error,
-                    c.status AS child_status, c.output AS child_output, c.error AS child_error,
-                    cj.status AS comp_status
-               FROM workflow_step_runs s
-               LEFT JOIN LATERAL (SELECT status, result, error FROM job_runs WHERE id = s.job_run_id OFFSET 0) j
-                 ON true
-               LEFT JOIN LATERAL (SELECT status, output, error FROM workflow_runs WHERE id = s.child_workflow_run_id
-                                   OFFSET 0) c ON true
-               LEFT JOIN LATERAL (SELECT status FROM job_runs WHERE id = s.compensation_job_run_id OFFSET 0) cj
-                 ON true
-              WHERE s.workflow_run_id = $1",
-            STEP_COLUMNS.split(", ").map(|c| format!("s.{c}")).collect::<Vec<_>>().join(", ")
-        ))
-        .bind(&run_id)
-        .fetch_all(&mut *tx)
-        .await?;
         let defs: HashMap<&str, &Step> = steps.iter().map(|s| (s.step_ref.as_str(), s)).collect();
         let mut now_of: HashMap<String, StepNow> = HashMap::new();
         let mut rows_by_ref: HashMap<String, StepRun> = HashMap::new();
@@ -547,7 +702,7 @@ impl Pass<'_> {
                     };
                     self.begin_saga(tx, &step_ref, &error).await?;
                     // Steps the halt cancelled are read again by the saga.
-                    return Box::pin(self.go(tx)).await;
+                    return Box::pin(self.go(tx, None)).await;
                 };
                 self.ended = Some(decided.status);
                 self.staged.push(end_run(tx, &self.run, decided).await?);
@@ -568,7 +723,7 @@ impl Pass<'_> {
             .filter_map(|(_, row)| written.get(row.id.as_str()).copied().unwrap_or(row.wake_at))
             .chain(self.run.deadline_at)
             .min();
-        self.flush(tx, Some(wake_at)).await?;
+        self.end(tx, wake_at).await?;
         self.wake_at = wake_at;
         Ok(())
     }
@@ -598,13 +753,25 @@ impl Pass<'_> {
     /// Writes what the pass decided so far; `wake`: the run's wake-up time
     /// as the pass leaves it, when the pass is over.
     async fn flush(&mut self, tx: &mut PgConnection, wake: Option<Option<DateTime<Utc>>>) -> Result<(), sqlx::Error> {
+        // What follows may touch the job runs this pass started (an ending
+        // cancels them): they are written first.
+        if !self.deferred_runs.is_empty() {
+            let made = runs::insert_many_in(tx, &std::mem::take(&mut self.deferred_runs)).await?;
+            self.new_runs.extend(made.into_iter().filter(|(_, created)| *created).map(|(r, _)| r));
+        }
         let from = std::mem::replace(&mut self.flushed, self.writes.len());
         if self.emissions.is_empty() && self.event_notices.is_empty() {
             // The common pass: one statement.
-            let decisions = std::mem::take(&mut self.decisions);
-            return write_pass(tx, &self.run.id, &self.writes[from..], &decisions, wake).await;
+            let pass = self.pass_write(from, wake);
+            return write_passes(tx, std::slice::from_ref(&pass)).await;
         }
-        write_pass(tx, &self.run.id, &self.writes[from..], &[], None).await?;
+        let pass = PassWrite {
+            run_id: self.run.id.clone(),
+            writes: self.writes[from..].to_vec(),
+            decisions: Vec::new(),
+            wake: None,
+        };
+        write_passes(tx, std::slice::from_ref(&pass)).await?;
         for (step_run_id, step_ref, key, output) in std::mem::take(&mut self.emissions) {
             let new = events::NewEvent {
                 id: crate::ids::event_id(),
@@ -639,8 +806,35 @@ impl Pass<'_> {
             )
             .await?;
         }
-        let decisions = std::mem::take(&mut self.decisions);
-        write_pass(tx, &self.run.id, &[], &decisions, wake).await
+        let pass = PassWrite {
+            run_id: self.run.id.clone(),
+            writes: Vec::new(),
+            decisions: std::mem::take(&mut self.decisions),
+            wake,
+        };
+        write_passes(tx, std::slice::from_ref(&pass)).await
+    }
+
+    /// The writes from `from` on and the decisions made, as one pass's.
+    fn pass_write(&mut self, from: usize, wake: Option<Option<DateTime<Utc>>>) -> PassWrite {
+        PassWrite {
+            run_id: self.run.id.clone(),
+            writes: self.writes[from..].to_vec(),
+            decisions: std::mem::take(&mut self.decisions),
+            wake,
+        }
+    }
+
+    /// Ends a pass that goes on: in a batch ([`advance_many_in`]) its
+    /// writes wait for the batch's one statement, unless it has events to
+    /// emit or notices to write, which need their statements in order.
+    async fn end(&mut self, tx: &mut PgConnection, wake: Option<DateTime<Utc>>) -> Result<(), sqlx::Error> {
+        if self.deferring && self.emissions.is_empty() && self.event_notices.is_empty() {
+            let from = std::mem::replace(&mut self.flushed, self.writes.len());
+            self.deferred = Some(self.pass_write(from, Some(wake)));
+            return Ok(());
+        }
+        self.flush(tx, Some(wake)).await
     }
 
     /// Brings one step up to date with its job run, child run or wait
@@ -677,12 +871,15 @@ impl Pass<'_> {
             StepKind::Job { job_id, .. } => Some(job_id.clone()),
             _ => None,
         };
-        let job_ids: Vec<String> = starts.iter().filter_map(|(d, _)| job_of(d)).collect();
-        let jobs: HashMap<String, jobs::JobRecord> = if job_ids.is_empty() {
-            HashMap::new()
-        } else {
-            jobs::get_many_in(tx, &job_ids).await?.into_iter().map(|j| (j.id.clone(), j)).collect()
-        };
+        // Jobs read once per batch of passes: the runs of one workflow
+        // start the same few.
+        let missing: Vec<String> =
+            starts.iter().filter_map(|(d, _)| job_of(d)).filter(|id| !self.jobs.contains_key(id)).collect();
+        if !missing.is_empty() {
+            self.jobs.extend(jobs::get_many_in(tx, &missing).await?.into_iter().map(|j| (j.id.clone(), j)));
+        }
+        // Taken out while the starts borrow the pass (an error loses only the cache).
+        let jobs = std::mem::take(&mut self.jobs);
         let cost = if starts.iter().any(|(d, _)| d.step_type() == Some(StepType::CostGate)) {
             Some(run_cost(tx, &self.run.id).await?)
         } else {
@@ -704,10 +901,10 @@ impl Pass<'_> {
             out.push((w.status, row.step_ref.clone(), w.output.clone(), w.error.clone()));
             self.writes.push(w);
         }
-        if !new_runs.is_empty() {
-            let written = runs::insert_many_in(tx, &new_runs).await?;
-            self.new_runs.extend(written.into_iter().filter(|(_, created)| *created).map(|(r, _)| r));
-        }
+        self.jobs = jobs;
+        // Inserted with the pass's other writes: at its end, or before
+        // whatever needs them in the database first (`flush`).
+        self.deferred_runs.extend(new_runs);
         Ok(out)
     }
 
@@ -896,33 +1093,36 @@ impl Pass<'_> {
     }
 
     /// Under version_policy `latest`: the run follows the workflow's newest
-    /// version from here on. Steps new in it are added (pending), steps it
-    /// dropped that had not started are removed; steps that ran stay.
+    /// version from here on (`engine::version_move`); `rows` become the
+    /// run's steps on it.
     async fn move_to_version(
         &mut self,
         tx: &mut PgConnection,
         version_id: &str,
         version: i32,
+        rows: &mut Vec<StepRow>,
     ) -> Result<Arc<Steps>, sqlx::Error> {
         let steps = self.versions.get(tx, version_id).await?;
-        let refs: Vec<&str> = steps.iter().map(|s| s.step_ref.as_str()).collect();
-        sqlx::query("DELETE FROM workflow_step_runs WHERE workflow_run_id = $1 AND status = 'pending' AND NOT (step_ref = ANY($2))")
-            .bind(&self.run.id)
-            .bind(&refs)
-            .execute(&mut *tx)
-            .await?;
         // New steps' rows need the stored definitions (their stage_notifications).
         let saved = workflow_runs::version_steps_in(tx, version_id).await?;
-        workflow_runs::insert_steps(tx, &self.run.id, &saved).await?;
+        let views: Vec<StepView> = rows.iter().map(|r| view(&r.step)).collect();
+        let m = version_move::move_to(&views, &self.run.version_id, &saved, version_id, version);
+        if !m.drop.is_empty() {
+            sqlx::query("DELETE FROM workflow_step_runs WHERE id = ANY($1) AND status = 'pending'")
+                .bind(&m.drop)
+                .execute(&mut *tx)
+                .await?;
+            rows.retain(|r| !m.drop.contains(&r.step.id));
+        }
+        let added = workflow_runs::insert_steps(tx, &self.run.id, &m.add).await?;
+        rows.extend(added.into_iter().map(StepRow::fresh));
         sqlx::query("UPDATE workflow_runs SET version_id = $2, version = $3 WHERE id = $1")
             .bind(&self.run.id)
             .bind(version_id)
             .bind(version)
             .execute(&mut *tx)
             .await?;
-        let details = json!({ "from_version_id": self.run.version_id, "to_version_id": version_id });
-        let reason = format!("version_policy latest: now on version {version}");
-        self.note(None, "version_moved", &reason, details);
+        self.decisions.push(m.note);
         self.run.version_id = version_id.to_string();
         self.run.version = version;
         Ok(steps)

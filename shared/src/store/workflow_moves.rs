@@ -41,10 +41,10 @@ pub async fn trigger(
     new: &NewWorkflowRun,
 ) -> Result<Triggered, sqlx::Error> {
     let mut tx = pool.begin().await?;
-    let t = workflow_runs::create_unannounced_in(&mut tx, wf, new).await?;
+    let (t, steps) = workflow_runs::create_unannounced_in(&mut tx, wf, new).await?;
     let started = match &t {
         Triggered::Created(run) if run.status == WorkflowRunStatus::Running => {
-            workflow_engine::advance_in(&mut tx, versions, &run.id, Utc::now(), true).await?
+            workflow_engine::advance_new_in(&mut tx, versions, run, wf, steps, Utc::now()).await?
         }
         _ => None,
     };

@@ -140,16 +140,17 @@ pub async fn trigger_in(
     wf: &WorkflowRecord,
     new: &NewWorkflowRun,
 ) -> Result<Triggered, sqlx::Error> {
-    create_in(conn, wf, new, true).await
+    Ok(create_in(conn, wf, new, true).await?.0)
 }
 
 /// Creates a run of `wf` without telling the engine: the caller makes the
-/// run's first pass in this transaction (`workflow_moves::trigger`).
+/// run's first pass in this transaction (`workflow_moves::trigger`), with
+/// the step rows returned (those of a run it created).
 pub async fn create_unannounced_in(
     conn: &mut PgConnection,
     wf: &WorkflowRecord,
     new: &NewWorkflowRun,
-) -> Result<Triggered, sqlx::Error> {
+) -> Result<(Triggered, Vec<StepRun>), sqlx::Error> {
     create_in(conn, wf, new, false).await
 }
 
@@ -160,9 +161,9 @@ async fn create_in(
     wf: &WorkflowRecord,
     new: &NewWorkflowRun,
     wake_engine: bool,
-) -> Result<Triggered, sqlx::Error> {
+) -> Result<(Triggered, Vec<StepRun>), sqlx::Error> {
     if let Some(run) = holder(conn, &wf.id, new).await? {
-        return Ok(Triggered::Existing(run));
+        return Ok((Triggered::Existing(run), Vec::new()));
     }
     let cap = wf.max_concurrent_runs.filter(|n| *n > 0);
     let mut status = WorkflowRunStatus::Running;
@@ -191,7 +192,7 @@ async fn create_in(
                 record(conn, &active_run_id, None, "tick_skipped", &reason, serde_json::json!({ "tick": tick }))
                     .await?;
             }
-            return Ok(Triggered::Skipped { active_run_id });
+            return Ok((Triggered::Skipped { active_run_id }, Vec::new()));
         }
         if cap.is_some_and(|c| started >= c as i64) {
             status = WorkflowRunStatus::Pending;
@@ -231,9 +232,9 @@ async fn create_in(
     let Some(run) = inserted else {
         // Another trigger with the same key committed in between.
         let run = holder(conn, &wf.id, new).await?.ok_or(sqlx::Error::RowNotFound)?;
-        return Ok(Triggered::Existing(run));
+        return Ok((Triggered::Existing(run), Vec::new()));
     };
-    insert_steps(conn, &run.id, &wf.steps.0).await?;
+    let steps = insert_steps(conn, &run.id, &wf.steps.0).await?;
     if running {
         if wake_engine {
             wake(conn, &run.id).await?;
@@ -249,7 +250,7 @@ async fn create_in(
         )
         .await?;
     }
-    Ok(Triggered::Created(run))
+    Ok((Triggered::Created(run), steps))
 }
 
 /// The run that already holds the trigger's idempotency key or cron tick.
@@ -278,9 +279,9 @@ pub(super) async fn insert_steps(
     conn: &mut PgConnection,
     run_id: &str,
     steps: &[SavedStep],
-) -> Result<(), sqlx::Error> {
+) -> Result<Vec<StepRun>, sqlx::Error> {
     if steps.is_empty() {
-        return Ok(());
+        return Ok(Vec::new());
     }
     let ids: Vec<String> = steps.iter().map(|_| ids::step_run_id()).collect();
     let refs: Vec<&str> = steps.iter().map(|s| s.def.step_ref.as_str()).collect();
@@ -290,22 +291,22 @@ pub(super) async fn insert_steps(
     // for its stage deliveries (`deliveries::stage_changes`).
     let stages: Vec<Option<Json<&Value>>> =
         steps.iter().map(|s| s.def.stage_notifications.as_ref().map(Json)).collect();
-    sqlx::query(
+    sqlx::query_as(&format!(
         "INSERT INTO workflow_step_runs (id, workflow_run_id, step_ref, step_id, step_type, status, stage_notifications)
          SELECT t.id, $2, t.step_ref, t.step_id, t.step_type, 'pending', t.stages
            FROM UNNEST($1::text[], $3::text[], $4::text[], $5::text[], $6::jsonb[])
                 AS t (id, step_ref, step_id, step_type, stages)
-         ON CONFLICT (workflow_run_id, step_ref) DO NOTHING",
-    )
+         ON CONFLICT (workflow_run_id, step_ref) DO NOTHING
+         RETURNING {STEP_COLUMNS}"
+    ))
     .bind(&ids)
     .bind(run_id)
     .bind(&refs)
     .bind(&step_ids)
     .bind(&types)
     .bind(&stages)
-    .execute(conn)
-    .await?;
-    Ok(())
+    .fetch_all(conn)
+    .await
 }
 
 /// Tells the engine to look at the run (at commit).
