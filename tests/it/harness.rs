@@ -300,12 +300,15 @@ impl Drop for TestEnv {
     }
 }
 
-/// Asserts a problem+json answer with the status, and returns it.
+/// Asserts a problem+json answer with the status, and returns it. A call
+/// names the status twice (`status` before the request, `want` after it,
+/// so either reads on its own); both are checked to agree, so neither
+/// reads as a check that is not made.
 pub fn assert_problem(status: u16, got: (u16, Value), want: u16) -> Value {
     let (s, v) = got;
     assert_eq!(s, want, "expected {want}, got {s}: {v}");
     assert_eq!(v["status"], json!(want), "problem body carries the status: {v}");
     assert!(v["title"].is_string(), "problem body has a title: {v}");
-    let _ = status;
+    assert_eq!(status, want, "the call names two different statuses");
     v
 }
