@@ -415,11 +415,9 @@ async fn advance_locked(
     now: DateTime<Utc>,
     force: bool,
 ) -> Result<Vec<(String, Option<Pending>)>, sqlx::Error> {
-    let live: Vec<&str> = locked
-        .iter()
-        .filter(|l| matches!(l.run.status, WorkflowRunStatus::Running | WorkflowRunStatus::Paused))
-        .map(|l| l.run.id.as_str())
-        .collect();
+    // Steps are read only for the runs that get a pass (see the loop below).
+    let live: Vec<&str> =
+        locked.iter().filter(|l| !l.idle(now, force) && l.live()).map(|l| l.run.id.as_str()).collect();
     let mut rows_of: HashMap<String, Vec<StepRow>> = HashMap::new();
     let rows = match rows {
         Some(rows) => rows,
@@ -431,7 +429,9 @@ async fn advance_locked(
     let mut done: HashMap<String, Pending> = HashMap::with_capacity(locked.len());
     let mut deferred: Vec<(PassWrite, Vec<NewRun>)> = Vec::new();
     let mut jobs: HashMap<String, jobs::JobRecord> = HashMap::new();
-    for Locked { run, wf_version_id, wf_version, max_parallel_steps, consumed } in locked {
+    for l in locked {
+        let (idle, live) = (l.idle(now, force), l.live());
+        let Locked { run, wf_version_id, wf_version, max_parallel_steps, .. } = l;
         let run_id = run.id.clone();
         let pending = |advanced: Advanced| Pending {
             run_id: run_id.clone(),
@@ -440,15 +440,14 @@ async fn advance_locked(
             new_runs: Vec::new(),
             staged: Vec::new(),
         };
-        let due = run.wake_at.is_some_and(|w| w <= now);
-        if consumed == 0 && !due && !force {
+        if idle {
             // The run's wake-up time goes back to a scheduler told of it by a
             // pass made elsewhere (`finish_steps`).
             let idle = pending(Advanced { idle: true, wake_at: run.wake_at, ..Default::default() });
             done.insert(run_id, idle);
             continue;
         }
-        if !matches!(run.status, WorkflowRunStatus::Running | WorkflowRunStatus::Paused) {
+        if !live {
             sqlx::query("UPDATE workflow_runs SET wake_at = NULL WHERE id = $1 AND wake_at IS NOT NULL")
                 .bind(&run_id)
                 .execute(&mut *tx)
@@ -496,16 +495,21 @@ async fn advance_locked(
     }
     // The passes' last writes, together: the job runs first (the steps
     // name them), then the step rows, decisions and wake-up times.
-    let made: Vec<NewRun> = deferred.iter().flat_map(|(_, r)| r.iter().cloned()).collect();
+    let mut passes = Vec::with_capacity(deferred.len());
+    let (mut made, mut owners): (Vec<NewRun>, Vec<String>) = (Vec::new(), Vec::new());
+    for (pass, runs) in deferred {
+        owners.extend(std::iter::repeat_n(pass.run_id.clone(), runs.len()));
+        made.extend(runs);
+        passes.push(pass);
+    }
     if !made.is_empty() {
-        for (run, created) in runs::insert_many_in(tx, &made).await? {
-            let owner = deferred.iter().find(|(_, r)| r.iter().any(|n| n.id == run.id)).map(|(w, _)| &w.run_id);
-            if let Some(p) = owner.and_then(|id| done.get_mut(id)).filter(|_| created) {
+        // In input order, so each run's owner is the one beside it.
+        for ((run, created), owner) in runs::insert_many_in(tx, &made).await?.into_iter().zip(&owners) {
+            if let Some(p) = done.get_mut(owner).filter(|_| created) {
                 p.new_runs.push(run);
             }
         }
     }
-    let passes: Vec<PassWrite> = deferred.into_iter().map(|(w, _)| w).collect();
     write_passes(tx, &passes).await?;
     Ok(run_ids.iter().map(|id| (id.clone(), done.remove(id))).collect())
 }
@@ -550,6 +554,20 @@ struct Locked {
     max_parallel_steps: Option<i32>,
     /// Outbox rows the advance consumed.
     consumed: i64,
+}
+
+impl Locked {
+    /// Nothing asks for a pass: no event consumed, no wake-up due, and the
+    /// caller did not make one itself.
+    fn idle(&self, now: DateTime<Utc>, force: bool) -> bool {
+        let due = self.run.wake_at.is_some_and(|w| w <= now);
+        self.consumed == 0 && !due && !force
+    }
+
+    /// Steps may still move (an ended run's pass only clears its wake-up).
+    fn live(&self) -> bool {
+        matches!(self.run.status, WorkflowRunStatus::Running | WorkflowRunStatus::Paused)
+    }
 }
 
 /// One advance's working state.
