@@ -371,7 +371,8 @@ pub async fn emit_in(conn: &mut PgConnection, e: &NewEvent) -> Result<(EventRow,
     .fetch_one(&mut *conn)
     .await?;
     let sources = matching_sources(&mut *conn, &e.project_id, &e.event_key).await?;
-    fire_in(conn, &event, &sources, &HashMap::new()).await
+    // The event is this transaction's own: no other can complete it.
+    fire_unlocked(conn, &event, &sources, &HashMap::new()).await
 }
 
 /// Fires a recorded event in the caller's transaction: the one path every
@@ -403,6 +404,16 @@ pub async fn fire_in(
     if now.completed_at.is_some() {
         return Ok((now, Vec::new()));
     }
+    fire_unlocked(conn, event, sources, refused).await
+}
+
+/// [`fire_in`] for an event no other transaction can complete.
+async fn fire_unlocked(
+    conn: &mut PgConnection,
+    event: &EventRow,
+    sources: &[EventSourceRow],
+    refused: &HashMap<String, String>,
+) -> Result<(EventRow, Vec<Run>), sqlx::Error> {
     let mut triggered = Vec::with_capacity(sources.len());
     let mut made = Vec::new();
     for source in sources {
