@@ -364,7 +364,6 @@ pub fn simulate(saved: &[SavedStep], given: &Assumptions) -> Simulation {
     let steps = Steps::of(saved);
     let g = Graph::of(saved);
     let mut rules = Rules::new(&steps, &HashMap::new(), &given.payload, false, None);
-    let mut now: HashMap<String, StepNow> = HashMap::new();
     let mut why: HashMap<String, String> = HashMap::new();
     let mut ran: HashSet<String> = HashSet::new();
     let mut ended: Option<String> = None;
@@ -389,18 +388,15 @@ pub fn simulate(saved: &[SavedStep], given: &Assumptions) -> Simulation {
                     if let Some(r) = &reason {
                         why.insert(step_ref.clone(), r.clone());
                     }
-                    ran.insert(step_ref.clone());
-                    let ended = StepNow { status, output: Some(output), error: reason };
-                    rules.set(&step_ref, ended.clone());
-                    now.insert(step_ref, ended);
+                    rules.set(&step_ref, StepNow { status, output: Some(output), error: reason });
+                    ran.insert(step_ref);
                 }
+                // The rules recorded these themselves.
                 Decision::Skip { step_ref, reason, .. } => {
-                    why.insert(step_ref.clone(), reason);
-                    now.insert(step_ref, StepNow { status: StepStatus::Skipped, output: None, error: None });
+                    why.insert(step_ref, reason);
                 }
                 Decision::Fail { step_ref, error } => {
-                    why.insert(step_ref.clone(), error.clone());
-                    now.insert(step_ref, StepNow { status: StepStatus::Failed, output: None, error: Some(error) });
+                    why.insert(step_ref, error);
                 }
                 // No cap is simulated.
                 Decision::Held { .. } => moved = false,
@@ -425,7 +421,7 @@ pub fn simulate(saved: &[SavedStep], given: &Assumptions) -> Simulation {
     let mut out = Simulation { order: vec![], steps: vec![], failed: ended.is_some() };
     for n in g.walk() {
         let r = &g.refs[n];
-        let status = match now.get(r).map(|s| s.status) {
+        let status = match rules.status(r) {
             Some(StepStatus::Completed) => Predicted::Completed,
             Some(StepStatus::TimedOut) => Predicted::TimedOut,
             Some(StepStatus::Failed) => Predicted::Failed,

@@ -305,6 +305,11 @@ impl<'a> Rules<'a> {
         self.changed(k, was.status);
     }
 
+    /// A step's status as the rules know it now.
+    pub fn status(&self, step_ref: &str) -> Option<StepStatus> {
+        self.steps.position(step_ref).map(|k| self.state[k].status)
+    }
+
     fn changed(&mut self, k: usize, was: StepStatus) {
         let is = self.state[k].status;
         self.active = self.active + usize::from(is.is_active()) - usize::from(was.is_active());
