@@ -22,6 +22,26 @@ pub struct StepView<'a> {
     pub error: Option<&'a str>,
 }
 
+#[cfg(test)]
+impl<'a> StepView<'a> {
+    /// A step row `wfs_1` of `step_type` in `status`, not started before,
+    /// for the transitions' tests (they set what else they need).
+    pub(crate) fn test(step_ref: &'a str, step_type: &'a str, status: StepStatus) -> StepView<'a> {
+        StepView {
+            id: "wfs_1",
+            step_ref,
+            step_type,
+            status,
+            attempt: 0,
+            job_run_id: None,
+            child_workflow_run_id: None,
+            wake_at: None,
+            output: None,
+            error: None,
+        }
+    }
+}
+
 /// A change to one step row; a pass writes all of its changes in one
 /// statement.
 #[derive(Clone, Debug, PartialEq)]

@@ -218,21 +218,6 @@ mod tests {
     use super::*;
     use WorkflowRunStatus as R;
 
-    fn view<'a>(step_ref: &'a str, step_type: &'a str, status: StepStatus) -> StepView<'a> {
-        StepView {
-            id: "st_1",
-            step_ref,
-            step_type,
-            status,
-            attempt: 1,
-            job_run_id: None,
-            child_workflow_run_id: None,
-            wake_at: None,
-            output: None,
-            error: None,
-        }
-    }
-
     fn conflict<T: std::fmt::Debug>(r: Result<T, Refused>) -> String {
         match r {
             Err(Refused::Conflict(why)) => why,
@@ -290,7 +275,7 @@ mod tests {
             ("job", StepStatus::Running, StepDecision::Skip, Err("not waiting for a decision")),
         ];
         for (kind, status, decision, want) in cases {
-            let got = decide(&view("s", kind, status), &[], decision, &op, Some("ok"));
+            let got = decide(&StepView::test("s", kind, status), &[], decision, &op, Some("ok"));
             match (got, want) {
                 (Ok(d), Ok(s)) => {
                     assert_eq!(d.status, s, "{kind} {decision:?}");
@@ -306,7 +291,7 @@ mod tests {
     #[test]
     fn a_rejection_carries_its_comment_and_an_approval_records_who() {
         let who = Decider { actor: Some("u_ann"), roles: &[], internal: false };
-        let step = view("gate", "approval", StepStatus::Waiting);
+        let step = StepView::test("gate", "approval", StepStatus::Waiting);
         let r = decide(&step, &[], StepDecision::Reject, &who, Some("too risky")).unwrap();
         assert_eq!(r.error.as_deref(), Some("rejected by u_ann: too risky"));
         let a = decide(&step, &[], StepDecision::Approve, &who, None).unwrap();
@@ -315,7 +300,7 @@ mod tests {
 
     #[test]
     fn only_listed_approvers_or_the_operator_decide() {
-        let step = view("gate", "approval", StepStatus::Waiting);
+        let step = StepView::test("gate", "approval", StepStatus::Waiting);
         let approvers = ["u_ann".to_string(), "release-managers".to_string()];
         let roles = ["release-managers".to_string()];
         let allowed = [
@@ -342,10 +327,10 @@ mod tests {
     #[test]
     fn a_reset_takes_ended_steps_back_and_reopens_an_ended_run() {
         let steps = [
-            view("a", "job", StepStatus::Completed),
-            view("b", "job", StepStatus::Failed),
-            view("c", "job", StepStatus::Pending),
-            view("d", "job", StepStatus::Running),
+            StepView::test("a", "job", StepStatus::Completed),
+            StepView::test("b", "job", StepStatus::Failed),
+            StepView::test("c", "job", StepStatus::Pending),
+            StepView::test("d", "job", StepStatus::Running),
         ];
         let ended = ResetRun { status: R::Failed, compensated: false };
         let running = ResetRun { status: R::Running, compensated: false };

@@ -113,18 +113,7 @@ mod tests {
     use super::*;
 
     fn view<'a>(kind: &'a str, status: StepStatus, wake_at: Option<DateTime<Utc>>) -> StepView<'a> {
-        StepView {
-            id: "wfs_1",
-            step_ref: "s",
-            step_type: kind,
-            status,
-            attempt: 1,
-            job_run_id: Some("run_1"),
-            child_workflow_run_id: None,
-            wake_at,
-            output: None,
-            error: None,
-        }
+        StepView { attempt: 1, job_run_id: Some("run_1"), wake_at, ..StepView::test("s", kind, status) }
     }
 
     fn at(secs: i64) -> DateTime<Utc> {

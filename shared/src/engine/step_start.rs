@@ -218,18 +218,7 @@ mod tests {
     use crate::domain::{JobSpec, RunStatus};
 
     fn row() -> StepView<'static> {
-        StepView {
-            id: "wfs_1",
-            step_ref: "s",
-            step_type: "job",
-            status: StepStatus::Pending,
-            attempt: 0,
-            job_run_id: None,
-            child_workflow_run_id: None,
-            wake_at: None,
-            output: None,
-            error: None,
-        }
+        StepView::test("s", "job", StepStatus::Pending)
     }
 
     fn job(project: &str, enabled: bool) -> JobRecord {

@@ -56,18 +56,7 @@ mod tests {
     }
 
     fn row<'a>(id: &'a str, step_ref: &'a str, status: StepStatus) -> StepView<'a> {
-        StepView {
-            id,
-            step_ref,
-            step_type: "job",
-            status,
-            attempt: 0,
-            job_run_id: None,
-            child_workflow_run_id: None,
-            wake_at: None,
-            output: None,
-            error: None,
-        }
+        StepView { id, ..StepView::test(step_ref, "job", status) }
     }
 
     #[test]

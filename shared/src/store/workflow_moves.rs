@@ -22,7 +22,7 @@ use super::workflow_runs::{
 };
 use super::workflows::WorkflowRecord;
 use super::Tenant;
-use crate::domain::workflow_run::{subtree, WorkflowRunStatus};
+use crate::domain::workflow_run::{subtree, StepStatus, WorkflowRunStatus};
 use crate::engine::moves::{self, ResetRun};
 pub use crate::engine::moves::{Decider, Refused, StepDecision};
 use crate::engine::StepView;
@@ -99,7 +99,8 @@ pub async fn decide_step(
     // version_policy latest) does not change who decides a pending approval.
     let approvers = match step.approvers.clone() {
         Some(Json(fixed)) => fixed,
-        None if step.status.is_active() => workflow_runs::version_steps_in(&mut tx, &run.version_id)
+        // Only a waiting step is decided: another is refused below.
+        None if step.status == StepStatus::Waiting => workflow_runs::version_steps_in(&mut tx, &run.version_id)
             .await?
             .iter()
             .find(|s| s.def.step_ref == step_ref)
@@ -107,7 +108,7 @@ pub async fn decide_step(
             .unwrap_or_default(),
         None => Vec::new(),
     };
-    let d = match moves::decide(&view(&step), &approvers, decision, who, comment) {
+    let d = match moves::decide(&workflow_engine::view(&step), &approvers, decision, who, comment) {
         Ok(d) => d,
         Err(refused) => return Ok(Err(refused)),
     };
@@ -199,7 +200,7 @@ pub async fn reset_steps(
         None
     };
     let facts = ResetRun { status: run.status, compensated: run.compensation.is_some() };
-    let views: Vec<StepView> = rows.iter().map(view).collect();
+    let views: Vec<StepView> = rows.iter().map(workflow_engine::view).collect();
     let reset = match moves::reset(facts, &views, step_ref, below, who) {
         Ok(r) => r,
         Err(refused) => return Ok(Err(refused)),
@@ -250,8 +251,4 @@ async fn lock(conn: &mut PgConnection, tenant: Tenant<'_>, id: &str) -> Result<O
 
 async fn reread(conn: &mut PgConnection, id: &str) -> Result<WorkflowRun, sqlx::Error> {
     sqlx::query_as(&format!("SELECT {RUN_COLUMNS} FROM workflow_runs WHERE id = $1")).bind(id).fetch_one(conn).await
-}
-
-fn view(s: &StepRun) -> StepView<'_> {
-    workflow_engine::view(s)
 }
