@@ -8,11 +8,24 @@
 //! one script call. An idle api still writes each trigger at once; nothing
 //! waits for a batch to fill. Triggers with dependencies or a dedup window
 //! take the transactional path of `store::flow::create` instead.
+//!
+//! Workflow triggers are grouped the same way ([`WorkflowIntake`]): a
+//! group's runs, their steps and their first engine passes are written in
+//! one transaction (`workflow_moves::trigger_many`). Only triggers with
+//! nothing to look up or count go there (`workflow_runs::batchable`); one
+//! with an idempotency key, or of a workflow with skip_if_running or
+//! max_concurrent_runs, takes its own transaction.
+
+use std::sync::Arc;
 
 use sqlx::PgPool;
 use switchyard_shared::queue::Queue;
 use switchyard_shared::store::group::{GroupCommit, GroupError};
 use switchyard_shared::store::runs::{self, NewRun, Run};
+use switchyard_shared::store::workflow_engine::Versions;
+use switchyard_shared::store::workflow_moves;
+use switchyard_shared::store::workflow_runs::{self, NewWorkflowRun, Triggered, WorkflowRun};
+use switchyard_shared::store::workflows::WorkflowRecord;
 
 /// Concurrent batches in flight: while one commits, the next fills.
 const WRITERS: usize = 4;
@@ -81,4 +94,71 @@ async fn write(pool: &PgPool, queue: &Queue, items: Vec<Item>) -> Result<Vec<Wri
         tracing::warn!(runs = refs.len(), error = %e, "enqueue failed; the runs are durable and the reconciler will enqueue them");
     }
     Ok(written)
+}
+
+/// Workflow runs per group: each brings its steps and its first pass, so
+/// a group stays well under the plain triggers' size.
+const WORKFLOW_BATCH: usize = 32;
+
+type WorkflowItem = (WorkflowRecord, NewWorkflowRun);
+type WorkflowWritten = Result<WorkflowRun, sqlx::Error>;
+
+/// Group-committed workflow triggers (see the module's comment).
+#[derive(Clone)]
+pub struct WorkflowIntake {
+    commit: GroupCommit<WorkflowItem, WorkflowWritten>,
+}
+
+impl WorkflowIntake {
+    /// Starts the writer tasks (needs a Tokio runtime). `pool`: the
+    /// engine's, as for a trigger alone.
+    pub fn spawn(pool: PgPool, queue: Queue, versions: Arc<Versions>) -> WorkflowIntake {
+        let commit = GroupCommit::spawn(WRITERS, WORKFLOW_BATCH, move |items: Vec<WorkflowItem>| {
+            let (pool, queue, versions) = (pool.clone(), queue.clone(), versions.clone());
+            async move { write_workflows(&pool, &queue, &versions, items).await }
+        });
+        WorkflowIntake { commit }
+    }
+
+    /// Triggers a run of `wf`, grouped with other triggers when
+    /// `workflow_runs::batchable` allows, in a transaction of its own
+    /// otherwise. Returns once the run and its first pass have committed.
+    pub async fn trigger(
+        &self,
+        pool: &PgPool,
+        queue: &Queue,
+        versions: &Versions,
+        wf: WorkflowRecord,
+        new: NewWorkflowRun,
+    ) -> Result<Triggered, sqlx::Error> {
+        if !workflow_runs::batchable(&wf, &new) {
+            return workflow_moves::trigger(pool, queue, versions, &wf, &new).await;
+        }
+        let run = self.commit.submit((wf, new)).await.map_err(GroupError::into_sqlx)??;
+        Ok(Triggered::Created(run))
+    }
+}
+
+async fn write_workflows(
+    pool: &PgPool,
+    queue: &Queue,
+    versions: &Versions,
+    items: Vec<WorkflowItem>,
+) -> Result<Vec<WorkflowWritten>, sqlx::Error> {
+    let refs: Vec<(&WorkflowRecord, &NewWorkflowRun)> = items.iter().map(|(wf, new)| (wf, new)).collect();
+    match workflow_moves::trigger_many(pool, queue, versions, &refs).await {
+        Ok(runs) => Ok(runs.into_iter().map(Ok).collect()),
+        // As for plain triggers: an outage fails the group, a refused row
+        // only its own trigger.
+        Err(e) if !matches!(e, sqlx::Error::Database(_)) => Err(e),
+        Err(e) if refs.len() == 1 => Ok(vec![Err(e)]),
+        Err(_) => {
+            let mut each = Vec::with_capacity(refs.len());
+            for one in &refs {
+                let run = workflow_moves::trigger_many(pool, queue, versions, std::slice::from_ref(one)).await;
+                each.push(run.map(|mut r| r.remove(0)));
+            }
+            Ok(each)
+        }
+    }
 }

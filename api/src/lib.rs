@@ -169,15 +169,18 @@ pub fn state_from_config(config: Config) -> anyhow::Result<AppState> {
     let webhooks = Http::new(WEBHOOK_CONNECTIONS_PER_HOST, config.target_deny_private)
         .context("building the terminal-webhook client")?;
     let engine_pool = db::worker_pool(&config.database_url, 8)?;
+    let versions: Arc<_> = Arc::default();
+    let workflow_intake = intake::WorkflowIntake::spawn(engine_pool.clone(), queue.clone(), Arc::clone(&versions));
     Ok(AppState {
         pool,
         queue,
         config: Arc::new(config),
         auth,
         intake,
+        workflow_intake,
         jobs,
         webhooks,
-        versions: Arc::default(),
+        versions,
         engine_pool,
     })
 }

@@ -17,6 +17,8 @@ pub struct AppState {
     pub auth: Arc<crate::auth::AuthState>,
     /// Group-committed inserts of plain triggers.
     pub intake: crate::intake::Intake,
+    /// Group-committed workflow triggers, on `engine_pool`.
+    pub workflow_intake: crate::intake::WorkflowIntake,
     /// Jobs as the trigger paths read them.
     pub jobs: Arc<crate::job_cache::JobCache>,
     /// This server's address policy (`TARGET_DENY_PRIVATE`), judging at

@@ -872,3 +872,80 @@ async fn an_event_resumes_the_steps_waiting_for_it() {
     let (_, ds) = env.get(&format!("/v1/webhook-deliveries?project_id={project}&kind=event_trigger")).await;
     assert_eq!(ds["data"].as_array().unwrap().len(), 3, "kept, with their status: {ds}");
 }
+
+#[tokio::test]
+async fn triggers_that_arrive_together_are_written_together_and_a_refused_one_fails_alone() {
+    let env = TestEnv::start().await;
+    let target = Target::start().await;
+    let project = env.project().await;
+    let j = job(&env, &project, &target.url, json!({})).await;
+    let wf = workflow(
+        &env,
+        &project,
+        json!({"steps": [
+            {"step_ref": "a", "job_id": j},
+            {"step_ref": "b", "job_id": j, "depends_on": ["a"]},
+        ]}),
+    )
+    .await;
+    let wf_id = wf["id"].as_str().unwrap();
+
+    // The store's group: every run created with its first step started,
+    // in the order asked.
+    let record = workflows::get(&env.pool, Tenant::Any, wf_id).await.unwrap().unwrap();
+    let news: Vec<NewWorkflowRun> = (0..3)
+        .map(|n| NewWorkflowRun { payload: Some(json!({ "n": n })), triggered_by: "api".into(), ..Default::default() })
+        .collect();
+    let items: Vec<_> = news.iter().map(|n| (&record, n)).collect();
+    let versions = workflow_engine::Versions::default();
+    let runs = workflow_moves::trigger_many(&env.pool, &env.queue, &versions, &items).await.unwrap();
+    assert_eq!(runs.len(), 3);
+    for (n, r) in runs.iter().enumerate() {
+        assert_eq!(r.payload.as_ref().unwrap().0, json!({ "n": n }), "in input order");
+        let got = get_run(&env, &r.id).await;
+        assert_eq!(statuses(&got), HashMap::from([("a".into(), "running".into()), ("b".into(), "pending".into())]));
+    }
+    // One row Postgres refuses fails the whole group, and writes nothing.
+    let bad = NewWorkflowRun {
+        payload: Some(json!({ "note": "a\u{0}b" })),
+        triggered_by: "api".into(),
+        ..Default::default()
+    };
+    let items = vec![(&record, &news[0]), (&record, &bad)];
+    let e = workflow_moves::trigger_many(&env.pool, &env.queue, &versions, &items).await.unwrap_err();
+    assert!(matches!(e, sqlx::Error::Database(_)), "{e}");
+    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM workflow_runs WHERE workflow_id = $1")
+        .bind(wf_id)
+        .fetch_one(&env.pool)
+        .await
+        .unwrap();
+    assert_eq!(count, 3, "the refused group left nothing behind");
+
+    // Through the api, at once: each trigger gets its own answer, the
+    // refused one a problem, the others their runs, which all complete.
+    env.spawn_worker();
+    env.spawn_scheduler();
+    let path = format!("/v1/workflows/{wf_id}/trigger");
+    let answers = futures::future::join_all((0..24).map(|n| {
+        let payload = if n == 7 { json!({ "note": "a\u{0}b" }) } else { json!({ "n": n }) };
+        env.post(&path, json!({ "payload": payload }))
+    }))
+    .await;
+    let mut ids = std::collections::HashSet::new();
+    for (n, (s, v)) in answers.into_iter().enumerate() {
+        if n == 7 {
+            assert_eq!(s, 422, "{v}");
+            continue;
+        }
+        assert_eq!(s, 201, "{v}");
+        assert_eq!(v["payload"], json!({ "n": n }), "each trigger is answered with its own run");
+        // Started by the group's pass (a worker may have finished it since).
+        assert!(step(&v, "a")["job_run_id"].is_string(), "{v}");
+        ids.insert(v["id"].as_str().unwrap().to_string());
+    }
+    assert_eq!(ids.len(), 23);
+    for id in runs.iter().map(|r| r.id.clone()).chain(ids) {
+        wait_status(&env, &id, "completed").await;
+    }
+    assert_eq!(target.requests().len(), 26 * 2, "each step of each run dispatched once");
+}

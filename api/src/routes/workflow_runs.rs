@@ -422,7 +422,7 @@ impl WorkflowRunsApi {
             created_by: auth.0.actor(),
             ..NewWorkflowRun::default()
         };
-        match workflow_moves::trigger(&state.engine_pool, &state.queue, &state.versions, &wf, &new).await? {
+        match state.workflow_intake.trigger(&state.engine_pool, &state.queue, &state.versions, wf, new).await? {
             Triggered::Created(run) => Ok(TriggeredRun::Created(Json(with_steps(&state, run).await?))),
             Triggered::Existing(run) => Ok(TriggeredRun::Existing(Json(with_steps(&state, run).await?))),
             Triggered::Skipped { active_run_id } => Err(ApiError::conflict(format!(

@@ -5,10 +5,10 @@
 //! group holds the outcome of a workflow step's job run, the group is
 //! written by [`finish_steps`] instead: the outcomes, then the advances
 //! of the workflow runs whose steps ended, together
-//! (`workflow_engine::advance_many_in`: one statement locks them, one
-//! reads their steps, one inserts the job runs they start and one writes
-//! their steps and decisions), then one commit. The next step's job run is inserted by that commit and
-//! enqueued by the worker right after, so the common case of a chain costs
+//! (`workflow_engine::advance_ended_steps_in`: one statement finds and
+//! locks them, one reads their steps, one inserts the job runs they start
+//! and one writes their steps and decisions), then one commit. The next
+//! step's job run is inserted by that commit and enqueued by the worker right after, so the common case of a chain costs
 //! one write transaction per step, with no outbox row, no notification and
 //! no pass of the scheduler.
 //!
@@ -31,7 +31,6 @@ use sqlx::PgPool;
 
 use super::runs::{self, Outcome};
 use super::workflow_engine::{self, Pending, Versions};
-use super::workflow_runs::wake;
 use crate::queue::Queue;
 
 /// Records `items` as [`runs::finish_many`] does and advances the workflow
@@ -51,22 +50,9 @@ pub async fn finish_steps(
     let mut tx = pool.begin_with("BEGIN; SET LOCAL switchyard.inline_steps = 'on'").await?;
     let recorded = runs::finish_many_in(&mut tx, items).await?;
     let ended: Vec<&str> = steps.iter().zip(&recorded).filter(|(_, r)| **r).filter_map(|(s, _)| s.as_deref()).collect();
-    let runs: Vec<String> =
-        sqlx::query_scalar("SELECT DISTINCT workflow_run_id FROM workflow_step_runs WHERE id = ANY($1) ORDER BY 1")
-            .bind(&ended)
-            .fetch_all(&mut *tx)
-            .await?;
-    let mut pending = Vec::with_capacity(runs.len());
-    for (run_id, advanced) in workflow_engine::advance_many_in(&mut tx, versions, &runs, Utc::now(), true).await? {
-        match advanced {
-            Some(p) => {
-                p.tell_scheduler(&mut tx).await?;
-                pending.push(p);
-            }
-            // Another process holds it: the row it will read, as the
-            // trigger would have written it.
-            None => wake(&mut tx, &run_id).await?,
-        }
+    let pending = workflow_engine::advance_ended_steps_in(&mut tx, versions, &ended, Utc::now()).await?;
+    for p in &pending {
+        p.tell_scheduler(&mut tx).await?;
     }
     tx.commit().await?;
     Ok((recorded, pending))

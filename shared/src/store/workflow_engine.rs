@@ -363,21 +363,56 @@ pub async fn advance_many_in(
 ) -> Result<Vec<(String, Option<Pending>)>, sqlx::Error> {
     // Lock the runs and consume their events in one statement: whatever
     // commits after it leaves a row for the next advance.
-    let locked: Vec<Locked> = sqlx::query_as(&format!(
-        "WITH r AS (
-            SELECT {}, w.version_id AS wf_version_id, w.version AS wf_version, w.max_parallel_steps
-              FROM workflow_runs r LEFT JOIN workflows w ON w.id = r.workflow_id AND w.deleted_at IS NULL
-             WHERE r.id = ANY($1) ORDER BY r.id FOR UPDATE OF r SKIP LOCKED
-         ), consumed AS (
-            DELETE FROM workflow_outbox WHERE workflow_run_id IN (SELECT id FROM r) RETURNING workflow_run_id
-         )
-         SELECT r.*, (SELECT count(*) FROM consumed c WHERE c.workflow_run_id = r.id) AS consumed FROM r",
-        RUN_COLUMNS.split(", ").map(|c| format!("r.{}", c.trim())).collect::<Vec<_>>().join(", ")
+    let locked: Vec<Locked> =
+        sqlx::query_as(&lock_sql("", "r.id = ANY($1)", "")).bind(run_ids).fetch_all(&mut *tx).await?;
+    advance_locked(tx, versions, run_ids, locked, None, now, force).await
+}
+
+/// [`advance_many_in`] for the runs of steps whose job runs this
+/// transaction ended (`step_outcomes`), found by the statement that locks
+/// them. A run another process holds gets the outbox row the job-run
+/// trigger would have written (migration 0010), in that same statement,
+/// so its holder or the scheduler advances it. Returns the advances made.
+pub async fn advance_ended_steps_in(
+    tx: &mut PgConnection,
+    versions: &Versions,
+    step_run_ids: &[&str],
+    now: DateTime<Utc>,
+) -> Result<Vec<Pending>, sqlx::Error> {
+    if step_run_ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let locked: Vec<Locked> = sqlx::query_as(&lock_sql(
+        "want (id) AS (SELECT DISTINCT workflow_run_id FROM workflow_step_runs WHERE id = ANY($1)),",
+        "r.id IN (SELECT id FROM want)",
+        ", held AS (
+            INSERT INTO workflow_outbox (workflow_run_id)
+            SELECT id FROM want WHERE id NOT IN (SELECT id FROM r)
+         )",
     ))
-    .bind(run_ids)
+    .bind(step_run_ids)
     .fetch_all(&mut *tx)
     .await?;
-    advance_locked(tx, versions, run_ids, locked, None, now, force).await
+    let ids: Vec<String> = locked.iter().map(|l| l.run.id.clone()).collect();
+    let advanced = advance_locked(tx, versions, &ids, locked, None, now, true).await?;
+    Ok(advanced.into_iter().filter_map(|(_, p)| p).collect())
+}
+
+/// The statement that locks the runs `which` picks (`SKIP LOCKED`, in id
+/// order) and consumes their outbox rows; `before` and `more`: CTEs before
+/// and after those.
+fn lock_sql(before: &str, which: &str, more: &str) -> String {
+    format!(
+        "WITH {before} r AS (
+            SELECT {}, w.version_id AS wf_version_id, w.version AS wf_version, w.max_parallel_steps
+              FROM workflow_runs r LEFT JOIN workflows w ON w.id = r.workflow_id AND w.deleted_at IS NULL
+             WHERE {which} ORDER BY r.id FOR UPDATE OF r SKIP LOCKED
+         ), consumed AS (
+            DELETE FROM workflow_outbox WHERE workflow_run_id IN (SELECT id FROM r) RETURNING workflow_run_id
+         ){more}
+         SELECT r.*, (SELECT count(*) FROM consumed c WHERE c.workflow_run_id = r.id) AS consumed FROM r",
+        RUN_COLUMNS.split(", ").map(|c| format!("r.{}", c.trim())).collect::<Vec<_>>().join(", ")
+    )
 }
 
 /// The first pass of a run this transaction just created
@@ -391,21 +426,37 @@ pub async fn advance_new_in(
     steps: Vec<StepRun>,
     now: DateTime<Utc>,
 ) -> Result<Option<Pending>, sqlx::Error> {
-    let locked = Locked {
-        run: run.clone(),
-        wf_version_id: Some(wf.version_id.clone()),
-        wf_version: Some(wf.version),
-        max_parallel_steps: wf.max_parallel_steps,
-        consumed: 0,
-    };
-    let rows = steps.into_iter().map(StepRow::fresh).collect();
-    let ids = [run.id.clone()];
-    let mut advanced = advance_locked(tx, versions, &ids, vec![locked], Some(rows), now, true).await?;
-    Ok(advanced.pop().and_then(|(_, p)| p))
+    let mut advanced = advance_new_many_in(tx, versions, vec![(run.clone(), wf, steps)], now).await?;
+    Ok(advanced.pop().flatten())
+}
+
+/// [`advance_new_in`] for many runs, their passes written together as
+/// [`advance_many_in`] writes them. In input order.
+pub async fn advance_new_many_in(
+    tx: &mut PgConnection,
+    versions: &Versions,
+    runs: Vec<(WorkflowRun, &super::workflows::WorkflowRecord, Vec<StepRun>)>,
+    now: DateTime<Utc>,
+) -> Result<Vec<Option<Pending>>, sqlx::Error> {
+    let ids: Vec<String> = runs.iter().map(|(r, _, _)| r.id.clone()).collect();
+    let mut locked = Vec::with_capacity(runs.len());
+    let mut rows = Vec::new();
+    for (run, wf, steps) in runs {
+        locked.push(Locked {
+            run,
+            wf_version_id: Some(wf.version_id.clone()),
+            wf_version: Some(wf.version),
+            max_parallel_steps: wf.max_parallel_steps,
+            consumed: 0,
+        });
+        rows.extend(steps.into_iter().map(StepRow::fresh));
+    }
+    let advanced = advance_locked(tx, versions, &ids, locked, Some(rows), now, true).await?;
+    Ok(advanced.into_iter().map(|(_, p)| p).collect())
 }
 
 /// The passes over locked runs (see [`advance_many_in`]); `rows`: the
-/// steps of a single run, when the caller has them.
+/// steps of those runs, when the caller has them.
 async fn advance_locked(
     tx: &mut PgConnection,
     versions: &Versions,
@@ -723,7 +774,9 @@ impl Pass<'_> {
                     return Box::pin(self.go(tx, None)).await;
                 };
                 self.ended = Some(decided.status);
-                self.staged.push(end_run(tx, &self.run, decided).await?);
+                let settled = now_of.values().all(|n| !matches!(n.status, StepStatus::Running | StepStatus::Waiting))
+                    && rows_by_ref.values().all(|r| r.compensation_job_run_id.is_none());
+                self.staged.push(end_runs(tx, &run_id, decided, true, settled).await?);
                 return Ok(());
             }
             if !settled_at_start {
@@ -966,7 +1019,7 @@ impl Pass<'_> {
         let (jobs, children) = halt_steps(tx, &self.run.id, "the workflow run is compensating").await?;
         for c in children {
             let d = Decided::ended(WorkflowRunStatus::Cancelled, "its parent workflow run is compensating");
-            self.staged.push(end_runs(tx, &c, d, false).await?);
+            self.staged.push(end_runs(tx, &c, d, false, false).await?);
         }
         self.staged.push(transitions::cancel_in(tx, &jobs, "cancelled: its workflow run is compensating").await?);
         let record = run_end::saga_record(failed_step, error, self.now);
@@ -1164,36 +1217,54 @@ async fn held_steps(tx: &mut PgConnection, run_id: &str) -> Result<HashSet<Strin
 /// the same workflow waiting for a slot under max_concurrent_runs starts.
 /// The caller holds the run's lock; the job runs cancelled are staged.
 pub async fn end_run(tx: &mut PgConnection, run: &WorkflowRun, d: Decided) -> Result<Staged, sqlx::Error> {
-    end_runs(tx, &run.id, d, true).await
+    end_runs(tx, &run.id, d, true, false).await
 }
 
 /// [`end_run`] by id; `tell_parent`: the run's parent step is told (not
-/// when the parent is the one ending it).
-async fn end_runs(tx: &mut PgConnection, run_id: &str, d: Decided, tell_parent: bool) -> Result<Staged, sqlx::Error> {
+/// when the parent is the one ending it); `settled`: the caller's pass saw
+/// no step of the run running or waiting and none with a compensation job
+/// run, so there is nothing to halt or cancel (the chain's last pass: two
+/// statements fewer).
+async fn end_runs(
+    tx: &mut PgConnection,
+    run_id: &str,
+    d: Decided,
+    tell_parent: bool,
+    settled: bool,
+) -> Result<Staged, sqlx::Error> {
     let mut job_runs: Vec<String> = Vec::new();
     let mut todo: Vec<(String, Decided)> = vec![(run_id.to_string(), d)];
     let mut first = tell_parent;
     while let Some((id, d)) = todo.pop() {
-        let (jobs, children) = halt_steps(tx, &id, &format!("the workflow run ended ({})", d.status)).await?;
-        job_runs.extend(jobs);
-        for c in children {
-            todo.push((c, Decided::ended(WorkflowRunStatus::Cancelled, "its parent workflow run ended")));
+        if !(settled && id == run_id) {
+            let (jobs, children) = halt_steps(tx, &id, &format!("the workflow run ended ({})", d.status)).await?;
+            job_runs.extend(jobs);
+            for c in children {
+                todo.push((c, Decided::ended(WorkflowRunStatus::Cancelled, "its parent workflow run ended")));
+            }
+            // A compensation under way ends with the run.
+            let compensating: Vec<String> = sqlx::query_scalar(
+                "SELECT compensation_job_run_id FROM workflow_step_runs
+                  WHERE workflow_run_id = $1 AND status = 'completed' AND compensation_job_run_id IS NOT NULL",
+            )
+            .bind(&id)
+            .fetch_all(&mut *tx)
+            .await?;
+            job_runs.extend(compensating);
         }
-        // A compensation under way ends with the run.
-        let compensating: Vec<String> = sqlx::query_scalar(
-            "SELECT compensation_job_run_id FROM workflow_step_runs
-              WHERE workflow_run_id = $1 AND status = 'completed' AND compensation_job_run_id IS NOT NULL",
-        )
-        .bind(&id)
-        .fetch_all(&mut *tx)
-        .await?;
-        job_runs.extend(compensating);
+        // The run's row and its `run_ended` decision in one statement.
         let updated: Option<(String, Option<String>, String)> = sqlx::query_as(
-            "UPDATE workflow_runs SET status = $2, error = $3, output = $4, finished_at = now(), wake_at = NULL,
-                error_class = $5,
-                compensation = coalesce($6, CASE WHEN compensation->>'status' = 'running'
-                    THEN compensation || jsonb_build_object('status', 'interrupted') ELSE compensation END)
-             WHERE id = $1 RETURNING workflow_id, parent_step_run_id, project_id",
+            "WITH ended AS (
+                UPDATE workflow_runs SET status = $2, error = $3, output = $4, finished_at = now(), wake_at = NULL,
+                    error_class = $5,
+                    compensation = coalesce($6, CASE WHEN compensation->>'status' = 'running'
+                        THEN compensation || jsonb_build_object('status', 'interrupted') ELSE compensation END)
+                 WHERE id = $1 RETURNING workflow_id, parent_step_run_id, project_id
+             ), decided AS (
+                INSERT INTO workflow_decisions (workflow_run_id, step_ref, decision_type, reason, details)
+                VALUES ($1, NULL, 'run_ended', $7, $8)
+             )
+             SELECT * FROM ended",
         )
         .bind(&id)
         .bind(d.status)
@@ -1201,9 +1272,10 @@ async fn end_runs(tx: &mut PgConnection, run_id: &str, d: Decided, tell_parent: 
         .bind(d.output.as_ref().map(Json))
         .bind(&d.error_class)
         .bind(d.compensation.as_ref().map(Json))
+        .bind(&d.reason)
+        .bind(Json(json!({ "status": d.status.as_str() })))
         .fetch_optional(&mut *tx)
         .await?;
-        record(tx, &id, None, "run_ended", &d.reason, json!({ "status": d.status.as_str() })).await?;
         let Some((workflow_id, parent, project_id)) = updated else { continue };
         super::deliveries::workflow_run_ended(
             tx,

@@ -64,6 +64,38 @@ pub async fn trigger(
     }
 }
 
+/// [`trigger`] for many triggers that `workflow_runs::batchable` allows,
+/// in one transaction: one statement creates the runs, one their steps,
+/// and their first passes are written together (`advance_new_many_in`).
+/// An api under load sends its workflow triggers here in groups, so a run
+/// costs a share of a few statements and of one commit instead of its
+/// own. In input order; the whole group fails together (the caller tries
+/// its triggers one by one when a row is refused).
+pub async fn trigger_many(
+    pool: &PgPool,
+    queue: &Queue,
+    versions: &Versions,
+    items: &[(&WorkflowRecord, &NewWorkflowRun)],
+) -> Result<Vec<WorkflowRun>, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    let created = workflow_runs::create_many_unannounced_in(&mut tx, items).await?;
+    let runs: Vec<WorkflowRun> = created.iter().map(|(r, _)| r.clone()).collect();
+    let firsts = created.into_iter().zip(items).map(|((run, steps), (wf, _))| (run, *wf, steps)).collect();
+    let started = workflow_engine::advance_new_many_in(&mut tx, versions, firsts, Utc::now()).await?;
+    for p in started.iter().flatten() {
+        p.tell_scheduler(&mut tx).await?;
+    }
+    tx.commit().await?;
+    let ended: Vec<bool> = started.iter().map(|p| p.as_ref().is_some_and(|p| p.advanced.ended.is_some())).collect();
+    workflow_engine::Pending::after_commit_all(queue, started.into_iter().flatten().collect()).await;
+    let mut out = Vec::with_capacity(runs.len());
+    for (run, ended) in runs.into_iter().zip(ended) {
+        // A run can end in its first pass: the answer shows it as it is.
+        out.push(if ended { get(pool, Tenant::Project(&run.project_id), &run.id).await?.unwrap_or(run) } else { run });
+    }
+    Ok(out)
+}
+
 /// What a person's move did: the run after it, and the job runs it
 /// cancelled (their queue entries are the caller's to drop).
 #[derive(Clone, Debug)]

@@ -7,7 +7,7 @@
 //! [`workflow_engine`]: super::workflow_engine
 //! [`workflow_moves`]: super::workflow_moves
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -280,33 +280,111 @@ pub(super) async fn insert_steps(
     run_id: &str,
     steps: &[SavedStep],
 ) -> Result<Vec<StepRun>, sqlx::Error> {
+    insert_steps_of(conn, &[(run_id, steps)]).await
+}
+
+/// [`insert_steps`] for many runs in one statement.
+async fn insert_steps_of(conn: &mut PgConnection, runs: &[(&str, &[SavedStep])]) -> Result<Vec<StepRun>, sqlx::Error> {
+    let steps: Vec<(&str, &SavedStep)> = runs.iter().flat_map(|(r, s)| s.iter().map(move |s| (*r, s))).collect();
     if steps.is_empty() {
         return Ok(Vec::new());
     }
     let ids: Vec<String> = steps.iter().map(|_| ids::step_run_id()).collect();
-    let refs: Vec<&str> = steps.iter().map(|s| s.def.step_ref.as_str()).collect();
-    let step_ids: Vec<&str> = steps.iter().map(|s| s.id.as_str()).collect();
-    let types: Vec<&str> = steps.iter().map(|s| s.step_type().map_or("job", |t| t.as_str())).collect();
+    let run_ids: Vec<&str> = steps.iter().map(|(r, _)| *r).collect();
+    let refs: Vec<&str> = steps.iter().map(|(_, s)| s.def.step_ref.as_str()).collect();
+    let step_ids: Vec<&str> = steps.iter().map(|(_, s)| s.id.as_str()).collect();
+    let types: Vec<&str> = steps.iter().map(|(_, s)| s.step_type().map_or("job", |t| t.as_str())).collect();
     // Copied so that the statements that change a step read no version
     // for its stage deliveries (`deliveries::stage_changes`).
     let stages: Vec<Option<Json<&Value>>> =
-        steps.iter().map(|s| s.def.stage_notifications.as_ref().map(Json)).collect();
+        steps.iter().map(|(_, s)| s.def.stage_notifications.as_ref().map(Json)).collect();
     sqlx::query_as(&format!(
         "INSERT INTO workflow_step_runs (id, workflow_run_id, step_ref, step_id, step_type, status, stage_notifications)
-         SELECT t.id, $2, t.step_ref, t.step_id, t.step_type, 'pending', t.stages
-           FROM UNNEST($1::text[], $3::text[], $4::text[], $5::text[], $6::jsonb[])
-                AS t (id, step_ref, step_id, step_type, stages)
+         SELECT t.id, t.run_id, t.step_ref, t.step_id, t.step_type, 'pending', t.stages
+           FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::jsonb[])
+                AS t (id, run_id, step_ref, step_id, step_type, stages)
          ON CONFLICT (workflow_run_id, step_ref) DO NOTHING
          RETURNING {STEP_COLUMNS}"
     ))
     .bind(&ids)
-    .bind(run_id)
+    .bind(&run_ids)
     .bind(&refs)
     .bind(&step_ids)
     .bind(&types)
     .bind(&stages)
     .fetch_all(conn)
     .await
+}
+
+/// Whether a trigger can be written with others in one statement
+/// ([`create_many_unannounced_in`]): it has nothing to look up first (no
+/// idempotency key or cron tick to find a holder of, no parent step) and
+/// no slot to count (no skip_if_running, no max_concurrent_runs), so its
+/// run starts `running` whatever else commits meanwhile.
+pub fn batchable(wf: &WorkflowRecord, new: &NewWorkflowRun) -> bool {
+    new.idempotency_key.is_none()
+        && new.cron_tick.is_none()
+        && new.parent_step_run_id.is_none()
+        && !wf.skip_if_running
+        && wf.max_concurrent_runs.filter(|n| *n > 0).is_none()
+}
+
+/// Creates the runs of [`batchable`] triggers, `running`, with their step
+/// rows, in two statements, without telling the engine (the caller makes
+/// their first passes in this transaction). In input order.
+pub async fn create_many_unannounced_in(
+    conn: &mut PgConnection,
+    items: &[(&WorkflowRecord, &NewWorkflowRun)],
+) -> Result<Vec<(WorkflowRun, Vec<StepRun>)>, sqlx::Error> {
+    debug_assert!(items.iter().all(|(wf, new)| batchable(wf, new)));
+    if items.is_empty() {
+        return Ok(Vec::new());
+    }
+    macro_rules! col {
+        ($f:expr) => {
+            items.iter().map($f).collect::<Vec<_>>()
+        };
+    }
+    let ids: Vec<String> = col!(|_| ids::workflow_run_id());
+    let rows: Vec<WorkflowRun> = sqlx::query_as(&format!(
+        "INSERT INTO workflow_runs (id, project_id, workflow_id, version_id, version, started_version_id,
+            version_policy, status, payload, tags, triggered_by, created_by, depth, started_at, deadline_at)
+         SELECT t.id, t.project_id, t.workflow_id, t.version_id, t.version, t.version_id, t.version_policy,
+                'running', t.payload, t.tags, t.triggered_by, t.created_by, t.depth, now(),
+                CASE WHEN t.timeout IS NOT NULL THEN now() + make_interval(secs => t.timeout) END
+           FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::int4[], $6::text[], $7::jsonb[],
+                       $8::jsonb[], $9::text[], $10::text[], $11::int4[], $12::int4[])
+                AS t (id, project_id, workflow_id, version_id, version, version_policy, payload, tags,
+                      triggered_by, created_by, depth, timeout)
+         RETURNING {RUN_COLUMNS}"
+    ))
+    .bind(&ids)
+    .bind(col!(|(wf, _)| wf.project_id.as_str()))
+    .bind(col!(|(wf, _)| wf.id.as_str()))
+    .bind(col!(|(wf, _)| wf.version_id.as_str()))
+    .bind(col!(|(wf, _)| wf.version))
+    .bind(col!(|(wf, _)| wf.version_policy.as_str()))
+    .bind(col!(|(_, new)| new.payload.as_ref().map(Json)))
+    .bind(col!(|(_, new)| Json(&new.tags)))
+    .bind(col!(|(_, new)| new.triggered_by.as_str()))
+    .bind(col!(|(_, new)| new.created_by.as_deref()))
+    .bind(col!(|(_, new)| new.depth))
+    .bind(col!(|(wf, _)| wf.timeout_secs.filter(|t| *t > 0)))
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut by_id: HashMap<String, WorkflowRun> = rows.into_iter().map(|r| (r.id.clone(), r)).collect();
+    let runs: Vec<(&str, &[SavedStep])> =
+        ids.iter().zip(items).map(|(id, (wf, _))| (id.as_str(), wf.steps.0.as_slice())).collect();
+    let mut steps_of: HashMap<String, Vec<StepRun>> = HashMap::new();
+    for s in insert_steps_of(conn, &runs).await? {
+        steps_of.entry(s.workflow_run_id.clone()).or_default().push(s);
+    }
+    ids.iter()
+        .map(|id| {
+            let run = by_id.remove(id).ok_or(sqlx::Error::RowNotFound)?;
+            Ok((run, steps_of.remove(id).unwrap_or_default()))
+        })
+        .collect()
 }
 
 /// Tells the engine to look at the run (at commit).
