@@ -24,7 +24,7 @@ use switchyard_shared::store::group::{GroupCommit, GroupError};
 use switchyard_shared::store::runs::{self, NewRun, Run};
 use switchyard_shared::store::workflow_engine::Versions;
 use switchyard_shared::store::workflow_moves;
-use switchyard_shared::store::workflow_runs::{self, NewWorkflowRun, Triggered, WorkflowRun};
+use switchyard_shared::store::workflow_runs::{self, NewWorkflowRun, StepRun, Triggered, WorkflowRun};
 use switchyard_shared::store::workflows::WorkflowRecord;
 
 /// Concurrent batches in flight: while one commits, the next fills.
@@ -101,7 +101,7 @@ async fn write(pool: &PgPool, queue: &Queue, items: Vec<Item>) -> Result<Vec<Wri
 const WORKFLOW_BATCH: usize = 32;
 
 type WorkflowItem = (WorkflowRecord, NewWorkflowRun);
-type WorkflowWritten = Result<WorkflowRun, sqlx::Error>;
+type WorkflowWritten = Result<(WorkflowRun, Vec<StepRun>), sqlx::Error>;
 
 /// Group-committed workflow triggers (see the module's comment).
 #[derive(Clone)]
@@ -121,8 +121,10 @@ impl WorkflowIntake {
     }
 
     /// Triggers a run of `wf`, grouped with other triggers when
-    /// `workflow_runs::batchable` allows, in a transaction of its own
-    /// otherwise. Returns once the run and its first pass have committed.
+    /// `workflow_runs::batchable` allows (the run comes with its steps as
+    /// its first pass left them), in a transaction of its own otherwise
+    /// (no steps: the caller reads them). Returns once the run and its
+    /// first pass have committed.
     pub async fn trigger(
         &self,
         pool: &PgPool,
@@ -130,12 +132,12 @@ impl WorkflowIntake {
         versions: &Versions,
         wf: WorkflowRecord,
         new: NewWorkflowRun,
-    ) -> Result<Triggered, sqlx::Error> {
+    ) -> Result<(Triggered, Option<Vec<StepRun>>), sqlx::Error> {
         if !workflow_runs::batchable(&wf, &new) {
-            return workflow_moves::trigger(pool, queue, versions, &wf, &new).await;
+            return Ok((workflow_moves::trigger(pool, queue, versions, &wf, &new).await?, None));
         }
-        let run = self.commit.submit((wf, new)).await.map_err(GroupError::into_sqlx)??;
-        Ok(Triggered::Created(run))
+        let (run, steps) = self.commit.submit((wf, new)).await.map_err(GroupError::into_sqlx)??;
+        Ok((Triggered::Created(run), Some(steps)))
     }
 }
 

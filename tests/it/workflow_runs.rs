@@ -900,10 +900,15 @@ async fn triggers_that_arrive_together_are_written_together_and_a_refused_one_fa
     let versions = workflow_engine::Versions::default();
     let runs = workflow_moves::trigger_many(&env.pool, &env.queue, &versions, &items).await.unwrap();
     assert_eq!(runs.len(), 3);
-    for (n, r) in runs.iter().enumerate() {
+    for (n, (r, steps)) in runs.iter().enumerate() {
         assert_eq!(r.payload.as_ref().unwrap().0, json!({ "n": n }), "in input order");
         let got = get_run(&env, &r.id).await;
-        assert_eq!(statuses(&got), HashMap::from([("a".into(), "running".into()), ("b".into(), "pending".into())]));
+        let want = HashMap::from([("a".into(), "running".into()), ("b".into(), "pending".into())]);
+        assert_eq!(statuses(&got), want);
+        // Its steps as the first pass left them, for the answer.
+        let given: HashMap<String, String> =
+            steps.iter().map(|s| (s.step_ref.clone(), s.status.as_str().to_string())).collect();
+        assert_eq!(given, want);
     }
     // One row Postgres refuses fails the whole group, and writes nothing.
     let bad = NewWorkflowRun {
@@ -944,7 +949,7 @@ async fn triggers_that_arrive_together_are_written_together_and_a_refused_one_fa
         ids.insert(v["id"].as_str().unwrap().to_string());
     }
     assert_eq!(ids.len(), 23);
-    for id in runs.iter().map(|r| r.id.clone()).chain(ids) {
+    for id in runs.iter().map(|(r, _)| r.id.clone()).chain(ids) {
         wait_status(&env, &id, "completed").await;
     }
     assert_eq!(target.requests().len(), 26 * 2, "each step of each run dispatched once");

@@ -349,6 +349,17 @@ async fn with_steps(state: &AppState, run: RunRow) -> ApiResult<WorkflowRun> {
     Ok(run_view(run, Some(steps)))
 }
 
+/// The answer to a trigger made in a transaction of its own.
+async fn triggered(state: &AppState, t: Triggered) -> ApiResult<TriggeredRun> {
+    match t {
+        Triggered::Created(run) => Ok(TriggeredRun::Created(Json(with_steps(state, run).await?))),
+        Triggered::Existing(run) => Ok(TriggeredRun::Existing(Json(with_steps(state, run).await?))),
+        Triggered::Skipped { active_run_id } => Err(ApiError::conflict(format!(
+            "skipped: the workflow has skip_if_running and run {active_run_id} is active; no run was created"
+        ))),
+    }
+}
+
 fn who(p: &Principal) -> String {
     p.actor().unwrap_or_else(|| "the internal secret".into())
 }
@@ -423,11 +434,8 @@ impl WorkflowRunsApi {
             ..NewWorkflowRun::default()
         };
         match state.workflow_intake.trigger(&state.engine_pool, &state.queue, &state.versions, wf, new).await? {
-            Triggered::Created(run) => Ok(TriggeredRun::Created(Json(with_steps(&state, run).await?))),
-            Triggered::Existing(run) => Ok(TriggeredRun::Existing(Json(with_steps(&state, run).await?))),
-            Triggered::Skipped { active_run_id } => Err(ApiError::conflict(format!(
-                "skipped: the workflow has skip_if_running and run {active_run_id} is active; no run was created"
-            ))),
+            (Triggered::Created(run), Some(steps)) => Ok(TriggeredRun::Created(Json(run_view(run, Some(steps))))),
+            (t, _) => triggered(&state, t).await,
         }
     }
 

@@ -69,14 +69,16 @@ pub async fn trigger(
 /// and their first passes are written together (`advance_new_many_in`).
 /// An api under load sends its workflow triggers here in groups, so a run
 /// costs a share of a few statements and of one commit instead of its
-/// own. In input order; the whole group fails together (the caller tries
-/// its triggers one by one when a row is refused).
+/// own. Each run comes with its steps as the first pass left them (one
+/// read for the group, so the answers need none of their own). In input
+/// order; the whole group fails together (the caller tries its triggers
+/// one by one when a row is refused).
 pub async fn trigger_many(
     pool: &PgPool,
     queue: &Queue,
     versions: &Versions,
     items: &[(&WorkflowRecord, &NewWorkflowRun)],
-) -> Result<Vec<WorkflowRun>, sqlx::Error> {
+) -> Result<Vec<(WorkflowRun, Vec<StepRun>)>, sqlx::Error> {
     let mut tx = pool.begin().await?;
     let created = workflow_runs::create_many_unannounced_in(&mut tx, items).await?;
     let runs: Vec<WorkflowRun> = created.iter().map(|(r, _)| r.clone()).collect();
@@ -85,13 +87,20 @@ pub async fn trigger_many(
     for p in started.iter().flatten() {
         p.tell_scheduler(&mut tx).await?;
     }
+    let ids: Vec<String> = runs.iter().map(|r| r.id.clone()).collect();
+    let mut steps_of: std::collections::HashMap<String, Vec<StepRun>> = std::collections::HashMap::new();
+    for s in workflow_runs::steps_of_in(&mut tx, &ids).await? {
+        steps_of.entry(s.workflow_run_id.clone()).or_default().push(s);
+    }
     tx.commit().await?;
     let ended: Vec<bool> = started.iter().map(|p| p.as_ref().is_some_and(|p| p.advanced.ended.is_some())).collect();
     workflow_engine::Pending::after_commit_all(queue, started.into_iter().flatten().collect()).await;
     let mut out = Vec::with_capacity(runs.len());
     for (run, ended) in runs.into_iter().zip(ended) {
+        let steps = steps_of.remove(&run.id).unwrap_or_default();
         // A run can end in its first pass: the answer shows it as it is.
-        out.push(if ended { get(pool, Tenant::Project(&run.project_id), &run.id).await?.unwrap_or(run) } else { run });
+        let run = if ended { get(pool, Tenant::Project(&run.project_id), &run.id).await?.unwrap_or(run) } else { run };
+        out.push((run, steps));
     }
     Ok(out)
 }

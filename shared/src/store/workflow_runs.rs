@@ -470,6 +470,18 @@ pub async fn steps(pool: &PgPool, run_id: &str) -> Result<Vec<StepRun>, sqlx::Er
     .await
 }
 
+/// [`steps`] of many runs, in the caller's transaction: each run's steps
+/// in the order [`steps`] gives them.
+pub async fn steps_of_in(conn: &mut PgConnection, run_ids: &[String]) -> Result<Vec<StepRun>, sqlx::Error> {
+    sqlx::query_as(&format!(
+        "SELECT {STEP_COLUMNS} FROM workflow_step_runs WHERE workflow_run_id = ANY($1)
+          ORDER BY workflow_run_id, created_at, id"
+    ))
+    .bind(run_ids)
+    .fetch_all(conn)
+    .await
+}
+
 /// What a listing of runs is narrowed to.
 #[derive(Clone, Debug, Default)]
 pub struct RunFilter<'a> {
