@@ -603,6 +603,50 @@ pub async fn workflow_run_ended(
     Ok(())
 }
 
+/// A workflow run that ended, as [`workflow_runs_ended`] tells it.
+pub struct WorkflowEnded<'a> {
+    pub project_id: &'a str,
+    pub workflow_id: &'a str,
+    pub run_id: &'a str,
+    pub status: &'a str,
+    pub error: Option<&'a str>,
+}
+
+/// [`workflow_run_ended`] for many runs, in one statement.
+pub async fn workflow_runs_ended(conn: &mut PgConnection, ended: &[WorkflowEnded<'_>]) -> Result<(), sqlx::Error> {
+    if ended.is_empty() {
+        return Ok(());
+    }
+    let now = Utc::now();
+    let events: Vec<Event> = ended
+        .iter()
+        .map(|e| {
+            Event::WorkflowRunEnded(WorkflowRunEnded {
+                workflow_run_id: e.run_id.to_string(),
+                workflow_id: e.workflow_id.to_string(),
+                status: e.status.to_string(),
+                error: e.error.map(str::to_string),
+            })
+        })
+        .collect();
+    sqlx::query(&format!(
+        "INSERT INTO webhook_deliveries (id, project_id, kind, url, event_type, payload, max_attempts, subscription_id,
+            workflow_run_id)
+         SELECT sy_time_id('whd'), t.project_id, 'subscription', s.url, t.event_type, t.payload, {}, s.id, t.run_id
+           FROM UNNEST($1::text[], $2::text[], $3::jsonb[], $4::text[]) AS t (project_id, event_type, payload, run_id)
+           JOIN webhook_subscriptions s
+             ON s.project_id = t.project_id AND s.active AND s.event_types && ARRAY[t.event_type, '*']",
+        notification::ATTEMPTS
+    ))
+    .bind(ended.iter().map(|e| e.project_id).collect::<Vec<_>>())
+    .bind(events.iter().map(Event::event_type).collect::<Vec<_>>())
+    .bind(events.iter().zip(ended).map(|(ev, e)| Json(ev.envelope(e.project_id, now))).collect::<Vec<_>>())
+    .bind(ended.iter().map(|e| e.run_id).collect::<Vec<_>>())
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
 /// The event-trigger notification of a wait_for_event step resolved
 /// without its event (`timed_out`), in the engine's transaction. (The
 /// `received` ones are written with the statement that resumes the steps,

@@ -480,6 +480,7 @@ async fn advance_locked(
     let mut done: HashMap<String, Pending> = HashMap::with_capacity(locked.len());
     let mut deferred: Vec<(PassWrite, Vec<NewRun>)> = Vec::new();
     let mut jobs: HashMap<String, jobs::JobRecord> = HashMap::new();
+    let mut ends: Vec<(WorkflowRun, Decided)> = Vec::new();
     for l in locked {
         let (idle, live) = (l.idle(now, force), l.live());
         let Locked { run, wf_version_id, wf_version, max_parallel_steps, .. } = l;
@@ -526,11 +527,27 @@ async fn advance_locked(
             deferred_runs: Vec::new(),
             deferring: true,
             deferred: None,
+            deferred_end: None,
             jobs: std::mem::take(&mut jobs),
         };
         engine.go(tx, rows_of.remove(&run_id)).await?;
-        let Pass { new_runs, staged, ended, writes, wake_at, deferred_runs, deferred: left, jobs: read, .. } = engine;
+        let Pass {
+            run,
+            new_runs,
+            staged,
+            ended,
+            writes,
+            wake_at,
+            deferred_runs,
+            deferred: left,
+            deferred_end,
+            jobs: read,
+            ..
+        } = engine;
         jobs = read;
+        if let Some(d) = deferred_end {
+            ends.push((run, d));
+        }
         if let Some(w) = left {
             deferred.push((w, deferred_runs));
         }
@@ -562,7 +579,57 @@ async fn advance_locked(
         }
     }
     write_passes(tx, &passes).await?;
+    end_settled_runs(tx, &ends).await?;
     Ok(run_ids.iter().map(|id| (id.clone(), done.remove(id))).collect())
+}
+
+/// Ends the runs whose passes in a batch ended them settled (no step
+/// running or waiting, no compensation job run, no parent step to tell:
+/// nothing to halt or cancel), after the batch wrote their steps and
+/// decisions, their `run_ended` among them: one statement for the runs,
+/// one for their subscriptions' deliveries, and one look for runs waiting
+/// for a slot per workflow. [`end_runs`] does the same for one run.
+async fn end_settled_runs(tx: &mut PgConnection, ends: &[(WorkflowRun, Decided)]) -> Result<(), sqlx::Error> {
+    if ends.is_empty() {
+        return Ok(());
+    }
+    macro_rules! col {
+        ($f:expr) => {
+            ends.iter().map($f).collect::<Vec<_>>()
+        };
+    }
+    sqlx::query(
+        "UPDATE workflow_runs r SET status = t.status, error = t.error, output = t.output, finished_at = now(),
+            wake_at = NULL, error_class = t.error_class,
+            compensation = coalesce(t.compensation, CASE WHEN r.compensation->>'status' = 'running'
+                THEN r.compensation || jsonb_build_object('status', 'interrupted') ELSE r.compensation END)
+           FROM UNNEST($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::text[], $6::jsonb[])
+                AS t (id, status, error, output, error_class, compensation)
+          WHERE r.id = t.id",
+    )
+    .bind(col!(|(r, _)| r.id.as_str()))
+    .bind(col!(|(_, d)| d.status.as_str()))
+    .bind(col!(|(_, d)| d.error.as_deref()))
+    .bind(col!(|(_, d)| d.output.as_ref().map(Json)))
+    .bind(col!(|(_, d)| d.error_class.as_deref()))
+    .bind(col!(|(_, d)| d.compensation.as_ref().map(Json)))
+    .execute(&mut *tx)
+    .await?;
+    let told: Vec<super::deliveries::WorkflowEnded> = col!(|(r, d)| super::deliveries::WorkflowEnded {
+        project_id: &r.project_id,
+        workflow_id: &r.workflow_id,
+        run_id: &r.id,
+        status: d.status.as_str(),
+        error: d.error.as_deref(),
+    });
+    super::deliveries::workflow_runs_ended(tx, &told).await?;
+    let mut workflows: Vec<&str> = col!(|(r, _)| r.workflow_id.as_str());
+    workflows.sort_unstable();
+    workflows.dedup();
+    for w in workflows {
+        admit_waiting(tx, w).await?;
+    }
+    Ok(())
 }
 
 /// The steps of runs, each with what its job run, child run and
@@ -650,6 +717,9 @@ struct Pass<'v> {
     deferring: bool,
     /// Those writes.
     deferred: Option<PassWrite>,
+    /// In a batch: the run's end, when the pass ended it settled
+    /// ([`end_settled_runs`] writes the batch's together).
+    deferred_end: Option<Decided>,
     /// The jobs read so far in this batch, by id.
     jobs: HashMap<String, jobs::JobRecord>,
 }
@@ -764,6 +834,21 @@ impl Pass<'_> {
             }
             if let Some(ending) = next.ending {
                 self.emits(&defs, &rows_by_ref, &now_of);
+                let settled = now_of.values().all(|n| !matches!(n.status, StepStatus::Running | StepStatus::Waiting))
+                    && rows_by_ref.values().all(|r| r.compensation_job_run_id.is_none());
+                let quiet = self.emissions.is_empty() && self.event_notices.is_empty();
+                if let Some(decided) = run_end::decided(&ending, &now_of)
+                    .filter(|_| settled && quiet && self.deferring && self.run.parent_step_run_id.is_none())
+                {
+                    // The chain's last pass: its writes and the run's end
+                    // wait for the batch's statements.
+                    self.ended = Some(decided.status);
+                    self.note(None, "run_ended", &decided.reason, json!({ "status": decided.status.as_str() }));
+                    let from = std::mem::replace(&mut self.flushed, self.writes.len());
+                    self.deferred = Some(self.pass_write(from, None));
+                    self.deferred_end = Some(decided);
+                    return Ok(());
+                }
                 self.flush(tx, None).await?;
                 let Some(decided) = run_end::decided(&ending, &now_of) else {
                     let workflow_run::Ending::Compensate { step_ref, error } = ending else {
@@ -774,8 +859,6 @@ impl Pass<'_> {
                     return Box::pin(self.go(tx, None)).await;
                 };
                 self.ended = Some(decided.status);
-                let settled = now_of.values().all(|n| !matches!(n.status, StepStatus::Running | StepStatus::Waiting))
-                    && rows_by_ref.values().all(|r| r.compensation_job_run_id.is_none());
                 self.staged.push(end_runs(tx, &run_id, decided, true, settled).await?);
                 return Ok(());
             }
