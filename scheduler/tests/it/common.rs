@@ -1,6 +1,12 @@
 //! A fresh database (`sy_test_<id>`, migrated) and a unique Redis key prefix
 //! per test, with a project and a job to hang runs on. Both are removed when
 //! the test ends, passed or failed.
+//!
+//! Postgres and Redis are found as the workspace's integration tests find
+//! them (`tests/it/harness.rs`): `TEST_PG_BASE` (the server's URL without a
+//! database, `postgres://postgres@127.0.0.1:5432` unless set) and
+//! `TEST_REDIS_URL` (`redis://127.0.0.1:6379`; `scripts/test` runs these
+//! tests again with a Redis Cluster's URL there).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -14,11 +20,33 @@ use switchyard_shared::queue::{self, Entry, Queue};
 use switchyard_shared::store::{runs, NewRun, Run};
 use switchyard_shared::{db, ids};
 
-const PG_ADMIN: &str = "postgres://postgres@127.0.0.1:5432/postgres";
-const PG_BASE: &str = "postgres://postgres@127.0.0.1:5432";
-pub const PG_ADDR: &str = "127.0.0.1:5432";
-pub const REDIS_ADDR: &str = "127.0.0.1:6379";
-const REDIS: &str = "redis://127.0.0.1:6379";
+pub fn pg_base() -> String {
+    std::env::var("TEST_PG_BASE").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into())
+}
+
+pub fn redis_url() -> String {
+    std::env::var("TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+}
+
+/// `host:port` of Postgres, for a tap in front of it.
+pub fn pg_addr() -> String {
+    let base = pg_base();
+    let rest = base.split_once("://").map_or(base.as_str(), |(_, r)| r);
+    let host = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
+    host.split(['/', '?']).next().unwrap_or(host).to_string()
+}
+
+/// `host:port` of Redis, for a tap in front of it; `None` on a cluster,
+/// whose clients follow its nodes' own addresses past any tap.
+pub fn redis_addr() -> Option<String> {
+    let url = redis_url();
+    if queue::cluster_nodes(&url).is_some() {
+        return None;
+    }
+    let rest = url.split_once("://").map_or(url.as_str(), |(_, r)| r);
+    let host = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
+    Some(host.split(['/', '?']).next().unwrap_or(host).to_string())
+}
 /// Upper bound of one test, setup included.
 const TEST_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -57,13 +85,14 @@ where
 impl Env {
     async fn create(spec: JobSpec) -> Env {
         let db_name = ids::new_id("sy_test");
-        let url = format!("{PG_BASE}/{db_name}");
+        let url = format!("{}/{db_name}", pg_base());
         db::prepare(&url, Duration::from_secs(30)).await.expect("create and migrate the test database");
         // Two scheduler loops hold a connection each for their LISTEN.
         let pool = db::lazy_pool(&url, 16).expect("pool");
         let prefix = ids::new_id("t");
-        let queue = Queue::new(queue::Redis::open(REDIS).expect("redis url"), &prefix);
-        let wake_ups = redis::Client::open(REDIS).expect("redis url");
+        let redis = queue::Redis::open(&redis_url()).expect("redis url");
+        let wake_ups = redis.pubsub_client();
+        let queue = Queue::new(redis, &prefix);
         let scheduler =
             Scheduler::new(pool.clone(), queue.clone(), wake_ups, SchedulerOptions::default()).expect("options");
 
@@ -104,12 +133,18 @@ impl Env {
     async fn destroy(&self) {
         self.delete_all_keys().await;
         self.pool.close().await;
-        let mut admin = PgConnection::connect(PG_ADMIN).await.expect("admin connection");
+        let admin_url = format!("{}/postgres", pg_base());
+        let mut admin = PgConnection::connect(&admin_url).await.expect("admin connection");
         sqlx::query(&format!("DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)", self.db_name))
             .execute(&mut admin)
             .await
             .expect("drop the test database");
         let _ = admin.close().await;
+    }
+
+    /// A client for the wake-ups' pub/sub, as a scheduler process makes it.
+    pub fn wake_ups(&self) -> redis::Client {
+        queue::Redis::open(&redis_url()).expect("redis url").pubsub_client()
     }
 
     /// The name of this test's database.
@@ -118,28 +153,33 @@ impl Env {
     }
 
     /// Every key of this test's prefix, gone: what a Redis flush does to
-    /// this queue, without touching anyone else's keys.
+    /// this queue, without touching anyone else's keys. On a cluster each
+    /// node is scanned (a SCAN sees one node's keys) and each key deleted
+    /// on its own (a node refuses a DEL of keys in different slots).
     pub async fn delete_all_keys(&self) {
-        let mut c = self.queue.conn().await.expect("redis connection");
         let pattern = format!("{}:*", self.queue.keys().prefix());
-        let mut cursor: u64 = 0;
-        loop {
-            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(1000)
-                .query_async(&mut c)
-                .await
-                .expect("scan");
-            if !keys.is_empty() {
-                let _: () = redis::cmd("DEL").arg(&keys).query_async(&mut c).await.expect("del");
+        for node in queue::node_urls(&redis_url()) {
+            let client = redis::Client::open(node).expect("redis node url");
+            let mut c = client.get_multiplexed_async_connection().await.expect("redis connection");
+            let mut cursor: u64 = 0;
+            loop {
+                let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                    .arg(cursor)
+                    .arg("MATCH")
+                    .arg(&pattern)
+                    .arg("COUNT")
+                    .arg(1000)
+                    .query_async(&mut c)
+                    .await
+                    .expect("scan");
+                for key in keys {
+                    let _: () = redis::cmd("DEL").arg(key).query_async(&mut c).await.expect("del");
+                }
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
             }
-            if next == 0 {
-                break;
-            }
-            cursor = next;
         }
     }
 

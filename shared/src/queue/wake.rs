@@ -155,7 +155,8 @@ impl Queue {
     }
 
     /// Publishes one wake-up at once, unthrottled. Returns how many
-    /// subscribers (scheduler processes) received it.
+    /// subscribers (scheduler processes) received it: on a cluster, those of
+    /// the node that took it (the message itself reaches every node).
     pub async fn publish_wake(&self, msg: WakeUp) -> Result<usize, QueueError> {
         let mut c = self.conn().await?;
         let n: i64 = redis::cmd("PUBLISH").arg(&self.keys().wake).arg(msg.encode()).query_async(&mut c).await?;
