@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use switchyard_shared::store::analytics;
 
 use crate::harness::{assert_problem, TestEnv};
-use crate::sdk_client::{api_key, call_as};
+use crate::support::sdk::{api_key, call_as};
 
 const NOWHERE: &str = "http://127.0.0.1:9/x";
 

@@ -11,7 +11,7 @@ use reqwest::Method;
 use serde_json::json;
 
 use crate::harness::{assert_problem, TestEnv};
-use crate::sdk_client::{accepted_async_run, call_as, next_token, sdk_post};
+use crate::support::sdk::{accepted_async_run, call_as, next_token, sdk_post};
 
 const T: Duration = Duration::from_secs(15);
 

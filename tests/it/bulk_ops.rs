@@ -8,7 +8,7 @@ use reqwest::Method;
 use serde_json::{json, Value};
 
 use crate::harness::{assert_problem, TestEnv};
-use crate::sdk_client::{accepted_async_run, api_key, batch_runs, call_as, metric_sum, scrape};
+use crate::support::sdk::{accepted_async_run, api_key, batch_runs, call_as, metric_sum, scrape};
 use crate::target::{Reply, Target};
 
 const T: Duration = Duration::from_secs(15);

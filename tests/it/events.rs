@@ -9,8 +9,8 @@ use serde_json::{json, Value};
 use switchyard_shared::domain::event_key::trigger_key;
 use switchyard_shared::store::events::{self, NewEvent};
 
-use crate::access::{key, with};
 use crate::harness::{assert_problem, TestEnv};
+use crate::support::access::{key, with};
 
 const TARGET: &str = "http://127.0.0.1:9/hook";
 
@@ -436,13 +436,13 @@ async fn every_event_triggers_a_job_under_its_dedup_window_and_its_run_is_dispat
 
     // A step emitting the same payload under a key the source matches
     // folds into the first run too.
-    let emitter = crate::workflow_runs::job(&env, &project, &target.url, json!({"name": "emitter"})).await;
+    let emitter = crate::support::workflows::job(&env, &project, &target.url, json!({"name": "emitter"})).await;
     let steps = json!({"steps": [{"step_ref": "pay", "job_id": emitter, "event_emit_key": "order.emitted"}]});
-    let wf = crate::workflow_runs::workflow(&env, &project, steps).await;
+    let wf = crate::support::workflows::workflow(&env, &project, steps).await;
     target.set_default(crate::target::Reply::json(200, r#"{"n":1}"#));
-    let run = crate::workflow_runs::trigger(&env, &wf, json!({})).await;
-    let done = crate::workflow_runs::wait_status(&env, &id(&run), "completed").await;
-    let emitted = crate::workflow_runs::step(&done, "pay")["emitted_event_id"]
+    let run = crate::support::workflows::trigger(&env, &wf, json!({})).await;
+    let done = crate::support::workflows::wait_status(&env, &id(&run), "completed").await;
+    let emitted = crate::support::workflows::step(&done, "pay")["emitted_event_id"]
         .as_str()
         .unwrap_or_else(|| panic!("emitted: {done}"))
         .to_string();

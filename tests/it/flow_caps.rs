@@ -2,13 +2,13 @@
 //! at the target by two workers, slots released when a crashed worker's
 //! lease expires and when a parked run is cancelled, priority order.
 
-use std::collections::HashMap;
 use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
 use crate::harness::TestEnv;
+use crate::support::queue::active_slots;
 use crate::target::{Reply, Span, Target};
 
 const T: Duration = Duration::from_secs(20);
@@ -16,17 +16,6 @@ const T: Duration = Duration::from_secs(20);
 /// Most spans of `spans` in progress at one moment.
 pub fn max_overlap(spans: &[&Span]) -> usize {
     spans.iter().map(|s| spans.iter().filter(|t| t.start <= s.start && s.start < t.end).count()).max().unwrap_or(0)
-}
-
-/// Fields of the `active` hash (in-flight counts): empty when no slot leaked.
-pub async fn active_slots(env: &TestEnv) -> HashMap<String, String> {
-    let mut c = env.queue.conn().await.unwrap();
-    let mut slots = HashMap::new();
-    for k in env.queue.partitions() {
-        let part: HashMap<String, String> = redis::cmd("HGETALL").arg(&k.active).query_async(&mut c).await.unwrap();
-        slots.extend(part);
-    }
-    slots
 }
 
 async fn trigger_n(env: &TestEnv, job: &str, n: usize, body: Value) -> Vec<String> {

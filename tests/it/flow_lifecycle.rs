@@ -7,8 +7,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
-use crate::flow_caps::active_slots;
 use crate::harness::{assert_problem, TestEnv};
+use crate::support::queue::active_slots;
 use crate::target::{Reply, Target};
 
 const T: Duration = Duration::from_secs(20);

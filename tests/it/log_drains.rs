@@ -12,7 +12,7 @@ use switchyard_shared::outbound::signing;
 use switchyard_shared::store::run_records::{self, NewLogLine};
 
 use crate::harness::{assert_problem, TestEnv};
-use crate::sdk_client::{accepted_async_run, api_key, call_as, sdk_post};
+use crate::support::sdk::{accepted_async_run, api_key, call_as, sdk_post};
 use crate::target::{Recorded, Reply, Target};
 
 const T: Duration = Duration::from_secs(20);

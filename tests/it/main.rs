@@ -3,6 +3,7 @@
 //! Logs are off unless `TEST_LOG=1`.
 
 mod harness;
+mod support;
 mod target;
 
 mod access;
@@ -31,7 +32,6 @@ mod plans;
 mod recovery;
 mod retention;
 mod run_records;
-mod sdk_client;
 mod secrets_envs;
 mod security;
 mod stats_queues;

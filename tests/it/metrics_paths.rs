@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::harness::TestEnv;
-use crate::sdk_client::{metric_sum, scrape};
+use crate::support::sdk::{metric_sum, scrape};
 use crate::target::{Reply, Target};
 
 const T: Duration = Duration::from_secs(15);

@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::harness::TestEnv;
-use crate::sdk_client::{metric_sum, scrape};
+use crate::support::sdk::{metric_sum, scrape};
 use crate::target::Target;
 
 const T: Duration = Duration::from_secs(20);

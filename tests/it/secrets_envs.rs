@@ -8,7 +8,7 @@ use serde_json::json;
 use switchyard_shared::config::Secret;
 
 use crate::harness::{assert_problem, TestEnv};
-use crate::sdk_client::{api_key, call_as};
+use crate::support::sdk::{api_key, call_as};
 use crate::target::Target;
 
 const T: Duration = Duration::from_secs(15);

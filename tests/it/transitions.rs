@@ -8,7 +8,7 @@ use switchyard_shared::domain::RunStatus;
 use switchyard_shared::store;
 
 use crate::harness::TestEnv;
-use crate::sdk_client::{metric_sum, scrape};
+use crate::support::sdk::{metric_sum, scrape};
 
 /// A target nothing dispatches to in tests that run no worker.
 const NOWHERE: &str = "http://127.0.0.1:9/hook";

@@ -11,9 +11,9 @@ use serde_json::{json, Value};
 use switchyard_shared::store::events::{self, NewEvent};
 
 use crate::harness::TestEnv;
-use crate::sdk_client::sdk_post;
+use crate::support::sdk::sdk_post;
+use crate::support::workflows::{get_run, job, step, trigger, wait_run, wait_status, workflow, T};
 use crate::target::{Reply, Target};
-use crate::workflow_runs::{get_run, job, step, trigger, wait_run, wait_status, workflow, T};
 
 /// The decisions of a run's explain, of one type.
 async fn decisions(env: &TestEnv, run_id: &str, decision_type: &str) -> Vec<Value> {

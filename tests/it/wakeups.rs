@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
 use crate::harness::TestEnv;
-use crate::sdk_client::accepted_async_run;
+use crate::support::sdk::accepted_async_run;
 use crate::target::{Reply, Target};
 
 const T: Duration = Duration::from_secs(10);

@@ -125,9 +125,15 @@ async fn subscriptions_get_exactly_the_events_they_name_for_their_project_only()
     let p = assert_problem(422, bad, 422);
     let at: Vec<&str> = p["errors"].as_array().unwrap().iter().map(|e| e["location"].as_str().unwrap()).collect();
     assert_eq!(at, ["body.webhook_url", "body.event_types[0]", "body.secret"]);
-    let (key, _) = crate::access::key(&env, &other, &["*"]).await;
-    let (s, _) =
-        crate::access::with(&env, &key, reqwest::Method::GET, &format!("/v1/webhooks/subscriptions/{id}"), None).await;
+    let (key, _) = crate::support::access::key(&env, &other, &["*"]).await;
+    let (s, _) = crate::support::access::with(
+        &env,
+        &key,
+        reqwest::Method::GET,
+        &format!("/v1/webhooks/subscriptions/{id}"),
+        None,
+    )
+    .await;
     assert_eq!(s, 404, "another project's subscription");
     assert_eq!(env.delete(&format!("/v1/webhooks/subscriptions/{id}")).await.0, 204);
     assert_eq!(env.get(&format!("/v1/webhooks/subscriptions/{id}")).await.0, 404);

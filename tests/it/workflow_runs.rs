@@ -15,53 +15,8 @@ use switchyard_shared::store::workflow_runs::{NewWorkflowRun, Triggered};
 use switchyard_shared::store::{step_outcomes, workflow_engine, workflows, Outcome, Tenant};
 
 use crate::harness::{assert_problem, TestEnv};
+use crate::support::workflows::{get_run, job, step, trigger, wait_run, wait_status, workflow, T};
 use crate::target::{Reply, Target};
-
-pub(crate) const T: Duration = Duration::from_secs(20);
-
-pub(crate) async fn workflow(env: &TestEnv, project: &str, extra: Value) -> Value {
-    let mut body = json!({"project_id": project, "name": format!("wf-{}", uuid::Uuid::new_v4().simple())});
-    body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
-    let (s, v) = env.post("/v1/workflows", body).await;
-    assert_eq!(s, 201, "{v}");
-    v
-}
-
-pub(crate) async fn job(env: &TestEnv, project: &str, url: &str, extra: Value) -> String {
-    env.job_in(project, url, extra).await["id"].as_str().unwrap().to_string()
-}
-
-pub(crate) async fn trigger(env: &TestEnv, wf: &Value, body: Value) -> Value {
-    let (s, v) = env.post(&format!("/v1/workflows/{}/trigger", wf["id"].as_str().unwrap()), body).await;
-    assert_eq!(s, 201, "{v}");
-    v
-}
-
-pub(crate) async fn get_run(env: &TestEnv, id: &str) -> Value {
-    let (s, v) = env.get(&format!("/v1/workflow-runs/{id}")).await;
-    assert_eq!(s, 200, "{v}");
-    v
-}
-
-pub(crate) async fn wait_run(env: &TestEnv, id: &str, pred: impl Fn(&Value) -> bool) -> Value {
-    let deadline = tokio::time::Instant::now() + T;
-    loop {
-        let r = get_run(env, id).await;
-        if pred(&r) {
-            return r;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "workflow run never got there: {r:#}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-pub(crate) async fn wait_status(env: &TestEnv, id: &str, status: &str) -> Value {
-    wait_run(env, id, |r| r["status"] == status).await
-}
-
-pub(crate) fn step<'a>(run: &'a Value, r: &str) -> &'a Value {
-    run["steps"].as_array().unwrap().iter().find(|s| s["step_ref"] == r).unwrap_or_else(|| panic!("no step {r}: {run}"))
-}
 
 fn statuses(run: &Value) -> HashMap<String, String> {
     run["steps"]
@@ -508,8 +463,8 @@ async fn bad_requests_change_nothing() {
     assert_eq!(page["data"].as_array().unwrap().len(), 0, "nothing was created");
     // Another project's key sees nothing of this project's runs.
     let run = trigger(&env, &wf, json!({})).await;
-    let (key, _) = crate::access::key(&env, &other, &["*"]).await;
-    let (s, _) = crate::access::with(
+    let (key, _) = crate::support::access::key(&env, &other, &["*"]).await;
+    let (s, _) = crate::support::access::with(
         &env,
         &key,
         reqwest::Method::GET,
@@ -518,7 +473,7 @@ async fn bad_requests_change_nothing() {
     )
     .await;
     assert_eq!(s, 404);
-    let (s, _) = crate::access::with(
+    let (s, _) = crate::support::access::with(
         &env,
         &key,
         reqwest::Method::POST,
@@ -528,8 +483,8 @@ async fn bad_requests_change_nothing() {
     .await;
     assert_eq!(s, 404);
     // A key without workflows:trigger may read but not trigger.
-    let (reader, _) = crate::access::key(&env, &project, &["workflows:read"]).await;
-    let (s, _) = crate::access::with(&env, &reader, reqwest::Method::POST, &path, Some(json!({}))).await;
+    let (reader, _) = crate::support::access::key(&env, &project, &["workflows:read"]).await;
+    let (s, _) = crate::support::access::with(&env, &reader, reqwest::Method::POST, &path, Some(json!({}))).await;
     assert_eq!(s, 403);
 }
 
@@ -690,7 +645,7 @@ async fn resource_policies_govern_workflows_and_their_runs() {
     let prod = workflow(&env, &project, json!({"steps": steps, "tags": {"env": "prod"}})).await;
     let dev = workflow(&env, &project, json!({"steps": steps, "tags": {"env": "dev"}})).await;
     let (k, k_id) =
-        crate::access::key(&env, &project, &["workflows:read", "workflows:trigger", "workflows:write"]).await;
+        crate::support::access::key(&env, &project, &["workflows:read", "workflows:trigger", "workflows:write"]).await;
     let (s, p) = env
         .post(
             "/v1/resource-policies",
@@ -703,7 +658,7 @@ async fn resource_policies_govern_workflows_and_their_runs() {
     let trigger_path = |w: &Value| format!("/v1/workflows/{}/trigger", w["id"].as_str().unwrap());
     let as_key = |m: reqwest::Method, path: String, body: Option<Value>| {
         let (env, k) = (&env, &k);
-        async move { crate::access::with(env, k, m, &path, body).await }
+        async move { crate::support::access::with(env, k, m, &path, body).await }
     };
     assert_eq!(as_key(reqwest::Method::POST, trigger_path(&dev), Some(json!({}))).await.0, 201);
     let refused = assert_problem(403, as_key(reqwest::Method::POST, trigger_path(&prod), Some(json!({}))).await, 403);
@@ -757,8 +712,8 @@ async fn approval_steps_wait_for_an_approver_and_time_out() {
     let approve = format!("/v1/workflow-runs/{id}/steps/review/approve");
 
     // A key with every scope is not an approver.
-    let (key, _) = crate::access::key(&env, &project, &["*"]).await;
-    let (s, p) = crate::access::with(&env, &key, reqwest::Method::POST, &approve, Some(json!({}))).await;
+    let (key, _) = crate::support::access::key(&env, &project, &["*"]).await;
+    let (s, p) = crate::support::access::with(&env, &key, reqwest::Method::POST, &approve, Some(json!({}))).await;
     assert_eq!(s, 403, "{p}");
     assert_eq!(step(&get_run(&env, &id).await, "review")["status"], "waiting", "nothing changed");
     // Alice is.

@@ -5,8 +5,8 @@
 use reqwest::Method;
 use serde_json::{json, Value};
 
-use crate::access::{key, with};
 use crate::harness::{assert_problem, TestEnv};
+use crate::support::access::{key, with};
 
 const TARGET: &str = "http://127.0.0.1:9/hook";
 

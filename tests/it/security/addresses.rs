@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 use switchyard_shared::outbound::target::is_non_public;
 
 use crate::harness::{assert_problem, TestEnv};
-use crate::workflow_runs::{job, T};
+use crate::support::workflows::{job, T};
 
 /// Reached by nothing: jobs pointing here are saved, never triggered.
 const PUBLIC: &str = "http://93.184.216.34/x";

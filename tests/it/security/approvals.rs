@@ -6,8 +6,8 @@
 use serde_json::json;
 
 use crate::harness::TestEnv;
+use crate::support::workflows::{get_run, job, step, trigger, wait_run, wait_status, workflow};
 use crate::target::Target;
-use crate::workflow_runs::{get_run, job, step, trigger, wait_run, wait_status, workflow};
 
 #[tokio::test]
 async fn a_waiting_approval_keeps_its_approvers_when_the_workflow_changes() {

@@ -5,9 +5,9 @@ use jsonwebtoken::Algorithm;
 use reqwest::Method;
 use serde_json::json;
 
-use crate::access::oidc::{member, oidc_env, token_with};
-use crate::access::{call_as, key, with};
 use crate::harness::{assert_problem, TestEnv};
+use crate::support::access::{call_as, key, with};
+use crate::support::oidc::{member, oidc_env, token_with};
 
 #[tokio::test]
 async fn a_key_manager_cannot_revoke_a_key_with_scopes_it_could_not_grant() {

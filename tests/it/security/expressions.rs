@@ -9,8 +9,8 @@ use serde_json::{json, Value};
 use switchyard_shared::domain::expression_budget::ERROR_CLASS;
 
 use crate::harness::{assert_problem, TestEnv};
+use crate::support::workflows::{job, step, trigger, wait_status, workflow};
 use crate::target::{Reply, Target};
-use crate::workflow_runs::{job, step, trigger, wait_status, workflow};
 
 /// The pentest's condition: a reduce that merges its accumulator, quadratic
 /// in the payload (8,000 items took 1.4 s and 750 MB).

@@ -11,10 +11,10 @@ use reqwest::Method;
 use serde_json::json;
 use sha2::Sha256;
 
-use crate::access::{key as api_key, with};
 use crate::harness::TestEnv;
+use crate::support::access::{key as api_key, with};
+use crate::support::workflows::{job, step, trigger, wait_run, wait_status, workflow, T};
 use crate::target::{Recorded, Target};
-use crate::workflow_runs::{job, step, trigger, wait_run, wait_status, workflow, T};
 
 /// The project's signing secret, read as its admin would.
 async fn signing_secret(env: &TestEnv, project: &str) -> String {

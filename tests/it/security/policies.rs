@@ -10,9 +10,9 @@
 use reqwest::Method;
 use serde_json::{json, Value};
 
-use crate::access::{key, with};
 use crate::harness::{assert_problem, TestEnv};
-use crate::workflow_runs::{trigger, wait_run, workflow};
+use crate::support::access::{key, with};
+use crate::support::workflows::{trigger, wait_run, workflow};
 
 const TARGET: &str = "http://127.0.0.1:9/hook";
 

@@ -7,7 +7,7 @@ use serde_json::json;
 use switchyard_shared::domain::run_record::{MAX_OUTPUT_BYTES_PER_RUN, MAX_STATE_BYTES_PER_RUN};
 
 use crate::harness::{assert_problem, TestEnv};
-use crate::sdk_client::{accepted_async_run, call_as, sdk_post};
+use crate::support::sdk::{accepted_async_run, call_as, sdk_post};
 
 #[tokio::test]
 async fn a_runs_outputs_and_state_are_bounded_in_bytes() {

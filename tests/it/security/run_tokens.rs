@@ -7,7 +7,7 @@ use serde_json::json;
 use switchyard_shared::run_token::{self, TokenSigner};
 
 use crate::harness::{assert_problem, TestEnv};
-use crate::sdk_client::{accepted_async_run, call_as, sdk_post};
+use crate::support::sdk::{accepted_async_run, call_as, sdk_post};
 
 #[tokio::test]
 async fn a_run_token_writes_nothing_more_once_its_run_has_ended() {

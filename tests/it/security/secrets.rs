@@ -7,8 +7,8 @@ use reqwest::Method;
 use serde_json::json;
 use switchyard_shared::config::Secret;
 
-use crate::access::{key, with};
 use crate::harness::{assert_problem, TestEnv};
+use crate::support::access::{key, with};
 
 #[tokio::test]
 async fn moving_a_job_with_secrets_needs_secrets_read() {

@@ -11,7 +11,7 @@ use switchyard_shared::domain::run_record::MAX_AMOUNT;
 use switchyard_shared::store::analytics;
 
 use crate::harness::{assert_problem, TestEnv};
-use crate::sdk_client::{accepted_async_run, sdk_post};
+use crate::support::sdk::{accepted_async_run, sdk_post};
 
 #[tokio::test]
 async fn usage_amounts_are_bounded_and_sums_saturate_instead_of_failing() {
