@@ -6,7 +6,7 @@
 //! worker's outcomes (`runs::finish_many`, through [`runs_ended_ctes`]) or
 //! by [`runs_ended`] after the others that end runs; a step's stage change
 //! by [`step_stages`] after each statement that changes a step's status;
-//! a workflow run's end by [`workflow_run_ended`]; a `wait_for_event`
+//! a workflow run's end by [`workflow_runs_ended`]; a `wait_for_event`
 //! step's notice by [`event_trigger_timed_out`] and [`events_received`].
 //! The sender loop claims the due ones ([`claim_due`]), sends them and
 //! records each pass's attempts ([`record_attempts`]). Each kind keeps its
@@ -569,40 +569,6 @@ pub async fn retry(
     Ok(get(pool, tenant, id).await?.map(|d| Err(d.status)))
 }
 
-/// The subscription deliveries of a workflow run that ended, in the
-/// transaction that ends it: `workflow_run.completed`, `.failed` (a timed
-/// out run too, with its status in the data) or `.cancelled`.
-pub async fn workflow_run_ended(
-    conn: &mut PgConnection,
-    project_id: &str,
-    workflow_id: &str,
-    run_id: &str,
-    status: &str,
-    error: Option<&str>,
-) -> Result<(), sqlx::Error> {
-    let event = Event::WorkflowRunEnded(WorkflowRunEnded {
-        workflow_run_id: run_id.to_string(),
-        workflow_id: workflow_id.to_string(),
-        status: status.to_string(),
-        error: error.map(str::to_string),
-    });
-    sqlx::query(&format!(
-        "INSERT INTO webhook_deliveries (id, project_id, kind, url, event_type, payload, max_attempts, subscription_id,
-            workflow_run_id)
-         SELECT sy_time_id('whd'), $1, 'subscription', s.url, $2, $3, {}, s.id, $4
-           FROM webhook_subscriptions s
-          WHERE s.project_id = $1 AND s.active AND s.event_types && ARRAY[$2, '*']",
-        notification::ATTEMPTS
-    ))
-    .bind(project_id)
-    .bind(event.event_type())
-    .bind(Json(event.envelope(project_id, Utc::now())))
-    .bind(run_id)
-    .execute(conn)
-    .await?;
-    Ok(())
-}
-
 /// A workflow run that ended, as [`workflow_runs_ended`] tells it.
 pub struct WorkflowEnded<'a> {
     pub project_id: &'a str,
@@ -612,7 +578,10 @@ pub struct WorkflowEnded<'a> {
     pub error: Option<&'a str>,
 }
 
-/// [`workflow_run_ended`] for many runs, in one statement.
+/// The subscription deliveries of workflow runs that ended, in the
+/// transaction that ends them, in one statement: `workflow_run.completed`,
+/// `.failed` (a timed out run too, with its status in the data) or
+/// `.cancelled`.
 pub async fn workflow_runs_ended(conn: &mut PgConnection, ended: &[WorkflowEnded<'_>]) -> Result<(), sqlx::Error> {
     if ended.is_empty() {
         return Ok(());

@@ -350,9 +350,10 @@ pub async fn advance_in(
 /// allow: one locks them all (`SKIP LOCKED`, in id order) and consumes
 /// their outbox rows, one reads all their steps, and the passes that go on
 /// without an event to emit write their step rows, decisions and new job
-/// runs together at the end (one insert, one update). A pass that ends
-/// its run, starts a saga or emits an event writes its own as it goes, in
-/// the order those need. Returns each run with its advance, in input
+/// runs together at the end (one insert, one update), and so do the passes
+/// that end their runs with nothing left to halt (`end_settled_runs`). A
+/// pass that ends its run otherwise, starts a saga or emits an event
+/// writes its own as it goes, in the order those need. Returns each run with its advance, in input
 /// order; `None` for a run another process holds (or that is gone).
 pub async fn advance_many_in(
     tx: &mut PgConnection,
@@ -525,7 +526,6 @@ async fn advance_locked(
             emissions: Vec::new(),
             wake_at: None,
             deferred_runs: Vec::new(),
-            deferring: true,
             deferred: None,
             deferred_end: None,
             jobs: std::mem::take(&mut jobs),
@@ -598,23 +598,8 @@ async fn end_settled_runs(tx: &mut PgConnection, ends: &[(WorkflowRun, Decided)]
             ends.iter().map($f).collect::<Vec<_>>()
         };
     }
-    sqlx::query(
-        "UPDATE workflow_runs r SET status = t.status, error = t.error, output = t.output, finished_at = now(),
-            wake_at = NULL, error_class = t.error_class,
-            compensation = coalesce(t.compensation, CASE WHEN r.compensation->>'status' = 'running'
-                THEN r.compensation || jsonb_build_object('status', 'interrupted') ELSE r.compensation END)
-           FROM UNNEST($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::text[], $6::jsonb[])
-                AS t (id, status, error, output, error_class, compensation)
-          WHERE r.id = t.id",
-    )
-    .bind(col!(|(r, _)| r.id.as_str()))
-    .bind(col!(|(_, d)| d.status.as_str()))
-    .bind(col!(|(_, d)| d.error.as_deref()))
-    .bind(col!(|(_, d)| d.output.as_ref().map(Json)))
-    .bind(col!(|(_, d)| d.error_class.as_deref()))
-    .bind(col!(|(_, d)| d.compensation.as_ref().map(Json)))
-    .execute(&mut *tx)
-    .await?;
+    let rows: Vec<(&str, &Decided)> = col!(|(r, d)| (r.id.as_str(), d));
+    write_ends(tx, &rows, false).await?;
     let told: Vec<super::deliveries::WorkflowEnded> = col!(|(r, d)| super::deliveries::WorkflowEnded {
         project_id: &r.project_id,
         workflow_id: &r.workflow_id,
@@ -630,6 +615,59 @@ async fn end_settled_runs(tx: &mut PgConnection, ends: &[(WorkflowRun, Decided)]
         admit_waiting(tx, w).await?;
     }
     Ok(())
+}
+
+/// A run's row as [`write_ends`] left it.
+#[derive(sqlx::FromRow)]
+struct EndedRun {
+    workflow_id: String,
+    parent_step_run_id: Option<String>,
+    project_id: String,
+}
+
+/// Moves each run of `ends` to its end in one statement: its status, error
+/// and output, `finished_at`, no wake-up, and a compensation under way
+/// marked interrupted unless the end says how the saga ended; with its
+/// `run_ended` decision when `decide` (a batch writes those with its
+/// passes). The runs that were there to update, in no particular order.
+async fn write_ends(
+    tx: &mut PgConnection,
+    ends: &[(&str, &Decided)],
+    decide: bool,
+) -> Result<Vec<EndedRun>, sqlx::Error> {
+    macro_rules! col {
+        ($f:expr) => {
+            ends.iter().map($f).collect::<Vec<_>>()
+        };
+    }
+    sqlx::query_as(
+        "WITH t AS (
+            SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::text[], $6::jsonb[], $7::text[])
+                   WITH ORDINALITY AS t (id, status, error, output, error_class, compensation, reason, n)
+         ), ended AS (
+            UPDATE workflow_runs r SET status = t.status, error = t.error, output = t.output, finished_at = now(),
+                wake_at = NULL, error_class = t.error_class,
+                compensation = coalesce(t.compensation, CASE WHEN r.compensation->>'status' = 'running'
+                    THEN r.compensation || jsonb_build_object('status', 'interrupted') ELSE r.compensation END)
+              FROM t WHERE r.id = t.id
+             RETURNING r.workflow_id, r.parent_step_run_id, r.project_id
+         ), decided AS (
+            INSERT INTO workflow_decisions (workflow_run_id, step_ref, decision_type, reason, details)
+            SELECT t.id, NULL, 'run_ended', t.reason, jsonb_build_object('status', t.status) FROM t WHERE $8
+             ORDER BY t.n
+         )
+         SELECT * FROM ended",
+    )
+    .bind(col!(|(id, _)| *id))
+    .bind(col!(|(_, d)| d.status.as_str()))
+    .bind(col!(|(_, d)| d.error.as_deref()))
+    .bind(col!(|(_, d)| d.output.as_ref().map(Json)))
+    .bind(col!(|(_, d)| d.error_class.as_deref()))
+    .bind(col!(|(_, d)| d.compensation.as_ref().map(Json)))
+    .bind(col!(|(_, d)| d.reason.as_str()))
+    .bind(decide)
+    .fetch_all(&mut *tx)
+    .await
 }
 
 /// The steps of runs, each with what its job run, child run and
@@ -713,9 +751,7 @@ struct Pass<'v> {
     wake_at: Option<DateTime<Utc>>,
     /// Job runs the pass started, not yet inserted.
     deferred_runs: Vec<NewRun>,
-    /// In a batch: the pass leaves its last writes to the batch.
-    deferring: bool,
-    /// Those writes.
+    /// The pass's last writes, left to its batch ([`advance_locked`]).
     deferred: Option<PassWrite>,
     /// In a batch: the run's end, when the pass ended it settled
     /// ([`end_settled_runs`] writes the batch's together).
@@ -838,7 +874,7 @@ impl Pass<'_> {
                     && rows_by_ref.values().all(|r| r.compensation_job_run_id.is_none());
                 let quiet = self.emissions.is_empty() && self.event_notices.is_empty();
                 if let Some(decided) = run_end::decided(&ending, &now_of)
-                    .filter(|_| settled && quiet && self.deferring && self.run.parent_step_run_id.is_none())
+                    .filter(|_| settled && quiet && self.run.parent_step_run_id.is_none())
                 {
                     // The chain's last pass: its writes and the run's end
                     // wait for the batch's statements.
@@ -979,11 +1015,11 @@ impl Pass<'_> {
         }
     }
 
-    /// Ends a pass that goes on: in a batch ([`advance_many_in`]) its
-    /// writes wait for the batch's one statement, unless it has events to
+    /// Ends a pass that goes on: its writes wait for the batch's one
+    /// statement ([`advance_locked`]), unless it has events to
     /// emit or notices to write, which need their statements in order.
     async fn end(&mut self, tx: &mut PgConnection, wake: Option<DateTime<Utc>>) -> Result<(), sqlx::Error> {
-        if self.deferring && self.emissions.is_empty() && self.event_notices.is_empty() {
+        if self.emissions.is_empty() && self.event_notices.is_empty() {
             let from = std::mem::replace(&mut self.flushed, self.writes.len());
             self.deferred = Some(self.pass_write(from, Some(wake)));
             return Ok(());
@@ -1335,43 +1371,18 @@ async fn end_runs(
             .await?;
             job_runs.extend(compensating);
         }
-        // The run's row and its `run_ended` decision in one statement.
-        let updated: Option<(String, Option<String>, String)> = sqlx::query_as(
-            "WITH ended AS (
-                UPDATE workflow_runs SET status = $2, error = $3, output = $4, finished_at = now(), wake_at = NULL,
-                    error_class = $5,
-                    compensation = coalesce($6, CASE WHEN compensation->>'status' = 'running'
-                        THEN compensation || jsonb_build_object('status', 'interrupted') ELSE compensation END)
-                 WHERE id = $1 RETURNING workflow_id, parent_step_run_id, project_id
-             ), decided AS (
-                INSERT INTO workflow_decisions (workflow_run_id, step_ref, decision_type, reason, details)
-                VALUES ($1, NULL, 'run_ended', $7, $8)
-             )
-             SELECT * FROM ended",
-        )
-        .bind(&id)
-        .bind(d.status)
-        .bind(&d.error)
-        .bind(d.output.as_ref().map(Json))
-        .bind(&d.error_class)
-        .bind(d.compensation.as_ref().map(Json))
-        .bind(&d.reason)
-        .bind(Json(json!({ "status": d.status.as_str() })))
-        .fetch_optional(&mut *tx)
-        .await?;
-        let Some((workflow_id, parent, project_id)) = updated else { continue };
-        super::deliveries::workflow_run_ended(
-            tx,
-            &project_id,
-            &workflow_id,
-            &id,
-            d.status.as_str(),
-            d.error.as_deref(),
-        )
-        .await?;
+        let Some(ended) = write_ends(tx, &[(id.as_str(), &d)], true).await?.pop() else { continue };
+        let told = super::deliveries::WorkflowEnded {
+            project_id: &ended.project_id,
+            workflow_id: &ended.workflow_id,
+            run_id: &id,
+            status: d.status.as_str(),
+            error: d.error.as_deref(),
+        };
+        super::deliveries::workflow_runs_ended(tx, std::slice::from_ref(&told)).await?;
         // The parent is told only by the run it started, and only when it
         // is not the one ending this run (a cancel from above).
-        if let Some(parent) = parent.filter(|_| first) {
+        if let Some(parent) = ended.parent_step_run_id.filter(|_| first) {
             sqlx::query(
                 "INSERT INTO workflow_outbox (workflow_run_id) SELECT workflow_run_id FROM workflow_step_runs WHERE id = $1",
             )
@@ -1379,7 +1390,7 @@ async fn end_runs(
             .execute(&mut *tx)
             .await?;
         }
-        admit_waiting(tx, &workflow_id).await?;
+        admit_waiting(tx, &ended.workflow_id).await?;
         first = false;
     }
     transitions::cancel_in(tx, &job_runs, "cancelled with its workflow run").await
