@@ -63,22 +63,12 @@ impl Intake {
 
 async fn write(pool: &PgPool, queue: &Queue, items: Vec<Item>) -> Result<Vec<Written>, sqlx::Error> {
     let (new, dues): (Vec<NewRun>, Vec<i64>) = items.into_iter().unzip();
-    let written: Vec<Written> = match runs::insert_many(pool, &new).await {
-        Ok(w) => w.into_iter().map(Ok).collect(),
-        // An outage fails the batch (each caller maps it to 503)...
-        Err(e) if !matches!(e, sqlx::Error::Database(_)) => return Err(e),
-        // ...but a row Postgres refuses is its own trigger's error, with
-        // Postgres's code intact (a data exception is 422, not 500), and
-        // must not fail its neighbours: one at a time, each gets its answer.
-        Err(e) if new.len() == 1 => vec![Err(e)],
-        Err(_) => {
-            let mut each = Vec::with_capacity(new.len());
-            for run in &new {
-                each.push(runs::insert_many(pool, std::slice::from_ref(run)).await.map(|mut w| w.remove(0)));
-            }
-            each
-        }
-    };
+    let group = runs::insert_many(pool, &new).await;
+    let new = &new;
+    let written = each_alone(new.len(), group, |i| async move {
+        runs::insert_many(pool, std::slice::from_ref(&new[i])).await.map(|mut w| w.remove(0))
+    })
+    .await?;
     let entries: Vec<_> = written
         .iter()
         .zip(&dues)
@@ -148,17 +138,38 @@ async fn write_workflows(
     items: Vec<WorkflowItem>,
 ) -> Result<Vec<WorkflowWritten>, sqlx::Error> {
     let refs: Vec<(&WorkflowRecord, &NewWorkflowRun)> = items.iter().map(|(wf, new)| (wf, new)).collect();
-    match workflow_moves::trigger_many(pool, queue, versions, &refs).await {
-        Ok(runs) => Ok(runs.into_iter().map(Ok).collect()),
-        // As for plain triggers: an outage fails the group, a refused row
-        // only its own trigger.
+    let group = workflow_moves::trigger_many(pool, queue, versions, &refs).await;
+    let refs = &refs;
+    each_alone(refs.len(), group, |i| async move {
+        workflow_moves::trigger_many(pool, queue, versions, std::slice::from_ref(&refs[i]))
+            .await
+            .map(|mut r| r.remove(0))
+    })
+    .await
+}
+
+/// Each item's result from its group's: an outage fails the group (each
+/// caller maps it to 503), but a row Postgres refuses is its own trigger's
+/// error, with Postgres's code intact (a data exception is 422, not 500),
+/// and must not fail its neighbours: the group's `n` items are then
+/// written one at a time (`alone(i)`), so each gets its own answer.
+async fn each_alone<O, F, Fut>(
+    n: usize,
+    group: Result<Vec<O>, sqlx::Error>,
+    alone: F,
+) -> Result<Vec<Result<O, sqlx::Error>>, sqlx::Error>
+where
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = Result<O, sqlx::Error>>,
+{
+    match group {
+        Ok(written) => Ok(written.into_iter().map(Ok).collect()),
         Err(e) if !matches!(e, sqlx::Error::Database(_)) => Err(e),
-        Err(e) if refs.len() == 1 => Ok(vec![Err(e)]),
+        Err(e) if n == 1 => Ok(vec![Err(e)]),
         Err(_) => {
-            let mut each = Vec::with_capacity(refs.len());
-            for one in &refs {
-                let run = workflow_moves::trigger_many(pool, queue, versions, std::slice::from_ref(one)).await;
-                each.push(run.map(|mut r| r.remove(0)));
+            let mut each = Vec::with_capacity(n);
+            for i in 0..n {
+                each.push(alone(i).await);
             }
             Ok(each)
         }
