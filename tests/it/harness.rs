@@ -145,7 +145,10 @@ impl TestEnv {
         self.call_with(req, body).await
     }
 
-    async fn call_with(&self, mut req: reqwest::RequestBuilder, body: Option<Value>) -> (u16, Value) {
+    /// Sends `req` with `body` as JSON and returns the status and the
+    /// answer (parsed JSON, the text as a string if it is not JSON, null
+    /// if empty): every call helper of the tests goes through here.
+    pub async fn call_with(&self, mut req: reqwest::RequestBuilder, body: Option<Value>) -> (u16, Value) {
         if let Some(b) = body {
             req = req.json(&b);
         }

@@ -30,22 +30,22 @@ pub fn redis_url() -> String {
 
 /// `host:port` of Postgres, for a tap in front of it.
 pub fn pg_addr() -> String {
-    let base = pg_base();
-    let rest = base.split_once("://").map_or(base.as_str(), |(_, r)| r);
-    let host = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
-    host.split(['/', '?']).next().unwrap_or(host).to_string()
+    host_port(&pg_base())
 }
 
 /// `host:port` of Redis, for a tap in front of it; `None` on a cluster,
 /// whose clients follow its nodes' own addresses past any tap.
 pub fn redis_addr() -> Option<String> {
     let url = redis_url();
-    if queue::cluster_nodes(&url).is_some() {
-        return None;
-    }
-    let rest = url.split_once("://").map_or(url.as_str(), |(_, r)| r);
+    queue::cluster_nodes(&url).is_none().then(|| host_port(&url))
+}
+
+/// The `host:port` of a URL: what follows the scheme and the user, up to
+/// the path or the query.
+fn host_port(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
     let host = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
-    Some(host.split(['/', '?']).next().unwrap_or(host).to_string())
+    host.split(['/', '?']).next().unwrap_or(host).to_string()
 }
 /// Upper bound of one test, setup included.
 const TEST_TIMEOUT: Duration = Duration::from_secs(60);

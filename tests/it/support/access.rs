@@ -26,14 +26,7 @@ pub async fn call_as(
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
-    if let Some(b) = body {
-        req = req.json(&b);
-    }
-    let resp = req.send().await.expect("request");
-    let status = resp.status().as_u16();
-    let text = resp.text().await.unwrap_or_default();
-    let v = if text.is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap_or(Value::String(text)) };
-    (status, v)
+    env.call_with(req, body).await
 }
 
 /// GET/POST/... with a bearer token against the test's api.

@@ -11,15 +11,7 @@ use crate::target::{Reply, Target};
 
 /// A call with `Authorization: Bearer <token>` (a run token, or anything).
 pub async fn call_as(env: &TestEnv, method: Method, path: &str, token: &str, body: Option<Value>) -> (u16, Value) {
-    let mut req = env.http.request(method, format!("{}{}", env.base, path)).bearer_auth(token);
-    if let Some(b) = body {
-        req = req.json(&b);
-    }
-    let resp = req.send().await.expect("request");
-    let status = resp.status().as_u16();
-    let text = resp.text().await.unwrap_or_default();
-    let v = if text.is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap_or(Value::String(text)) };
-    (status, v)
+    env.call_with(env.http.request(method, format!("{}{}", env.base, path)).bearer_auth(token), body).await
 }
 
 pub async fn sdk_post(env: &TestEnv, run_id: &str, what: &str, token: &str, body: Value) -> (u16, Value) {
