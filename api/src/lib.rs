@@ -161,14 +161,14 @@ const WEBHOOK_CONNECTIONS_PER_HOST: usize = 8;
 /// Builds the state from configuration: lazy pools, so the API starts (and
 /// answers /health/ready with 503) while Postgres or Redis is down.
 pub fn state_from_config(config: Config) -> anyhow::Result<AppState> {
-    let pool = db::lazy_pool(&config.database_url, 32)?;
+    let pool = db::lazy_pool(&config.database_url, config.database_max_connections)?;
     let queue = queue::Queue::from_config(&config)?;
     let auth = Arc::new(auth::AuthState::from_config(&config)?);
     let intake = intake::Intake::spawn(pool.clone(), queue.clone());
     let jobs = Arc::new(job_cache::JobCache::default());
     let webhooks = Http::new(WEBHOOK_CONNECTIONS_PER_HOST, config.target_deny_private)
         .context("building the terminal-webhook client")?;
-    let engine_pool = db::worker_pool(&config.database_url, 8)?;
+    let engine_pool = db::worker_pool(&config.database_url, (config.database_max_connections / 4).clamp(2, 8))?;
     let versions: Arc<_> = Arc::default();
     let workflow_intake = intake::WorkflowIntake::spawn(engine_pool.clone(), queue.clone(), Arc::clone(&versions));
     Ok(AppState {

@@ -37,6 +37,10 @@ pub struct ConfigError {
 pub struct Config {
     /// Postgres, the system of record. Created and migrated on start if missing.
     pub database_url: String,
+    /// The api process's Postgres connections at most (its workflow
+    /// engine's pool takes a quarter of it again, 2 to 8): what to size
+    /// against the server's `max_connections`, api processes times this.
+    pub database_max_connections: u32,
     /// Redis: queues, leases, caps. Can be lost; the scheduler rebuilds it.
     pub redis_url: String,
     /// Every Redis key starts with this, so tenants and tests can share a Redis.
@@ -98,6 +102,7 @@ impl Config {
             redis_url: "redis://127.0.0.1:6379".into(),
             redis_key_prefix: "sy".into(),
             queue_partitions: 1,
+            database_max_connections: 32,
             api_addr: "127.0.0.1:8080".parse().expect("static address"),
             internal_secret: None,
             jwt_signing_key: None,
@@ -197,6 +202,10 @@ impl Config {
         c.rate_limit_global_per_min = parse_num(&get, "RATE_LIMIT_GLOBAL_PER_MIN", c.rate_limit_global_per_min)?;
         c.rate_limit_trigger_per_min = parse_num(&get, "RATE_LIMIT_TRIGGER_PER_MIN", c.rate_limit_trigger_per_min)?;
         c.rate_limit_bulk_per_min = parse_num(&get, "RATE_LIMIT_BULK_PER_MIN", c.rate_limit_bulk_per_min)?;
+        c.database_max_connections = parse_num(&get, "DATABASE_MAX_CONNECTIONS", c.database_max_connections)?;
+        if c.database_max_connections < 2 {
+            return Err(err("DATABASE_MAX_CONNECTIONS", "must be at least 2"));
+        }
         c.worker_concurrency = parse_num(&get, "WORKER_CONCURRENCY", c.worker_concurrency as u32)? as usize;
         if c.worker_concurrency == 0 {
             return Err(err("WORKER_CONCURRENCY", "must be at least 1"));
@@ -301,6 +310,7 @@ mod tests {
         let c = load(&[]).unwrap();
         assert_eq!(c.redis_key_prefix, "sy");
         assert_eq!(c.worker_concurrency, 64);
+        assert_eq!(c.database_max_connections, 32);
         assert_eq!(c.rate_limit_trigger_per_min, 10);
     }
 
@@ -309,6 +319,8 @@ mod tests {
         for (var, val) in [
             ("WORKER_CONCURRENCY", "many"),
             ("WORKER_CONCURRENCY", "0"),
+            ("DATABASE_MAX_CONNECTIONS", "1"),
+            ("DATABASE_MAX_CONNECTIONS", "lots"),
             ("API_ADDR", "localhost"),
             ("REDIS_KEY_PREFIX", "a{b}"),
             ("DATABASE_URL", "mysql://x"),

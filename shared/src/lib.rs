@@ -14,6 +14,8 @@
 //! - [`telemetry`]: tracing setup and the Prometheus metrics (docs/contract.md, "Metrics").
 //! - [`shutdown`]: the shutdown signal passed down to every task.
 //! - [`allocator`]: the allocator every service binary opts into (`service_allocator!`).
+//! - `testing` (feature `testing`): what every crate's integration tests stand on: where Postgres and
+//!   Redis are, and a database and key prefix of a test's own.
 
 pub mod allocator;
 pub mod config;
@@ -28,5 +30,7 @@ pub mod secrets;
 pub mod shutdown;
 pub mod store;
 pub mod telemetry;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use config::Config;

@@ -14,7 +14,7 @@ use serde::Serialize;
 use switchyard_shared::ids;
 use switchyard_shared::queue::{self, Entry, Queue};
 
-use super::system::delete_keys;
+use switchyard_shared::queue::unlink_matching;
 
 const BATCH: usize = 64;
 const LEASE: Duration = Duration::from_secs(60);
@@ -90,7 +90,7 @@ pub async fn run(redis_url: &str, prefix: &str, partitions: usize, count: usize)
     for (i, n) in [1, partitions.max(1)].into_iter().enumerate() {
         let prefix = format!("{prefix}{i}");
         let r = one(redis_url, &prefix, n, projects, tasks, count).await;
-        delete_keys(redis_url, &format!("{prefix}:*")).await?;
+        unlink_matching(redis_url, &format!("{prefix}:*")).await?;
         runs.push(r?);
     }
     let ratio = ((runs[1].per_s / runs[0].per_s.max(1.0)) * 100.0).round() / 100.0;

@@ -16,7 +16,7 @@ use serde::Serialize;
 use switchyard_shared::ids;
 use switchyard_shared::queue::{self, Entry, Queue};
 
-use super::system::delete_keys;
+use switchyard_shared::queue::unlink_matching;
 
 const BATCH: usize = 64;
 const LEASE: Duration = Duration::from_secs(60);
@@ -185,7 +185,7 @@ pub async fn run(
     }
     .await;
     for p in &patterns {
-        delete_keys(redis_url, p).await?;
+        unlink_matching(redis_url, p).await?;
     }
     res
 }

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use sqlx::PgPool;
 use switchyard_shared::db;
+use switchyard_shared::queue::unlink_matching;
 use tokio::process::{Child, Command};
 
 use super::client::Api;
@@ -216,40 +217,8 @@ impl System {
             }
             admin.close().await;
         }
-        if let Err(e) = delete_keys(&self.redis_url, &format!("{}*", self.prefix)).await {
+        if let Err(e) = unlink_matching(&self.redis_url, &format!("{}*", self.prefix)).await {
             eprintln!("bench: could not delete Redis keys {}*: {e}", self.prefix);
         }
     }
-}
-
-/// UNLINKs every key matching `pattern`, on every node of a cluster.
-pub async fn delete_keys(url: &str, pattern: &str) -> anyhow::Result<usize> {
-    let mut n = 0;
-    for node in switchyard_shared::queue::node_urls(url) {
-        let client = redis::Client::open(node)?;
-        let mut c = client.get_multiplexed_async_connection().await?;
-        let mut cursor: u64 = 0;
-        loop {
-            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(pattern)
-                .arg("COUNT")
-                .arg(1000)
-                .query_async(&mut c)
-                .await?;
-            // One key per UNLINK: a cluster node refuses keys of several slots in one.
-            let mut pipe = redis::pipe();
-            for k in &keys {
-                pipe.unlink(k).ignore();
-            }
-            let _: () = pipe.query_async(&mut c).await?;
-            n += keys.len();
-            if next == 0 {
-                break;
-            }
-            cursor = next;
-        }
-    }
-    Ok(n)
 }

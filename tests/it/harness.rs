@@ -10,27 +10,15 @@ use sqlx::PgPool;
 use switchyard_shared::config::Secret;
 use switchyard_shared::queue::{self, Queue};
 use switchyard_shared::shutdown::Shutdown;
-use switchyard_shared::{db, Config};
+use switchyard_shared::testing::Scratch;
+use switchyard_shared::Config;
+// Where Postgres and Redis are, as every crate's tests find them.
+pub use switchyard_shared::testing::{pg_base, redis_url};
 
 pub const SECRET: &str = "test-internal-secret-0123456789";
 /// SECRETS_KEY of every test (signing keys are stored sealed with it); a
 /// test without one sets `secrets_key = None`.
 pub const SECRETS_KEY: &str = "test-secrets-key-0123456789abcdef";
-
-pub fn pg_base() -> String {
-    std::env::var("TEST_PG_BASE").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into())
-}
-
-/// How many queue partitions every test's queue has: `TEST_QUEUE_PARTITIONS`
-/// runs the suite on a partitioned queue (`scripts/test` does, on a local
-/// Redis Cluster started by `scripts/redis-cluster`).
-pub fn queue_partitions() -> usize {
-    std::env::var("TEST_QUEUE_PARTITIONS").ok().and_then(|v| v.parse().ok()).unwrap_or(1)
-}
-
-pub fn redis_url() -> String {
-    std::env::var("TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
-}
 
 pub struct TestEnv {
     pub config: Config,
@@ -39,6 +27,7 @@ pub struct TestEnv {
     pub base: String,
     pub http: reqwest::Client,
     pub stop: Shutdown,
+    scratch: Scratch,
 }
 
 fn init_logs() {
@@ -55,12 +44,12 @@ impl TestEnv {
     /// `tweak` adjusts the configuration before anything starts.
     pub async fn start_with(tweak: impl FnOnce(&mut Config)) -> TestEnv {
         init_logs();
-        let id = uuid::Uuid::new_v4().simple().to_string();
+        let scratch = Scratch::named("sy_it", "syt");
         let mut config = Config::defaults();
-        config.database_url = format!("{}/sy_it_{}", pg_base(), &id[..16]);
-        config.redis_url = redis_url();
-        config.redis_key_prefix = format!("syt{}", &id[..12]);
-        config.queue_partitions = queue_partitions();
+        config.database_url = scratch.database_url.clone();
+        config.redis_url = scratch.redis_url.clone();
+        config.redis_key_prefix = scratch.redis_prefix.clone();
+        config.queue_partitions = switchyard_shared::testing::queue_partitions();
         config.internal_secret = Some(Secret::new(SECRET));
         config.jwt_signing_key = Some(Secret::new("test-jwt-signing-key-0123456789abcdef"));
         config.secrets_key = Some(Secret::new(SECRETS_KEY));
@@ -68,9 +57,22 @@ impl TestEnv {
         config.rate_limit_trigger_per_min = 0;
         config.rate_limit_bulk_per_min = 0;
         config.lease = Duration::from_secs(3);
+        // The api, worker and scheduler of a test share this pool: a small
+        // one keeps 8 tests at once inside Postgres' default 100 slots
+        // (docs/testing.md, "On a busy machine").
+        config.database_max_connections = 10;
         config.shutdown_grace = Duration::from_secs(5);
         tweak(&mut config);
-        db::prepare(&config.database_url, Duration::from_secs(30)).await.expect("prepare test database");
+        // The tweak may have moved the database or the prefix: remove what is used.
+        let scratch = Scratch {
+            database_url: config.database_url.clone(),
+            db_name: config.database_url.rsplit('/').next().unwrap_or_default().to_string(),
+            redis_prefix: config.redis_key_prefix.clone(),
+            redis_url: config.redis_url.clone(),
+        };
+        switchyard_shared::db::prepare(&config.database_url, Duration::from_secs(30))
+            .await
+            .expect("prepare test database");
         let state = switchyard_api::state_from_config(config.clone()).expect("state");
         let pool = state.pool.clone();
         let queue = state.queue.clone();
@@ -83,7 +85,7 @@ impl TestEnv {
         let stop = Shutdown::new();
         tokio::spawn(switchyard_api::serve(acceptor, state, stop.clone(), Duration::from_secs(1)));
         let http = reqwest::Client::builder().no_proxy().build().expect("client");
-        TestEnv { config, pool, queue, base: format!("http://{addr}"), http, stop }
+        TestEnv { config, pool, queue, base: format!("http://{addr}"), http, stop, scratch }
     }
 
     /// A worker like a worker process would run, on this test's database and prefix.
@@ -271,35 +273,10 @@ impl TestEnv {
 }
 
 impl Drop for TestEnv {
-    /// Leaves nothing behind: CI runs on a long-lived machine, and databases
-    /// piling up make every later DROP DATABASE (which checkpoints) slower.
-    /// Runs on its own thread and runtime because Drop cannot await.
+    /// Stops what the test started, then removes its database and keys.
     fn drop(&mut self) {
         self.stop.cancel();
-        let url = self.config.database_url.clone();
-        let redis_url = self.config.redis_url.clone();
-        let prefix = self.config.redis_key_prefix.clone();
-        let cleanup = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-            rt.block_on(async move {
-                let name = url.rsplit('/').next().unwrap_or_default().to_string();
-                let admin = format!("{}/postgres", pg_base());
-                if let Ok(mut c) = <sqlx::PgConnection as sqlx::Connection>::connect(&admin).await {
-                    let _ =
-                        sqlx::query(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)")).execute(&mut c).await;
-                }
-                if let Ok(redis) = queue::Redis::open(&redis_url) {
-                    if let Ok(mut c) = redis.conn().await {
-                        let keys: Vec<String> =
-                            redis::cmd("KEYS").arg(format!("{prefix}:*")).query_async(&mut c).await.unwrap_or_default();
-                        if !keys.is_empty() {
-                            let _: Result<(), _> = redis::cmd("DEL").arg(keys).query_async(&mut c).await;
-                        }
-                    }
-                }
-            });
-        });
-        let _ = cleanup.join();
+        self.scratch.remove_now();
     }
 }
 

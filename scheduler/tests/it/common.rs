@@ -1,32 +1,23 @@
-//! A fresh database (`sy_test_<id>`, migrated) and a unique Redis key prefix
-//! per test, with a project and a job to hang runs on. Both are removed when
-//! the test ends, passed or failed.
-//!
-//! Postgres and Redis are found as the workspace's integration tests find
-//! them (`tests/it/harness.rs`): `TEST_PG_BASE` (the server's URL without a
-//! database, `postgres://postgres@127.0.0.1:5432` unless set) and
-//! `TEST_REDIS_URL` (`redis://127.0.0.1:6379`; `scripts/test` runs these
-//! tests again with a Redis Cluster's URL there).
+//! A fresh database and a unique Redis key prefix per test (a
+//! `switchyard_shared::testing::Scratch`, as the workspace's integration
+//! tests have), with a project and a job to hang runs on. Both are removed
+//! when the test ends, passed or failed. Postgres and Redis are found as
+//! every crate's tests find them: `TEST_PG_BASE` and `TEST_REDIS_URL`
+//! (`scripts/test` runs these tests again with a Redis Cluster's URL there).
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeZone, Utc};
-use sqlx::{Connection, PgConnection, PgPool};
+use sqlx::PgPool;
 use switchyard_scheduler::{Scheduler, SchedulerOptions};
 use switchyard_shared::domain::JobSpec;
+use switchyard_shared::ids;
 use switchyard_shared::queue::{self, Entry, Queue};
 use switchyard_shared::store::{runs, NewRun, Run};
-use switchyard_shared::{db, ids};
-
-pub fn pg_base() -> String {
-    std::env::var("TEST_PG_BASE").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into())
-}
-
-pub fn redis_url() -> String {
-    std::env::var("TEST_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
-}
+use switchyard_shared::testing::Scratch;
+pub use switchyard_shared::testing::{pg_base, redis_url};
 
 /// `host:port` of Postgres, for a tap in front of it.
 pub fn pg_addr() -> String {
@@ -57,7 +48,7 @@ pub struct Env {
     pub project_id: String,
     pub job_id: String,
     pub version_id: String,
-    db_name: String,
+    scratch: Scratch,
 }
 
 /// Runs `test` in a fresh environment and tears it down afterwards, even
@@ -84,15 +75,12 @@ where
 
 impl Env {
     async fn create(spec: JobSpec) -> Env {
-        let db_name = ids::new_id("sy_test");
-        let url = format!("{}/{db_name}", pg_base());
-        db::prepare(&url, Duration::from_secs(30)).await.expect("create and migrate the test database");
+        let scratch = Scratch::create("sy_test", "t").await;
         // Two scheduler loops hold a connection each for their LISTEN.
-        let pool = db::lazy_pool(&url, 16).expect("pool");
-        let prefix = ids::new_id("t");
-        let redis = queue::Redis::open(&redis_url()).expect("redis url");
+        let pool = switchyard_shared::db::lazy_pool(&scratch.database_url, 16).expect("pool");
+        let redis = queue::Redis::open(&scratch.redis_url).expect("redis url");
         let wake_ups = redis.pubsub_client();
-        let queue = Queue::new(redis, &prefix);
+        let queue = Queue::new(redis, &scratch.redis_prefix);
         let scheduler =
             Scheduler::new(pool.clone(), queue.clone(), wake_ups, SchedulerOptions::default()).expect("options");
 
@@ -127,19 +115,12 @@ impl Env {
         // As the api does when it saves a job: dequeue parks the runs of a
         // job whose limits Redis does not know.
         queue.set_limits(&project_id, &job_id, spec.limits_field(&project_id, false).as_deref()).await.expect("limits");
-        Env { pool, queue, scheduler, project_id, job_id, version_id, db_name }
+        Env { pool, queue, scheduler, project_id, job_id, version_id, scratch }
     }
 
     async fn destroy(&self) {
-        self.delete_all_keys().await;
         self.pool.close().await;
-        let admin_url = format!("{}/postgres", pg_base());
-        let mut admin = PgConnection::connect(&admin_url).await.expect("admin connection");
-        sqlx::query(&format!("DROP DATABASE IF EXISTS \"{}\" WITH (FORCE)", self.db_name))
-            .execute(&mut admin)
-            .await
-            .expect("drop the test database");
-        let _ = admin.close().await;
+        self.scratch.remove().await;
     }
 
     /// A client for the wake-ups' pub/sub, as a scheduler process makes it.
@@ -149,38 +130,15 @@ impl Env {
 
     /// The name of this test's database.
     pub fn db_name(&self) -> &str {
-        &self.db_name
+        &self.scratch.db_name
     }
 
     /// Every key of this test's prefix, gone: what a Redis flush does to
-    /// this queue, without touching anyone else's keys. On a cluster each
-    /// node is scanned (a SCAN sees one node's keys) and each key deleted
-    /// on its own (a node refuses a DEL of keys in different slots).
+    /// this queue, without touching anyone else's keys.
     pub async fn delete_all_keys(&self) {
-        let pattern = format!("{}:*", self.queue.keys().prefix());
-        for node in queue::node_urls(&redis_url()) {
-            let client = redis::Client::open(node).expect("redis node url");
-            let mut c = client.get_multiplexed_async_connection().await.expect("redis connection");
-            let mut cursor: u64 = 0;
-            loop {
-                let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-                    .arg(cursor)
-                    .arg("MATCH")
-                    .arg(&pattern)
-                    .arg("COUNT")
-                    .arg(1000)
-                    .query_async(&mut c)
-                    .await
-                    .expect("scan");
-                for key in keys {
-                    let _: () = redis::cmd("DEL").arg(key).query_async(&mut c).await.expect("del");
-                }
-                if next == 0 {
-                    break;
-                }
-                cursor = next;
-            }
-        }
+        queue::unlink_matching(&self.scratch.redis_url, &format!("{}:*", self.queue.keys().prefix()))
+            .await
+            .expect("delete the test's keys");
     }
 
     /// Inserts a run of the test job with `status`, as the api would.

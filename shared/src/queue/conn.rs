@@ -131,6 +131,40 @@ pub fn node_urls(url: &str) -> Vec<String> {
     cluster_nodes(url).unwrap_or_else(|| vec![url.to_string()])
 }
 
+/// UNLINKs every key matching `pattern` on every node `url` names, and
+/// says how many there were: what removes a test's or a benchmark's keys
+/// (a SCAN sees one node's keys, and a cluster node refuses an UNLINK of
+/// keys in several slots, so each node is scanned and each key goes alone).
+pub async fn unlink_matching(url: &str, pattern: &str) -> Result<usize, QueueError> {
+    let mut n = 0;
+    for node in node_urls(url) {
+        let client = redis::Client::open(node)?;
+        let mut c = client.get_multiplexed_async_connection().await?;
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut c)
+                .await?;
+            let mut pipe = redis::pipe();
+            for k in &keys {
+                pipe.unlink(k).ignore();
+            }
+            let _: () = pipe.query_async(&mut c).await?;
+            n += keys.len();
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+    }
+    Ok(n)
+}
+
 impl Redis {
     /// Checks `url`; connects on first use.
     pub fn open(url: &str) -> Result<Redis, QueueError> {

@@ -25,7 +25,7 @@ mod keys;
 mod scripts;
 mod wake;
 
-pub use conn::{cluster_nodes, node_urls, Conn, Redis};
+pub use conn::{cluster_nodes, node_urls, unlink_matching, Conn, Redis};
 pub use entry::{Entry, EntryError, MAX_PRIORITY, MIN_PRIORITY};
 pub use keys::Keys;
 pub use wake::{WakeLoop, WakeUp, WAKE_WINDOW};
