@@ -4,8 +4,9 @@ use std::sync::LazyLock;
 
 use chrono::{DateTime, Utc};
 use serde_json::Value;
+use sqlx::postgres::PgArguments;
 use sqlx::types::Json;
-use sqlx::{PgConnection, PgPool};
+use sqlx::{Arguments, PgConnection, PgPool};
 
 use super::deliveries::HookUrl;
 use crate::domain::notification::RunEnded;
@@ -278,52 +279,93 @@ pub async fn insert_many(pool: &PgPool, runs: &[NewRun]) -> Result<Vec<(Run, boo
 /// [`insert_many`] on a given connection, so that it can be part of a
 /// transaction (the steps a workflow run starts together).
 pub async fn insert_many_in(conn: &mut sqlx::PgConnection, runs: &[NewRun]) -> Result<Vec<(Run, bool)>, sqlx::Error> {
-    // Postgres keeps microseconds: the run returned must read as it is stored.
-    let created_at = chrono::SubsecRound::trunc_subsecs(Utc::now(), 6);
-    let n = runs.len();
+    let created_at = insert_time();
+    let mut args = PgArguments::default();
+    new_run_args(&mut args, runs, created_at).map_err(sqlx::Error::Encode)?;
+    let keyed = runs.iter().any(NewRun::claims_a_key);
+    let inserted: Vec<String> =
+        sqlx::query_scalar_with(&INSERT_MANY_SQL[keyed as usize], args).fetch_all(&mut *conn).await?;
+    inserted_runs(conn, runs, inserted, created_at).await
+}
+
+/// The `created_at` of runs inserted now: Postgres keeps microseconds, and
+/// the run returned must read as it is stored.
+pub(super) fn insert_time() -> DateTime<Utc> {
+    chrono::SubsecRound::trunc_subsecs(Utc::now(), 6)
+}
+
+/// The parameters `$1..$32` of [`insert_many_in`]'s statement (and of
+/// [`insert_many_then`]'s).
+pub(super) fn new_run_args(
+    args: &mut PgArguments,
+    runs: &[NewRun],
+    created_at: DateTime<Utc>,
+) -> Result<(), sqlx::error::BoxDynError> {
     macro_rules! col {
         ($f:expr) => {
             runs.iter().map($f).collect::<Vec<_>>()
         };
     }
-    let keyed = runs.iter().any(NewRun::claims_a_key);
-    let inserted: Vec<String> = sqlx::query_scalar(&INSERT_MANY_SQL[keyed as usize])
-        .bind(col!(|r| r.id.as_str()))
-        .bind(col!(|r| r.project_id.as_str()))
-        .bind(col!(|r| r.job_id.as_str()))
-        .bind(col!(|r| r.job_version))
-        .bind(col!(|r| r.job_version_id.as_str()))
-        .bind(col!(|r| r.status))
-        .bind(col!(|r| r.priority))
-        .bind(col!(|r| r.triggered_by.as_str()))
-        .bind(col!(|r| r.created_by.as_deref()))
-        .bind(col!(|r| r.payload.as_ref().map(Json)))
-        .bind(col!(|r| r.idempotency_key.as_deref()))
-        .bind(col!(|r| r.concurrency_key.as_deref()))
-        .bind(col!(|r| r.batch_id.as_deref()))
-        .bind(col!(|r| r.parent_run_id.as_deref()))
-        .bind(col!(|r| r.lineage_depth))
-        .bind(col!(|r| r.debug_mode))
-        .bind(col!(|r| r.execution_mode.as_str()))
-        .bind(col!(|r| r.retry_backoff.as_deref()))
-        .bind(col!(|r| r.max_attempts_override))
-        .bind(col!(|r| r.retry_initial_delay_secs))
-        .bind(col!(|r| r.retry_max_delay_secs))
-        .bind(col!(|r| r.timeout_secs_override))
-        .bind(col!(|r| Json(&r.metadata)))
-        .bind(col!(|r| Json(&r.tags)))
-        .bind(col!(|r| r.scheduled_at))
-        .bind(col!(|r| r.expires_at))
-        .bind(col!(|r| r.payload_hash.as_deref()))
-        .bind(col!(|r| r.cron_tick))
-        .bind(col!(|r| r.awaiting_dependencies))
-        .bind(created_at)
-        .bind(col!(|r| r.workflow_step_run_id.as_deref()))
-        .bind(col!(|r| r.resource_class.as_deref()))
-        .fetch_all(&mut *conn)
-        .await?;
+    args.add(col!(|r| r.id.as_str()))?;
+    args.add(col!(|r| r.project_id.as_str()))?;
+    args.add(col!(|r| r.job_id.as_str()))?;
+    args.add(col!(|r| r.job_version))?;
+    args.add(col!(|r| r.job_version_id.as_str()))?;
+    args.add(col!(|r| r.status))?;
+    args.add(col!(|r| r.priority))?;
+    args.add(col!(|r| r.triggered_by.as_str()))?;
+    args.add(col!(|r| r.created_by.as_deref()))?;
+    args.add(col!(|r| r.payload.as_ref().map(Json)))?;
+    args.add(col!(|r| r.idempotency_key.as_deref()))?;
+    args.add(col!(|r| r.concurrency_key.as_deref()))?;
+    args.add(col!(|r| r.batch_id.as_deref()))?;
+    args.add(col!(|r| r.parent_run_id.as_deref()))?;
+    args.add(col!(|r| r.lineage_depth))?;
+    args.add(col!(|r| r.debug_mode))?;
+    args.add(col!(|r| r.execution_mode.as_str()))?;
+    args.add(col!(|r| r.retry_backoff.as_deref()))?;
+    args.add(col!(|r| r.max_attempts_override))?;
+    args.add(col!(|r| r.retry_initial_delay_secs))?;
+    args.add(col!(|r| r.retry_max_delay_secs))?;
+    args.add(col!(|r| r.timeout_secs_override))?;
+    args.add(col!(|r| Json(&r.metadata)))?;
+    args.add(col!(|r| Json(&r.tags)))?;
+    args.add(col!(|r| r.scheduled_at))?;
+    args.add(col!(|r| r.expires_at))?;
+    args.add(col!(|r| r.payload_hash.as_deref()))?;
+    args.add(col!(|r| r.cron_tick))?;
+    args.add(col!(|r| r.awaiting_dependencies))?;
+    args.add(created_at)?;
+    args.add(col!(|r| r.workflow_step_run_id.as_deref()))?;
+    args.add(col!(|r| r.resource_class.as_deref()))?;
+    Ok(())
+}
+
+/// The parameters [`new_run_args`] binds.
+pub(super) const NEW_RUN_PARAMS: usize = 32;
+
+/// [`insert_many_in`]'s statement for runs that claim no key, with more
+/// CTEs after its own (`more`, starting with a comma; its parameters
+/// numbered after [`NEW_RUN_PARAMS`]) and `select` as its answer: for a
+/// caller that writes other rows in the same round trip. `ins` holds the
+/// inserted runs' `id`s.
+pub(super) fn insert_many_then(more: &str, select: &str) -> String {
+    let sql = insert_many_sql(false);
+    let (ctes, _) = sql.rsplit_once("SELECT id FROM ins").expect("the insert ends with its answer");
+    format!("{ctes}{more}\n SELECT {select}")
+}
+
+/// `(run, created)` of each of `runs`, in input order, from the ids the
+/// insert returned. A run not among them claimed a key another run holds:
+/// [`insert_in`] returns that run.
+pub(super) async fn inserted_runs(
+    conn: &mut PgConnection,
+    runs: &[NewRun],
+    inserted: Vec<String>,
+    created_at: DateTime<Utc>,
+) -> Result<Vec<(Run, bool)>, sqlx::Error> {
     let inserted: std::collections::HashSet<String> = inserted.into_iter().collect();
-    let mut out = Vec::with_capacity(n);
+    let mut out = Vec::with_capacity(runs.len());
     for r in runs {
         if inserted.contains(&r.id) {
             crate::telemetry::transition(None, r.status.as_str());
