@@ -25,7 +25,8 @@ pub struct AppState {
     /// save every URL the service will send to (jobs, steps, subscriptions,
     /// log drains) as the senders judge it at connect.
     pub webhooks: Http,
-    /// Workflow versions' steps as the trigger's first pass reads them.
+    /// Workflow versions' steps, and the jobs of the steps it starts, as the
+    /// trigger's first pass reads them.
     pub versions: Arc<Versions>,
     /// The pool a workflow trigger and its first engine pass run on: the
     /// worker's plan settings (`db::worker_pool`), which the engine's
@@ -33,4 +34,13 @@ pub struct AppState {
     /// were new kept scanning `workflow_step_runs` whole (1.2 ms a read in
     /// the closed-loop benchmark).
     pub engine_pool: PgPool,
+}
+
+impl AppState {
+    /// A job changed or went through this process: the triggers' copy and
+    /// the engine's are dropped at once (other processes' within a second).
+    pub fn job_changed(&self, id: &str) {
+        self.jobs.forget(id);
+        self.versions.forget_job(id);
+    }
 }

@@ -66,26 +66,78 @@ pub struct Advanced {
     pub wake_at: Option<DateTime<Utc>>,
 }
 
-/// The steps of versions already read. A version never changes once
-/// saved, so an engine keeps them instead of reading and parsing the same
-/// document on every pass; at `CAP` versions it starts afresh.
+/// What an engine keeps between passes: the steps of workflow versions
+/// already read (a version never changes once saved, so they are kept
+/// until `CAP` versions, then it starts afresh), and the jobs its passes
+/// started steps of, for [`JOB_TTL`].
 #[derive(Default)]
-pub struct Versions(std::sync::Mutex<HashMap<String, Arc<Steps>>>);
+pub struct Versions {
+    steps: std::sync::Mutex<HashMap<String, Arc<Steps>>>,
+    jobs: std::sync::Mutex<HashMap<String, (std::time::Instant, Arc<jobs::JobRecord>)>>,
+}
+
+/// How long a pass starts job steps on a job as it read it. A job is read
+/// for every step a pass starts; a chain at 100 workflows/s read the same
+/// job 200 times a second, each read a round trip on the path from a
+/// step's end to the next step's dispatch. A change made through this
+/// process is seen at once ([`Versions::forget_job`]); other processes
+/// see it within this, as the api's triggers do (`api/src/job_cache.rs`).
+pub const JOB_TTL: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Versions {
     const CAP: usize = 1024;
 
     async fn get(&self, conn: &mut PgConnection, version_id: &str) -> Result<Arc<Steps>, sqlx::Error> {
-        if let Some(s) = self.0.lock().expect("versions").get(version_id) {
+        if let Some(s) = self.steps.lock().expect("versions").get(version_id) {
             return Ok(s.clone());
         }
         let steps = Arc::new(Steps::of(&workflow_runs::version_steps_in(conn, version_id).await?));
-        let mut map = self.0.lock().expect("versions");
+        let mut map = self.steps.lock().expect("versions");
         if map.len() >= Self::CAP {
             map.clear();
         }
         map.insert(version_id.to_string(), steps.clone());
         Ok(steps)
+    }
+
+    /// The live jobs among `ids`, each at most [`JOB_TTL`] old: those
+    /// read less than that ago as they were, the rest read now (one
+    /// statement). A job missing from the answer is deleted or unknown.
+    async fn jobs(&self, conn: &mut PgConnection, ids: &[String]) -> Result<Vec<Arc<jobs::JobRecord>>, sqlx::Error> {
+        let mut found = Vec::with_capacity(ids.len());
+        let mut missing = Vec::new();
+        {
+            let map = self.jobs.lock().expect("jobs");
+            for id in ids {
+                match map.get(id).filter(|(at, _)| at.elapsed() < JOB_TTL) {
+                    Some((_, job)) => found.push(Arc::clone(job)),
+                    None => missing.push(id.clone()),
+                }
+            }
+        }
+        if missing.is_empty() {
+            return Ok(found);
+        }
+        let read = jobs::get_many_in(conn, &missing).await?;
+        let now = std::time::Instant::now();
+        let mut map = self.jobs.lock().expect("jobs");
+        if map.len() >= Self::CAP {
+            map.clear();
+        }
+        for id in &missing {
+            map.remove(id);
+        }
+        for job in read {
+            let job = Arc::new(job);
+            map.insert(job.id.clone(), (now, Arc::clone(&job)));
+            found.push(job);
+        }
+        Ok(found)
+    }
+
+    /// Drops the kept copy of a job this process just changed or deleted.
+    pub fn forget_job(&self, id: &str) {
+        self.jobs.lock().expect("jobs").remove(id);
     }
 }
 
@@ -1134,12 +1186,14 @@ impl Pass<'_> {
             StepKind::Job { job_id, .. } => Some(job_id.clone()),
             _ => None,
         };
-        // Jobs read once per batch of passes: the runs of one workflow
-        // start the same few.
+        // Jobs read once per batch of passes (the runs of one workflow
+        // start the same few), and kept a second between batches
+        // (`Versions::jobs`).
         let missing: Vec<String> =
             starts.iter().filter_map(|(d, _)| job_of(d)).filter(|id| !self.jobs.contains_key(id)).collect();
         if !missing.is_empty() {
-            self.jobs.extend(jobs::get_many_in(tx, &missing).await?.into_iter().map(|j| (j.id.clone(), j)));
+            let read = self.versions.jobs(tx, &missing).await?;
+            self.jobs.extend(read.into_iter().map(|j| (j.id.clone(), (*j).clone())));
         }
         // Taken out while the starts borrow the pass (an error loses only the cache).
         let jobs = std::mem::take(&mut self.jobs);
