@@ -50,20 +50,30 @@ impl Scratch {
     /// prefix `<prefix_tag><id>`.
     pub async fn create(db_tag: &str, prefix_tag: &str) -> Scratch {
         let scratch = Scratch::named(db_tag, prefix_tag);
-        db::prepare(&scratch.database_url, PREPARE).await.expect("create and migrate the test database");
+        scratch.prepare().await;
         scratch
     }
 
-    /// The names, nothing created yet: for a test that prepares the
-    /// database itself (or lets a process under test do it).
+    /// The names, nothing created yet: for a test that settles its
+    /// configuration first ([`at`](Self::at), then [`prepare`](Self::prepare)).
     pub fn named(db_tag: &str, prefix_tag: &str) -> Scratch {
-        let db_name = ids::new_id(db_tag);
+        Scratch::at(&format!("{}/{}", pg_base(), ids::new_id(db_tag)), &redis_url(), &ids::new_id(prefix_tag))
+    }
+
+    /// The database at `database_url` and the keys of `redis_prefix` on
+    /// `redis_url`, as a test's configuration ended up naming them.
+    pub fn at(database_url: &str, redis_url: &str, redis_prefix: &str) -> Scratch {
         Scratch {
-            database_url: format!("{}/{db_name}", pg_base()),
-            db_name,
-            redis_prefix: ids::new_id(prefix_tag),
-            redis_url: redis_url(),
+            database_url: database_url.to_string(),
+            db_name: database_url.rsplit('/').next().unwrap_or_default().to_string(),
+            redis_prefix: redis_prefix.to_string(),
+            redis_url: redis_url.to_string(),
         }
+    }
+
+    /// Creates and migrates the database.
+    pub async fn prepare(&self) {
+        db::prepare(&self.database_url, PREPARE).await.expect("create and migrate the test database");
     }
 
     /// Drops the database (closing whatever is still connected) and unlinks

@@ -12,9 +12,7 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use serde::Serialize;
 use switchyard_shared::ids;
-use switchyard_shared::queue::{self, Entry, Queue};
-
-use switchyard_shared::queue::unlink_matching;
+use switchyard_shared::queue::{self, unlink_matching, Entry, Queue};
 
 const BATCH: usize = 64;
 const LEASE: Duration = Duration::from_secs(60);

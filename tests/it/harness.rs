@@ -63,16 +63,10 @@ impl TestEnv {
         config.database_max_connections = 10;
         config.shutdown_grace = Duration::from_secs(5);
         tweak(&mut config);
-        // The tweak may have moved the database or the prefix: remove what is used.
-        let scratch = Scratch {
-            database_url: config.database_url.clone(),
-            db_name: config.database_url.rsplit('/').next().unwrap_or_default().to_string(),
-            redis_prefix: config.redis_key_prefix.clone(),
-            redis_url: config.redis_url.clone(),
-        };
-        switchyard_shared::db::prepare(&config.database_url, Duration::from_secs(30))
-            .await
-            .expect("prepare test database");
+        // The tweak may have moved the database or the prefix: what the
+        // configuration names is what is made and removed.
+        let scratch = Scratch::at(&config.database_url, &config.redis_url, &config.redis_key_prefix);
+        scratch.prepare().await;
         let state = switchyard_api::state_from_config(config.clone()).expect("state");
         let pool = state.pool.clone();
         let queue = state.queue.clone();
