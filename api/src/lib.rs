@@ -4,8 +4,7 @@
 //!   groups, jobs, runs, bulk operations, run records, access control, the
 //!   SDK, stats, analytics and usage) and the helpers they share.
 //! - [`auth`]: credentials to a [`auth::Principal`], scopes, roles, policies.
-//! - [`intake`]: group-committed triggers; [`job_cache`]: jobs as triggers
-//!   read them, kept for a second.
+//! - [`intake`]: group-committed triggers.
 //! - [`audit`]: the audit trail of mutations.
 //! - [`rate_limit`]: per-client request limits, shared through Redis;
 //!   [`body_limit`]: the request body limit.
@@ -30,7 +29,6 @@ pub mod docs_page;
 pub mod document;
 pub mod error;
 pub mod intake;
-pub mod job_cache;
 pub mod openapi31;
 pub mod pagination;
 pub mod problem;
@@ -51,6 +49,8 @@ use poem::{EndpointExt, Route};
 use poem_openapi::OpenApiService;
 use switchyard_shared::outbound::Http;
 use switchyard_shared::shutdown::Shutdown;
+use switchyard_shared::store::job_cache::JobCache;
+use switchyard_shared::store::workflow_engine::Versions;
 use switchyard_shared::{db, queue, Config};
 
 pub use state::AppState;
@@ -165,11 +165,11 @@ pub fn state_from_config(config: Config) -> anyhow::Result<AppState> {
     let queue = queue::Queue::from_config(&config)?;
     let auth = Arc::new(auth::AuthState::from_config(&config)?);
     let intake = intake::Intake::spawn(pool.clone(), queue.clone());
-    let jobs = Arc::new(job_cache::JobCache::default());
+    let jobs = Arc::new(JobCache::default());
     let webhooks = Http::new(WEBHOOK_CONNECTIONS_PER_HOST, config.target_deny_private)
         .context("building the terminal-webhook client")?;
     let engine_pool = db::worker_pool(&config.database_url, (config.database_max_connections / 4).clamp(2, 8))?;
-    let versions: Arc<_> = Arc::default();
+    let versions = Arc::new(Versions::with_jobs(Arc::clone(&jobs)));
     let workflow_intake = intake::WorkflowIntake::spawn(engine_pool.clone(), queue.clone(), Arc::clone(&versions));
     Ok(AppState {
         pool,

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use sqlx::PgPool;
 use switchyard_shared::outbound::Http;
 use switchyard_shared::queue::Queue;
+use switchyard_shared::store::job_cache::JobCache;
 use switchyard_shared::store::workflow_engine::Versions;
 use switchyard_shared::Config;
 
@@ -19,14 +20,15 @@ pub struct AppState {
     pub intake: crate::intake::Intake,
     /// Group-committed workflow triggers, on `engine_pool`.
     pub workflow_intake: crate::intake::WorkflowIntake,
-    /// Jobs as the trigger paths read them.
-    pub jobs: Arc<crate::job_cache::JobCache>,
+    /// Jobs as the trigger paths and the engine's passes read them (one
+    /// cache: `versions` holds it too).
+    pub jobs: Arc<JobCache>,
     /// This server's address policy (`TARGET_DENY_PRIVATE`), judging at
     /// save every URL the service will send to (jobs, steps, subscriptions,
     /// log drains) as the senders judge it at connect.
     pub webhooks: Http,
-    /// Workflow versions' steps, and the jobs of the steps it starts, as the
-    /// trigger's first pass reads them.
+    /// Workflow versions' steps, and the jobs of the steps it starts
+    /// (`jobs`), as the trigger's first pass reads them.
     pub versions: Arc<Versions>,
     /// The pool a workflow trigger and its first engine pass run on: the
     /// worker's plan settings (`db::worker_pool`), which the engine's
@@ -34,13 +36,4 @@ pub struct AppState {
     /// were new kept scanning `workflow_step_runs` whole (1.2 ms a read in
     /// the closed-loop benchmark).
     pub engine_pool: PgPool,
-}
-
-impl AppState {
-    /// A job changed or went through this process: the triggers' copy and
-    /// the engine's are dropped at once (other processes' within a second).
-    pub fn job_changed(&self, id: &str) {
-        self.jobs.forget(id);
-        self.versions.forget_job(id);
-    }
 }

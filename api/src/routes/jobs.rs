@@ -447,7 +447,7 @@ impl JobsApi {
         audit::record(&mut *tx, &auth.0, Change::new(&rec.project_id, "job.updated", ("job", &rec.id), details))
             .await?;
         tx.commit().await?;
-        state.job_changed(&cur.id);
+        state.jobs.forget(&cur.id);
         sync_limits(&state, &rec.id, &rec.project_id, &s, rec.paused).await;
         wake_cron(&state, &s, rec.enabled && !rec.paused);
         if s.timeout_secs != cur.spec.0.timeout_secs {
@@ -487,7 +487,7 @@ impl JobsApi {
             .await?;
         tx.commit().await?;
         let cancelled = cancelled.committed();
-        state.job_changed(&cur.id);
+        state.jobs.forget(&cur.id);
         transitions::drop_entries(&state.queue, &cancelled).await;
         let _ = state.queue.set_limits(&cur.project_id, &cur.id, None).await;
         Ok(Deleted::NoContent)
@@ -556,7 +556,7 @@ async fn set_job_paused(state: &AppState, auth: &Auth, job_id: &str, paused: boo
         audit::record(&mut *tx, &auth.0, Change::new(&rec.project_id, action, ("job", &rec.id), Value::Null)).await?;
     }
     tx.commit().await?;
-    state.job_changed(&rec.id);
+    state.jobs.forget(&rec.id);
     sync_limits(state, &rec.id, &rec.project_id, &rec.spec.0, rec.paused).await;
     wake_cron(state, &rec.spec.0, rec.enabled && !rec.paused);
     Ok(Json(job_view(rec)))

@@ -286,7 +286,7 @@ pub async fn load_job(state: &AppState, auth: &Auth, id: &str) -> ApiResult<JobR
     admit_job(state, auth, id, job).await
 }
 
-/// [`load_job`] through the trigger paths' job cache (`job_cache`: a
+/// [`load_job`] through the trigger paths' job cache (`store::job_cache`: a
 /// change made elsewhere reaches it within a second).
 pub async fn load_for_trigger(state: &AppState, auth: &Auth, id: &str) -> ApiResult<Arc<JobRecord>> {
     check_id("job", id)?;

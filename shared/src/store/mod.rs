@@ -8,7 +8,8 @@
 //!   (queue counts for operators);
 //! - what a run reported: [`run_records`] (logs, checkpoints, outputs,
 //!   usage, tool calls, state); bulk trigger batches: [`batches`];
-//! - job definitions and their versions: [`jobs`], [`job_groups`];
+//! - job definitions and their versions: [`jobs`], [`job_groups`], and
+//!   [`job_cache`] (jobs as triggers and engine passes read them);
 //!   workflow definitions, their versions and policies: [`workflows`];
 //!   inbound events and the sources that trigger runs from them: [`events`];
 //! - workflow runs: [`workflow_runs`] (the rows, the reads, the moves people
@@ -48,6 +49,7 @@ pub mod environments;
 pub mod events;
 pub mod flow;
 pub mod group;
+pub mod job_cache;
 pub mod job_groups;
 pub mod jobs;
 pub mod log_drains;

@@ -345,14 +345,14 @@ pub(super) fn new_run_args(
 pub(super) const NEW_RUN_PARAMS: usize = 32;
 
 /// [`insert_many_in`]'s statement for runs that claim no key, with more
-/// CTEs after its own (`more`, starting with a comma; its parameters
-/// numbered after [`NEW_RUN_PARAMS`]) and `select` as its answer: for a
+/// CTEs after its own (`more`, its parameters numbered after
+/// [`NEW_RUN_PARAMS`]) and `select` as its answer: for a
 /// caller that writes other rows in the same round trip. `ins` holds the
 /// inserted runs' `id`s.
 pub(super) fn insert_many_then(more: &str, select: &str) -> String {
     let sql = insert_many_sql(false);
     let (ctes, _) = sql.rsplit_once("SELECT id FROM ins").expect("the insert ends with its answer");
-    format!("{ctes}{more}\n SELECT {select}")
+    format!("{ctes}, {more}\n SELECT {select}")
 }
 
 /// `(run, created)` of each of `runs`, in input order, from the ids the

@@ -28,6 +28,7 @@ use sqlx::postgres::PgArguments;
 use sqlx::types::Json;
 use sqlx::{Arguments, PgConnection, PgPool};
 
+use super::job_cache::JobCache;
 use super::runs::{self, NewRun, Run};
 use super::transitions::{self, Changed, Staged};
 use super::workflow_runs::{
@@ -69,20 +70,12 @@ pub struct Advanced {
 /// What an engine keeps between passes: the steps of workflow versions
 /// already read (a version never changes once saved, so they are kept
 /// until `CAP` versions, then it starts afresh), and the jobs its passes
-/// started steps of, for [`JOB_TTL`].
+/// start steps of, for at most a second ([`JobCache`]).
 #[derive(Default)]
 pub struct Versions {
     steps: std::sync::Mutex<HashMap<String, Arc<Steps>>>,
-    jobs: std::sync::Mutex<HashMap<String, (std::time::Instant, Arc<jobs::JobRecord>)>>,
+    jobs: Arc<JobCache>,
 }
-
-/// How long a pass starts job steps on a job as it read it. A job is read
-/// for every step a pass starts; a chain at 100 workflows/s read the same
-/// job 200 times a second, each read a round trip on the path from a
-/// step's end to the next step's dispatch. A change made through this
-/// process is seen at once ([`Versions::forget_job`]); other processes
-/// see it within this, as the api's triggers do (`api/src/job_cache.rs`).
-pub const JOB_TTL: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Versions {
     const CAP: usize = 1024;
@@ -100,44 +93,10 @@ impl Versions {
         Ok(steps)
     }
 
-    /// The live jobs among `ids`, each at most [`JOB_TTL`] old: those
-    /// read less than that ago as they were, the rest read now (one
-    /// statement). A job missing from the answer is deleted or unknown.
-    async fn jobs(&self, conn: &mut PgConnection, ids: &[String]) -> Result<Vec<Arc<jobs::JobRecord>>, sqlx::Error> {
-        let mut found = Vec::with_capacity(ids.len());
-        let mut missing = Vec::new();
-        {
-            let map = self.jobs.lock().expect("jobs");
-            for id in ids {
-                match map.get(id).filter(|(at, _)| at.elapsed() < JOB_TTL) {
-                    Some((_, job)) => found.push(Arc::clone(job)),
-                    None => missing.push(id.clone()),
-                }
-            }
-        }
-        if missing.is_empty() {
-            return Ok(found);
-        }
-        let read = jobs::get_many_in(conn, &missing).await?;
-        let now = std::time::Instant::now();
-        let mut map = self.jobs.lock().expect("jobs");
-        if map.len() >= Self::CAP {
-            map.clear();
-        }
-        for id in &missing {
-            map.remove(id);
-        }
-        for job in read {
-            let job = Arc::new(job);
-            map.insert(job.id.clone(), (now, Arc::clone(&job)));
-            found.push(job);
-        }
-        Ok(found)
-    }
-
-    /// Drops the kept copy of a job this process just changed or deleted.
-    pub fn forget_job(&self, id: &str) {
-        self.jobs.lock().expect("jobs").remove(id);
+    /// An engine whose passes read jobs through `jobs`: the api's, shared
+    /// with its triggers, so that a change it makes applies to both at once.
+    pub fn with_jobs(jobs: Arc<JobCache>) -> Versions {
+        Versions { steps: Default::default(), jobs }
     }
 }
 
@@ -221,11 +180,7 @@ async fn write_passes(conn: &mut PgConnection, passes: &[PassWrite]) -> Result<(
     }
     let mut args = PgArguments::default();
     pass_args(&mut args, passes).map_err(sqlx::Error::Encode)?;
-    let sql = format!(
-        "WITH {} SELECT {}",
-        pass_ctes(0).trim_start_matches([',', ' ', '\n']),
-        super::deliveries::stage_changes("steps")
-    );
+    let sql = format!("WITH {} SELECT {}", pass_ctes(0), super::deliveries::stage_changes("steps"));
     let stages = sqlx::query_scalar_with(&sql, args).fetch_one(&mut *conn).await?;
     super::deliveries::step_stages(conn, stages).await
 }
@@ -254,12 +209,12 @@ async fn insert_and_write_passes(
     Ok(runs)
 }
 
-/// [`write_passes`]' CTEs (`steps`, `decisions`, `woke`), each after a
-/// comma, their parameters numbered from `after + 1`.
+/// [`write_passes`]' CTEs (`steps`, `decisions`, `woke`), their
+/// parameters numbered from `after + 1`.
 fn pass_ctes(after: usize) -> String {
     shift_params(
         &format!(
-            ", steps AS (
+            "steps AS (
             UPDATE workflow_step_runs s SET status = t.status, output = t.output, error = t.error,
                 job_run_id = t.job_run_id, child_workflow_run_id = t.child_id, wake_at = t.wake_at,
                 attempt = s.attempt + CASE WHEN t.start THEN 1 ELSE 0 END,
@@ -597,7 +552,7 @@ async fn advance_locked(
     }
     let mut done: HashMap<String, Pending> = HashMap::with_capacity(locked.len());
     let mut deferred: Vec<(PassWrite, Vec<NewRun>)> = Vec::new();
-    let mut jobs: HashMap<String, jobs::JobRecord> = HashMap::new();
+    let mut jobs: HashMap<String, Arc<jobs::JobRecord>> = HashMap::new();
     let mut ends: Vec<(WorkflowRun, Decided)> = Vec::new();
     for l in locked {
         let (idle, live) = (l.idle(now, force), l.live());
@@ -882,7 +837,7 @@ struct Pass<'v> {
     /// ([`end_settled_runs`] writes the batch's together).
     deferred_end: Option<Decided>,
     /// The jobs read so far in this batch, by id.
-    jobs: HashMap<String, jobs::JobRecord>,
+    jobs: HashMap<String, Arc<jobs::JobRecord>>,
 }
 
 impl Pass<'_> {
@@ -1188,12 +1143,12 @@ impl Pass<'_> {
         };
         // Jobs read once per batch of passes (the runs of one workflow
         // start the same few), and kept a second between batches
-        // (`Versions::jobs`).
+        // (`JobCache`).
         let missing: Vec<String> =
             starts.iter().filter_map(|(d, _)| job_of(d)).filter(|id| !self.jobs.contains_key(id)).collect();
         if !missing.is_empty() {
-            let read = self.versions.jobs(tx, &missing).await?;
-            self.jobs.extend(read.into_iter().map(|j| (j.id.clone(), (*j).clone())));
+            let read = self.versions.jobs.get_many_in(tx, &missing).await?;
+            self.jobs.extend(read.into_iter().map(|j| (j.id.clone(), j)));
         }
         // Taken out while the starts borrow the pass (an error loses only the cache).
         let jobs = std::mem::take(&mut self.jobs);
@@ -1204,7 +1159,7 @@ impl Pass<'_> {
         };
         let mut new_runs = Vec::new();
         for (def, row) in starts {
-            let facts = Facts { job: job_of(def).and_then(|id| jobs.get(&id)), cost_microusd: cost };
+            let facts = Facts { job: job_of(def).and_then(|id| jobs.get(&id)).map(|j| &**j), cost_microusd: cost };
             let started = step_start(def, &view(row), &run_view(&self.run), &facts, self.now);
             let mut w = started.write;
             new_runs.extend(started.job_run);
