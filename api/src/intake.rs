@@ -90,7 +90,7 @@ async fn write(pool: &PgPool, queue: &Queue, items: Vec<Item>) -> Result<Vec<Wri
 /// a group stays well under the plain triggers' size.
 const WORKFLOW_BATCH: usize = 32;
 
-type WorkflowItem = (WorkflowRecord, NewWorkflowRun);
+type WorkflowItem = (Arc<WorkflowRecord>, NewWorkflowRun);
 type WorkflowWritten = Result<(WorkflowRun, Vec<StepRun>), sqlx::Error>;
 
 /// Group-committed workflow triggers (see the module's comment).
@@ -120,7 +120,7 @@ impl WorkflowIntake {
         pool: &PgPool,
         queue: &Queue,
         versions: &Versions,
-        wf: WorkflowRecord,
+        wf: Arc<WorkflowRecord>,
         new: NewWorkflowRun,
     ) -> Result<(Triggered, Option<Vec<StepRun>>), sqlx::Error> {
         if !workflow_runs::batchable(&wf, &new) {
@@ -137,7 +137,7 @@ async fn write_workflows(
     versions: &Versions,
     items: Vec<WorkflowItem>,
 ) -> Result<Vec<WorkflowWritten>, sqlx::Error> {
-    let refs: Vec<(&WorkflowRecord, &NewWorkflowRun)> = items.iter().map(|(wf, new)| (wf, new)).collect();
+    let refs: Vec<(&WorkflowRecord, &NewWorkflowRun)> = items.iter().map(|(wf, new)| (&**wf, new)).collect();
     let group = workflow_moves::trigger_many(pool, queue, versions, &refs).await;
     let refs = &refs;
     each_alone(refs.len(), group, |i| async move {

@@ -49,7 +49,7 @@ use poem::{EndpointExt, Route};
 use poem_openapi::OpenApiService;
 use switchyard_shared::outbound::Http;
 use switchyard_shared::shutdown::Shutdown;
-use switchyard_shared::store::job_cache::JobCache;
+use switchyard_shared::store::recent::{JobCache, WorkflowCache};
 use switchyard_shared::store::workflow_engine::Versions;
 use switchyard_shared::{db, queue, Config};
 
@@ -179,6 +179,7 @@ pub fn state_from_config(config: Config) -> anyhow::Result<AppState> {
         intake,
         workflow_intake,
         jobs,
+        workflows: Arc::new(WorkflowCache::default()),
         webhooks,
         versions,
         engine_pool,

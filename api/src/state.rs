@@ -5,7 +5,7 @@ use std::sync::Arc;
 use sqlx::PgPool;
 use switchyard_shared::outbound::Http;
 use switchyard_shared::queue::Queue;
-use switchyard_shared::store::job_cache::JobCache;
+use switchyard_shared::store::recent::{JobCache, WorkflowCache};
 use switchyard_shared::store::workflow_engine::Versions;
 use switchyard_shared::Config;
 
@@ -23,6 +23,8 @@ pub struct AppState {
     /// Jobs as the trigger paths and the engine's passes read them (one
     /// cache: `versions` holds it too).
     pub jobs: Arc<JobCache>,
+    /// Workflows as their triggers read them (`store::recent`).
+    pub workflows: Arc<WorkflowCache>,
     /// This server's address policy (`TARGET_DENY_PRIVATE`), judging at
     /// save every URL the service will send to (jobs, steps, subscriptions,
     /// log drains) as the senders judge it at connect.

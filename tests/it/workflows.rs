@@ -498,3 +498,30 @@ async fn a_value_that_cannot_be_stored_is_located_at_that_value() {
     let (_, list) = env.get(&format!("/v1/workflows?project_id={project}")).await;
     assert_eq!(list["data"].as_array().map(Vec::len), Some(0), "nothing was saved: {list}");
 }
+
+/// Triggers read workflows through a cache (`store::recent`); a change made
+/// through the same api applies to the very next trigger.
+#[tokio::test]
+async fn a_trigger_right_after_a_change_sees_the_change() {
+    let env = TestEnv::start().await;
+    let project = env.project().await;
+    let w = create(&env, &project, "naps", json!([{"step_ref": "nap", "sleep_duration_secs": 3600}])).await;
+    let path = format!("/v1/workflows/{}", w["id"].as_str().unwrap());
+    let trigger = format!("{path}/trigger");
+    let (s, run) = env.post(&trigger, json!({})).await;
+    assert_eq!(s, 201, "{run}");
+
+    let (s, off) = env.patch(&path, json!({"enabled": false})).await;
+    assert_eq!(s, 200, "{off}");
+    assert_problem(409, env.post(&trigger, json!({})).await, 409);
+
+    let (s, on) = env.patch(&path, json!({"enabled": true})).await;
+    assert_eq!(s, 200, "{on}");
+    let (s, run) = env.post(&trigger, json!({})).await;
+    assert_eq!(s, 201, "{run}");
+    assert_eq!(run["version_id"], on["version_id"], "the version the change made");
+
+    let (s, _) = env.delete(&path).await;
+    assert_eq!(s, 204);
+    assert_problem(404, env.post(&trigger, json!({})).await, 404);
+}

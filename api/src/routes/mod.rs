@@ -286,7 +286,7 @@ pub async fn load_job(state: &AppState, auth: &Auth, id: &str) -> ApiResult<JobR
     admit_job(state, auth, id, job).await
 }
 
-/// [`load_job`] through the trigger paths' job cache (`store::job_cache`: a
+/// [`load_job`] through the trigger paths' job cache (`store::recent`: a
 /// change made elsewhere reaches it within a second).
 pub async fn load_for_trigger(state: &AppState, auth: &Auth, id: &str) -> ApiResult<Arc<JobRecord>> {
     check_id("job", id)?;
@@ -379,6 +379,19 @@ pub async fn load_workflow_as(state: &AppState, auth: &Auth, id: &str, action: &
     let r = Resource { kind: "workflow", id: Some(&w.id), tags: &w.tags.0 };
     policy::authorize(state, &auth.0, &w.project_id, action, r).await?;
     Ok(w)
+}
+
+/// [`load_workflow`] through the trigger paths' workflow cache
+/// (`store::recent`: a change made elsewhere reaches it within a second).
+pub async fn load_workflow_for_trigger(state: &AppState, auth: &Auth, id: &str) -> ApiResult<Arc<WorkflowRecord>> {
+    check_id("workflow", id)?;
+    match state.workflows.get(&state.pool, id).await? {
+        Some(w) if visible(&auth.0, &w.project_id) => {
+            admit_workflow(state, auth, &w).await?;
+            Ok(w)
+        }
+        _ => Err(ApiError::not_found("workflow", id)),
+    }
 }
 
 /// The workflow if it exists and the caller may see it (404 otherwise).

@@ -22,7 +22,7 @@ use switchyard_shared::store::workflow_runs::{
 };
 use switchyard_shared::store::{self, Tenant};
 
-use super::{check_id, load_workflow, project_of, tenant, Tag};
+use super::{check_id, load_workflow, load_workflow_for_trigger, project_of, tenant, Tag};
 use crate::audit::{self, Change};
 use crate::auth::{Auth, Principal};
 use crate::error::{ApiError, ApiResult};
@@ -419,7 +419,7 @@ impl WorkflowRunsApi {
         workflow_id: Path<String>,
         body: JsonBody<TriggerWorkflowRequest>,
     ) -> ApiResult<TriggeredRun> {
-        let wf = load_workflow(&state, &auth, &workflow_id).await?;
+        let wf = load_workflow_for_trigger(&state, &auth, &workflow_id).await?;
         if !wf.enabled {
             return Err(ApiError::conflict("the workflow is disabled; enable it to trigger runs"));
         }

@@ -793,6 +793,7 @@ impl WorkflowsApi {
             .await?;
         }
         tx.commit().await?;
+        state.workflows.forget(&rec.id);
         // The first tick of a new or changed schedule must not wait for
         // the cron loop's longest sleep.
         if rec.enabled && rec.cron.is_some() {
@@ -826,6 +827,7 @@ impl WorkflowsApi {
         )
         .await?;
         tx.commit().await?;
+        state.workflows.forget(&cur.id);
         Ok(Deleted::NoContent)
     }
 

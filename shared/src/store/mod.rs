@@ -8,9 +8,10 @@
 //!   (queue counts for operators);
 //! - what a run reported: [`run_records`] (logs, checkpoints, outputs,
 //!   usage, tool calls, state); bulk trigger batches: [`batches`];
-//! - job definitions and their versions: [`jobs`], [`job_groups`], and
-//!   [`job_cache`] (jobs as triggers and engine passes read them);
-//!   workflow definitions, their versions and policies: [`workflows`];
+//! - job definitions and their versions: [`jobs`], [`job_groups`];
+//!   workflow definitions, their versions and policies: [`workflows`]; both
+//!   as triggers and engine passes read them, at most a second old:
+//!   [`recent`];
 //!   inbound events and the sources that trigger runs from them: [`events`];
 //! - workflow runs: [`workflow_runs`] (the rows, the reads, the moves people
 //!   ask for), [`workflow_engine`] (the engine's advance of a run);
@@ -49,13 +50,13 @@ pub mod environments;
 pub mod events;
 pub mod flow;
 pub mod group;
-pub mod job_cache;
 pub mod job_groups;
 pub mod jobs;
 pub mod log_drains;
 pub mod members;
 pub mod policies;
 pub mod projects;
+pub mod recent;
 pub mod retention;
 pub mod roles;
 pub mod run_records;

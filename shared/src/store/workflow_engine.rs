@@ -28,7 +28,7 @@ use sqlx::postgres::PgArguments;
 use sqlx::types::Json;
 use sqlx::{Arguments, PgConnection, PgPool};
 
-use super::job_cache::JobCache;
+use super::recent::JobCache;
 use super::runs::{self, NewRun, Run};
 use super::transitions::{self, Changed, Staged};
 use super::workflow_runs::{
