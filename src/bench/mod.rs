@@ -285,10 +285,15 @@ async fn phases(sys: &System, opts: &Opts) -> anyhow::Result<Report> {
         );
         let (j, plain_job) = (job("workflows".into()).await?, job("workflows-plain".into()).await?);
         let f = &mut report.failures;
+        // Each part's latency on a settled disk, as before each rate of (b):
+        // what came before (the plain runs, or another phase) leaves writeback.
+        sys.settle_disk(Duration::from_secs(3)).await?;
         let plain = workflows::plain_at_chain_rate(sys, &meter, &plain_job, opts).await;
+        sys.settle_disk(Duration::from_secs(3)).await?;
+        let chain = workflows::chain(sys, &meter, project, &j, opts).await;
         let mut w = workflows::Workflows {
             plain: keep(f, "(w) plain runs at the chain's rate", plain),
-            chain: keep(f, "(w) chain", workflows::chain(sys, &meter, project, &j, opts).await),
+            chain: keep(f, "(w) chain", chain),
             ..Default::default()
         };
         if opts.wf_fan_runs > 0 {
