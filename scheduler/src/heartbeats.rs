@@ -27,10 +27,11 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
+use switchyard_shared::domain::retry::AttemptEnd;
 use switchyard_shared::domain::RunStatus;
 use switchyard_shared::queue::Queue;
 use switchyard_shared::shutdown::Shutdown;
-use switchyard_shared::store::settle::{self, Ending, HEARTBEAT_TIMEOUT};
+use switchyard_shared::store::settle::{self, HEARTBEAT_TIMEOUT};
 use switchyard_shared::store::{jobs, runs};
 
 use crate::alarm::Alarm;
@@ -120,19 +121,21 @@ impl HeartbeatSweeper {
             let (spec, ending) = match spec {
                 Some(spec) => {
                     let secs = settle::attempt_timeout(&spec, &run).as_secs();
-                    let ending = Ending::Failed {
+                    let ending = AttemptEnd::Failed {
+                        class: HEARTBEAT_TIMEOUT.to_string(),
                         error: format!("no heartbeat from the target for {secs}s (the attempt timeout)"),
-                        error_class: HEARTBEAT_TIMEOUT.into(),
                         retryable: true,
+                        retry_after: None,
                         timed_out: true,
                     };
                     (spec, ending)
                 }
                 None => {
-                    let ending = Ending::Failed {
+                    let ending = AttemptEnd::Failed {
+                        class: "job_missing".to_string(),
                         error: format!("job {} (version {}) no longer exists", run.job_id, run.job_version_id),
-                        error_class: "job_missing".into(),
                         retryable: false,
+                        retry_after: None,
                         timed_out: false,
                     };
                     (switchyard_shared::domain::JobSpec::default(), ending)

@@ -1,6 +1,7 @@
 //! What one dispatch attempt means for the run (docs/contract.md, "Dispatch
 //! protocol"). Pure: the HTTP side ([`crate::dispatch`]) says what happened,
-//! this module says what the run becomes.
+//! this module classifies it, and the retry decision every ending goes
+//! through (`domain::retry::decide`) says what the run becomes.
 //!
 //! ```text
 //!  2xx ─────────────────────────────► completed (result = body)
@@ -16,7 +17,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use switchyard_shared::domain::result::{scrub, scrub_str};
-use switchyard_shared::domain::{ExecutionMode, RetryPolicy, RunStatus};
+use switchyard_shared::domain::retry::{self, AttemptEnd, RunAfter};
+use switchyard_shared::domain::{ExecutionMode, RetryPolicy};
 
 /// The `error_class` recorded on a run that did not complete.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -168,57 +170,24 @@ pub enum Decision {
     Record(Recorded),
 }
 
-#[derive(Clone, Debug, PartialEq)]
-pub struct Recorded {
-    pub status: RunStatus,
-    pub result: Option<Value>,
-    pub error: Option<String>,
-    pub error_class: Option<ErrorClass>,
-    pub next_retry_at: Option<DateTime<Utc>>,
-}
+/// The run after an attempt, its error class the worker's.
+pub type Recorded = RunAfter<ErrorClass>;
 
-/// Applies the retry policy to attempt `attempt`'s verdict. `jitter` is a
-/// uniform sample in [0, 1] for exponential backoff, injected for tests.
+/// Applies the retry policy to attempt `attempt`'s verdict
+/// (`domain::retry::decide`). `jitter` is a uniform sample in [0, 1] for
+/// exponential backoff, injected for tests.
 pub fn decide(verdict: Verdict, attempt: u32, policy: &RetryPolicy, now: DateTime<Utc>, jitter: f64) -> Decision {
-    let rec = match verdict {
+    let end = match verdict {
         Verdict::StaysRunning => return Decision::StaysRunning,
-        Verdict::Completed { result } => Recorded {
-            status: RunStatus::Completed,
-            result: Some(result),
-            error: None,
-            error_class: None,
-            next_retry_at: None,
-        },
-        Verdict::Permanent { class, error } => Recorded {
-            status: RunStatus::Failed,
-            result: None,
-            error: Some(error),
-            error_class: Some(class),
-            next_retry_at: None,
-        },
+        Verdict::Completed { result } => AttemptEnd::Completed { result },
+        Verdict::Permanent { class, error } => {
+            AttemptEnd::Failed { class, error, retryable: false, retry_after: None, timed_out: false }
+        }
         Verdict::Retryable { class, error, retry_after, timed_out } => {
-            if policy.may_retry(attempt) {
-                let delay = policy.delay_after(attempt, retry_after, jitter);
-                let delay = chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::MAX);
-                Recorded {
-                    status: RunStatus::Retrying,
-                    result: None,
-                    error: Some(error),
-                    error_class: Some(class),
-                    next_retry_at: Some(now.checked_add_signed(delay).unwrap_or(DateTime::<Utc>::MAX_UTC)),
-                }
-            } else {
-                Recorded {
-                    status: if timed_out { RunStatus::TimedOut } else { RunStatus::Failed },
-                    result: None,
-                    error: Some(error),
-                    error_class: Some(class),
-                    next_retry_at: None,
-                }
-            }
+            AttemptEnd::Failed { class, error, retryable: true, retry_after, timed_out }
         }
     };
-    Decision::Record(rec)
+    Decision::Record(retry::decide(end, attempt, policy, now, jitter))
 }
 
 #[cfg(test)]
@@ -226,7 +195,7 @@ mod tests {
     use super::*;
     use chrono::TimeZone;
     use serde_json::json;
-    use switchyard_shared::domain::RetryStrategy;
+    use switchyard_shared::domain::{RetryStrategy, RunStatus};
 
     fn policy(max_attempts: u32) -> RetryPolicy {
         RetryPolicy {

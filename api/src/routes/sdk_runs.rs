@@ -26,13 +26,14 @@ use poem_openapi::payload::Json;
 use poem_openapi::{Object, OpenApi};
 use serde_json::Value;
 use switchyard_shared::domain::result::{scrub, scrub_str, MAX_RESULT_BYTES};
+use switchyard_shared::domain::retry::AttemptEnd;
 use switchyard_shared::domain::run_record::{
     self as rec_rules, check_amount, check_text, check_value_size, is_valid_state_key, json_len, LOG_LEVELS,
     MAX_OUTPUT_BYTES_PER_RUN, MAX_STATE_BYTES_PER_RUN,
 };
 use switchyard_shared::domain::{FieldErrors, JobSpec, RunStatus};
 use switchyard_shared::store::run_records::{self as rec, Kind, NewLogLine, NewToolCall, NewUsage};
-use switchyard_shared::store::settle::{self, Ending};
+use switchyard_shared::store::settle;
 use switchyard_shared::store::{self, Run};
 
 use super::{sdk_run, sdk_run_for_write, Created, Done, Tag};
@@ -534,7 +535,7 @@ impl SdkRunsApi {
         }
         let attempt = caller_attempt(&auth, &run);
         require_running(&run, attempt)?;
-        finish(&state, &run, Ending::Completed { result }).await
+        finish(&state, &run, AttemptEnd::Completed { result }).await
     }
 
     /// Finish the attempt as failed. With `retryable: true` the job's retry
@@ -561,10 +562,11 @@ impl SdkRunsApi {
         errors.finish()?;
         let attempt = caller_attempt(&auth, &run);
         require_running(&run, attempt)?;
-        let ending = Ending::Failed {
+        let ending = AttemptEnd::Failed {
+            class: b.error_class.unwrap_or_else(|| "target_failed".into()),
             error: scrub_str(b.error),
-            error_class: b.error_class.unwrap_or_else(|| "target_failed".into()),
             retryable: b.retryable.unwrap_or(false),
+            retry_after: None,
             timed_out: false,
         };
         finish(&state, &run, ending).await
@@ -573,7 +575,7 @@ impl SdkRunsApi {
 
 /// Records the ending through the same rules as the worker and the
 /// heartbeat sweep (`store::settle`), then sends the terminal webhook.
-async fn finish(state: &AppState, run: &Run, ending: Ending) -> ApiResult<Json<JobRun>> {
+async fn finish(state: &AppState, run: &Run, ending: AttemptEnd<String>) -> ApiResult<Json<JobRun>> {
     let spec = store::jobs::spec_for_run(&state.pool, &run.job_id, &run.job_version_id).await?;
     let spec = spec.unwrap_or_else(|| {
         // The job is gone: no retry policy to apply, the ending stands.

@@ -11,9 +11,17 @@
 //!
 //! Every delay is capped at the max delay. A target's `Retry-After` (on 429
 //! or 503) overrides the computed delay, still capped.
+//!
+//! [`decide`] is what an attempt's end makes of its run, wherever the end
+//! is learnt: the worker's dispatch, or the SDK's complete and fail calls.
 
 use std::str::FromStr;
 use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+use super::RunStatus;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum RetryStrategy {
@@ -88,6 +96,69 @@ impl RetryPolicy {
     }
 }
 
+/// How an attempt ended. `C` is the caller's error class: the worker's
+/// classification of a response, or the text an SDK call gave.
+#[derive(Clone, Debug, PartialEq)]
+pub enum AttemptEnd<C> {
+    Completed {
+        result: Value,
+    },
+    Failed {
+        class: C,
+        error: String,
+        /// Whether another attempt may help; the policy still decides.
+        retryable: bool,
+        /// The target's `Retry-After`, which replaces the policy's delay.
+        retry_after: Option<Duration>,
+        /// An exhausted run becomes `timed_out` rather than `failed`.
+        timed_out: bool,
+    },
+}
+
+/// What the run becomes after an attempt.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunAfter<C> {
+    pub status: RunStatus,
+    pub result: Option<Value>,
+    pub error: Option<String>,
+    pub error_class: Option<C>,
+    pub next_retry_at: Option<DateTime<Utc>>,
+}
+
+/// The retry decision: what `end` of attempt `attempt` (from 1) makes of
+/// the run under `policy`. Pure; `jitter` is a uniform sample in [0, 1] for
+/// exponential backoff.
+pub fn decide<C>(
+    end: AttemptEnd<C>,
+    attempt: u32,
+    policy: &RetryPolicy,
+    now: DateTime<Utc>,
+    jitter: f64,
+) -> RunAfter<C> {
+    match end {
+        AttemptEnd::Completed { result } => RunAfter {
+            status: RunStatus::Completed,
+            result: Some(result),
+            error: None,
+            error_class: None,
+            next_retry_at: None,
+        },
+        AttemptEnd::Failed { class, error, retryable, retry_after, timed_out } => {
+            let next_retry_at = (retryable && policy.may_retry(attempt)).then(|| {
+                let delay = chrono::Duration::from_std(policy.delay_after(attempt, retry_after, jitter))
+                    .unwrap_or(chrono::Duration::MAX);
+                now.checked_add_signed(delay).unwrap_or(DateTime::<Utc>::MAX_UTC)
+            });
+            let status = match next_retry_at {
+                Some(_) => RunStatus::Retrying,
+                None if timed_out => RunStatus::TimedOut,
+                None => RunStatus::Failed,
+            };
+            RunAfter { status, result: None, error: Some(error), error_class: Some(class), next_retry_at }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -131,5 +202,46 @@ mod tests {
         assert!(p.may_retry(4));
         assert!(!p.may_retry(5));
         assert!(!policy(RetryStrategy::None).may_retry(1));
+    }
+
+    #[test]
+    fn an_attempts_end_makes_the_run() {
+        let now = DateTime::<Utc>::UNIX_EPOCH;
+        let at = |secs| Some(now + chrono::Duration::seconds(secs));
+        let failed = |retryable, retry_after: Option<u64>, timed_out| AttemptEnd::Failed {
+            class: "c",
+            error: "e".to_string(),
+            retryable,
+            retry_after: retry_after.map(Duration::from_secs),
+            timed_out,
+        };
+        // (end, attempt, strategy, status, next_retry_at)
+        let table = [
+            (failed(true, None, false), 1, RetryStrategy::Fixed, RunStatus::Retrying, at(2)),
+            (failed(true, Some(9), false), 1, RetryStrategy::Fixed, RunStatus::Retrying, at(9)),
+            (failed(true, None, false), 5, RetryStrategy::Fixed, RunStatus::Failed, None),
+            (failed(true, None, true), 5, RetryStrategy::Fixed, RunStatus::TimedOut, None),
+            (failed(true, None, true), 1, RetryStrategy::Fixed, RunStatus::Retrying, at(2)),
+            (failed(true, None, false), 1, RetryStrategy::None, RunStatus::Failed, None),
+            (failed(false, None, false), 1, RetryStrategy::Fixed, RunStatus::Failed, None),
+            (failed(false, None, true), 1, RetryStrategy::Fixed, RunStatus::TimedOut, None),
+        ];
+        for (i, (end, attempt, strategy, status, next)) in table.into_iter().enumerate() {
+            let got = decide(end, attempt, &policy(strategy), now, 0.5);
+            assert_eq!((got.status, got.next_retry_at), (status, next), "row {i}");
+            assert_eq!((got.error.as_deref(), got.error_class, got.result), (Some("e"), Some("c"), None), "row {i}");
+        }
+        let done =
+            decide::<&str>(AttemptEnd::Completed { result: Value::from(1) }, 5, &policy(RetryStrategy::None), now, 0.5);
+        assert_eq!(
+            done,
+            RunAfter {
+                status: RunStatus::Completed,
+                result: Some(Value::from(1)),
+                error: None,
+                error_class: None,
+                next_retry_at: None
+            }
+        );
     }
 }

@@ -2,7 +2,8 @@
 //! over the SDK (`complete`, `fail`), or one whose heartbeats stopped.
 //!
 //! The rules are the worker's: the job's retry policy (with the run's
-//! overrides) decides between `retrying` and the final status, the outcome
+//! overrides) decides between `retrying` and the final status through the
+//! one retry decision (`domain::retry::decide`), the outcome
 //! is recorded by [`runs::finish_attempt`] fenced by the run's dispatch
 //! token, and then the queue entry is acked with the retry's due time. After
 //! a 202 the worker already released the lease, so that ack frees no
@@ -23,7 +24,8 @@ use sqlx::types::Json;
 use sqlx::PgPool;
 
 use crate::domain::job::{MAX_ATTEMPTS_LIMIT, MAX_TIMEOUT_SECS};
-use crate::domain::{JobSpec, RetryPolicy, RetryStrategy, RunStatus};
+use crate::domain::retry::{decide, AttemptEnd};
+use crate::domain::{JobSpec, RetryPolicy, RetryStrategy};
 use crate::queue::Queue;
 use crate::store::runs::{self, Outcome, Run, RUN_COLUMNS};
 
@@ -56,66 +58,6 @@ pub fn attempt_timeout(spec: &JobSpec, run: &Run) -> Duration {
     }
 }
 
-/// How the attempt ended.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Ending {
-    Completed {
-        result: Value,
-    },
-    Failed {
-        error: String,
-        error_class: String,
-        /// Whether another attempt may help; the policy still decides.
-        retryable: bool,
-        /// An exhausted run becomes `timed_out` rather than `failed`.
-        timed_out: bool,
-    },
-}
-
-/// What `ending` of attempt `attempt` makes of the run. Pure; `jitter` is a
-/// uniform sample in [0, 1] for exponential backoff.
-pub fn decide(ending: Ending, attempt: u32, policy: &RetryPolicy, now: DateTime<Utc>, jitter: f64) -> Decided {
-    match ending {
-        Ending::Completed { result } => Decided {
-            status: RunStatus::Completed,
-            result: Some(result),
-            error: None,
-            error_class: None,
-            next_retry_at: None,
-        },
-        Ending::Failed { error, error_class, retryable, timed_out } => {
-            if retryable && policy.may_retry(attempt) {
-                let delay = chrono::Duration::from_std(policy.delay_after(attempt, None, jitter))
-                    .unwrap_or(chrono::Duration::MAX);
-                Decided {
-                    status: RunStatus::Retrying,
-                    result: None,
-                    error: Some(error),
-                    error_class: Some(error_class),
-                    next_retry_at: Some(now.checked_add_signed(delay).unwrap_or(DateTime::<Utc>::MAX_UTC)),
-                }
-            } else {
-                Decided {
-                    status: if timed_out { RunStatus::TimedOut } else { RunStatus::Failed },
-                    result: None,
-                    error: Some(error),
-                    error_class: Some(error_class),
-                    next_retry_at: None,
-                }
-            }
-        }
-    }
-}
-
-#[derive(Clone, Debug, PartialEq)]
-pub struct Decided {
-    pub status: RunStatus,
-    pub result: Option<Value>,
-    pub error: Option<String>,
-    pub error_class: Option<String>,
-    pub next_retry_at: Option<DateTime<Utc>>,
-}
-
 /// Records `ending` for the run's current attempt if the run is still
 /// running under the same claim, then acks its queue entry (scheduling the
 /// retry). `None`: the run moved on meanwhile (finished, cancelled,
@@ -128,7 +70,7 @@ pub async fn settle(
     queue: &Queue,
     run: &Run,
     spec: &JobSpec,
-    ending: Ending,
+    ending: AttemptEnd<String>,
 ) -> Result<Option<(Outcome, Run)>, sqlx::Error> {
     let now = Utc::now();
     let d = decide(ending, run.attempt.max(1) as u32, &retry_policy(spec, run), now, rand::random::<f64>());
@@ -237,47 +179,4 @@ pub async fn next_async_deadline(pool: &PgPool) -> Result<Option<DateTime<Utc>>,
     ))
     .fetch_one(pool)
     .await
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use chrono::TimeZone;
-
-    fn policy(max_attempts: u32) -> RetryPolicy {
-        RetryPolicy {
-            strategy: RetryStrategy::Fixed,
-            max_attempts,
-            initial_delay: Duration::from_secs(2),
-            max_delay: Duration::from_secs(60),
-            custom_delays_secs: vec![],
-        }
-    }
-
-    fn failed(retryable: bool, timed_out: bool) -> Ending {
-        Ending::Failed { error: "boom".into(), error_class: "x".into(), retryable, timed_out }
-    }
-
-    #[test]
-    fn the_policy_decides_retries() {
-        let now = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
-        let d = decide(failed(true, false), 1, &policy(3), now, 0.5);
-        assert_eq!((d.status, d.next_retry_at), (RunStatus::Retrying, Some(now + chrono::Duration::seconds(2))));
-        let d = decide(failed(true, false), 3, &policy(3), now, 0.5);
-        assert_eq!((d.status, d.next_retry_at), (RunStatus::Failed, None));
-        let d = decide(failed(true, true), 3, &policy(3), now, 0.5);
-        assert_eq!(d.status, RunStatus::TimedOut);
-        let d = decide(failed(false, false), 1, &policy(3), now, 0.5);
-        assert_eq!(d.status, RunStatus::Failed, "not retryable: no retry whatever the policy");
-        let d = decide(Ending::Completed { result: json!(1) }, 1, &policy(3), now, 0.5);
-        assert_eq!((d.status, d.result), (RunStatus::Completed, Some(json!(1))));
-    }
-
-    #[test]
-    fn none_strategy_never_retries() {
-        let mut p = policy(5);
-        p.strategy = RetryStrategy::None;
-        let d = decide(failed(true, false), 1, &p, Utc::now(), 0.0);
-        assert_eq!(d.status, RunStatus::Failed);
-    }
 }
