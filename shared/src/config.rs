@@ -7,6 +7,9 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+/// Most partitions a queue may have (`QUEUE_PARTITIONS`).
+pub const MAX_QUEUE_PARTITIONS: usize = 256;
+
 /// A value that must never reach a log line: `Debug` prints a placeholder.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Secret(String);
@@ -139,7 +142,7 @@ impl Config {
             c.database_url = v;
         }
         if let Some(v) = get("REDIS_URL") {
-            let nodes = crate::queue::node_urls(&v);
+            let nodes = crate::redis_url::node_urls(&v);
             if nodes.is_empty()
                 || !nodes
                     .iter()
@@ -160,8 +163,8 @@ impl Config {
             c.redis_key_prefix = v;
         }
         c.queue_partitions = parse_num(&get, "QUEUE_PARTITIONS", 1)? as usize;
-        if !(1..=crate::queue::MAX_PARTITIONS).contains(&c.queue_partitions) {
-            return Err(err("QUEUE_PARTITIONS", format!("must be 1 to {}", crate::queue::MAX_PARTITIONS)));
+        if !(1..=MAX_QUEUE_PARTITIONS).contains(&c.queue_partitions) {
+            return Err(err("QUEUE_PARTITIONS", format!("must be 1 to {MAX_QUEUE_PARTITIONS}")));
         }
         if let Some(v) = get("API_ADDR") {
             c.api_addr =

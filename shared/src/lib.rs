@@ -25,6 +25,7 @@ pub mod engine;
 pub mod ids;
 pub mod outbound;
 pub mod queue;
+pub mod redis_url;
 pub mod run_token;
 pub mod secrets;
 pub mod shutdown;

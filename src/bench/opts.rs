@@ -192,7 +192,7 @@ impl Opts {
                 "--history" => o.history = num(&value)?.max(1),
                 "--report-runs" => o.report_runs = num(&value)?.max(100),
                 "--report-reps" => o.report_reps = num(&value)?.max(1),
-                "--partitions" => o.partitions = num(&value)?.clamp(1, switchyard_shared::queue::MAX_PARTITIONS),
+                "--partitions" => o.partitions = num(&value)?.clamp(1, switchyard_shared::config::MAX_QUEUE_PARTITIONS),
                 "--deep" => o.deep = num(&value)?.max(o.shallow),
                 "--idle-secs" => o.idle_secs = num(&value)?.max(1) as u64,
                 "--wf-rate" => o.wf_rate = num(&value)?.clamp(1, u32::MAX as usize) as u32,

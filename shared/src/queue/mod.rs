@@ -25,7 +25,8 @@ mod keys;
 mod scripts;
 mod wake;
 
-pub use conn::{cluster_nodes, node_urls, unlink_matching, Conn, Redis};
+pub use crate::redis_url::{cluster_nodes, node_urls};
+pub use conn::{unlink_matching, Conn, Redis};
 pub use entry::{Entry, EntryError, MAX_PRIORITY, MIN_PRIORITY};
 pub use keys::Keys;
 pub use wake::{WakeLoop, WakeUp, WAKE_WINDOW};
@@ -36,6 +37,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::AsyncCommands;
+
+use crate::config::MAX_QUEUE_PARTITIONS;
 
 #[derive(Debug, thiserror::Error)]
 pub enum QueueError {
@@ -67,9 +70,6 @@ pub const UNBUILT_WAIT_MS: i64 = 250;
 
 /// Longest blocking pop ([`Queue::wait_for_work`]).
 pub const MAX_BLOCK: Duration = Duration::from_secs(30);
-
-/// Most partitions a queue may have (`QUEUE_PARTITIONS`).
-pub const MAX_PARTITIONS: usize = 256;
 
 /// Most wake-up tokens a wake-up list holds: a woken worker takes a whole
 /// batch, so more would only wake workers to find nothing.
@@ -104,10 +104,10 @@ impl Queue {
         &self.redis
     }
 
-    /// A queue of `n` partitions (1..=[`MAX_PARTITIONS`]). Every process of
+    /// A queue of `n` partitions (1..=[`MAX_QUEUE_PARTITIONS`]). Every process of
     /// a prefix must use the same `n`.
     pub fn with_partitions(redis: Redis, prefix: &str, n: usize) -> Queue {
-        let n = n.clamp(1, MAX_PARTITIONS);
+        let n = n.clamp(1, MAX_QUEUE_PARTITIONS);
         let parts = (0..n).map(|i| Keys::partition(prefix, i, n)).collect();
         Queue { redis, parts, next: Arc::default(), wakes: Arc::default() }
     }
