@@ -105,7 +105,7 @@ fn closed_sets() -> Vec<(&'static str, Vec<&'static str>, Vec<Place>)> {
     use switchyard_shared::domain::workflow::{self, StepType};
     use switchyard_shared::domain::workflow_plan::Outcome;
     use switchyard_shared::domain::workflow_run::{StepStatus, WorkflowRunStatus};
-    use switchyard_shared::domain::{run_record, ExecutionMode, RetryStrategy, RunStatus};
+    use switchyard_shared::domain::{limits, run_record, ExecutionMode, RetryStrategy, RunStatus};
     use Place::*;
     vec![
         (
@@ -198,7 +198,7 @@ fn closed_sets() -> Vec<(&'static str, Vec<&'static str>, Vec<Place>)> {
         ),
         (
             "VersionPolicy",
-            workflow::VERSION_POLICIES.to_vec(),
+            limits::VERSION_POLICIES.to_vec(),
             ["CreateJob", "UpdateJob", "Job", "CreateWorkflow", "UpdateWorkflow", "Workflow"]
                 .map(|s| Property(s, "version_policy"))
                 .into(),
@@ -286,7 +286,7 @@ fn value_rules() -> Vec<(Place, Value)> {
     use crate::routes::{self, api_keys, environments, events, log_drains, members, policies, projects, secrets};
     use crate::routes::{bulk, workflow_runs};
     use switchyard_shared::domain::rules::Text as T;
-    use switchyard_shared::domain::{error_class, event_key, job, run_record as rec, trigger, workflow};
+    use switchyard_shared::domain::{error_class, event_key, job, limits, run_record as rec, trigger, workflow};
     use switchyard_shared::ids::EXTERNAL_ID as ID;
     use Place::*;
 
@@ -402,33 +402,33 @@ fn value_rules() -> Vec<(Place, Value)> {
             r.push((Property(schema, prop), text(&job::URL)));
         }
         r.push((Property(schema, "webhook_secret"), text(&job::WEBHOOK_SECRET)));
-        r.push((Property(schema, "max_attempts"), range((1, job::MAX_ATTEMPTS_LIMIT))));
-        r.push((Property(schema, "timeout_secs"), range((1, job::MAX_TIMEOUT_SECS))));
+        r.push((Property(schema, "max_attempts"), range((1, limits::MAX_ATTEMPTS_LIMIT))));
+        r.push((Property(schema, "timeout_secs"), range((1, limits::MAX_TIMEOUT_SECS))));
         r.push((Property(schema, "rate_limit_window_secs"), range((0, job::MAX_RATE_WINDOW_SECS))));
         for (prop, bounds) in job::SETTING_BOUNDS {
             r.push((Property(schema, prop), range(bounds)));
         }
         r.push((Items(schema, "retry_delays_secs"), range(job::SECS_BOUNDS)));
-        r.extend(map(schema, "tags", trigger::MAX_MAP_ENTRIES, &trigger::MAP_KEY, &trigger::MAP_VALUE));
-        r.extend(map(schema, "default_run_metadata", trigger::MAX_MAP_ENTRIES, &trigger::MAP_KEY, &trigger::MAP_VALUE));
+        r.extend(map(schema, "tags", limits::MAX_MAP_ENTRIES, &limits::MAP_KEY, &limits::MAP_VALUE));
+        r.extend(map(schema, "default_run_metadata", limits::MAX_MAP_ENTRIES, &limits::MAP_KEY, &limits::MAP_VALUE));
     }
     r.push((Property("RateLimitKeyBody", "name"), text(&job::RATE_LIMIT_NAME)));
     r.push((Property("RateLimitKeyBody", "max"), range((1, job::COUNT_BOUNDS.1))));
     r.push((Property("RateLimitKeyBody", "window_secs"), range((1, job::MAX_RATE_WINDOW_SECS))));
 
     // Triggers.
-    r.push((Property("TriggerRequest", "idempotency_key"), text(&trigger::KEY)));
-    r.push((Property("TriggerRequest", "concurrency_key"), text(&trigger::KEY)));
-    r.push((Property("TriggerRequest", "max_attempts_override"), range(trigger::MAX_ATTEMPTS_OVERRIDE)));
-    r.push((Property("TriggerRequest", "timeout_secs_override"), range(trigger::TIMEOUT_SECS_OVERRIDE)));
-    r.push((Property("TriggerRequest", "retry_initial_delay_secs"), range(trigger::RETRY_INITIAL_DELAY_SECS)));
-    r.push((Property("TriggerRequest", "retry_max_delay_secs"), range(trigger::RETRY_MAX_DELAY_SECS)));
+    r.push((Property("TriggerRequest", "idempotency_key"), text(&limits::KEY)));
+    r.push((Property("TriggerRequest", "concurrency_key"), text(&limits::KEY)));
+    r.push((Property("TriggerRequest", "max_attempts_override"), range(limits::MAX_ATTEMPTS_OVERRIDE)));
+    r.push((Property("TriggerRequest", "timeout_secs_override"), range(limits::TIMEOUT_SECS_OVERRIDE)));
+    r.push((Property("TriggerRequest", "retry_initial_delay_secs"), range(limits::RETRY_INITIAL_DELAY_SECS)));
+    r.push((Property("TriggerRequest", "retry_max_delay_secs"), range(limits::RETRY_MAX_DELAY_SECS)));
     r.push((Property("TriggerRequest", "delay_secs"), range(trigger::DELAY_SECS)));
     r.push((Property("TriggerRequest", "depends_on"), count(0, trigger::MAX_DEPENDENCIES)));
     r.push((Items("TriggerRequest", "depends_on"), text(&ID)));
     r.push((Property("TriggerRequest", "parent_run_id"), text(&ID)));
     for prop in ["tags", "metadata"] {
-        r.extend(map("TriggerRequest", prop, trigger::MAX_MAP_ENTRIES, &trigger::MAP_KEY, &trigger::MAP_VALUE));
+        r.extend(map("TriggerRequest", prop, limits::MAX_MAP_ENTRIES, &limits::MAP_KEY, &limits::MAP_VALUE));
     }
     r.push((Property("BulkTriggerRequest", "items"), count(1, bulk::MAX_ITEMS)));
     r.push((Property("BulkRunIds", "run_ids"), count(1, bulk::MAX_ITEMS)));
@@ -504,7 +504,7 @@ fn value_rules() -> Vec<(Place, Value)> {
         r.push((Property(schema, "max_parallel_steps"), range((0, workflow::MAX_PARALLEL_STEPS))));
         r.push((Property(schema, "timeout_secs"), range((1, workflow::MAX_WORKFLOW_TIMEOUT_SECS))));
         r.push((Property(schema, "steps"), count(0, workflow::MAX_STEPS)));
-        r.extend(map(schema, "tags", trigger::MAX_MAP_ENTRIES, &trigger::MAP_KEY, &trigger::MAP_VALUE));
+        r.extend(map(schema, "tags", limits::MAX_MAP_ENTRIES, &limits::MAP_KEY, &limits::MAP_VALUE));
     }
     let step = "WorkflowStepRequest";
     r.push((Property(step, "step_ref"), text(&workflow::STEP_REF)));
@@ -512,7 +512,7 @@ fn value_rules() -> Vec<(Place, Value)> {
     for (field, bounds) in workflow::STEP_BOUNDS {
         r.push((Property(step, field), range(bounds)));
     }
-    r.push((Property(step, "concurrency_key"), text(&trigger::KEY)));
+    r.push((Property(step, "concurrency_key"), text(&limits::KEY)));
     r.push((Property(step, "resource_class"), text(&workflow::RESOURCE_CLASS)));
     r.push((Property(step, "event_key"), text(&workflow::STEP_EVENT_KEY)));
     r.push((Property(step, "event_emit_key"), text(&event_key::KEY)));
@@ -536,8 +536,8 @@ fn value_rules() -> Vec<(Place, Value)> {
     r.push((Property("StepDecisionRequest", "comment"), text(&workflow_runs::COMMENT)));
 
     // Runs and what their targets record.
-    r.push((Keys("MetadataPatch", "metadata"), text(&trigger::MAP_KEY)));
-    let mut value = text(&trigger::MAP_VALUE);
+    r.push((Keys("MetadataPatch", "metadata"), text(&limits::MAP_KEY)));
+    let mut value = text(&limits::MAP_VALUE);
     value["type"] = json!(["string", "null"]);
     r.push((Values("MetadataPatch", "metadata"), value));
     r.push((Property("LogLineIn", "fields"), json!({"type": "object"})));

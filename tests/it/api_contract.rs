@@ -216,7 +216,7 @@ async fn a_value_outside_a_documented_enum_or_bound_is_422() {
 /// and entry counts, closed sets) from the constants the checks read.
 #[tokio::test]
 async fn the_document_states_value_rules_from_the_checks_constants() {
-    use switchyard_shared::domain::{job, trigger};
+    use switchyard_shared::domain::{limits, trigger};
     let doc: Value = serde_json::from_str(&switchyard_api::openapi_json()).unwrap();
     let schemas = &doc["components"]["schemas"];
     let name = &schemas["CreateProject"]["properties"]["name"];
@@ -225,9 +225,9 @@ async fn the_document_states_value_rules_from_the_checks_constants() {
     let id = &schemas["CreateProject"]["properties"]["id"];
     assert_eq!(id["pattern"], switchyard_shared::ids::EXTERNAL_ID.pattern.unwrap());
     let job_props = &schemas["CreateJob"]["properties"];
-    assert_eq!(job_props["timeout_secs"]["maximum"].as_i64(), Some(job::MAX_TIMEOUT_SECS));
-    assert_eq!(job_props["tags"]["maxProperties"].as_u64(), Some(trigger::MAX_MAP_ENTRIES as u64));
-    assert_eq!(job_props["tags"]["propertyNames"]["maxLength"].as_u64(), Some(trigger::MAX_MAP_KEY_LEN as u64));
+    assert_eq!(job_props["timeout_secs"]["maximum"].as_i64(), Some(limits::MAX_TIMEOUT_SECS));
+    assert_eq!(job_props["tags"]["maxProperties"].as_u64(), Some(limits::MAX_MAP_ENTRIES as u64));
+    assert_eq!(job_props["tags"]["propertyNames"]["maxLength"].as_u64(), Some(limits::MAX_MAP_KEY_LEN as u64));
     let depends_on = &schemas["TriggerRequest"]["properties"]["depends_on"];
     assert_eq!(depends_on["maxItems"].as_u64(), Some(trigger::MAX_DEPENDENCIES as u64));
     let scopes: Vec<&str> = schemas["Scope"]["enum"].as_array().unwrap().iter().map(|s| s.as_str().unwrap()).collect();

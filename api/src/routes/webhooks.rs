@@ -10,7 +10,7 @@ use poem_openapi::payload::Json;
 use poem_openapi::types::MaybeUndefined;
 use poem_openapi::{Object, OpenApi};
 use serde_json::Value;
-use switchyard_shared::domain::job::check_url;
+use switchyard_shared::domain::rules::check_url;
 use switchyard_shared::domain::rules::Text;
 use switchyard_shared::domain::FieldErrors;
 use switchyard_shared::secrets;

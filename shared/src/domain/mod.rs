@@ -1,10 +1,12 @@
 //! Pure domain types and rules: no I/O here.
 
+pub mod cron_expr;
 pub mod error_class;
 pub mod event_key;
 pub mod expression_budget;
 pub mod field_errors;
 pub mod job;
+pub mod limits;
 pub mod notification;
 pub mod payload_schema;
 pub mod result;

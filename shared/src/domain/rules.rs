@@ -16,6 +16,19 @@
 
 use serde_json::{json, Map, Value};
 
+/// An http(s) URL with a host; the private-address check happens at the API,
+/// which knows the configuration (see [`JobSpec::target_urls`]).
+pub fn check_url(raw: &str) -> Result<url::Url, String> {
+    let u = url::Url::parse(raw).map_err(|e| format!("not a valid URL: {e}"))?;
+    if u.scheme() != "http" && u.scheme() != "https" {
+        return Err("must be an http or https URL".into());
+    }
+    if u.host_str().is_none_or(|h| h.is_empty()) {
+        return Err("must name a host".into());
+    }
+    Ok(u)
+}
+
 /// The characters `char::is_whitespace` (Unicode White_Space) takes, as
 /// the inside of a regex character class.
 pub const SPACE: &str = r"\t\n\u000b\f\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000";

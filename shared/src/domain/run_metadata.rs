@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use serde_json::{Map, Value};
 
-use super::trigger::{MAP_KEY, MAP_VALUE};
+use super::limits::{MAP_KEY, MAP_VALUE};
 use super::{FieldError, FieldErrors};
 
 /// Metadata keys a run may hold.

@@ -21,7 +21,8 @@
 use chrono::{DateTime, Duration, LocalResult, NaiveDateTime, TimeZone, Timelike, Utc};
 use chrono_tz::Tz;
 
-use super::job::{parse_cron, parse_timezone, JobSpec};
+use super::cron_expr::{parse_cron, parse_timezone};
+use super::job::JobSpec;
 use super::status::RunStatus;
 
 /// Ticks examined at most by one search, so a pathological expression

@@ -14,33 +14,14 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use super::field_errors::{FieldError, FieldErrors};
-use super::rules::Text;
+use super::limits::{
+    map_ok, KEY, MAX_ATTEMPTS_OVERRIDE, MAX_MAP_ENTRIES, MAX_MAP_KEY_LEN, MAX_MAP_VALUE_LEN, MAX_PRIORITY,
+    MIN_PRIORITY, RETRY_INITIAL_DELAY_SECS, RETRY_MAX_DELAY_SECS, TIMEOUT_SECS_OVERRIDE,
+};
 use super::{payload_schema, ExecutionMode, JobSpec, RetryStrategy};
-use crate::queue::{MAX_PRIORITY, MIN_PRIORITY};
 
 /// Most run ids one trigger may depend on.
 pub const MAX_DEPENDENCIES: usize = 100;
-/// Longest idempotency or concurrency key.
-pub const MAX_KEY_LEN: usize = 256;
-/// An idempotency or concurrency key.
-pub const KEY: Text = Text::printable(1, MAX_KEY_LEN);
-/// Most entries of `tags` or `metadata` (of a trigger and of a job), and
-/// the longest key and value.
-pub const MAX_MAP_ENTRIES: usize = 64;
-pub const MAX_MAP_KEY_LEN: usize = 128;
-pub const MAX_MAP_VALUE_LEN: usize = 1024;
-/// A key and a value of `tags` or `metadata`.
-pub const MAP_KEY: Text = Text::stored(1, MAX_MAP_KEY_LEN);
-pub const MAP_VALUE: Text = Text::stored(0, MAX_MAP_VALUE_LEN);
-/// Whether a map of `tags` or `metadata` keeps to its bounds.
-pub fn map_ok<'a>(len: usize, mut pairs: impl Iterator<Item = (&'a String, &'a String)>) -> bool {
-    len <= MAX_MAP_ENTRIES && pairs.all(|(k, v)| MAP_KEY.ok(k) && MAP_VALUE.ok(v))
-}
-/// The bounds of a trigger's numbers: `(min, max)`.
-pub const MAX_ATTEMPTS_OVERRIDE: (i64, i64) = (1, super::job::MAX_ATTEMPTS_LIMIT);
-pub const TIMEOUT_SECS_OVERRIDE: (i64, i64) = (1, super::job::MAX_TIMEOUT_SECS);
-pub const RETRY_INITIAL_DELAY_SECS: (i64, i64) = (0, 86_400);
-pub const RETRY_MAX_DELAY_SECS: (i64, i64) = (0, 86_400 * 7);
 pub const DELAY_SECS: (i64, i64) = (0, 86_400 * 366);
 
 /// A trigger's body: every field is optional.

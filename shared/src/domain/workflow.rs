@@ -17,10 +17,14 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::cron_expr::{parse_cron, parse_timezone};
 use super::field_errors::{FieldError, FieldErrors};
-use super::job::{check_url, parse_cron, parse_timezone};
+use super::limits::{
+    KEY, MAP_KEY, MAP_VALUE, MAX_ATTEMPTS_OVERRIDE, MAX_MAP_ENTRIES, MAX_MAP_KEY_LEN, MAX_MAP_VALUE_LEN,
+    RETRY_INITIAL_DELAY_SECS, RETRY_MAX_DELAY_SECS, VERSION_POLICIES,
+};
 use super::retry::RetryStrategy;
-use super::rules::Text;
+use super::rules::{check_url, Text};
 
 /// Most steps one workflow may have.
 pub const MAX_STEPS: usize = 2000;
@@ -105,7 +109,6 @@ pub const ON_FAILURE: [&str; 4] = ["fail_workflow", "continue", "skip_dependents
 pub const DEFAULT_ON_FAILURE: &str = "fail_workflow";
 /// What a cost gate does when nobody decides before its timeout.
 pub const COST_GATE_ACTIONS: [&str; 2] = ["proceed", "fail"];
-pub const VERSION_POLICIES: [&str; 2] = ["pin", "latest"];
 /// The stage changes a step's stage_notifications may name: `started`
 /// (running), `waiting`, `completed`, `failed` (failed or timed out) are
 /// sent when `stages` is absent; `skipped`, `cancelled` and `compensated`
@@ -354,7 +357,6 @@ impl Settings {
     /// to 30 days; version_policy pin or latest.
     pub fn validate(&self) -> Vec<FieldError> {
         let mut e = FieldErrors::new();
-        use super::trigger::{MAP_KEY, MAP_VALUE, MAX_MAP_ENTRIES, MAX_MAP_KEY_LEN, MAX_MAP_VALUE_LEN};
         e.check(
             self.description.as_deref().is_none_or(|d| DESCRIPTION.ok(d)),
             "body.description",
@@ -650,7 +652,7 @@ fn check_values(e: &mut FieldErrors, i: usize, s: &StepRequest) {
     for (f, (min, max)) in STEP_BOUNDS {
         e.in_range(&at(f), s.number(f), min, max);
     }
-    e.text(&at("concurrency_key"), s.concurrency_key.as_deref(), &super::trigger::KEY);
+    e.text(&at("concurrency_key"), s.concurrency_key.as_deref(), &KEY);
     e.text(&at("resource_class"), s.resource_class.as_deref(), &RESOURCE_CLASS);
     e.text(&at("event_key"), s.event_key.as_deref(), &STEP_EVENT_KEY);
     e.text(&at("event_emit_key"), s.event_emit_key.as_deref(), &STEP_EVENT_KEY);
@@ -693,9 +695,9 @@ pub const STEP_BOUNDS: [(&str, (i64, i64)); 12] = [
     ("expected_duration_secs", (0, MAX_WORKFLOW_TIMEOUT_SECS)),
     ("timeout_secs_override", (1, MAX_STEP_TIMEOUT_SECS)),
     ("max_nesting_depth", (1, MAX_NESTING_DEPTH)),
-    ("retry_initial_delay_secs", super::trigger::RETRY_INITIAL_DELAY_SECS),
-    ("retry_max_attempts", super::trigger::MAX_ATTEMPTS_OVERRIDE),
-    ("retry_max_delay_secs", super::trigger::RETRY_MAX_DELAY_SECS),
+    ("retry_initial_delay_secs", RETRY_INITIAL_DELAY_SECS),
+    ("retry_max_attempts", MAX_ATTEMPTS_OVERRIDE),
+    ("retry_max_delay_secs", RETRY_MAX_DELAY_SECS),
     ("sleep_duration_secs", (1, MAX_WAIT_SECS)),
     ("event_timeout_secs", (1, MAX_WAIT_SECS)),
     ("approval_timeout_secs", (1, MAX_WAIT_SECS)),

@@ -16,8 +16,7 @@
 
 use chrono::{DateTime, Utc};
 
-pub const MIN_PRIORITY: i32 = -1000;
-pub const MAX_PRIORITY: i32 = 1000;
+pub use crate::domain::limits::{MAX_PRIORITY, MIN_PRIORITY};
 const EPOCH_MS: i64 = 1_735_689_600_000;
 const PRIORITY_STEP: i64 = 1 << 42;
 /// Added to the rank before it is written as hex, so it is never negative.

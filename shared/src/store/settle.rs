@@ -23,7 +23,7 @@ use serde_json::{json, Value};
 use sqlx::types::Json;
 use sqlx::PgPool;
 
-use crate::domain::job::{MAX_ATTEMPTS_LIMIT, MAX_TIMEOUT_SECS};
+use crate::domain::limits::{MAX_ATTEMPTS_LIMIT, MAX_TIMEOUT_SECS};
 use crate::domain::retry::{decide, AttemptEnd};
 use crate::domain::{JobSpec, RetryPolicy, RetryStrategy};
 use crate::queue::Queue;
