@@ -18,8 +18,9 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::Value;
+use sqlx::postgres::PgArguments;
 use sqlx::types::Json;
-use sqlx::{PgConnection, PgPool};
+use sqlx::{Arguments, PgConnection, PgPool};
 
 use super::runs::Run;
 use super::Tenant;
@@ -586,6 +587,31 @@ pub async fn workflow_runs_ended(conn: &mut PgConnection, ended: &[WorkflowEnded
     if ended.is_empty() {
         return Ok(());
     }
+    let mut args = PgArguments::default();
+    workflow_runs_ended_args(&mut args, ended).map_err(sqlx::Error::Encode)?;
+    sqlx::query_with(&workflow_runs_ended_sql(), args).execute(conn).await?;
+    Ok(())
+}
+
+/// [`workflow_runs_ended`]'s insert, its four parameters `$1` to `$4`
+/// ([`workflow_runs_ended_args`]): a statement, or a CTE of the engine's.
+pub(super) fn workflow_runs_ended_sql() -> String {
+    format!(
+        "INSERT INTO webhook_deliveries (id, project_id, kind, url, event_type, payload, max_attempts, subscription_id,
+            workflow_run_id)
+         SELECT sy_time_id('whd'), t.project_id, 'subscription', s.url, t.event_type, t.payload, {}, s.id, t.run_id
+           FROM UNNEST($1::text[], $2::text[], $3::jsonb[], $4::text[]) AS t (project_id, event_type, payload, run_id)
+           JOIN webhook_subscriptions s
+             ON s.project_id = t.project_id AND s.active AND s.event_types && ARRAY[t.event_type, '*']",
+        notification::ATTEMPTS
+    )
+}
+
+/// The parameters of [`workflow_runs_ended_sql`], in its order.
+pub(super) fn workflow_runs_ended_args(
+    args: &mut PgArguments,
+    ended: &[WorkflowEnded<'_>],
+) -> Result<(), sqlx::error::BoxDynError> {
     let now = Utc::now();
     let events: Vec<Event> = ended
         .iter()
@@ -598,21 +624,10 @@ pub async fn workflow_runs_ended(conn: &mut PgConnection, ended: &[WorkflowEnded
             })
         })
         .collect();
-    sqlx::query(&format!(
-        "INSERT INTO webhook_deliveries (id, project_id, kind, url, event_type, payload, max_attempts, subscription_id,
-            workflow_run_id)
-         SELECT sy_time_id('whd'), t.project_id, 'subscription', s.url, t.event_type, t.payload, {}, s.id, t.run_id
-           FROM UNNEST($1::text[], $2::text[], $3::jsonb[], $4::text[]) AS t (project_id, event_type, payload, run_id)
-           JOIN webhook_subscriptions s
-             ON s.project_id = t.project_id AND s.active AND s.event_types && ARRAY[t.event_type, '*']",
-        notification::ATTEMPTS
-    ))
-    .bind(ended.iter().map(|e| e.project_id).collect::<Vec<_>>())
-    .bind(events.iter().map(Event::event_type).collect::<Vec<_>>())
-    .bind(events.iter().zip(ended).map(|(ev, e)| Json(ev.envelope(e.project_id, now))).collect::<Vec<_>>())
-    .bind(ended.iter().map(|e| e.run_id).collect::<Vec<_>>())
-    .execute(conn)
-    .await?;
+    args.add(ended.iter().map(|e| e.project_id).collect::<Vec<_>>())?;
+    args.add(events.iter().map(Event::event_type).collect::<Vec<_>>())?;
+    args.add(events.iter().zip(ended).map(|(ev, e)| Json(ev.envelope(e.project_id, now))).collect::<Vec<_>>())?;
+    args.add(ended.iter().map(|e| e.run_id).collect::<Vec<_>>())?;
     Ok(())
 }
 

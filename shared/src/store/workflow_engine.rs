@@ -666,33 +666,37 @@ async fn advance_locked(
 /// Ends the runs whose passes in a batch ended them settled (no step
 /// running or waiting, no compensation job run, no parent step to tell:
 /// nothing to halt or cancel), after the batch wrote their steps and
-/// decisions, their `run_ended` among them: one statement for the runs,
-/// one for their subscriptions' deliveries, and one look for runs waiting
-/// for a slot per workflow. [`end_runs`] does the same for one run.
+/// decisions, their `run_ended` among them: one statement for the runs, their
+/// subscriptions' deliveries, and the look for runs of their workflows
+/// waiting for a slot (which [`admit_waiting`] then admits). [`end_runs`]
+/// does the same for one run.
 async fn end_settled_runs(tx: &mut PgConnection, ends: &[(WorkflowRun, Decided)]) -> Result<(), sqlx::Error> {
     if ends.is_empty() {
         return Ok(());
     }
-    macro_rules! col {
-        ($f:expr) => {
-            ends.iter().map($f).collect::<Vec<_>>()
-        };
-    }
-    let rows: Vec<(&str, &Decided)> = col!(|(r, d)| (r.id.as_str(), d));
-    write_ends(tx, &rows, false).await?;
-    let told: Vec<super::deliveries::WorkflowEnded> = col!(|(r, d)| super::deliveries::WorkflowEnded {
-        project_id: &r.project_id,
-        workflow_id: &r.workflow_id,
-        run_id: &r.id,
-        status: d.status.as_str(),
-        error: d.error.as_deref(),
-    });
-    super::deliveries::workflow_runs_ended(tx, &told).await?;
-    let mut workflows: Vec<&str> = col!(|(r, _)| r.workflow_id.as_str());
-    workflows.sort_unstable();
-    workflows.dedup();
-    for w in workflows {
-        admit_waiting(tx, w).await?;
+    let rows: Vec<(&str, &Decided)> = ends.iter().map(|(r, d)| (r.id.as_str(), d)).collect();
+    let told: Vec<super::deliveries::WorkflowEnded> = ends
+        .iter()
+        .map(|(r, d)| super::deliveries::WorkflowEnded {
+            project_id: &r.project_id,
+            workflow_id: &r.workflow_id,
+            run_id: &r.id,
+            status: d.status.as_str(),
+            error: d.error.as_deref(),
+        })
+        .collect();
+    let mut args = PgArguments::default();
+    write_ends_args(&mut args, &rows, false).map_err(sqlx::Error::Encode)?;
+    super::deliveries::workflow_runs_ended_args(&mut args, &told).map_err(sqlx::Error::Encode)?;
+    let sql = format!(
+        "WITH {WRITE_ENDS}, told AS ({})
+         SELECT DISTINCT e.workflow_id FROM ended e
+          WHERE EXISTS (SELECT 1 FROM workflow_runs w WHERE w.workflow_id = e.workflow_id AND w.status = 'pending')",
+        shift_params(&super::deliveries::workflow_runs_ended_sql(), WRITE_ENDS_PARAMS)
+    );
+    let waiting: Vec<String> = sqlx::query_scalar_with(&sql, args).fetch_all(&mut *tx).await?;
+    for w in waiting {
+        admit(tx, &w).await?;
     }
     Ok(())
 }
@@ -705,49 +709,60 @@ struct EndedRun {
     project_id: String,
 }
 
-/// Moves each run of `ends` to its end in one statement: its status, error
-/// and output, `finished_at`, no wake-up, and a compensation under way
-/// marked interrupted unless the end says how the saga ended; with its
-/// `run_ended` decision when `decide` (a batch writes those with its
-/// passes). The runs that were there to update, in no particular order.
-async fn write_ends(
-    tx: &mut PgConnection,
+/// [`write_ends`]' CTEs (`t`, `ended`, `decided`): each run of the ends
+/// moved to its end (its status, error and output, `finished_at`, no
+/// wake-up, and a compensation under way marked interrupted unless the end
+/// says how the saga ended), with its `run_ended` decision when `$8`.
+const WRITE_ENDS: &str = "t AS (
+        SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::text[], $6::jsonb[], $7::text[])
+               WITH ORDINALITY AS t (id, status, error, output, error_class, compensation, reason, n)
+     ), ended AS (
+        UPDATE workflow_runs r SET status = t.status, error = t.error, output = t.output, finished_at = now(),
+            wake_at = NULL, error_class = t.error_class,
+            compensation = coalesce(t.compensation, CASE WHEN r.compensation->>'status' = 'running'
+                THEN r.compensation || jsonb_build_object('status', 'interrupted') ELSE r.compensation END)
+          FROM t WHERE r.id = t.id
+         RETURNING r.workflow_id, r.parent_step_run_id, r.project_id
+     ), decided AS (
+        INSERT INTO workflow_decisions (workflow_run_id, step_ref, decision_type, reason, details)
+        SELECT t.id, NULL, 'run_ended', t.reason, jsonb_build_object('status', t.status) FROM t WHERE $8
+         ORDER BY t.n
+     )";
+/// The parameters of [`WRITE_ENDS`].
+const WRITE_ENDS_PARAMS: usize = 8;
+
+fn write_ends_args(
+    args: &mut PgArguments,
     ends: &[(&str, &Decided)],
     decide: bool,
-) -> Result<Vec<EndedRun>, sqlx::Error> {
+) -> Result<(), sqlx::error::BoxDynError> {
     macro_rules! col {
         ($f:expr) => {
             ends.iter().map($f).collect::<Vec<_>>()
         };
     }
-    sqlx::query_as(
-        "WITH t AS (
-            SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::text[], $6::jsonb[], $7::text[])
-                   WITH ORDINALITY AS t (id, status, error, output, error_class, compensation, reason, n)
-         ), ended AS (
-            UPDATE workflow_runs r SET status = t.status, error = t.error, output = t.output, finished_at = now(),
-                wake_at = NULL, error_class = t.error_class,
-                compensation = coalesce(t.compensation, CASE WHEN r.compensation->>'status' = 'running'
-                    THEN r.compensation || jsonb_build_object('status', 'interrupted') ELSE r.compensation END)
-              FROM t WHERE r.id = t.id
-             RETURNING r.workflow_id, r.parent_step_run_id, r.project_id
-         ), decided AS (
-            INSERT INTO workflow_decisions (workflow_run_id, step_ref, decision_type, reason, details)
-            SELECT t.id, NULL, 'run_ended', t.reason, jsonb_build_object('status', t.status) FROM t WHERE $8
-             ORDER BY t.n
-         )
-         SELECT * FROM ended",
-    )
-    .bind(col!(|(id, _)| *id))
-    .bind(col!(|(_, d)| d.status.as_str()))
-    .bind(col!(|(_, d)| d.error.as_deref()))
-    .bind(col!(|(_, d)| d.output.as_ref().map(Json)))
-    .bind(col!(|(_, d)| d.error_class.as_deref()))
-    .bind(col!(|(_, d)| d.compensation.as_ref().map(Json)))
-    .bind(col!(|(_, d)| d.reason.as_str()))
-    .bind(decide)
-    .fetch_all(&mut *tx)
-    .await
+    args.add(col!(|(id, _)| *id))?;
+    args.add(col!(|(_, d)| d.status.as_str()))?;
+    args.add(col!(|(_, d)| d.error.as_deref()))?;
+    args.add(col!(|(_, d)| d.output.as_ref().map(Json)))?;
+    args.add(col!(|(_, d)| d.error_class.as_deref()))?;
+    args.add(col!(|(_, d)| d.compensation.as_ref().map(Json)))?;
+    args.add(col!(|(_, d)| d.reason.as_str()))?;
+    args.add(decide)?;
+    Ok(())
+}
+
+/// Moves each run of `ends` to its end in one statement ([`WRITE_ENDS`]);
+/// with its `run_ended` decision when `decide` (a batch writes those with
+/// its passes). The runs that were there to update, in no particular order.
+async fn write_ends(
+    tx: &mut PgConnection,
+    ends: &[(&str, &Decided)],
+    decide: bool,
+) -> Result<Vec<EndedRun>, sqlx::Error> {
+    let mut args = PgArguments::default();
+    write_ends_args(&mut args, ends, decide).map_err(sqlx::Error::Encode)?;
+    sqlx::query_as_with(&format!("WITH {WRITE_ENDS} SELECT * FROM ended"), args).fetch_all(&mut *tx).await
 }
 
 /// The steps of runs, each with what its job run, child run and
@@ -1538,8 +1553,7 @@ async fn run_cost(tx: &mut PgConnection, run_id: &str) -> Result<i64, sqlx::Erro
     .await
 }
 
-/// Starts the oldest runs of the workflow that wait for a slot under its
-/// max_concurrent_runs, as many as there are free slots.
+/// [`admit`], when a run of the workflow waits for a slot.
 async fn admit_waiting(tx: &mut PgConnection, workflow_id: &str) -> Result<(), sqlx::Error> {
     // Only a workflow with a cap has waiting runs: the others skip the lock.
     let waiting: bool =
@@ -1547,9 +1561,15 @@ async fn admit_waiting(tx: &mut PgConnection, workflow_id: &str) -> Result<(), s
             .bind(workflow_id)
             .fetch_one(&mut *tx)
             .await?;
-    if !waiting {
-        return Ok(());
+    if waiting {
+        admit(tx, workflow_id).await?;
     }
+    Ok(())
+}
+
+/// Starts the oldest runs of the workflow that wait for a slot under its
+/// max_concurrent_runs, as many as there are free slots.
+async fn admit(tx: &mut PgConnection, workflow_id: &str) -> Result<(), sqlx::Error> {
     let admitted: Vec<String> = sqlx::query_scalar(
         "WITH w AS (
             SELECT id, max_concurrent_runs, timeout_secs FROM workflows WHERE id = $1 FOR UPDATE
@@ -1591,16 +1611,27 @@ mod tests {
         assert_eq!(shift_params("no parameters", 5), "no parameters");
     }
 
-    #[test]
-    fn the_pass_writes_joined_to_the_insert_number_their_parameters_after_it() {
-        let sql = runs::insert_many_then(&pass_ctes(runs::NEW_RUN_PARAMS), "1");
-        let params: HashSet<usize> = sql
-            .match_indices('$')
+    /// The parameter numbers a statement uses.
+    fn params_of(sql: &str) -> HashSet<usize> {
+        sql.match_indices('$')
             .filter_map(|(i, _)| {
                 let n: String = sql[i + 1..].chars().take_while(char::is_ascii_digit).collect();
                 n.parse().ok()
             })
-            .collect();
-        assert_eq!(params, (1..=runs::NEW_RUN_PARAMS + 18).collect(), "every parameter once in 1..=50, no gap");
+            .collect()
+    }
+
+    #[test]
+    fn the_pass_writes_joined_to_the_insert_number_their_parameters_after_it() {
+        let sql = runs::insert_many_then(&pass_ctes(runs::NEW_RUN_PARAMS), "1");
+        let want = (1..=runs::NEW_RUN_PARAMS + 18).collect();
+        assert_eq!(params_of(&sql), want, "every parameter once in 1..=50, no gap");
+    }
+
+    #[test]
+    fn the_ends_and_their_deliveries_number_their_parameters_one_after_the_other() {
+        assert_eq!(params_of(WRITE_ENDS), (1..=WRITE_ENDS_PARAMS).collect());
+        let told = shift_params(&super::super::deliveries::workflow_runs_ended_sql(), WRITE_ENDS_PARAMS);
+        assert_eq!(params_of(&told), (WRITE_ENDS_PARAMS + 1..=WRITE_ENDS_PARAMS + 4).collect());
     }
 }
