@@ -234,7 +234,7 @@ async fn create_in(
         let run = holder(conn, &wf.id, new).await?.ok_or(sqlx::Error::RowNotFound)?;
         return Ok((Triggered::Existing(run), Vec::new()));
     };
-    let steps = insert_steps(conn, &run.id, &wf.steps.0).await?;
+    let steps = insert_steps_of(conn, &[(run.id.as_str(), wf.steps.0.as_slice())], Rows::New).await?;
     if running {
         if wake_engine {
             wake(conn, &run.id).await?;
@@ -274,17 +274,32 @@ async fn holder(
     .await
 }
 
-/// One pending row per step of `steps`.
+/// One pending row per step of `steps` that the run does not have yet (a
+/// version move adds the steps of the version it moves to).
 pub(super) async fn insert_steps(
     conn: &mut PgConnection,
     run_id: &str,
     steps: &[SavedStep],
 ) -> Result<Vec<StepRun>, sqlx::Error> {
-    insert_steps_of(conn, &[(run_id, steps)]).await
+    insert_steps_of(conn, &[(run_id, steps)], Rows::MayExist).await
+}
+
+/// Whether the runs of [`insert_steps_of`] may already have some of the steps.
+#[derive(Clone, Copy, PartialEq)]
+enum Rows {
+    /// Runs this transaction is creating: a plain insert, which costs less
+    /// than one ready for a conflict (a speculative insert writes an extra
+    /// WAL record per row to confirm it).
+    New,
+    MayExist,
 }
 
 /// [`insert_steps`] for many runs in one statement.
-async fn insert_steps_of(conn: &mut PgConnection, runs: &[(&str, &[SavedStep])]) -> Result<Vec<StepRun>, sqlx::Error> {
+async fn insert_steps_of(
+    conn: &mut PgConnection,
+    runs: &[(&str, &[SavedStep])],
+    rows: Rows,
+) -> Result<Vec<StepRun>, sqlx::Error> {
     let steps: Vec<(&str, &SavedStep)> = runs.iter().flat_map(|(r, s)| s.iter().map(move |s| (*r, s))).collect();
     if steps.is_empty() {
         return Ok(Vec::new());
@@ -303,8 +318,9 @@ async fn insert_steps_of(conn: &mut PgConnection, runs: &[(&str, &[SavedStep])])
          SELECT t.id, t.run_id, t.step_ref, t.step_id, t.step_type, 'pending', t.stages
            FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::jsonb[])
                 AS t (id, run_id, step_ref, step_id, step_type, stages)
-         ON CONFLICT (workflow_run_id, step_ref) DO NOTHING
-         RETURNING {STEP_COLUMNS}"
+         {}
+         RETURNING {STEP_COLUMNS}",
+        if rows == Rows::MayExist { "ON CONFLICT (workflow_run_id, step_ref) DO NOTHING" } else { "" }
     ))
     .bind(&ids)
     .bind(&run_ids)
@@ -376,7 +392,7 @@ pub async fn create_many_unannounced_in(
     let runs: Vec<(&str, &[SavedStep])> =
         ids.iter().zip(items).map(|(id, (wf, _))| (id.as_str(), wf.steps.0.as_slice())).collect();
     let mut steps_of: HashMap<String, Vec<StepRun>> = HashMap::new();
-    for s in insert_steps_of(conn, &runs).await? {
+    for s in insert_steps_of(conn, &runs, Rows::New).await? {
         steps_of.entry(s.workflow_run_id.clone()).or_default().push(s);
     }
     ids.iter()
