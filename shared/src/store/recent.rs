@@ -12,6 +12,7 @@
 //! through here: every other read (GET, PATCH, versions) goes to Postgres.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -40,6 +41,19 @@ impl<V> Recent<V> {
     /// The copy of `id` read less than [`TTL`] ago.
     fn fresh(&self, id: &str) -> Option<Arc<V>> {
         self.lock().get(id).filter(|(at, _)| at.elapsed() < TTL).map(|(_, v)| Arc::clone(v))
+    }
+
+    /// The copy of `id` read less than [`TTL`] ago, or else what `read`
+    /// finds now (not polled when the copy is fresh), kept by [`Self::put`].
+    async fn get_or_read(
+        &self,
+        id: &str,
+        read: impl Future<Output = Result<Option<V>, sqlx::Error>>,
+    ) -> Result<Option<Arc<V>>, sqlx::Error> {
+        match self.fresh(id) {
+            Some(v) => Ok(Some(v)),
+            None => Ok(self.put(id, read.await?)),
+        }
     }
 
     /// Keeps what was just read: `Some` under its id, `None` drops `id`.
@@ -79,10 +93,7 @@ pub struct JobCache {
 impl JobCache {
     /// The live job with this id, at most [`TTL`] old.
     pub async fn get(&self, pool: &PgPool, id: &str) -> Result<Option<Arc<JobRecord>>, sqlx::Error> {
-        if let Some(job) = self.recent.fresh(id) {
-            return Ok(Some(job));
-        }
-        Ok(self.recent.put(id, jobs::get(pool, id).await?))
+        self.recent.get_or_read(id, jobs::get(pool, id)).await
     }
 
     /// The live jobs among `ids`, each at most [`TTL`] old: those read less
@@ -133,10 +144,7 @@ impl WorkflowCache {
     /// The live workflow with this id, at most [`TTL`] old, whichever its
     /// project: the caller says whether its caller may see it.
     pub async fn get(&self, pool: &PgPool, id: &str) -> Result<Option<Arc<WorkflowRecord>>, sqlx::Error> {
-        if let Some(wf) = self.recent.fresh(id) {
-            return Ok(Some(wf));
-        }
-        Ok(self.recent.put(id, workflows::get(pool, Tenant::Any, id).await?))
+        self.recent.get_or_read(id, workflows::get(pool, Tenant::Any, id)).await
     }
 
     /// Drops a workflow after this process changed it.
