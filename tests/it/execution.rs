@@ -8,6 +8,7 @@ use serde_json::json;
 use sha2::Sha256;
 
 use crate::harness::TestEnv;
+use crate::support::access::eventually;
 use crate::target::{refused_url, Reply, Target};
 
 const T: Duration = Duration::from_secs(15);
@@ -62,7 +63,10 @@ async fn run_goes_queued_running_completed_with_the_dispatch_protocol() {
         .await
         .unwrap();
     assert_eq!(attempts, 1);
-    assert!(env.redis_keys().await.iter().all(|k| !k.ends_with(":leases") || k.is_empty()), "lease released");
+    // The lease is released after the outcome commits (the worker acks
+    // then), so the completed status can be read before it is gone.
+    let released = || async { env.redis_keys().await.iter().all(|k| !k.ends_with(":leases")).then_some(()) };
+    eventually(T, released).await;
 }
 
 #[tokio::test]
