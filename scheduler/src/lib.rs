@@ -38,7 +38,9 @@
 //! - [`error`]: the crate's error type and option validation errors.
 //!
 //! Each loop is one type with validated options (interval, batch size), a
-//! public single-step method for tests, and a `run(shutdown)` loop. All are
+//! public single-step method for tests, and a `run(shutdown)` loop;
+//! `Scheduler::loops` is the one list of them, by name, that
+//! `Scheduler::run` starts and waits for. All are
 //! safe with any number of scheduler processes: the promoter and reaper by
 //! idempotence and atomic Redis scripts, the reconciler by a Redis lock.
 //!
@@ -80,6 +82,7 @@ pub mod workflows;
 use std::time::Duration;
 
 use anyhow::Context;
+use futures::future::{BoxFuture, FutureExt};
 use sqlx::PgPool;
 use switchyard_shared::queue::Queue;
 use switchyard_shared::shutdown::Shutdown;
@@ -296,32 +299,52 @@ impl Scheduler {
         self.reconciler.sweep(chrono::Utc::now()).await
     }
 
-    /// Runs every loop, and the wake-up listener, until `shutdown` fires,
-    /// then waits up to `grace` for them to finish the step they are in.
-    pub async fn run(&self, shutdown: Shutdown, grace: Duration) {
-        let loops = async {
-            tokio::join!(
-                wake::listen(self.redis.clone(), self.wake_channel.clone(), self.alarms(), shutdown.clone()),
-                self.promoter.run(shutdown.clone()),
-                self.reaper.run(shutdown.clone()),
-                self.reconciler.run(shutdown.clone()),
-                self.heartbeats.run(shutdown.clone()),
-                self.cron.run(shutdown.clone()),
-                self.dependencies.run(shutdown.clone()),
-                self.expirer.run(shutdown.clone()),
-                self.pruner.run(shutdown.clone()),
-                self.workflows.run(shutdown.clone()),
-                self.deliveries.run(shutdown.clone()),
-                self.drains.run(shutdown.clone()),
-                self.gauges.run(shutdown.clone()),
-                self.rollup.run(shutdown.clone()),
-            )
-        };
-        tokio::pin!(loops);
+    /// Every loop of this scheduler, by name, each started on `shutdown`:
+    /// the one list [`run`](Self::run) drives. A loop is added to the
+    /// scheduler by giving it a field, its options a field of
+    /// [`SchedulerOptions`], and a line here.
+    fn loops<'a>(&'a self, shutdown: &Shutdown) -> Vec<(&'static str, BoxFuture<'a, ()>)> {
+        let s = || shutdown.clone();
+        vec![
+            ("wake-ups", wake::listen(self.redis.clone(), self.wake_channel.clone(), self.alarms(), s()).boxed()),
+            ("promoter", self.promoter.run(s()).boxed()),
+            ("reaper", self.reaper.run(s()).boxed()),
+            ("reconciler", self.reconciler.run(s()).boxed()),
+            ("heartbeats", self.heartbeats.run(s()).boxed()),
+            ("cron", self.cron.run(s()).boxed()),
+            ("dependencies", self.dependencies.run(s()).boxed()),
+            ("expirer", self.expirer.run(s()).boxed()),
+            ("pruner", self.pruner.run(s()).boxed()),
+            ("workflows", self.workflows.run(s()).boxed()),
+            ("deliveries", self.deliveries.run(s()).boxed()),
+            ("drains", self.drains.run(s()).boxed()),
+            ("gauges", self.gauges.run(s()).boxed()),
+            ("rollup", self.rollup.run(s()).boxed()),
+        ]
+    }
+
+    /// Runs every loop until `shutdown` fires, then waits up to `grace` for
+    /// them to finish the step they are in. Returns the names of the loops
+    /// that did not (and logs them): empty when every loop stopped.
+    pub async fn run(&self, shutdown: Shutdown, grace: Duration) -> Vec<&'static str> {
+        let loops = self.loops(&shutdown);
+        let names: Vec<&'static str> = loops.iter().map(|(name, _)| *name).collect();
+        let running = std::sync::Mutex::new(names.iter().copied().collect::<std::collections::BTreeSet<_>>());
+        let all = futures::future::join_all(loops.into_iter().map(|(name, l)| {
+            let running = &running;
+            async move {
+                l.await;
+                running.lock().unwrap_or_else(|e| e.into_inner()).remove(name);
+                tracing::debug!(scheduler_loop = name, "stopped");
+            }
+        }));
+        tracing::debug!(loops = ?names, "scheduler loops started");
         tokio::select! {
-            _ = &mut loops => {}
+            _ = all => Vec::new(),
             _ = async { shutdown.cancelled().await; tokio::time::sleep(grace).await } => {
-                tracing::warn!(?grace, "scheduler loops did not stop within the grace period");
+                let left: Vec<&'static str> = running.lock().unwrap_or_else(|e| e.into_inner()).iter().copied().collect();
+                tracing::warn!(?grace, loops = ?left, "scheduler loops did not stop within the grace period");
+                left
             }
         }
     }

@@ -16,7 +16,12 @@ use crate::tap::{Protocol, Tap};
 fn spawn(scheduler: Scheduler) -> (Shutdown, tokio::task::JoinHandle<()>) {
     let shutdown = Shutdown::new();
     let stop = shutdown.clone();
-    (shutdown, tokio::spawn(async move { scheduler.run(stop, Duration::from_secs(5)).await }))
+    (
+        shutdown,
+        tokio::spawn(async move {
+            scheduler.run(stop, Duration::from_secs(5)).await;
+        }),
+    )
 }
 
 /// Waits until `run_id` has `status`, up to `within`; returns how long it took.

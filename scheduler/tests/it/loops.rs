@@ -5,7 +5,8 @@ use switchyard_shared::shutdown::Shutdown;
 use crate::common::{at_ms, now_ms, with_env};
 
 /// The loops, started as `run` starts them, promote a delayed run when it
-/// comes due, rebuild the empty queue at start, and stop on shutdown.
+/// comes due, rebuild the empty queue at start, and all stop on shutdown
+/// (`run` names any that outlives its grace).
 #[tokio::test]
 async fn loops_promote_on_time_and_stop_on_shutdown() {
     with_env(|env| async move {
@@ -16,7 +17,7 @@ async fn loops_promote_on_time_and_stop_on_shutdown() {
         let shutdown = Shutdown::new();
         let scheduler = env.scheduler.clone();
         let stop = shutdown.clone();
-        let task = tokio::spawn(async move { scheduler.run(stop, Duration::from_secs(5)).await });
+        let task = tokio::spawn(async move { scheduler.run(stop, Duration::from_secs(20)).await });
 
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         loop {
@@ -31,7 +32,8 @@ async fn loops_promote_on_time_and_stop_on_shutdown() {
         assert_eq!(env.run(&delayed.id).await.status, "queued");
 
         shutdown.cancel();
-        tokio::time::timeout(Duration::from_secs(5), task).await??;
+        let left = tokio::time::timeout(Duration::from_secs(30), task).await??;
+        assert!(left.is_empty(), "loops still running after shutdown: {left:?}");
         Ok(())
     })
     .await;
