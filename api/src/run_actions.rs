@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use chrono::Utc;
 use serde_json::Value;
 use switchyard_shared::domain::{schedule, trigger, RunStatus};
+use switchyard_shared::ids::RunId;
 use switchyard_shared::queue::WakeLoop;
 use switchyard_shared::store::flow::{self, CreateOptions};
 use switchyard_shared::store::transitions::{self, Cancel};
@@ -25,7 +26,7 @@ async fn references(state: &AppState, project_id: &str, b: &trigger::Request) ->
     let ids = trigger::ids_to_look_up(b);
     let runs = if ids.is_empty() { Default::default() } else { flow::runs_brief(&state.pool, &ids).await? };
     let parent = match &b.parent_run_id {
-        Some(id) => store::runs::get(&state.pool, id).await?.map(|p| (p.project_id, p.lineage_depth)),
+        Some(id) => store::runs::get(&state.pool, &RunId::from(id)).await?.map(|p| (p.project_id, p.lineage_depth)),
         None => None,
     };
     Ok(trigger::References {
@@ -105,7 +106,7 @@ pub struct Cancelled {
 /// finished run's children are left alone. `None`: no such run.
 pub async fn cancel_with_children(
     state: &AppState,
-    run_id: &str,
+    run_id: &RunId,
     reason: &str,
 ) -> Result<Option<Cancelled>, sqlx::Error> {
     match transitions::cancel(&state.pool, run_id, reason).await? {
@@ -113,7 +114,7 @@ pub async fn cancel_with_children(
         Some(Cancel::Finished(run)) => Ok(Some(Cancelled { run, from: None, children: 0 })),
         Some(Cancel::Cancelled(c)) => {
             transitions::drop_entries(&state.queue, std::slice::from_ref(&c)).await;
-            let children = cancel_descendants(state, std::slice::from_ref(&c.run.id), reason).await?;
+            let children = cancel_descendants(state, &[c.run.id.to_string()], reason).await?;
             Ok(Some(Cancelled { run: c.run, from: Some(c.from), children }))
         }
     }
@@ -172,6 +173,6 @@ pub async fn replay_run(state: &AppState, who: &Principal, orig: &Run) -> ApiRes
         )));
     }
     store::run_updates::set_continuation_of(&state.pool, &run.id, &orig.id).await?;
-    run.continuation_of = Some(orig.id.clone());
+    run.continuation_of = Some(orig.id.to_string());
     Ok(run)
 }

@@ -97,7 +97,7 @@ pub struct Job {
 pub fn job_view(r: JobRecord) -> Job {
     let s = r.spec.0;
     Job {
-        id: r.id,
+        id: r.id.into_string(),
         project_id: r.project_id,
         group_id: r.group_id,
         name: r.name,

@@ -187,7 +187,7 @@ impl CronEnqueuer {
                 }
             }
             match jobs.last() {
-                Some(last) if jobs.len() == self.opts.page_size => after = last.id.clone(),
+                Some(last) if jobs.len() == self.opts.page_size => after = last.id.to_string(),
                 _ => break,
             }
         }
@@ -216,7 +216,7 @@ impl CronEnqueuer {
                     }
                 };
                 for tick in due_ticks(&sched, w.cron_since, w.last_tick, now, self.opts.max_lateness) {
-                    let Some(wf) = workflows::get(&self.pool, Tenant::Any, &w.id).await? else { break };
+                    let Some(wf) = workflows::get(&self.pool, Tenant::Any, &w.id.as_str().into()).await? else { break };
                     let new = NewWorkflowRun {
                         triggered_by: "cron".into(),
                         created_by: Some("cron".into()),

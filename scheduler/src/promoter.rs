@@ -29,6 +29,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use switchyard_shared::domain::{schedule, RunStatus};
+use switchyard_shared::ids::{JobId, RunId};
 use switchyard_shared::queue::{Entry, Queue};
 use switchyard_shared::shutdown::Shutdown;
 use switchyard_shared::store::{flow, runs};
@@ -139,11 +140,11 @@ impl Promoter {
         report.held = held.len();
         let due: Vec<Entry> = due.into_iter().filter(|e| !held.contains(&e.run_id)).collect();
         if !due.is_empty() {
-            let mut ids: Vec<String> = due.iter().map(|e| e.run_id.clone()).collect();
+            let mut ids: Vec<RunId> = due.iter().map(|e| e.run_id.clone()).collect();
             ids.sort();
             ids.dedup();
-            let flipped: HashSet<String> = runs::mark_due_queued(&self.pool, &ids).await?.into_iter().collect();
-            let rest: Vec<String> = ids.into_iter().filter(|id| !flipped.contains(id)).collect();
+            let flipped: HashSet<RunId> = runs::mark_due_queued(&self.pool, &ids).await?.into_iter().collect();
+            let rest: Vec<RunId> = ids.into_iter().filter(|id| !flipped.contains(id)).collect();
             let statuses = statuses(&self.pool, &rest).await?;
             for entry in due {
                 let flip = flipped.contains(&entry.run_id);
@@ -167,12 +168,12 @@ impl Promoter {
 
     /// Holds the due runs of jobs whose execution window is closed at
     /// `now_ms` until it opens. Returns the ids of the runs held.
-    async fn hold_for_windows(&self, due: &[Entry], now_ms: i64) -> Result<HashSet<String>, Error> {
+    async fn hold_for_windows(&self, due: &[Entry], now_ms: i64) -> Result<HashSet<RunId>, Error> {
         let mut held = HashSet::new();
         if due.is_empty() {
             return Ok(held);
         }
-        let mut jobs: Vec<String> = due.iter().map(|e| e.job_id.clone()).collect();
+        let mut jobs: Vec<JobId> = due.iter().map(|e| e.job_id.clone()).collect();
         jobs.sort();
         jobs.dedup();
         let windows = flow::windows_of(&self.pool, &jobs).await?;
@@ -194,8 +195,8 @@ impl Promoter {
             }
         }
         for (open, entries) in by_opening {
-            let ids: Vec<String> = entries.iter().map(|e| e.run_id.clone()).collect();
-            let changed: HashSet<String> = flow::hold_until(&self.pool, &ids, open).await?.into_iter().collect();
+            let ids: Vec<RunId> = entries.iter().map(|e| e.run_id.clone()).collect();
+            let changed: HashSet<RunId> = flow::hold_until(&self.pool, &ids, open).await?.into_iter().collect();
             let moved: Vec<Entry> = entries.into_iter().filter(|e| changed.contains(&e.run_id)).cloned().collect();
             self.queue.reschedule(&moved, open.timestamp_millis()).await?;
             held.extend(changed);
@@ -226,7 +227,7 @@ impl Promoter {
 }
 
 /// Status of each run among `ids` that still exists, in one query.
-async fn statuses(pool: &PgPool, ids: &[String]) -> Result<HashMap<String, String>, sqlx::Error> {
+async fn statuses(pool: &PgPool, ids: &[RunId]) -> Result<HashMap<RunId, String>, sqlx::Error> {
     if ids.is_empty() {
         return Ok(HashMap::new());
     }

@@ -193,7 +193,7 @@ impl Reconciler {
                 }
             }
             match runs.last() {
-                Some(last) if runs.len() as i64 == page => after = last.id.clone(),
+                Some(last) if runs.len() as i64 == page => after = last.id.to_string(),
                 _ => break,
             }
         }

@@ -128,7 +128,9 @@ impl WorkflowEngine {
         }
         let mut total = Advanced { idle: true, ..Default::default() };
         loop {
-            let a = match workflow_engine::advance(&self.pool, &self.queue, &self.versions, run_id, Utc::now()).await {
+            let a = match workflow_engine::advance(&self.pool, &self.queue, &self.versions, &run_id.into(), Utc::now())
+                .await
+            {
                 Ok(a) => a,
                 Err(e) => {
                     self.busy.lock().expect("busy set").remove(run_id);

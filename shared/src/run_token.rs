@@ -18,10 +18,10 @@ pub const GRACE: Duration = Duration::from_secs(300);
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunClaims {
     /// The run id: the SDK path's run id must equal it.
-    pub sub: String,
+    pub sub: crate::ids::RunId,
     pub iat: i64,
     pub exp: i64,
-    pub job_id: String,
+    pub job_id: crate::ids::JobId,
     pub project_id: String,
     pub attempt: i32,
 }

@@ -54,7 +54,14 @@ async fn one(
         let n = count / projects + usize::from(p < count % projects);
         let entries: Vec<Entry> = (0..n)
             .map(|i| {
-                Entry::new(&ids::run_id(), &job, &project, 0, now - chrono::Duration::milliseconds(i as i64), None)
+                Entry::new(
+                    &ids::run_id(),
+                    &job.as_str().into(),
+                    &project,
+                    0,
+                    now - chrono::Duration::milliseconds(i as i64),
+                    None,
+                )
             })
             .collect();
         for chunk in entries.chunks(FILL_CHUNK) {

@@ -51,7 +51,7 @@ pub struct Memory {
 
 /// Makes entries shaped like the product's (real id formats, one job).
 struct Filler {
-    job: String,
+    job: switchyard_shared::ids::JobId,
     made: i64,
 }
 

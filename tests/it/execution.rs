@@ -192,7 +192,9 @@ async fn priority_first_then_age() {
     let order: Vec<String> = {
         let mut v = vec![];
         for _ in 0..3 {
-            v.extend(q.dequeue(1, Duration::from_secs(30), now).await.unwrap().into_iter().map(|e| e.run_id));
+            v.extend(
+                q.dequeue(1, Duration::from_secs(30), now).await.unwrap().into_iter().map(|e| e.run_id.into_string()),
+            );
         }
         v
     };

@@ -161,9 +161,18 @@ async fn a_dequeue_stopped_by_its_scan_limit_leaves_a_wake_up() {
     q.set_limits("p", "job_capped", Some("1|0|0|0|0")).await.unwrap();
     q.set_limits("p", "job_free", Some("0|0|0|0|0")).await.unwrap();
     let capped: Vec<Entry> = (0..20)
-        .map(|i| Entry::new(&format!("run_c{i}"), "job_capped", "p", 0, now - chrono::Duration::seconds(100 - i), None))
+        .map(|i| {
+            Entry::new(
+                &format!("run_c{i}").into(),
+                &"job_capped".into(),
+                "p",
+                0,
+                now - chrono::Duration::seconds(100 - i),
+                None,
+            )
+        })
         .collect();
-    let free = Entry::new("run_free", "job_free", "p", 0, now, None);
+    let free = Entry::new(&"run_free".into(), &"job_free".into(), "p", 0, now, None);
     let all: Vec<(&Entry, i64)> = capped.iter().chain([&free]).map(|e| (e, 0)).collect();
     assert_eq!(q.enqueue_many(&all, now_ms).await.unwrap(), 21);
     take_tokens(q).await;

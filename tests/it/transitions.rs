@@ -91,7 +91,7 @@ async fn deleting_a_job_cancels_its_runs_without_a_retry_left_pending() {
     let (s, v) = env.delete(&format!("/v1/jobs/{job_id}")).await;
     assert_eq!(s, 204, "{v}");
     for id in [&retrying, &queued] {
-        let run = store::runs::get(&env.pool, id).await.unwrap().unwrap();
+        let run = store::runs::get(&env.pool, &id.into()).await.unwrap().unwrap();
         assert_eq!((run.status, run.error.as_deref()), (RunStatus::Cancelled, Some("job deleted")), "{id}");
         assert_eq!(run.next_retry_at, None, "{id}: a cancelled run has no retry due");
         assert!(run.finished_at.is_some());
@@ -120,7 +120,7 @@ async fn a_status_the_build_does_not_know_is_an_error_not_failed() {
         .execute(&env.pool)
         .await
         .unwrap();
-    let err = store::runs::get(&env.pool, &run).await.expect_err("an unknown status does not decode");
+    let err = store::runs::get(&env.pool, &run.as_str().into()).await.expect_err("an unknown status does not decode");
     assert!(matches!(err, sqlx::Error::ColumnDecode { .. }), "{err:?}");
     assert!(err.to_string().contains("hibernating"), "{err}");
     let (s, v) = env.get(&format!("/v1/runs/{run}")).await;

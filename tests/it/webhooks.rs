@@ -289,7 +289,8 @@ async fn every_way_a_run_ends_notifies_alike() {
     let delayed = env.trigger(expiring, json!({"delay_secs": 5})).await["id"].as_str().unwrap().to_string();
     let later = env.trigger(expiring, json!({"delay_secs": 3600})).await["id"].as_str().unwrap().to_string();
     tokio::time::sleep(Duration::from_millis(1200)).await;
-    let expired = switchyard_shared::store::runs::expire_unstarted(&env.pool, std::slice::from_ref(&stale));
+    let stale_ids = [stale.as_str().into()];
+    let expired = switchyard_shared::store::runs::expire_unstarted(&env.pool, &stale_ids);
     assert_eq!(expired.await.unwrap(), 1);
     assert_eq!(env.scheduler().expire_once(now + chrono::Duration::seconds(10)).await.unwrap(), 1);
     assert_eq!(env.post(&format!("/v1/runs/{later}/cancel"), json!({})).await.0, 200);

@@ -506,7 +506,7 @@ async fn a_crash_between_a_steps_outcome_and_the_next_enqueue_loses_and_doubles_
     let versions = workflow_engine::Versions::default();
 
     // The trigger's transaction starts `a`, and "crashes" before its enqueue.
-    let record = workflows::get(&env.pool, Tenant::Any, wf["id"].as_str().unwrap()).await.unwrap().unwrap();
+    let record = workflows::get(&env.pool, Tenant::Any, &wf["id"].as_str().unwrap().into()).await.unwrap().unwrap();
     let new = NewWorkflowRun { triggered_by: "api".into(), ..NewWorkflowRun::default() };
     let Triggered::Created(created) =
         workflow_moves::trigger(&env.pool, &dead_redis, &versions, &record, &new).await.unwrap()
@@ -537,13 +537,15 @@ async fn a_crash_between_a_steps_outcome_and_the_next_enqueue_loses_and_doubles_
         attempt_started_at: Utc::now(),
         trace: json!({}),
         webhook_url: None,
-        job_id: j.clone(),
+        job_id: j.as_str().into(),
         project_id: project.clone(),
         attempt: 1,
         workflow_step_run_id: step(&r, "a")["id"].as_str().map(str::to_string),
     };
     let (recorded, pending) =
-        step_outcomes::finish_steps(&env.pool, &versions, vec![(a_run, token + 1, outcome)]).await.unwrap();
+        step_outcomes::finish_steps(&env.pool, &versions, vec![(a_run.as_str().into(), token + 1, outcome)])
+            .await
+            .unwrap();
     assert_eq!(recorded, [true]);
     assert_eq!(pending.iter().map(|p| p.advanced.steps_started).sum::<usize>(), 2);
     drop(pending);
@@ -860,7 +862,7 @@ async fn triggers_that_arrive_together_are_written_together_and_a_refused_one_fa
 
     // The store's group: every run created with its first step started,
     // in the order asked.
-    let record = workflows::get(&env.pool, Tenant::Any, wf_id).await.unwrap().unwrap();
+    let record = workflows::get(&env.pool, Tenant::Any, &wf_id.into()).await.unwrap().unwrap();
     let news: Vec<NewWorkflowRun> = (0..3)
         .map(|n| NewWorkflowRun { payload: Some(json!({ "n": n })), triggered_by: "api".into(), ..Default::default() })
         .collect();
@@ -917,7 +919,7 @@ async fn triggers_that_arrive_together_are_written_together_and_a_refused_one_fa
         ids.insert(v["id"].as_str().unwrap().to_string());
     }
     assert_eq!(ids.len(), 23);
-    for id in runs.iter().map(|(r, _)| r.id.clone()).chain(ids) {
+    for id in runs.iter().map(|(r, _)| r.id.to_string()).chain(ids) {
         wait_status(&env, &id, "completed").await;
     }
     assert_eq!(target.requests().len(), 26 * 2, "each step of each run dispatched once");

@@ -191,7 +191,7 @@ async fn handle(w: &Inner, entry: &Entry, key: u64, dequeue: Duration) {
     };
     let recorded = record::finish_attempt(&w.finisher, &run.id, run.dispatch_token, &outcome).await;
     let dispatch_secs = (attempted.timing.ttfb + attempted.timing.transfer).as_secs_f64();
-    metrics::histogram!(DISPATCH_DURATION, "job_id" => run.job_id.clone(), "outcome" => outcome.status.as_str())
+    metrics::histogram!(DISPATCH_DURATION, "job_id" => run.job_id.to_string(), "outcome" => outcome.status.as_str())
         .record(dispatch_secs);
     let retry_due = outcome.next_retry_at.filter(|_| recorded).map(|t| t.timestamp_millis());
     if recorded || still_ours(w, &run).await {
@@ -390,7 +390,7 @@ pub fn request_headers(
     body: &[u8],
 ) -> Vec<(&'static str, String)> {
     let mut h = vec![
-        ("X-Svc-Run-Id", run.id.clone()),
+        ("X-Svc-Run-Id", run.id.to_string()),
         ("X-Svc-Attempt", run.attempt.to_string()),
         // Stable across redeliveries of one attempt, new for each retry.
         ("Idempotency-Key", format!("{}:{}", run.id, run.attempt)),

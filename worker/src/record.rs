@@ -69,18 +69,18 @@ where
 /// its lease was lost and it was handed on).
 pub(crate) async fn finish_attempt(
     finisher: &crate::worker::Finisher,
-    run_id: &str,
+    run_id: &switchyard_shared::ids::RunId,
     token: i64,
     outcome: &Outcome,
 ) -> bool {
     let recorded = with_db_retry("recording an outcome", || async {
-        finisher.submit((run_id.to_string(), token, outcome.clone())).await.map_err(|e| e.into_sqlx())
+        finisher.submit((run_id.clone(), token, outcome.clone())).await.map_err(|e| e.into_sqlx())
     })
     .await;
     match recorded {
         Ok(recorded) => recorded,
         Err(e) => {
-            tracing::error!(run_id, error = %e, "the outcome could not be recorded; the run will be redelivered");
+            tracing::error!(run_id = %run_id, error = %e, "the outcome could not be recorded; the run will be redelivered");
             false
         }
     }

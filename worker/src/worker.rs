@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::PgPool;
+use switchyard_shared::ids::RunId;
 use switchyard_shared::outbound::Http;
 use switchyard_shared::queue::{Entry, Queue};
 use switchyard_shared::run_token::TokenSigner;
@@ -73,11 +74,11 @@ pub(crate) struct Inner {
     pub(crate) acker: Acker,
 }
 
-pub(crate) type Loader = GroupCommit<String, Option<switchyard_shared::store::runs::Loaded>>;
-pub(crate) type Marker = GroupCommit<(String, i64, chrono::DateTime<chrono::Utc>), bool>;
+pub(crate) type Loader = GroupCommit<RunId, Option<switchyard_shared::store::runs::Loaded>>;
+pub(crate) type Marker = GroupCommit<(RunId, i64, chrono::DateTime<chrono::Utc>), bool>;
 /// An entry to ack and its retry time; a failed batch fails with Redis's error.
 pub(crate) type Acker = GroupCommit<(Entry, Option<i64>), (), switchyard_shared::queue::QueueError>;
-pub(crate) type Finisher = GroupCommit<(String, i64, switchyard_shared::store::Outcome), bool>;
+pub(crate) type Finisher = GroupCommit<(RunId, i64, switchyard_shared::store::Outcome), bool>;
 
 /// Writes a group of outcomes. A group that ends a workflow step's job run
 /// moves the workflow run on in the same transaction
@@ -87,7 +88,7 @@ async fn finish(
     pool: &PgPool,
     queue: &Queue,
     versions: &Versions,
-    items: Vec<(String, i64, switchyard_shared::store::Outcome)>,
+    items: Vec<(RunId, i64, switchyard_shared::store::Outcome)>,
 ) -> Result<Vec<bool>, sqlx::Error> {
     if !items.iter().any(|(_, _, o)| o.workflow_step_run_id.is_some() && o.status.is_terminal()) {
         return runs::finish_many(pool, items).await;

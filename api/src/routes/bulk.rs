@@ -411,7 +411,7 @@ impl BulkApi {
             match policy::authorize(&state, &auth.0, &project_id, "runs:write", r).await {
                 Ok(()) => results.push(replay_result(&state, &auth.0, run).await),
                 Err(e) => results.push(BulkReplayResult {
-                    run_id: run.id.clone(),
+                    run_id: run.id.to_string(),
                     status: "error".into(),
                     new_run_id: None,
                     error: Some(e.one_line()),
@@ -477,7 +477,7 @@ impl BulkApi {
         let ids: Vec<String> = matched.into_iter().map(|(id, _)| id).collect();
         let cancelled = transitions::cancel_many(&state.pool, &ids, &statuses, &reason).await?;
         transitions::drop_entries(&state.queue, &cancelled).await;
-        let parents: Vec<String> = cancelled.iter().map(|c| c.run.id.clone()).collect();
+        let parents: Vec<String> = cancelled.iter().map(|c| c.run.id.to_string()).collect();
         let children = run_actions::cancel_descendants(&state, &parents, &reason).await?;
         if !cancelled.is_empty() {
             let details = serde_json::json!({
@@ -534,13 +534,13 @@ impl BulkApi {
 async fn replay_result(state: &AppState, who: &Principal, run: &Run) -> BulkReplayResult {
     match run_actions::replay_run(state, who, run).await {
         Ok(new) => BulkReplayResult {
-            run_id: run.id.clone(),
+            run_id: run.id.to_string(),
             status: "replayed".into(),
             new_run_id: Some(new.id),
             error: None,
         },
         Err(e) => BulkReplayResult {
-            run_id: run.id.clone(),
+            run_id: run.id.to_string(),
             status: "error".into(),
             new_run_id: None,
             error: Some(e.one_line()),

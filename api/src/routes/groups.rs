@@ -221,7 +221,7 @@ impl GroupsApi {
         let g = load(&state, &auth, &group_id).await?;
         let w = Window::parse(limit.0, cursor.0)?;
         let rows = store::job_groups::jobs(&state.pool, &g.id, w.after(), w.fetch()).await?;
-        Ok(w.page(rows, |j| j.id.clone(), job_view).into())
+        Ok(w.page(rows, |j| j.id.to_string(), job_view).into())
     }
 
     /// Pause every job of the group: triggers are still accepted, and no
@@ -278,7 +278,7 @@ async fn authorize_each_job(state: &AppState, auth: &Auth, g: &JobGroup) -> ApiR
             policy::authorize(state, &auth.0, &j.project_id, "jobs:write", r).await?;
         }
         match jobs.last() {
-            Some(last) if jobs.len() as i64 == PAGE => before = Some(last.id.clone()),
+            Some(last) if jobs.len() as i64 == PAGE => before = Some(last.id.to_string()),
             _ => return Ok(()),
         }
     }

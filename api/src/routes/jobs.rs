@@ -319,7 +319,7 @@ impl JobsApi {
         let project_id = project_of(&auth.0, "query", project_id.0.as_deref())?;
         let w = Window::parse(limit.0, cursor.0)?;
         let rows = store::jobs::list(&state.pool, &project_id, group_id.0.as_deref(), w.after(), w.fetch()).await?;
-        Ok(Json(w.page(rows, |r| r.id.clone(), job_view)))
+        Ok(Json(w.page(rows, |r| r.id.to_string(), job_view)))
     }
 
     /// Get a job.

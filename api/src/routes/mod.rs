@@ -55,6 +55,7 @@ use poem_openapi::types::{MaybeUndefined, ToJSON};
 use poem_openapi::{ApiResponse, Tags};
 use switchyard_shared::domain::rules::Text;
 use switchyard_shared::domain::{FieldError, FieldErrors, JobSpec, RunStatus};
+use switchyard_shared::ids::RunId;
 use switchyard_shared::queue::WakeLoop;
 use switchyard_shared::store::workflow_runs::WorkflowRun;
 use switchyard_shared::store::workflows::WorkflowRecord;
@@ -299,7 +300,7 @@ pub async fn load_for_trigger(state: &AppState, auth: &Auth, id: &str) -> ApiRes
 /// otherwise).
 pub async fn load_run(state: &AppState, auth: &Auth, id: &str) -> ApiResult<Run> {
     check_id("run", id)?;
-    match store::runs::get(&state.pool, id).await? {
+    match store::runs::get(&state.pool, &RunId::from(id)).await? {
         Some(r) if visible(&auth.0, &r.project_id) => {
             let tags = policy::tags_of(&r.tags.0);
             let res = Resource { kind: "run", id: Some(&r.id), tags: &tags };
@@ -317,7 +318,8 @@ pub async fn sdk_run(state: &AppState, auth: &Auth, run_id: &str) -> ApiResult<R
     if auth.0.run_id.as_deref().is_some_and(|own| own != run_id) {
         return Err(ApiError::forbidden("the run token is for another run"));
     }
-    let run = store::runs::get(&state.pool, run_id).await?.ok_or_else(|| ApiError::not_found("run", run_id))?;
+    let id = RunId::from(run_id);
+    let run = store::runs::get(&state.pool, &id).await?.ok_or_else(|| ApiError::not_found("run", run_id))?;
     // A run token names its run's project too; a token whose claims
     // disagree with the run was not minted for it.
     if auth.0.run_id.is_some() && auth.0.project_id.as_deref() != Some(run.project_id.as_str()) {
@@ -329,8 +331,8 @@ pub async fn sdk_run(state: &AppState, auth: &Auth, run_id: &str) -> ApiResult<R
     // marks it, exactly as the worker would, so the run is running on the
     // token's attempt from here on.
     if let (Some(attempt), RunStatus::Queued) = (auth.0.run_attempt, run.status) {
-        if attempt == run.attempt + 1 && store::runs::mark_running_for_attempt(&state.pool, run_id, attempt).await? {
-            return store::runs::get(&state.pool, run_id).await?.ok_or_else(|| ApiError::not_found("run", run_id));
+        if attempt == run.attempt + 1 && store::runs::mark_running_for_attempt(&state.pool, &id, attempt).await? {
+            return store::runs::get(&state.pool, &id).await?.ok_or_else(|| ApiError::not_found("run", run_id));
         }
     }
     Ok(run)
@@ -397,7 +399,9 @@ pub async fn load_workflow_for_trigger(state: &AppState, auth: &Auth, id: &str) 
 /// The workflow if it exists and the caller may see it (404 otherwise).
 async fn find_workflow(state: &AppState, auth: &Auth, id: &str) -> ApiResult<WorkflowRecord> {
     check_id("workflow", id)?;
-    store::workflows::get(&state.pool, tenant(&auth.0), id).await?.ok_or_else(|| ApiError::not_found("workflow", id))
+    store::workflows::get(&state.pool, tenant(&auth.0), &id.into())
+        .await?
+        .ok_or_else(|| ApiError::not_found("workflow", id))
 }
 
 /// The resource policies on workflows applied to `w` (403 when they refuse).
@@ -411,7 +415,7 @@ async fn admit_workflow(state: &AppState, auth: &Auth, w: &WorkflowRecord) -> Ap
 /// act on it (403 otherwise).
 pub async fn load_workflow_run(state: &AppState, auth: &Auth, id: &str) -> ApiResult<WorkflowRun> {
     check_id("workflow run", id)?;
-    let run = store::workflow_runs::get(&state.pool, tenant(&auth.0), id)
+    let run = store::workflow_runs::get(&state.pool, tenant(&auth.0), &id.into())
         .await?
         .ok_or_else(|| ApiError::not_found("workflow run", id))?;
     if let Some(w) = store::workflows::get(&state.pool, Tenant::Any, &run.workflow_id).await? {

@@ -214,7 +214,7 @@ impl RunRecordsApi {
     async fn state(&self, state: Data<&AppState>, auth: Auth, run_id: Path<String>) -> ApiResult<Json<RunState>> {
         let run = load_run(&state, &auth, &run_id).await?;
         let pairs = rec::state(&state.pool, &run.id).await?;
-        Ok(Json(RunState { run_id: run.id, state: pairs }))
+        Ok(Json(RunState { run_id: run.id.to_string(), state: pairs }))
     }
 
     /// The run's checkpoints, newest first.
@@ -247,7 +247,7 @@ impl RunRecordsApi {
         let totals = rec::usage_totals(&state.pool, &run.id).await?;
         let page = w.page(rows, |r| r.id.clone(), UsageRecord::from);
         Ok(Json(RunUsage {
-            run_id: run.id,
+            run_id: run.id.to_string(),
             totals: totals.into(),
             data: page.data,
             has_more: page.has_more,

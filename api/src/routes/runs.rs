@@ -81,7 +81,7 @@ impl RunsApi {
             batch_id: batch_id.0.as_deref(),
         };
         let rows = store::runs::list(&state.pool, &filter, w.after(), w.fetch()).await?;
-        Ok(Json(w.page(rows, |r| r.id.clone(), run_view)))
+        Ok(Json(w.page(rows, |r| r.id.to_string(), run_view)))
     }
 
     /// The dead-letter queue, newest first: `failed` and `timed_out` runs
@@ -104,7 +104,7 @@ impl RunsApi {
         let w = Window::parse(limit.0, cursor.0)?;
         let rows =
             store::runs::dead_letters(&state.pool, &project_id, job_id.0.as_deref(), w.after(), w.fetch()).await?;
-        Ok(Json(w.page(rows, |r| r.id.clone(), run_view)))
+        Ok(Json(w.page(rows, |r| r.id.to_string(), run_view)))
     }
 
     /// Get a run.
@@ -131,7 +131,11 @@ impl RunsApi {
             .into_iter()
             .map(|(run_id, status)| DependencyState { satisfied: status == "completed", run_id, status })
             .collect();
-        Ok(Json(DependencyStatus { unblocked: dependencies.iter().all(|d| d.satisfied), run_id: run.id, dependencies }))
+        Ok(Json(DependencyStatus {
+            unblocked: dependencies.iter().all(|d| d.satisfied),
+            run_id: run.id.to_string(),
+            dependencies,
+        }))
     }
 
     /// Cancel a run that has not finished, and its unfinished child runs

@@ -342,7 +342,7 @@ impl SdkRunsApi {
         if !store::run_updates::record_progress(&state.pool, &run.id, attempt, b.progress, message.as_deref()).await? {
             return Err(ApiError::conflict("the run is no longer running on this attempt"));
         }
-        Ok(Json(ProgressResponse { run_id: run.id, progress: b.progress, message }))
+        Ok(Json(ProgressResponse { run_id: run.id.to_string(), progress: b.progress, message }))
     }
 
     /// Record a named structured output of the run.

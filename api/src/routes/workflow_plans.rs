@@ -215,7 +215,7 @@ impl WorkflowPlansApi {
         errors.finish()?;
         let p = plan::plan(steps, &wanted);
         Ok(Json(WorkflowPlan {
-            workflow_id: w.id,
+            workflow_id: w.id.into_string(),
             version_id: w.version_id,
             version: w.version.into(),
             step_count: p.step_count as i64,
@@ -272,7 +272,7 @@ impl WorkflowPlansApi {
         given.outputs = outputs.into_iter().collect();
         let sim = plan::simulate(steps, &given);
         Ok(Json(WorkflowSimulation {
-            workflow_id: w.id,
+            workflow_id: w.id.into_string(),
             version_id: w.version_id,
             version: w.version.into(),
             step_count: sim.order.len() as i64,
@@ -314,7 +314,7 @@ impl WorkflowPlansApi {
         let to = found("workflow version", to_id, store::workflows::version(&state.pool, &w.id, to_id)).await?;
         let d = plan::diff(&from.steps.0, &to.steps.0);
         Ok(Json(WorkflowVersionDiff {
-            workflow_id: w.id,
+            workflow_id: w.id.into_string(),
             from_version_id: from.id,
             from_version: from.version.into(),
             to_version_id: to.id,

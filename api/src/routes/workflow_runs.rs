@@ -189,9 +189,9 @@ fn step_view(s: StepRun) -> WorkflowStepRun {
 
 fn run_view(r: RunRow, steps: Option<Vec<StepRun>>) -> WorkflowRun {
     WorkflowRun {
-        id: r.id,
+        id: r.id.into_string(),
         project_id: r.project_id,
-        workflow_id: r.workflow_id,
+        workflow_id: r.workflow_id.into_string(),
         version_id: r.version_id,
         version: r.version,
         started_version_id: r.started_version_id,
@@ -468,7 +468,7 @@ impl WorkflowRunsApi {
         let w = Window::parse(limit.0, cursor.0)?;
         let f = RunFilter { project_id: &project_id, workflow_id: workflow_id.0.as_deref(), status };
         let rows = workflow_runs::list(&state.pool, &f, w.after(), w.fetch()).await?;
-        Ok(Json(w.page(rows, |r| r.id.clone(), |r| run_view(r, None))))
+        Ok(Json(w.page(rows, |r| r.id.to_string(), |r| run_view(r, None))))
     }
 
     /// Get a workflow run with its steps.
@@ -657,7 +657,7 @@ impl WorkflowRunsApi {
         rows.truncate(limit as usize);
         let next_cursor = if has_more { rows.last().map(|d| d.id.to_string()) } else { None };
         Ok(Json(Explanation {
-            workflow_run_id: run.id,
+            workflow_run_id: run.id.into_string(),
             decisions: rows
                 .into_iter()
                 .map(|d| WorkflowDecision {
@@ -749,7 +749,7 @@ impl WorkflowRunsApi {
         };
         let (step_refs, estimated_duration_secs) = critical_path(&defs, &durations);
         Ok(Json(WorkflowRunGraph {
-            workflow_run_id: run.id,
+            workflow_run_id: run.id.into_string(),
             version_id: run.version_id,
             status: run.status.as_str().into(),
             nodes,
@@ -775,7 +775,7 @@ impl WorkflowRunsApi {
         let wf = load_workflow(&state, &auth, &workflow_id).await?;
         let rows = workflow_runs::active_versions(&state.pool, &wf.id).await?;
         Ok(Json(ActiveVersions {
-            workflow_id: wf.id,
+            workflow_id: wf.id.into_string(),
             versions: rows
                 .into_iter()
                 .map(|(version_id, version, pending, running, paused)| VersionCounts {
@@ -810,10 +810,10 @@ impl WorkflowRunsApi {
         }
         let (active_runs, sample) = workflow_runs::on_version(&state.pool, &version_id, 20).await?;
         Ok(Json(VersionImpact {
-            workflow_id: wf.id,
+            workflow_id: wf.id.into_string(),
             version_id: version_id.0,
             active_runs,
-            sample_run_ids: sample.into_iter().map(|r| r.id).collect(),
+            sample_run_ids: sample.into_iter().map(|r| r.id.into_string()).collect(),
         }))
     }
 }
@@ -841,7 +841,7 @@ impl WorkflowRunsApi {
         let r = workflow_moves::decide_step(&state.pool, t, run_id, step_ref, decision, &who, body.comment.as_deref())
             .await?;
         let r = match r {
-            Err(Refused::NotFound) if workflow_runs::get(&state.pool, t, run_id).await?.is_some() => {
+            Err(Refused::NotFound) if workflow_runs::get(&state.pool, t, &run_id.into()).await?.is_some() => {
                 return Err(ApiError::not_found("step", step_ref));
             }
             other => other,
@@ -863,7 +863,7 @@ impl WorkflowRunsApi {
         let t: Tenant = tenant(&auth.0);
         let r = workflow_moves::reset_steps(&state.pool, t, run_id, step_ref, with_descendants, &who(&auth.0)).await?;
         let r = match r {
-            Err(Refused::NotFound) if workflow_runs::get(&state.pool, t, run_id).await?.is_some() => {
+            Err(Refused::NotFound) if workflow_runs::get(&state.pool, t, &run_id.into()).await?.is_some() => {
                 return Err(ApiError::not_found("step", step_ref));
             }
             other => other,

@@ -454,7 +454,7 @@ fn workflow_view(r: WorkflowRecord) -> Workflow {
     let (id, at) = (r.id.clone(), r.steps_created_at);
     Workflow {
         steps: r.steps.0.into_iter().map(|s| step_view(&id, at, s)).collect(),
-        id: r.id,
+        id: r.id.into_string(),
         project_id: r.project_id,
         name: r.name,
         slug: r.slug,
@@ -674,7 +674,7 @@ impl WorkflowsApi {
         let project_id = project_of(&auth.0, "query", project_id.0.as_deref())?;
         let w = Window::parse(limit.0, cursor.0)?;
         let rows = store::workflows::list(&state.pool, &project_id, w.after(), w.fetch()).await?;
-        Ok(Json(w.page(rows, |r| r.id.clone(), workflow_view)))
+        Ok(Json(w.page(rows, |r| r.id.to_string(), workflow_view)))
     }
 
     /// Get a workflow with the steps of its current version.

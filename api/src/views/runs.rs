@@ -117,9 +117,9 @@ pub fn run_view(r: Run) -> JobRun {
         }
     });
     JobRun {
-        id: r.id,
+        id: r.id.into_string(),
         project_id: r.project_id,
-        job_id: r.job_id,
+        job_id: r.job_id.into_string(),
         job_version: r.job_version.into(),
         job_version_id: Some(r.job_version_id),
         status: r.status.as_str().to_string(),

@@ -46,7 +46,7 @@ pub struct Env {
     pub queue: Queue,
     pub scheduler: Scheduler,
     pub project_id: String,
-    pub job_id: String,
+    pub job_id: switchyard_shared::ids::JobId,
     pub version_id: String,
     scratch: Scratch,
 }
@@ -171,7 +171,7 @@ impl Env {
     }
 
     pub async fn run(&self, run_id: &str) -> Run {
-        runs::get(&self.pool, run_id).await.expect("get run").expect("run exists")
+        runs::get(&self.pool, &run_id.into()).await.expect("get run").expect("run exists")
     }
 
     /// Puts an entry in `scheduled`, due at `due_ms` (past or future).

@@ -17,7 +17,7 @@ async fn promotes_a_run_only_after_postgres_says_queued() {
         let cancelled = env.new_run("cancelled", |_| {}).await;
         let running = env.new_run("running", |_| {}).await;
         let later = env.new_run("retrying", |_| {}).await;
-        let gone = Entry::new("run_gone", &env.job_id, &env.project_id, 0, at_ms(now), None);
+        let gone = Entry::new(&"run_gone".into(), &env.job_id, &env.project_id, 0, at_ms(now), None);
         for (entry, due) in [
             (delayed.entry(), now - 1_000),
             (retry.entry(), now - 500),
@@ -69,9 +69,9 @@ async fn queue_moves_and_drops_only_named_entries_still_due() {
     with_env(|env| async move {
         let now = now_ms();
         let t = at_ms(now);
-        let a = Entry::new("run_a", &env.job_id, &env.project_id, 0, t, None);
-        let b = Entry::new("run_b", &env.job_id, &env.project_id, 0, t, Some("tenant|1"));
-        let c = Entry::new("run_c", &env.job_id, &env.project_id, 0, t, None);
+        let a = Entry::new(&"run_a".into(), &env.job_id, &env.project_id, 0, t, None);
+        let b = Entry::new(&"run_b".into(), &env.job_id, &env.project_id, 0, t, Some("tenant|1"));
+        let c = Entry::new(&"run_c".into(), &env.job_id, &env.project_id, 0, t, None);
         env.schedule(&a, now - 10).await;
         env.schedule(&b, now - 10).await;
         env.schedule(&c, now + 10_000).await;

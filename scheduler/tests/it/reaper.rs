@@ -21,7 +21,7 @@ fn outcome(status: RunStatus, next_retry_at: Option<chrono::DateTime<Utc>>) -> O
         trace: serde_json::json!({}),
         webhook_url: None,
         // No webhook or subscription here names what its notifications say.
-        job_id: String::new(),
+        job_id: Default::default(),
         project_id: String::new(),
         attempt: 1,
         workflow_step_run_id: None,

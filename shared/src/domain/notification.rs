@@ -37,8 +37,8 @@ pub fn timestamp(at: DateTime<Utc>) -> String {
 /// A job run that reached a terminal status (`run.<status>`).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct RunEnded {
-    pub run_id: String,
-    pub job_id: String,
+    pub run_id: crate::ids::RunId,
+    pub job_id: crate::ids::JobId,
     /// The terminal status: completed, failed, timed_out, cancelled, expired.
     pub status: String,
     pub attempt: i32,

@@ -66,7 +66,7 @@ pub fn step_start(def: &Step, row: &StepView, run: &RunView, facts: &Facts, now:
             Some(j) if !j.enabled => w.fail(format!("the step's job {} is disabled", j.id)),
             Some(j) => match job_run(j, overrides, def, row, run, now) {
                 Ok(new) => {
-                    w.job_run_id = Some(new.id.clone());
+                    w.job_run_id = Some(new.id.to_string());
                     job_run_made = Some(new);
                 }
                 Err(e) => w.fail(e),

@@ -24,8 +24,8 @@ const HEX_OFFSET: i64 = 1 << 53;
 
 #[derive(Clone, Debug)]
 pub struct Entry {
-    pub run_id: String,
-    pub job_id: String,
+    pub run_id: crate::ids::RunId,
+    pub job_id: crate::ids::JobId,
     pub rank: i64,
     pub concurrency_key: String,
     /// Picks the partition: `shard % partitions`.
@@ -59,8 +59,8 @@ pub struct EntryError(pub String);
 
 impl Entry {
     pub fn new(
-        run_id: &str,
-        job_id: &str,
+        run_id: &crate::ids::RunId,
+        job_id: &crate::ids::JobId,
         project_id: &str,
         priority: i32,
         created_at: DateTime<Utc>,
@@ -69,8 +69,8 @@ impl Entry {
         let p = priority.clamp(MIN_PRIORITY, MAX_PRIORITY) as i64;
         let age = (created_at.timestamp_millis() - EPOCH_MS).clamp(0, PRIORITY_STEP - 1);
         Entry {
-            run_id: run_id.to_string(),
-            job_id: job_id.to_string(),
+            run_id: run_id.clone(),
+            job_id: job_id.clone(),
             rank: -p * PRIORITY_STEP + age,
             concurrency_key: concurrency_key.unwrap_or("").to_string(),
             shard: shard_of(project_id),
@@ -111,7 +111,7 @@ mod tests {
     fn round_trips_including_keys_with_separators() {
         let t = Utc.with_ymd_and_hms(2026, 11, 22, 12, 0, 0).unwrap();
         for key in [None, Some("tenant-1"), Some("a|b|c")] {
-            let e = Entry::new("run_1", "job_1", "p", 7, t, key);
+            let e = Entry::new(&"run_1".into(), &"job_1".into(), "p", 7, t, key);
             assert_eq!(Entry::decode(&e.encode()).unwrap(), e);
         }
         assert!(Entry::decode("run_1|job_1|zz|").is_err());
@@ -121,7 +121,7 @@ mod tests {
     #[test]
     fn the_shard_follows_the_project_and_is_not_identity() {
         let t = Utc.with_ymd_and_hms(2026, 11, 22, 12, 0, 0).unwrap();
-        let a = Entry::new("run_1", "job_1", "proj_a", 0, t, None);
+        let a = Entry::new(&"run_1".into(), &"job_1".into(), "proj_a", 0, t, None);
         assert_eq!(a.shard, shard_of("proj_a"));
         assert_ne!(shard_of("proj_a"), shard_of("proj_b"));
         // FNV-1a of "a": fixed, so every process routes a project alike.
@@ -133,12 +133,12 @@ mod tests {
     fn priority_first_then_age() {
         let t0 = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
         let t1 = t0 + chrono::Duration::seconds(1);
-        let old_low = Entry::new("a", "j", "p", 0, t0, None).rank();
-        let new_low = Entry::new("b", "j", "p", 0, t1, None).rank();
-        let new_high = Entry::new("c", "j", "p", 5, t1, None).rank();
+        let old_low = Entry::new(&"a".into(), &"j".into(), "p", 0, t0, None).rank();
+        let new_low = Entry::new(&"b".into(), &"j".into(), "p", 0, t1, None).rank();
+        let new_high = Entry::new(&"c".into(), &"j".into(), "p", 5, t1, None).rank();
         assert!(new_high < old_low && old_low < new_low);
-        let top = Entry::new("d", "j", "p", MAX_PRIORITY, t1, None).rank();
-        let bottom = Entry::new("e", "j", "p", MIN_PRIORITY, t1, None).rank();
+        let top = Entry::new(&"d".into(), &"j".into(), "p", MAX_PRIORITY, t1, None).rank();
+        let bottom = Entry::new(&"e".into(), &"j".into(), "p", MIN_PRIORITY, t1, None).rank();
         // Exact in a double: the score Redis stores.
         assert_eq!(top as f64 as i64, top);
         assert_eq!(bottom as f64 as i64, bottom);

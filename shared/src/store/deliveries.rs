@@ -158,8 +158,8 @@ pub async fn claim_due(pool: &PgPool, limit: i64, hold: Duration) -> Result<Vec<
 /// subscriptions that name it) and its terminal webhook, built in Rust.
 #[derive(Default)]
 pub(super) struct RunsEnded {
-    run_ids: Vec<String>,
-    job_ids: Vec<String>,
+    run_ids: Vec<crate::ids::RunId>,
+    job_ids: Vec<crate::ids::JobId>,
     project_ids: Vec<String>,
     event_types: Vec<String>,
     /// Where the terminal webhook goes, when the caller knows

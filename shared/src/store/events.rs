@@ -431,11 +431,11 @@ async fn fire_unlocked(
                 if created {
                     made.push(*run);
                 }
-                (Some(id), status, None)
+                (Some(id.into_string()), status, None)
             }
             Ok(Fired::Workflow(t)) => match *t {
-                Triggered::Created(r) => (Some(r.id), TriggerStatus::Created, None),
-                Triggered::Existing(r) => (Some(r.id), TriggerStatus::Existing, None),
+                Triggered::Created(r) => (Some(r.id.into_string()), TriggerStatus::Created, None),
+                Triggered::Existing(r) => (Some(r.id.into_string()), TriggerStatus::Existing, None),
                 Triggered::Skipped { active_run_id } => (
                     None,
                     TriggerStatus::Skipped,

@@ -309,9 +309,9 @@ pub async fn next_expiry(pool: &PgPool) -> Result<Option<DateTime<Utc>>, sqlx::E
 /// Each job's execution window and zone, for the jobs that have one.
 pub async fn windows_of(
     pool: &PgPool,
-    job_ids: &[String],
-) -> Result<HashMap<String, (String, Option<String>)>, sqlx::Error> {
-    let rows: Vec<(String, String, Option<String>)> = sqlx::query_as(
+    job_ids: &[crate::ids::JobId],
+) -> Result<HashMap<crate::ids::JobId, (String, Option<String>)>, sqlx::Error> {
+    let rows: Vec<(crate::ids::JobId, String, Option<String>)> = sqlx::query_as(
         "SELECT id, spec->>'execution_window_cron', spec->>'timezone' FROM jobs
          WHERE id = ANY($1) AND spec ? 'execution_window_cron'",
     )
@@ -323,7 +323,11 @@ pub async fn windows_of(
 
 /// Holds due runs until `at` (their window opens): a pending run's
 /// scheduled_at, a retrying run's next_retry_at. Returns the ids changed.
-pub async fn hold_until(pool: &PgPool, ids: &[String], at: DateTime<Utc>) -> Result<Vec<String>, sqlx::Error> {
+pub async fn hold_until(
+    pool: &PgPool,
+    ids: &[crate::ids::RunId],
+    at: DateTime<Utc>,
+) -> Result<Vec<crate::ids::RunId>, sqlx::Error> {
     sqlx::query_scalar(
         "UPDATE job_runs SET
             scheduled_at = CASE WHEN status = 'pending' THEN $2 ELSE scheduled_at END,
@@ -340,7 +344,7 @@ pub async fn hold_until(pool: &PgPool, ids: &[String], at: DateTime<Utc>) -> Res
 /// A job with a cron schedule, as the cron loop reads it.
 #[derive(Clone, Debug, sqlx::FromRow)]
 pub struct CronJob {
-    pub id: String,
+    pub id: crate::ids::JobId,
     pub project_id: String,
     pub spec: Json<JobSpec>,
     pub version: i32,

@@ -8,7 +8,7 @@ use crate::domain::JobSpec;
 /// A job as stored: identity, current definition, state.
 #[derive(Clone, Debug, sqlx::FromRow)]
 pub struct JobRecord {
-    pub id: String,
+    pub id: crate::ids::JobId,
     pub project_id: String,
     pub group_id: Option<String>,
     pub name: String,

@@ -116,7 +116,7 @@ impl JobCache {
             return Ok(found);
         }
         let mut read: HashMap<String, JobRecord> =
-            jobs::get_many_in(conn, &missing).await?.into_iter().map(|j| (j.id.clone(), j)).collect();
+            jobs::get_many_in(conn, &missing).await?.into_iter().map(|j| (j.id.to_string(), j)).collect();
         for id in &missing {
             found.extend(self.recent.put(id, read.remove(id)));
         }
@@ -144,7 +144,7 @@ impl WorkflowCache {
     /// The live workflow with this id, at most [`TTL`] old, whichever its
     /// project: the caller says whether its caller may see it.
     pub async fn get(&self, pool: &PgPool, id: &str) -> Result<Option<Arc<WorkflowRecord>>, sqlx::Error> {
-        self.recent.get_or_read(id, workflows::get(pool, Tenant::Any, id)).await
+        self.recent.get_or_read(id, workflows::get(pool, Tenant::Any, &id.into())).await
     }
 
     /// Drops a workflow after this process changed it.

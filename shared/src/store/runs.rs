@@ -11,15 +11,16 @@ use sqlx::{Arguments, PgConnection, PgPool};
 use super::deliveries::HookUrl;
 use crate::domain::notification::RunEnded;
 use crate::domain::{schedule, trigger, RunStatus};
+use crate::ids::{JobId, RunId};
 use crate::queue::Entry;
 
 /// A job run row (the fields `GET /v1/runs/{id}` shows, and the
 /// bookkeeping behind them).
 #[derive(Clone, Debug, sqlx::FromRow)]
 pub struct Run {
-    pub id: String,
+    pub id: RunId,
     pub project_id: String,
-    pub job_id: String,
+    pub job_id: JobId,
     pub job_version: i32,
     pub job_version_id: String,
     /// Read as [`RunStatus`]: a value this build does not know fails the read.
@@ -97,9 +98,9 @@ pub const RUN_COLUMNS: &str = "id, project_id, job_id, job_version, job_version_
 /// What a trigger asks for; the api fills it after validation.
 #[derive(Clone, Debug, Default)]
 pub struct NewRun {
-    pub id: String,
+    pub id: RunId,
     pub project_id: String,
-    pub job_id: String,
+    pub job_id: JobId,
     pub job_version: i32,
     pub job_version_id: String,
     pub status: RunStatus,
@@ -364,7 +365,7 @@ pub(super) async fn inserted_runs(
     inserted: Vec<String>,
     created_at: DateTime<Utc>,
 ) -> Result<Vec<(Run, bool)>, sqlx::Error> {
-    let inserted: std::collections::HashSet<String> = inserted.into_iter().collect();
+    let inserted: std::collections::HashSet<RunId> = inserted.into_iter().map(RunId::from).collect();
     let mut out = Vec::with_capacity(runs.len());
     for r in runs {
         if inserted.contains(&r.id) {
@@ -516,7 +517,7 @@ impl Run {
     }
 }
 
-pub async fn get(pool: &PgPool, id: &str) -> Result<Option<Run>, sqlx::Error> {
+pub async fn get(pool: &PgPool, id: &RunId) -> Result<Option<Run>, sqlx::Error> {
     sqlx::query_as(&format!("SELECT {RUN_COLUMNS} FROM job_runs WHERE id = $1")).bind(id).fetch_optional(pool).await
 }
 
@@ -524,7 +525,7 @@ pub async fn get(pool: &PgPool, id: &str) -> Result<Option<Run>, sqlx::Error> {
 /// token, as a dispatch that has been out a while is marked (see
 /// [`load_for_dispatch`]); `None` when the run is not queued. Workers do not
 /// call this; tests use it to put a run where a dispatch would.
-pub async fn claim(pool: &PgPool, run_id: &str) -> Result<Option<Run>, sqlx::Error> {
+pub async fn claim(pool: &PgPool, run_id: &RunId) -> Result<Option<Run>, sqlx::Error> {
     let Some(run) = get(pool, run_id).await?.filter(|r| r.status == RunStatus::Queued) else { return Ok(None) };
     if !mark_running_for_attempt(pool, run_id, run.attempt + 1).await? {
         return Ok(None);
@@ -552,7 +553,7 @@ pub struct Outcome {
     /// run's attempt once it is recorded): what a terminal outcome's
     /// notifications name, built before the statement that records it
     /// (`domain::notification`). Not written.
-    pub job_id: String,
+    pub job_id: JobId,
     pub project_id: String,
     pub attempt: i32,
     /// The workflow step the run is the job run of: its workflow run moves
@@ -563,8 +564,8 @@ pub struct Outcome {
 
 /// Records an attempt's outcome if the caller still holds the run (same
 /// dispatch token, still running). Returns whether it was recorded.
-pub async fn finish_attempt(pool: &PgPool, run_id: &str, token: i64, o: &Outcome) -> Result<bool, sqlx::Error> {
-    Ok(finish_many(pool, vec![(run_id.to_string(), token, o.clone())]).await?.pop().unwrap_or(false))
+pub async fn finish_attempt(pool: &PgPool, run_id: &RunId, token: i64, o: &Outcome) -> Result<bool, sqlx::Error> {
+    Ok(finish_many(pool, vec![(run_id.clone(), token, o.clone())]).await?.pop().unwrap_or(false))
 }
 
 /// [`finish_attempt`] for many outcomes in one statement (group-committed
@@ -579,7 +580,7 @@ pub async fn finish_attempt(pool: &PgPool, run_id: &str, token: i64, o: &Outcome
 /// lost lease) and the outcome is dropped. The attempt row written here is
 /// also the attempt's `queued -> running` and `running -> outcome`
 /// transitions: `job_run_transitions` (migration 0008) reads them from it.
-pub async fn finish_many(pool: &PgPool, items: Vec<(String, i64, Outcome)>) -> Result<Vec<bool>, sqlx::Error> {
+pub async fn finish_many(pool: &PgPool, items: Vec<(RunId, i64, Outcome)>) -> Result<Vec<bool>, sqlx::Error> {
     finish_many_in(&mut *pool.acquire().await?, items).await
 }
 
@@ -626,7 +627,7 @@ static FINISH_MANY_SQL: LazyLock<String> = LazyLock::new(|| {
 /// [`finish_many`] in the caller's transaction (see `store::step_outcomes`).
 pub async fn finish_many_in(
     conn: &mut PgConnection,
-    items: Vec<(String, i64, Outcome)>,
+    items: Vec<(RunId, i64, Outcome)>,
 ) -> Result<Vec<bool>, sqlx::Error> {
     let n = items.len();
     let mut ids = Vec::with_capacity(n);
@@ -687,8 +688,8 @@ pub async fn finish_many_in(
         .bind(&codes)
         .bind(&urls)
         .bind(&starts);
-    let recorded: Vec<(String, String)> = ended.bind(q).fetch_all(conn).await?;
-    let done: std::collections::HashSet<String> = recorded
+    let recorded: Vec<(RunId, String)> = ended.bind(q).fetch_all(conn).await?;
+    let done: std::collections::HashSet<RunId> = recorded
         .into_iter()
         .map(|(id, status)| {
             crate::telemetry::transition(Some("running"), &status);
@@ -725,7 +726,7 @@ pub struct Loaded {
 /// and a run that is still `queued`: a redelivery, never a lost run.
 /// Results come back in the order of `ids`; `None` for a run that is not
 /// queued any more (cancelled, finished, taken).
-pub async fn load_for_dispatch(pool: &PgPool, ids: Vec<String>) -> Result<Vec<Option<Loaded>>, sqlx::Error> {
+pub async fn load_for_dispatch(pool: &PgPool, ids: Vec<RunId>) -> Result<Vec<Option<Loaded>>, sqlx::Error> {
     #[derive(sqlx::FromRow)]
     struct Row {
         #[sqlx(flatten)]
@@ -753,7 +754,7 @@ pub async fn load_for_dispatch(pool: &PgPool, ids: Vec<String>) -> Result<Vec<Op
     .bind(&ids)
     .fetch_all(pool)
     .await?;
-    let mut by_id: std::collections::HashMap<String, Row> = rows.into_iter().map(|r| (r.run.id.clone(), r)).collect();
+    let mut by_id: std::collections::HashMap<RunId, Row> = rows.into_iter().map(|r| (r.run.id.clone(), r)).collect();
     Ok(ids
         .iter()
         .map(|id| {
@@ -790,12 +791,12 @@ impl Run {
 /// [`finish_many`]. Returns, in input order, whether each was marked.
 pub async fn mark_running_many(
     pool: &PgPool,
-    items: Vec<(String, i64, DateTime<Utc>)>,
+    items: Vec<(RunId, i64, DateTime<Utc>)>,
 ) -> Result<Vec<bool>, sqlx::Error> {
-    let ids: Vec<String> = items.iter().map(|i| i.0.clone()).collect();
+    let ids: Vec<RunId> = items.iter().map(|i| i.0.clone()).collect();
     let tokens: Vec<i64> = items.iter().map(|i| i.1).collect();
     let starts: Vec<DateTime<Utc>> = items.iter().map(|i| i.2).collect();
-    let marked: Vec<String> = sqlx::query_scalar(
+    let marked: Vec<RunId> = sqlx::query_scalar(
         "WITH input AS (
             SELECT * FROM UNNEST($1::text[], $2::int8[], $3::timestamptz[]) AS t(id, token, started_at)
         ), u AS (
@@ -817,7 +818,7 @@ pub async fn mark_running_many(
     .bind(&starts)
     .fetch_all(pool)
     .await?;
-    let marked: std::collections::HashSet<String> = marked.into_iter().collect();
+    let marked: std::collections::HashSet<RunId> = marked.into_iter().collect();
     Ok(ids.iter().map(|id| marked.contains(id)).collect())
 }
 
@@ -825,7 +826,7 @@ pub async fn mark_running_many(
 /// when an SDK call arrives before the worker wrote it (see
 /// [`load_for_dispatch`]): the worker took the run with the next token, so
 /// this takes the same one. True when the run is now running on `attempt`.
-pub async fn mark_running_for_attempt(pool: &PgPool, run_id: &str, attempt: i32) -> Result<bool, sqlx::Error> {
+pub async fn mark_running_for_attempt(pool: &PgPool, run_id: &RunId, attempt: i32) -> Result<bool, sqlx::Error> {
     let row: Option<i32> = sqlx::query_scalar(
         "WITH u AS (
             UPDATE job_runs SET status = 'running', attempt = attempt + 1, dispatch_token = dispatch_token + 1,
@@ -848,7 +849,7 @@ pub async fn mark_running_for_attempt(pool: &PgPool, run_id: &str, attempt: i32)
 /// Marks runs that were not started before their `expires_at` (found by
 /// [`load_for_dispatch`]) `expired`, with their notifications, in one
 /// transaction. Returns how many it marked.
-pub async fn expire_unstarted(pool: &PgPool, ids: &[String]) -> Result<u64, sqlx::Error> {
+pub async fn expire_unstarted(pool: &PgPool, ids: &[RunId]) -> Result<u64, sqlx::Error> {
     let mut tx = pool.begin().await?;
     let expired: Vec<Run> = sqlx::query_as(&format!(
         "WITH u AS (
@@ -876,8 +877,8 @@ pub async fn expire_unstarted(pool: &PgPool, ids: &[String]) -> Result<u64, sqlx
 
 /// Moves runs whose time has come from `retrying` or `pending` (a delay) to
 /// `queued`, just before their entries move to `ready`. Returns the ids moved.
-pub async fn mark_due_queued(pool: &PgPool, ids: &[String]) -> Result<Vec<String>, sqlx::Error> {
-    let moved: Vec<(String, String)> = sqlx::query_as(
+pub async fn mark_due_queued(pool: &PgPool, ids: &[RunId]) -> Result<Vec<RunId>, sqlx::Error> {
+    let moved: Vec<(RunId, String)> = sqlx::query_as(
         "WITH old AS (
             SELECT id, status FROM job_runs WHERE id = ANY($1) AND status IN ('retrying', 'pending') FOR UPDATE
         ), u AS (
@@ -901,7 +902,7 @@ pub async fn mark_due_queued(pool: &PgPool, ids: &[String]) -> Result<Vec<String
 /// same attempt (the attempt number is stepped back so the next claim lands
 /// on it again and the target sees the same idempotency key). Returns the
 /// run if it was still running.
-pub async fn requeue_lost(pool: &PgPool, run_id: &str) -> Result<Option<Run>, sqlx::Error> {
+pub async fn requeue_lost(pool: &PgPool, run_id: &RunId) -> Result<Option<Run>, sqlx::Error> {
     let sql = format!(
         "WITH u AS (
             UPDATE job_runs SET status = 'queued', attempt = GREATEST(attempt - 1, 0)
@@ -936,7 +937,7 @@ pub async fn active_page(pool: &PgPool, after: &str, limit: i64) -> Result<Vec<R
 }
 
 /// The run's current dispatch token (see `claim`), `None` if it is gone.
-pub async fn dispatch_token(pool: &PgPool, run_id: &str) -> Result<Option<i64>, sqlx::Error> {
+pub async fn dispatch_token(pool: &PgPool, run_id: &RunId) -> Result<Option<i64>, sqlx::Error> {
     sqlx::query_scalar("SELECT dispatch_token FROM job_runs WHERE id = $1").bind(run_id).fetch_optional(pool).await
 }
 
@@ -1052,8 +1053,8 @@ pub async fn lock_dead_letters(
 }
 
 /// The current status of each of `ids` that exists.
-pub async fn statuses(pool: &PgPool, ids: &[String]) -> Result<std::collections::HashMap<String, String>, sqlx::Error> {
-    let rows: Vec<(String, String)> =
+pub async fn statuses(pool: &PgPool, ids: &[RunId]) -> Result<std::collections::HashMap<RunId, String>, sqlx::Error> {
+    let rows: Vec<(RunId, String)> =
         sqlx::query_as("SELECT id, status FROM job_runs WHERE id = ANY($1)").bind(ids).fetch_all(pool).await?;
     Ok(rows.into_iter().collect())
 }

@@ -31,6 +31,7 @@ use sqlx::PgPool;
 
 use super::runs::{self, Outcome};
 use super::workflow_engine::{self, Pending, Versions};
+use crate::ids::RunId;
 use crate::queue::Queue;
 
 /// Records `items` as [`runs::finish_many`] does and advances the workflow
@@ -40,7 +41,7 @@ use crate::queue::Queue;
 pub async fn finish_steps(
     pool: &PgPool,
     versions: &Versions,
-    items: Vec<(String, i64, Outcome)>,
+    items: Vec<(RunId, i64, Outcome)>,
 ) -> Result<(Vec<bool>, Vec<Pending>), sqlx::Error> {
     let steps: Vec<Option<String>> =
         items.iter().map(|(_, _, o)| o.workflow_step_run_id.clone().filter(|_| o.status.is_terminal())).collect();

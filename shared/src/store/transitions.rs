@@ -109,7 +109,7 @@ pub enum Cancel {
 }
 
 /// Cancels one run that has not finished. `None`: no such run.
-pub async fn cancel(pool: &PgPool, run_id: &str, reason: &str) -> Result<Option<Cancel>, sqlx::Error> {
+pub async fn cancel(pool: &PgPool, run_id: &crate::ids::RunId, reason: &str) -> Result<Option<Cancel>, sqlx::Error> {
     let ids = [run_id.to_string()];
     if let Some(c) = cancel_many(pool, &ids, &RunStatus::ACTIVE, reason).await?.pop() {
         return Ok(Some(Cancel::Cancelled(c)));

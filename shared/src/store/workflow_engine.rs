@@ -44,6 +44,7 @@ use crate::domain::RunStatus;
 use crate::engine::step_ended::{step_ended, Seen};
 use crate::engine::step_start::{self, step_start, ChildRequest, Facts, RunView};
 use crate::engine::{run_end, version_move, EventNotice, StepView, StepWrite};
+use crate::ids::WorkflowRunId;
 use crate::queue::Queue;
 
 /// The Postgres channel an outbox row's insert notifies with its run's id
@@ -161,7 +162,7 @@ fn run_view(r: &WorkflowRun) -> RunView<'_> {
 
 /// What one pass writes at its end.
 struct PassWrite {
-    run_id: String,
+    run_id: WorkflowRunId,
     writes: Vec<StepWrite>,
     decisions: Vec<NewDecision>,
     /// The run's wake-up time as the pass leaves it, when the pass is over.
@@ -327,7 +328,7 @@ pub async fn advance(
     pool: &PgPool,
     queue: &Queue,
     versions: &Versions,
-    run_id: &str,
+    run_id: &WorkflowRunId,
     now: DateTime<Utc>,
 ) -> Result<Advanced, sqlx::Error> {
     let mut tx = pool.begin().await?;
@@ -359,7 +360,7 @@ pub async fn advance(
 /// the queue entries of those it cancelled).
 #[must_use = "after the commit, `after_commit` enqueues the job runs the advance created"]
 pub struct Pending {
-    pub run_id: String,
+    pub run_id: WorkflowRunId,
     pub advanced: Advanced,
     /// The pass moved the run's `wake_at` to this ([`Pending::tell_scheduler`]).
     pub woke: Option<DateTime<Utc>>,
@@ -410,11 +411,11 @@ impl Pending {
 pub async fn advance_in(
     tx: &mut PgConnection,
     versions: &Versions,
-    run_id: &str,
+    run_id: &WorkflowRunId,
     now: DateTime<Utc>,
     force: bool,
 ) -> Result<Option<Pending>, sqlx::Error> {
-    let mut advanced = advance_many_in(tx, versions, std::slice::from_ref(&run_id.to_string()), now, force).await?;
+    let mut advanced = advance_many_in(tx, versions, std::slice::from_ref(run_id), now, force).await?;
     Ok(advanced.pop().and_then(|(_, p)| p))
 }
 
@@ -430,10 +431,10 @@ pub async fn advance_in(
 pub async fn advance_many_in(
     tx: &mut PgConnection,
     versions: &Versions,
-    run_ids: &[String],
+    run_ids: &[WorkflowRunId],
     now: DateTime<Utc>,
     force: bool,
-) -> Result<Vec<(String, Option<Pending>)>, sqlx::Error> {
+) -> Result<Vec<(WorkflowRunId, Option<Pending>)>, sqlx::Error> {
     // Lock the runs and consume their events in one statement: whatever
     // commits after it leaves a row for the next advance.
     let locked: Vec<Locked> =
@@ -466,7 +467,7 @@ pub async fn advance_ended_steps_in(
     .bind(step_run_ids)
     .fetch_all(&mut *tx)
     .await?;
-    let ids: Vec<String> = locked.iter().map(|l| l.run.id.clone()).collect();
+    let ids: Vec<WorkflowRunId> = locked.iter().map(|l| l.run.id.clone()).collect();
     let advanced = advance_locked(tx, versions, &ids, locked, None, now, true).await?;
     Ok(advanced.into_iter().filter_map(|(_, p)| p).collect())
 }
@@ -511,7 +512,7 @@ pub async fn advance_new_many_in(
     runs: Vec<(WorkflowRun, &super::workflows::WorkflowRecord, Vec<StepRun>)>,
     now: DateTime<Utc>,
 ) -> Result<Vec<Option<Pending>>, sqlx::Error> {
-    let ids: Vec<String> = runs.iter().map(|(r, _, _)| r.id.clone()).collect();
+    let ids: Vec<WorkflowRunId> = runs.iter().map(|(r, _, _)| r.id.clone()).collect();
     let mut locked = Vec::with_capacity(runs.len());
     let mut rows = Vec::new();
     for (run, wf, steps) in runs {
@@ -533,24 +534,24 @@ pub async fn advance_new_many_in(
 async fn advance_locked(
     tx: &mut PgConnection,
     versions: &Versions,
-    run_ids: &[String],
+    run_ids: &[WorkflowRunId],
     locked: Vec<Locked>,
     rows: Option<Vec<StepRow>>,
     now: DateTime<Utc>,
     force: bool,
-) -> Result<Vec<(String, Option<Pending>)>, sqlx::Error> {
+) -> Result<Vec<(WorkflowRunId, Option<Pending>)>, sqlx::Error> {
     // Steps are read only for the runs that get a pass (see the loop below).
     let live: Vec<&str> =
         locked.iter().filter(|l| !l.idle(now, force) && l.live()).map(|l| l.run.id.as_str()).collect();
-    let mut rows_of: HashMap<String, Vec<StepRow>> = HashMap::new();
+    let mut rows_of: HashMap<WorkflowRunId, Vec<StepRow>> = HashMap::new();
     let rows = match rows {
         Some(rows) => rows,
         None => step_rows(tx, &live).await?,
     };
     for row in rows {
-        rows_of.entry(row.step.workflow_run_id.clone()).or_default().push(row);
+        rows_of.entry(row.step.workflow_run_id.as_str().into()).or_default().push(row);
     }
-    let mut done: HashMap<String, Pending> = HashMap::with_capacity(locked.len());
+    let mut done: HashMap<WorkflowRunId, Pending> = HashMap::with_capacity(locked.len());
     let mut deferred: Vec<(PassWrite, Vec<NewRun>)> = Vec::new();
     let mut jobs: HashMap<String, Arc<jobs::JobRecord>> = HashMap::new();
     let mut ends: Vec<(WorkflowRun, Decided)> = Vec::new();
@@ -636,7 +637,7 @@ async fn advance_locked(
     // The passes' last writes, together: the job runs first (the steps
     // name them), then the step rows, decisions and wake-up times.
     let mut passes = Vec::with_capacity(deferred.len());
-    let (mut made, mut owners): (Vec<NewRun>, Vec<String>) = (Vec::new(), Vec::new());
+    let (mut made, mut owners): (Vec<NewRun>, Vec<WorkflowRunId>) = (Vec::new(), Vec::new());
     for (pass, runs) in deferred {
         owners.extend(std::iter::repeat_n(pass.run_id.clone(), runs.len()));
         made.extend(runs);
@@ -1163,7 +1164,7 @@ impl Pass<'_> {
             starts.iter().filter_map(|(d, _)| job_of(d)).filter(|id| !self.jobs.contains_key(id)).collect();
         if !missing.is_empty() {
             let read = self.versions.jobs.get_many_in(tx, &missing).await?;
-            self.jobs.extend(read.into_iter().map(|j| (j.id.clone(), j)));
+            self.jobs.extend(read.into_iter().map(|j| (j.id.to_string(), j)));
         }
         // Taken out while the starts borrow the pass (an error loses only the cache).
         let jobs = std::mem::take(&mut self.jobs);
@@ -1221,7 +1222,7 @@ impl Pass<'_> {
             cron_tick: None,
         };
         Ok(match workflow_runs::trigger_in(tx, &sub, &new).await? {
-            Triggered::Created(r) | Triggered::Existing(r) => Ok(r.id),
+            Triggered::Created(r) | Triggered::Existing(r) => Ok(r.id.into_string()),
             Triggered::Skipped { active_run_id } => {
                 Err(format!("the sub-workflow skips a run while one is active (skip_if_running): {active_run_id}"))
             }
@@ -1372,7 +1373,7 @@ impl Pass<'_> {
             .bind(&run.id)
             .execute(&mut *tx)
             .await?;
-        let id = run.id.clone();
+        let id = run.id.to_string();
         if created {
             self.new_runs.push(run);
         }

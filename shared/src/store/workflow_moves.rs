@@ -26,6 +26,7 @@ use crate::domain::workflow_run::{subtree, StepStatus, WorkflowRunStatus};
 use crate::engine::moves::{self, ResetRun};
 pub use crate::engine::moves::{Decider, Refused, StepDecision};
 use crate::engine::StepView;
+use crate::ids::WorkflowRunId;
 use crate::queue::Queue;
 
 /// Triggers a run of `wf` (its current version) in one transaction, which
@@ -87,10 +88,10 @@ pub async fn trigger_many(
     for p in started.iter().flatten() {
         p.tell_scheduler(&mut tx).await?;
     }
-    let ids: Vec<String> = runs.iter().map(|r| r.id.clone()).collect();
-    let mut steps_of: std::collections::HashMap<String, Vec<StepRun>> = std::collections::HashMap::new();
+    let ids: Vec<WorkflowRunId> = runs.iter().map(|r| r.id.clone()).collect();
+    let mut steps_of: std::collections::HashMap<WorkflowRunId, Vec<StepRun>> = std::collections::HashMap::new();
     for s in workflow_runs::steps_of_in(&mut tx, &ids).await? {
-        steps_of.entry(s.workflow_run_id.clone()).or_default().push(s);
+        steps_of.entry(s.workflow_run_id.as_str().into()).or_default().push(s);
     }
     tx.commit().await?;
     let ended: Vec<bool> = started.iter().map(|p| p.as_ref().is_some_and(|p| p.advanced.ended.is_some())).collect();

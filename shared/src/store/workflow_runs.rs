@@ -18,14 +18,14 @@ use super::workflows::WorkflowRecord;
 use super::Tenant;
 use crate::domain::workflow::SavedStep;
 use crate::domain::workflow_run::{StepStatus, WorkflowRunStatus};
-use crate::ids;
+use crate::ids::{self, WorkflowId, WorkflowRunId};
 
 /// A workflow run row.
 #[derive(Clone, Debug, sqlx::FromRow)]
 pub struct WorkflowRun {
-    pub id: String,
+    pub id: WorkflowRunId,
     pub project_id: String,
-    pub workflow_id: String,
+    pub workflow_id: WorkflowId,
     pub version_id: String,
     pub version: i32,
     pub started_version_id: String,
@@ -361,7 +361,7 @@ pub async fn create_many_unannounced_in(
             items.iter().map($f).collect::<Vec<_>>()
         };
     }
-    let ids: Vec<String> = col!(|_| ids::workflow_run_id());
+    let ids: Vec<WorkflowRunId> = col!(|_| ids::workflow_run_id());
     let rows: Vec<WorkflowRun> = sqlx::query_as(&format!(
         "INSERT INTO workflow_runs (id, project_id, workflow_id, version_id, version, started_version_id,
             version_policy, status, payload, tags, triggered_by, created_by, depth, started_at, deadline_at)
@@ -388,7 +388,7 @@ pub async fn create_many_unannounced_in(
     .bind(col!(|(wf, _)| wf.timeout_secs.filter(|t| *t > 0)))
     .fetch_all(&mut *conn)
     .await?;
-    let mut by_id: HashMap<String, WorkflowRun> = rows.into_iter().map(|r| (r.id.clone(), r)).collect();
+    let mut by_id: HashMap<WorkflowRunId, WorkflowRun> = rows.into_iter().map(|r| (r.id.clone(), r)).collect();
     let runs: Vec<(&str, &[SavedStep])> =
         ids.iter().zip(items).map(|(id, (wf, _))| (id.as_str(), wf.steps.0.as_slice())).collect();
     let mut steps_of: HashMap<String, Vec<StepRun>> = HashMap::new();
@@ -398,7 +398,7 @@ pub async fn create_many_unannounced_in(
     ids.iter()
         .map(|id| {
             let run = by_id.remove(id).ok_or(sqlx::Error::RowNotFound)?;
-            Ok((run, steps_of.remove(id).unwrap_or_default()))
+            Ok((run, steps_of.remove(id.as_str()).unwrap_or_default()))
         })
         .collect()
 }
@@ -457,7 +457,7 @@ pub(super) async fn record_many(conn: &mut PgConnection, run_id: &str, d: &[NewD
     Ok(())
 }
 
-pub async fn get(pool: &PgPool, tenant: Tenant<'_>, id: &str) -> Result<Option<WorkflowRun>, sqlx::Error> {
+pub async fn get(pool: &PgPool, tenant: Tenant<'_>, id: &WorkflowRunId) -> Result<Option<WorkflowRun>, sqlx::Error> {
     super::get_scoped(pool, "workflow_runs", RUN_COLUMNS, tenant, id).await
 }
 
@@ -477,7 +477,7 @@ pub async fn version_steps_in(conn: &mut PgConnection, version_id: &str) -> Resu
 }
 
 /// The steps of a run, in the order their rows were made (definition order).
-pub async fn steps(pool: &PgPool, run_id: &str) -> Result<Vec<StepRun>, sqlx::Error> {
+pub async fn steps(pool: &PgPool, run_id: &WorkflowRunId) -> Result<Vec<StepRun>, sqlx::Error> {
     sqlx::query_as(&format!(
         "SELECT {STEP_COLUMNS} FROM workflow_step_runs WHERE workflow_run_id = $1 ORDER BY created_at, id"
     ))
@@ -488,7 +488,7 @@ pub async fn steps(pool: &PgPool, run_id: &str) -> Result<Vec<StepRun>, sqlx::Er
 
 /// [`steps`] of many runs, in the caller's transaction: each run's steps
 /// in the order [`steps`] gives them.
-pub async fn steps_of_in(conn: &mut PgConnection, run_ids: &[String]) -> Result<Vec<StepRun>, sqlx::Error> {
+pub async fn steps_of_in(conn: &mut PgConnection, run_ids: &[WorkflowRunId]) -> Result<Vec<StepRun>, sqlx::Error> {
     sqlx::query_as(&format!(
         "SELECT {STEP_COLUMNS} FROM workflow_step_runs WHERE workflow_run_id = ANY($1)
           ORDER BY workflow_run_id, created_at, id"
@@ -596,7 +596,11 @@ pub async fn on_version(pool: &PgPool, version_id: &str, sample: i64) -> Result<
 
 /// Active runs of a workflow on a version other than `version_id` (what a
 /// PATCH that makes a new version reports).
-pub async fn active_on_other_versions(pool: &PgPool, workflow_id: &str, version_id: &str) -> Result<i64, sqlx::Error> {
+pub async fn active_on_other_versions(
+    pool: &PgPool,
+    workflow_id: &WorkflowId,
+    version_id: &str,
+) -> Result<i64, sqlx::Error> {
     sqlx::query_scalar(
         "SELECT count(*) FROM workflow_runs
          WHERE workflow_id = $1 AND version_id <> $2 AND status IN ('pending', 'running', 'paused')",

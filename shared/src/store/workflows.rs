@@ -13,12 +13,12 @@ use sqlx::{PgConnection, PgPool};
 
 use super::{workflow_runs, Tenant};
 use crate::domain::workflow::{Policy, SavedStep, StepRequest};
-use crate::ids;
+use crate::ids::{self, WorkflowId};
 
 /// A workflow as stored, with the steps of its current version.
 #[derive(Clone, Debug, sqlx::FromRow)]
 pub struct WorkflowRecord {
-    pub id: String,
+    pub id: WorkflowId,
     pub project_id: String,
     pub name: String,
     pub slug: String,
@@ -142,7 +142,7 @@ pub async fn create(
 /// ends: what an update merges the fields its body leaves out from, so
 /// that two updates at once take turns and neither undoes the other's
 /// changes. `None`: no live workflow.
-pub async fn lock(conn: &mut PgConnection, id: &str) -> Result<Option<WorkflowRecord>, sqlx::Error> {
+pub async fn lock(conn: &mut PgConnection, id: &WorkflowId) -> Result<Option<WorkflowRecord>, sqlx::Error> {
     // The row alone first: a lock taken through the join would, after
     // waiting for an update that moved version_id, recheck the new row
     // against the old version's and find nothing. Once it is held, the
@@ -232,7 +232,7 @@ pub async fn update(
     w: &WorkflowWrite<'_>,
     steps: Option<&[StepRequest]>,
 ) -> Result<Option<Updated>, sqlx::Error> {
-    let Some(cur) = lock(conn, w.id).await? else { return Ok(None) };
+    let Some(cur) = lock(conn, &w.id.into()).await? else { return Ok(None) };
     let mut changed = changed_fields(&cur, w);
     let new_steps = steps.filter(|s| !s.iter().eq(cur.steps.0.iter().map(|c| &c.def)));
     if new_steps.is_some() {
@@ -280,7 +280,7 @@ pub async fn update(
 }
 
 /// The live workflow with this id, if the tenant may read it.
-pub async fn get(pool: &PgPool, tenant: Tenant<'_>, id: &str) -> Result<Option<WorkflowRecord>, sqlx::Error> {
+pub async fn get(pool: &PgPool, tenant: Tenant<'_>, id: &WorkflowId) -> Result<Option<WorkflowRecord>, sqlx::Error> {
     let mut conn = pool.acquire().await?;
     get_in(&mut conn, tenant, id).await
 }
@@ -301,7 +301,7 @@ pub async fn get_in(
 }
 
 /// Whether `version_id` is a version of the workflow.
-pub async fn has_version(pool: &PgPool, workflow_id: &str, version_id: &str) -> Result<bool, sqlx::Error> {
+pub async fn has_version(pool: &PgPool, workflow_id: &WorkflowId, version_id: &str) -> Result<bool, sqlx::Error> {
     sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM workflow_versions WHERE id = $1 AND workflow_id = $2)")
         .bind(version_id)
         .bind(workflow_id)
@@ -328,7 +328,7 @@ pub async fn list(
 }
 
 /// Marks a workflow deleted; its slug is free again.
-pub async fn soft_delete(conn: &mut PgConnection, id: &str, actor: Option<&str>) -> Result<bool, sqlx::Error> {
+pub async fn soft_delete(conn: &mut PgConnection, id: &WorkflowId, actor: Option<&str>) -> Result<bool, sqlx::Error> {
     let done =
         sqlx::query("UPDATE workflows SET deleted_at = now(), updated_by = $2 WHERE id = $1 AND deleted_at IS NULL")
             .bind(id)
@@ -369,7 +369,11 @@ pub async fn versions(
 
 /// The version `id` of the workflow, if it is one of that workflow's:
 /// a version of another workflow is missing here.
-pub async fn version(pool: &PgPool, workflow_id: &str, id: &str) -> Result<Option<WorkflowVersionRow>, sqlx::Error> {
+pub async fn version(
+    pool: &PgPool,
+    workflow_id: &WorkflowId,
+    id: &str,
+) -> Result<Option<WorkflowVersionRow>, sqlx::Error> {
     sqlx::query_as(
         "SELECT id, workflow_id, version, steps, created_by, created_at FROM workflow_versions
           WHERE id = $1 AND workflow_id = $2",
