@@ -20,9 +20,17 @@
 //!   by the properties and query parameters that take it. `strict_json`
 //!   refuses a body value outside one (422); a query value is refused by
 //!   the handler's parse of the same type (422).
+//! - The value rules ([`value_rules`]): lengths, alphabets, bounds, item
+//!   and entry counts, each from the constant or the text rule the
+//!   handler's check reads. A request type's rules live beside it, in its
+//!   module's `value_rules()` (written with [`rules`]); only the rules of
+//!   the operations' path and query parameters are here
+//!   ([`parameter_rules`]).
 
+pub(crate) mod rules;
+
+use rules::{text, Place};
 use serde_json::{json, Map, Value};
-use switchyard_shared::domain::rules::Text;
 
 /// When a layer around the handlers answers an operation.
 #[derive(Clone, Copy)]
@@ -82,20 +90,6 @@ fn problem_response(description: &str, header: Option<(&str, &str)>) -> Value {
         r["headers"] = json!({name: {"description": about, "schema": {"type": "string"}}});
     }
     r
-}
-
-/// Where a rule applies: a property of a component schema, the items of
-/// an array property, the values or the keys of a map property, a query
-/// parameter of an operation, or every path parameter of a name.
-enum Place {
-    Property(&'static str, &'static str),
-    Items(&'static str, &'static str),
-    Values(&'static str, &'static str),
-    Keys(&'static str, &'static str),
-    Query(&'static str, &'static str),
-    /// Every query parameter of a name, on whichever operation takes it.
-    QueryAll(&'static str),
-    Path(&'static str),
 }
 
 /// Every closed set the API takes or answers with: its name (a component
@@ -251,53 +245,60 @@ fn both_policies(prop: &'static str) -> Vec<Place> {
     ["CreateResourcePolicy", "UpdateResourcePolicy", "ResourcePolicy"].map(|s| Place::Property(s, prop)).into()
 }
 
-/// The JSON Schema keywords of a text rule.
-fn text(rule: &Text) -> Value {
-    rule.schema()
-}
-
-/// `min..=max`.
-fn range((min, max): (i64, i64)) -> Value {
-    json!({"minimum": min, "maximum": max})
-}
-
-/// An array of `min..=max` items (`usize::MAX`: no most).
-fn count(min: usize, max: usize) -> Value {
-    let mut v = json!({});
-    if max < usize::MAX {
-        v["maxItems"] = json!(max);
-    }
-    if min > 0 {
-        v["minItems"] = json!(min);
-    }
-    v
-}
-
-/// A map of at most `max` entries.
-fn entries(max: usize) -> Value {
-    json!({"maxProperties": max})
-}
-
-/// Every rule a request's values keep that is not a closed set: lengths,
-/// alphabets, bounds, item and entry counts. Each is the constant or the
-/// [`Text`] rule the handler's check reads, so the two cannot drift; a
-/// place the document lacks panics (`every_value_rule_has_its_place`).
+/// Every value rule of the document (see [`rules`]): the operations'
+/// parameters ([`parameter_rules`]), then each module's request bodies,
+/// whose rules live beside their types. A later rule overwrites the keys
+/// an earlier one wrote at the same place, so keep this order.
 fn value_rules() -> Vec<(Place, Value)> {
-    use crate::routes::{self, api_keys, environments, events, log_drains, members, policies, projects, secrets};
-    use crate::routes::{bulk, workflow_runs};
+    use crate::routes::{api_keys, bulk, environments, events, groups, jobs, log_drains, members, policies, projects};
+    use crate::routes::{roles, run_ops, sdk, sdk_runs, secrets, webhooks, workflow_plans, workflow_runs, workflows};
+    [
+        parameter_rules(),
+        projects::value_rules(),
+        groups::value_rules(),
+        environments::value_rules(),
+        secrets::value_rules(),
+        jobs::value_rules(),
+        crate::views::value_rules(),
+        crate::views::runs::value_rules(),
+        bulk::value_rules(),
+        api_keys::value_rules(),
+        roles::value_rules(),
+        members::value_rules(),
+        policies::value_rules(),
+        events::value_rules(),
+        webhooks::value_rules(),
+        log_drains::value_rules(),
+        workflows::value_rules(),
+        workflow_plans::value_rules(),
+        workflow_runs::value_rules(),
+        run_ops::value_rules(),
+        sdk_runs::value_rules(),
+        sdk::value_rules(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
+/// The rules of the operations' path and query parameters. They stay here
+/// rather than beside a request type: a parameter is declared in a
+/// handler's signature, not in a type; a path parameter's rule is one per
+/// name, on every operation of every module that takes it; and the list
+/// filters share one rule.
+fn parameter_rules() -> Vec<(Place, Value)> {
+    use crate::routes::{self, members};
     use switchyard_shared::domain::rules::Text as T;
-    use switchyard_shared::domain::{error_class, event_key, job, limits, run_record as rec, trigger, workflow};
+    use switchyard_shared::domain::{run_record as rec, workflow};
     use switchyard_shared::ids::EXTERNAL_ID as ID;
     use Place::*;
 
     // Free text a filter compares with stored text: any but U+0000.
     let filter = text(&T::stored(0, usize::MAX));
-    let map = |schema: &'static str, prop: &'static str, max: usize, key: &T, value: &T| {
-        [(Property(schema, prop), entries(max)), (Keys(schema, prop), text(key)), (Values(schema, prop), text(value))]
-    };
     let mut r: Vec<(Place, Value)> = Vec::new();
 
-    // Ids: in paths, in queries naming a project, in bodies.
+    // Ids: in paths and in queries naming a project (a body's are its
+    // type's, beside it).
     for name in [
         "run_id",
         "key_id",
@@ -327,26 +328,6 @@ fn value_rules() -> Vec<(Place, Value)> {
     r.push((Path("step_ref"), text(&workflow::STEP_REF)));
     // Every query parameter naming a project (`project_of` checks it).
     r.push((QueryAll("project_id"), text(&ID)));
-    for schema in [
-        "AssignMember",
-        "BulkAssign",
-        "CancelAllRequest",
-        "CreateApiKey",
-        "CreateEnvironment",
-        "CreateEventSource",
-        "CreateGroup",
-        "CreateJob",
-        "CreateLogDrain",
-        "CreateResourcePolicy",
-        "CreateRole",
-        "CreateSubscription",
-        "CreateTagPolicy",
-        "CreateWorkflow",
-        "DispatchEvent",
-        "DlqReplayRequest",
-    ] {
-        r.push((Property(schema, "project_id"), text(&ID)));
-    }
     // The time range of the audit trail.
     for param in ["from", "to"] {
         r.push((Query("listAuditEvents", param), json!({"format": "date-time", "pattern": routes::audit::RFC3339})));
@@ -370,199 +351,6 @@ fn value_rules() -> Vec<(Place, Value)> {
     ] {
         r.push((Query(op, param), filter.clone()));
     }
-
-    // Projects.
-    r.push((Property("CreateProject", "id"), text(&ID)));
-    r.push((Property("CreateProject", "name"), text(&routes::NAME)));
-    for prop in ["default_region", "plan_tier"] {
-        r.push((Property("UpdateProjectSettings", prop), text(&projects::SETTING)));
-    }
-    r.push((Property("UpdateProjectSettings", "max_key_lifetime_days"), range(projects::MAX_KEY_LIFETIME_DAYS)));
-    r.push((Property("UpdateProjectSettings", "retention_days"), range(projects::RETENTION_DAYS)));
-
-    // Job groups, environments, secrets.
-    for schema in ["CreateGroup", "UpdateGroup"] {
-        r.push((Property(schema, "name"), text(&routes::NAME)));
-        r.push((Property(schema, "slug"), text(&routes::SLUG)));
-        r.push((Property(schema, "description"), text(&routes::DESCRIPTION)));
-    }
-    r.push((Property("CreateEnvironment", "name"), text(&routes::SLUG)));
-    r.push((Property("CreateEnvironment", "description"), text(&environments::DESCRIPTION)));
-    r.push((Property("PutSecret", "name"), text(&switchyard_shared::secrets::NAME)));
-    r.push((Property("PutSecret", "value"), text(&secrets::VALUE)));
-
-    // Jobs.
-    for schema in ["CreateJob", "UpdateJob"] {
-        r.push((Property(schema, "group_id"), text(&ID)));
-        r.push((Property(schema, "environment_id"), text(&ID)));
-        r.push((Property(schema, "name"), text(&routes::NAME)));
-        r.push((Property(schema, "slug"), text(&routes::SLUG)));
-        r.push((Property(schema, "description"), text(&job::DESCRIPTION)));
-        for prop in ["endpoint_url", "fallback_endpoint_url", "webhook_url"] {
-            r.push((Property(schema, prop), text(&job::URL)));
-        }
-        r.push((Property(schema, "webhook_secret"), text(&job::WEBHOOK_SECRET)));
-        r.push((Property(schema, "max_attempts"), range((1, limits::MAX_ATTEMPTS_LIMIT))));
-        r.push((Property(schema, "timeout_secs"), range((1, limits::MAX_TIMEOUT_SECS))));
-        r.push((Property(schema, "rate_limit_window_secs"), range((0, job::MAX_RATE_WINDOW_SECS))));
-        for (prop, bounds) in job::SETTING_BOUNDS {
-            r.push((Property(schema, prop), range(bounds)));
-        }
-        r.push((Items(schema, "retry_delays_secs"), range(job::SECS_BOUNDS)));
-        r.extend(map(schema, "tags", limits::MAX_MAP_ENTRIES, &limits::MAP_KEY, &limits::MAP_VALUE));
-        r.extend(map(schema, "default_run_metadata", limits::MAX_MAP_ENTRIES, &limits::MAP_KEY, &limits::MAP_VALUE));
-    }
-    r.push((Property("RateLimitKeyBody", "name"), text(&job::RATE_LIMIT_NAME)));
-    r.push((Property("RateLimitKeyBody", "max"), range((1, job::COUNT_BOUNDS.1))));
-    r.push((Property("RateLimitKeyBody", "window_secs"), range((1, job::MAX_RATE_WINDOW_SECS))));
-
-    // Triggers.
-    r.push((Property("TriggerRequest", "idempotency_key"), text(&limits::KEY)));
-    r.push((Property("TriggerRequest", "concurrency_key"), text(&limits::KEY)));
-    r.push((Property("TriggerRequest", "max_attempts_override"), range(limits::MAX_ATTEMPTS_OVERRIDE)));
-    r.push((Property("TriggerRequest", "timeout_secs_override"), range(limits::TIMEOUT_SECS_OVERRIDE)));
-    r.push((Property("TriggerRequest", "retry_initial_delay_secs"), range(limits::RETRY_INITIAL_DELAY_SECS)));
-    r.push((Property("TriggerRequest", "retry_max_delay_secs"), range(limits::RETRY_MAX_DELAY_SECS)));
-    r.push((Property("TriggerRequest", "delay_secs"), range(trigger::DELAY_SECS)));
-    r.push((Property("TriggerRequest", "depends_on"), count(0, trigger::MAX_DEPENDENCIES)));
-    r.push((Items("TriggerRequest", "depends_on"), text(&ID)));
-    r.push((Property("TriggerRequest", "parent_run_id"), text(&ID)));
-    for prop in ["tags", "metadata"] {
-        r.extend(map("TriggerRequest", prop, limits::MAX_MAP_ENTRIES, &limits::MAP_KEY, &limits::MAP_VALUE));
-    }
-    r.push((Property("BulkTriggerRequest", "items"), count(1, bulk::MAX_ITEMS)));
-    r.push((Property("BulkRunIds", "run_ids"), count(1, bulk::MAX_ITEMS)));
-    r.push((Property("CancelAllRequest", "job_id"), text(&ID)));
-    r.push((Property("DlqReplayRequest", "job_id"), text(&ID)));
-    r.push((Property("DlqReplayRequest", "limit"), range((1, bulk::MAX_ITEMS as i64))));
-
-    // Access control.
-    r.push((Property("CreateApiKey", "name"), text(&routes::LABEL)));
-    r.push((Property("RotateApiKey", "name"), text(&routes::LABEL)));
-    r.push((Property("RotateApiKey", "grace_period_seconds"), range((0, api_keys::MAX_GRACE_SECS))));
-    for schema in ["CreateRole", "UpdateRole"] {
-        r.push((Property(schema, "name"), text(&routes::roles::name_rule())));
-        r.push((Property(schema, "description"), text(&routes::DESCRIPTION)));
-        r.push((Property(schema, "inherits"), text(&ID)));
-    }
-    // A bulk assignment's own (BulkMember) are checked per item and
-    // answered in its result, so the request is not refused for them.
-    r.push((Property("AssignMember", "user_id"), text(&members::USER_ID)));
-    r.push((Property("AssignMember", "role_id"), text(&ID)));
-    r.push((Property("BulkAssign", "members"), count(members::BULK_MEMBERS.0, members::BULK_MEMBERS.1)));
-    for schema in ["CreateResourcePolicy", "UpdateResourcePolicy"] {
-        r.push((Property(schema, "name"), text(&routes::LABEL)));
-        r.push((Property(schema, "description"), text(&routes::DESCRIPTION)));
-        r.push((Property(schema, "principal_id"), text(&policies::PRINCIPAL_ID)));
-        r.push((Property(schema, "actions"), count(1, usize::MAX)));
-        r.push((Property(schema, "resource_ids"), count(0, policies::MAX_RESOURCE_IDS)));
-        r.push((Items(schema, "resource_ids"), text(&ID)));
-        r.extend(map(schema, "tag_selector", policies::MAX_SELECTOR_PAIRS, &policies::TAG_KEY, &policies::TAG_VALUE));
-    }
-    for schema in ["CreateTagPolicy", "UpdateTagPolicy"] {
-        r.push((Property(schema, "description"), text(&routes::DESCRIPTION)));
-        r.push((Property(schema, "required_keys"), count(0, policies::MAX_TAG_KEYS)));
-        r.push((Items(schema, "required_keys"), text(&policies::TAG_KEY)));
-        r.push((Property(schema, "allowed_values"), entries(policies::MAX_TAG_KEYS)));
-        r.push((Keys(schema, "allowed_values"), text(&policies::TAG_KEY)));
-        let (fewest, most) = policies::ALLOWED_VALUES;
-        let mut values = count(fewest, most);
-        values["items"] = text(&policies::TAG_VALUE);
-        values["items"]["type"] = json!("string");
-        r.push((Values(schema, "allowed_values"), values));
-    }
-
-    // Events, webhooks, log drains.
-    for schema in ["CreateEventSource", "UpdateEventSource"] {
-        r.push((Property(schema, "name"), text(&routes::NAME)));
-        r.push((Property(schema, "description"), text(&events::DESCRIPTION)));
-        r.push((Property(schema, "event_key"), text(&event_key::PATTERN)));
-        r.push((Property(schema, "target_id"), text(&ID)));
-    }
-    r.push((Property("DispatchEvent", "event_key"), text(&event_key::KEY)));
-    r.push((Property("DispatchEvent", "idempotency_key"), text(&events::IDEMPOTENCY_KEY)));
-    for schema in ["CreateSubscription", "UpdateSubscription"] {
-        r.push((Property(schema, "webhook_url"), text(&job::URL)));
-        r.push((Property(schema, "event_types"), count(1, usize::MAX)));
-        r.push((Property(schema, "secret"), text(&crate::routes::webhooks::SECRET)));
-        r.push((Property(schema, "description"), text(&crate::routes::webhooks::DESCRIPTION)));
-    }
-    for schema in ["CreateLogDrain", "UpdateLogDrain"] {
-        r.push((Property(schema, "name"), text(&routes::LABEL)));
-        r.push((Property(schema, "url"), text(&log_drains::URL)));
-        r.push((Property(schema, "secret"), text(&log_drains::SECRET)));
-        r.push((Property(schema, "job_ids"), count(0, log_drains::MAX_JOB_IDS)));
-        r.push((Items(schema, "job_ids"), text(&ID)));
-    }
-
-    // Workflows, their steps, plans and runs.
-    for schema in ["CreateWorkflow", "UpdateWorkflow"] {
-        r.push((Property(schema, "name"), text(&routes::NAME)));
-        r.push((Property(schema, "slug"), text(&routes::SLUG)));
-        r.push((Property(schema, "description"), text(&workflow::DESCRIPTION)));
-        r.push((Property(schema, "max_concurrent_runs"), range((0, workflow::MAX_CONCURRENT_RUNS))));
-        r.push((Property(schema, "max_parallel_steps"), range((0, workflow::MAX_PARALLEL_STEPS))));
-        r.push((Property(schema, "timeout_secs"), range((1, workflow::MAX_WORKFLOW_TIMEOUT_SECS))));
-        r.push((Property(schema, "steps"), count(0, workflow::MAX_STEPS)));
-        r.extend(map(schema, "tags", limits::MAX_MAP_ENTRIES, &limits::MAP_KEY, &limits::MAP_VALUE));
-    }
-    let step = "WorkflowStepRequest";
-    r.push((Property(step, "step_ref"), text(&workflow::STEP_REF)));
-    r.push((Items(step, "depends_on"), text(&workflow::STEP_REF)));
-    for (field, bounds) in workflow::STEP_BOUNDS {
-        r.push((Property(step, field), range(bounds)));
-    }
-    r.push((Property(step, "concurrency_key"), text(&limits::KEY)));
-    r.push((Property(step, "resource_class"), text(&workflow::RESOURCE_CLASS)));
-    r.push((Property(step, "event_key"), text(&workflow::STEP_EVENT_KEY)));
-    r.push((Property(step, "event_emit_key"), text(&event_key::KEY)));
-    r.push((Property(step, "approval_approvers"), count(1, workflow::MAX_APPROVERS)));
-    r.push((Items(step, "approval_approvers"), text(&workflow::APPROVER)));
-    for prop in ["max_steps", "max_depth", "max_fan_out"] {
-        r.push((Property("WorkflowPolicyBody", prop), range((1, workflow::MAX_STEPS as i64))));
-    }
-    r.push((
-        Property("WorkflowPlanOverride", "expected_duration_secs"),
-        range((0, workflow::MAX_WORKFLOW_TIMEOUT_SECS)),
-    ));
-    r.push((Property("TriggerWorkflowRequest", "idempotency_key"), text(&workflow_runs::IDEMPOTENCY_KEY)));
-    r.extend(map(
-        "TriggerWorkflowRequest",
-        "tags",
-        workflow_runs::MAX_TAGS,
-        &workflow_runs::TAG_TEXT,
-        &workflow_runs::TAG_TEXT,
-    ));
-    r.push((Property("StepDecisionRequest", "comment"), text(&workflow_runs::COMMENT)));
-
-    // Runs and what their targets record.
-    r.push((Keys("MetadataPatch", "metadata"), text(&limits::MAP_KEY)));
-    let mut value = text(&limits::MAP_VALUE);
-    value["type"] = json!(["string", "null"]);
-    r.push((Values("MetadataPatch", "metadata"), value));
-    r.push((Property("LogLineIn", "fields"), json!({"type": "object"})));
-    r.push((
-        Property("CheckpointRequest", "data"),
-        json!({"type": ["object", "array", "string", "number", "boolean"], "items": {}}),
-    ));
-    r.push((Property("LogsRequest", "lines"), count(1, crate::routes::sdk_runs::MAX_LINES_PER_CALL)));
-    r.push((Property("LogLineIn", "message"), text(&rec::LOG_MESSAGE)));
-    r.push((Property("CheckpointRequest", "label"), text(&rec::CHECKPOINT_LABEL)));
-    for schema in ["ProgressRequest", "HeartbeatRequest"] {
-        r.push((Property(schema, "progress"), json!({"minimum": 0, "maximum": 1})));
-        r.push((Property(schema, "message"), text(&rec::PROGRESS_MESSAGE)));
-    }
-    r.push((Property("OutputRequest", "name"), text(&rec::NAME)));
-    let amount = json!({"minimum": 0, "maximum": rec::MAX_AMOUNT});
-    for prop in ["cost_microusd", "tokens_in", "tokens_out", "cpu_ms"] {
-        r.push((Property("UsageRequest", prop), amount.clone()));
-    }
-    r.push((Property("UsageRequest", "model"), text(&rec::NAME)));
-    r.push((Property("ToolCallRequest", "name"), text(&rec::NAME)));
-    r.push((Property("ToolCallRequest", "status"), text(&rec::TOOL_STATUS)));
-    r.push((Property("ToolCallRequest", "duration_ms"), amount));
-    r.push((Property("FailRequest", "error"), text(&rec::ERROR)));
-    r.push((Property("FailRequest", "error_class"), text(&error_class::RULE)));
     r
 }
 
@@ -576,20 +364,6 @@ fn annotate_value_rules(doc: &mut Value) {
             for (k, v) in rule.as_object().into_iter().flatten() {
                 t.insert(k.clone(), v.clone());
             }
-        }
-    }
-}
-
-impl Place {
-    fn describe(&self) -> String {
-        match self {
-            Place::Property(s, p) => format!("{s}.{p}"),
-            Place::Items(s, p) => format!("{s}.{p}[]"),
-            Place::Values(s, p) => format!("{s}.{p}{{*}}"),
-            Place::Keys(s, p) => format!("{s}.{p} keys"),
-            Place::Query(o, p) => format!("{o}?{p}"),
-            Place::QueryAll(p) => format!("*?{p}"),
-            Place::Path(p) => format!("{{{p}}}"),
         }
     }
 }

@@ -13,7 +13,8 @@
 //! - [`pagination`]: limit and cursor.
 //! - [`openapi31`]: the served document as OpenAPI 3.1; [`document`]: what
 //!   the generated document cannot say by itself (servers, the statuses
-//!   and headers of the layers around the handlers, closed request bodies).
+//!   and headers of the layers around the handlers, closed request bodies,
+//!   closed sets, and the value rules each request type states beside it).
 //! - [`strict_json`]: request bodies read strictly, against the document.
 //! - [`state`]: what handlers share.
 //! - [`views`]: response objects several route files return.

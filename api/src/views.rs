@@ -4,7 +4,7 @@
 //! ([`run_records`]).
 
 mod run_records;
-mod runs;
+pub(crate) mod runs;
 
 pub use run_records::{Checkpoint, RunOutput, ToolCall, UsageRecord};
 pub use runs::{run_view, ExecutionTrace, JobRun, TriggerRequest};
@@ -15,6 +15,8 @@ use chrono::{DateTime, Utc};
 use poem_openapi::Object;
 use serde_json::Value;
 use switchyard_shared::store::JobRecord;
+
+use crate::document::rules::Place;
 
 /// A named rate limit shared by every job of the project that names it:
 /// one dispatch log per (project, name), and each job admits a dispatch
@@ -28,6 +30,19 @@ pub struct RateLimitKeyBody {
     pub max: i64,
     /// 1 to 86400.
     pub window_secs: i64,
+}
+
+/// The value rules of RateLimitKeyBody (see `document::rules`);
+/// TriggerRequest's are beside it, in [`runs`].
+pub(crate) fn value_rules() -> Vec<(Place, Value)> {
+    use crate::document::rules::{range, text};
+    use switchyard_shared::domain::job;
+    use Place::Property;
+    vec![
+        (Property("RateLimitKeyBody", "name"), text(&job::RATE_LIMIT_NAME)),
+        (Property("RateLimitKeyBody", "max"), range((1, job::COUNT_BOUNDS.1))),
+        (Property("RateLimitKeyBody", "window_secs"), range((1, job::MAX_RATE_WINDOW_SECS))),
+    ]
 }
 
 /// A job: an HTTP target with its retry, timeout and limits.

@@ -7,13 +7,14 @@ use poem::web::Data;
 use poem_openapi::param::{Path, Query};
 use poem_openapi::payload::Json;
 use poem_openapi::{ApiResponse, Object, OpenApi};
-use serde_json::json;
+use serde_json::{json, Value};
 use switchyard_shared::domain::{FieldError, FieldErrors};
 use switchyard_shared::store::{self, api_keys::ApiKeyRow};
 
 use super::{check_scopes, found, label_rule, project_of, tenant, view_from_row, Tag};
 use crate::audit::{self, Change};
 use crate::auth::{cache, keys, rbac, Auth};
+use crate::document::rules::Place;
 use crate::error::{ApiError, ApiResult};
 use crate::pagination::{Page, Window};
 use crate::state::AppState;
@@ -75,6 +76,19 @@ pub struct RotateApiKey {
     pub name: Option<String>,
     /// 0 (default: the old key stops at once) to 2592000 (30 days).
     pub grace_period_seconds: Option<i64>,
+}
+
+/// The value rules of CreateApiKey and RotateApiKey (see `document::rules`).
+pub(crate) fn value_rules() -> Vec<(Place, Value)> {
+    use crate::document::rules::{range, text};
+    use switchyard_shared::ids::EXTERNAL_ID as ID;
+    use Place::Property;
+    vec![
+        (Property("CreateApiKey", "project_id"), text(&ID)),
+        (Property("CreateApiKey", "name"), text(&super::LABEL)),
+        (Property("RotateApiKey", "name"), text(&super::LABEL)),
+        (Property("RotateApiKey", "grace_period_seconds"), range((0, MAX_GRACE_SECS))),
+    ]
 }
 
 #[derive(ApiResponse)]

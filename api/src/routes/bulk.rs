@@ -24,6 +24,7 @@ use super::{check_id, load_for_trigger, load_run, project_of, visible, Tag};
 use crate::audit::{self, Change};
 use crate::auth::policy::{self, Resource};
 use crate::auth::{Auth, Principal};
+use crate::document::rules::Place;
 use crate::error::{ApiError, ApiResult};
 use crate::pagination::{Page, Window};
 use crate::run_actions::{self, cancel_reason};
@@ -143,6 +144,22 @@ pub struct CancelAllRequest {
     pub job_id: Option<String>,
     /// One unfinished status (pending, queued, running, retrying); default all four.
     pub status: Option<String>,
+}
+
+/// The value rules of the bulk requests above (see `document::rules`).
+pub(crate) fn value_rules() -> Vec<(Place, Value)> {
+    use crate::document::rules::{count, range, text};
+    use switchyard_shared::ids::EXTERNAL_ID as ID;
+    use Place::Property;
+    vec![
+        (Property("CancelAllRequest", "project_id"), text(&ID)),
+        (Property("DlqReplayRequest", "project_id"), text(&ID)),
+        (Property("BulkTriggerRequest", "items"), count(1, MAX_ITEMS)),
+        (Property("BulkRunIds", "run_ids"), count(1, MAX_ITEMS)),
+        (Property("CancelAllRequest", "job_id"), text(&ID)),
+        (Property("DlqReplayRequest", "job_id"), text(&ID)),
+        (Property("DlqReplayRequest", "limit"), range((1, MAX_ITEMS as i64))),
+    ]
 }
 
 #[derive(Object)]

@@ -7,7 +7,7 @@ use poem_openapi::param::{Path, Query};
 use poem_openapi::payload::Json;
 use poem_openapi::{Object, OpenApi};
 
-use serde_json::json;
+use serde_json::{json, Value};
 use switchyard_shared::domain::rules::Text;
 use switchyard_shared::domain::{FieldError, FieldErrors};
 use switchyard_shared::store::{self, environments::EnvironmentRow};
@@ -15,6 +15,7 @@ use switchyard_shared::store::{self, environments::EnvironmentRow};
 use super::{found, project_of, slug_rule, tenant, view_from_row, Created, Done, Tag};
 use crate::audit::{self, Change};
 use crate::auth::Auth;
+use crate::document::rules::Place;
 use crate::error::{ApiError, ApiResult};
 use crate::pagination::{Page, Window};
 use crate::state::AppState;
@@ -41,6 +42,18 @@ pub struct CreateEnvironment {
     pub name: String,
     /// At most 1024 characters.
     pub description: Option<String>,
+}
+
+/// The value rules of CreateEnvironment (see `document::rules`).
+pub(crate) fn value_rules() -> Vec<(Place, Value)> {
+    use crate::document::rules::text;
+    use switchyard_shared::ids::EXTERNAL_ID as ID;
+    use Place::Property;
+    vec![
+        (Property("CreateEnvironment", "project_id"), text(&ID)),
+        (Property("CreateEnvironment", "name"), text(&super::SLUG)),
+        (Property("CreateEnvironment", "description"), text(&DESCRIPTION)),
+    ]
 }
 
 /// An environment's description: a NUL is refused here rather than by

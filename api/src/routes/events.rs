@@ -31,6 +31,7 @@ use super::{
 };
 use crate::audit::{self, Change};
 use crate::auth::{scopes, Auth};
+use crate::document::rules::Place;
 use crate::error::{ApiError, ApiResult};
 use crate::pagination::{Page, Window};
 use crate::state::AppState;
@@ -172,6 +173,27 @@ pub struct UpdateEventSource {
     pub target_type: Option<String>,
     pub target_id: Option<String>,
     pub enabled: Option<bool>,
+}
+
+/// The value rules of DispatchEvent and the event sources' create and
+/// update (see `document::rules`).
+pub(crate) fn value_rules() -> Vec<(Place, Value)> {
+    use crate::document::rules::text;
+    use switchyard_shared::ids::EXTERNAL_ID as ID;
+    use Place::Property;
+    let mut r = vec![
+        (Property("CreateEventSource", "project_id"), text(&ID)),
+        (Property("DispatchEvent", "project_id"), text(&ID)),
+    ];
+    for schema in ["CreateEventSource", "UpdateEventSource"] {
+        r.push((Property(schema, "name"), text(&super::NAME)));
+        r.push((Property(schema, "description"), text(&DESCRIPTION)));
+        r.push((Property(schema, "event_key"), text(&event_key::PATTERN)));
+        r.push((Property(schema, "target_id"), text(&ID)));
+    }
+    r.push((Property("DispatchEvent", "event_key"), text(&event_key::KEY)));
+    r.push((Property("DispatchEvent", "idempotency_key"), text(&IDEMPOTENCY_KEY)));
+    r
 }
 
 fn triggered_view(t: TriggeredRun) -> EventTriggeredRun {

@@ -9,6 +9,7 @@ use poem_openapi::param::{Path, Query};
 use poem_openapi::payload::Json;
 use poem_openapi::types::MaybeUndefined;
 use poem_openapi::{ApiResponse, Object, OpenApi};
+use serde_json::Value;
 use switchyard_shared::domain::{FieldError, FieldErrors, RunStatus};
 use switchyard_shared::store::{self, job_groups::JobGroupRow};
 
@@ -19,6 +20,7 @@ use super::{
 use crate::audit::{self, Change};
 use crate::auth::policy::{self, Resource};
 use crate::auth::Auth;
+use crate::document::rules::Place;
 use crate::error::ApiResult;
 use crate::pagination::{Page, Window};
 use crate::state::AppState;
@@ -59,6 +61,20 @@ pub struct UpdateGroup {
     pub slug: Option<String>,
     #[oai(nullable)]
     pub description: MaybeUndefined<String>,
+}
+
+/// The value rules of CreateGroup and UpdateGroup (see `document::rules`).
+pub(crate) fn value_rules() -> Vec<(Place, Value)> {
+    use crate::document::rules::text;
+    use switchyard_shared::ids::EXTERNAL_ID as ID;
+    use Place::Property;
+    let mut r = vec![(Property("CreateGroup", "project_id"), text(&ID))];
+    for schema in ["CreateGroup", "UpdateGroup"] {
+        r.push((Property(schema, "name"), text(&super::NAME)));
+        r.push((Property(schema, "slug"), text(&super::SLUG)));
+        r.push((Property(schema, "description"), text(&super::DESCRIPTION)));
+    }
+    r
 }
 
 /// Run counts of the group's jobs.

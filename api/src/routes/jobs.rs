@@ -25,6 +25,7 @@ use super::{
 use crate::audit::{self, Change};
 use crate::auth::policy::{self, Resource};
 use crate::auth::{rbac, Auth};
+use crate::document::rules::Place;
 use crate::error::{ApiError, ApiResult};
 use crate::pagination::{Page, Window};
 use crate::run_actions;
@@ -148,6 +149,36 @@ pub struct UpdateJob {
     pub environment_id: MaybeUndefined<String>,
     pub version_policy: Option<String>,
     pub backwards_compatible: Option<bool>,
+}
+
+/// The value rules of CreateJob and UpdateJob (see `document::rules`).
+pub(crate) fn value_rules() -> Vec<(Place, Value)> {
+    use crate::document::rules::{map, range, text};
+    use switchyard_shared::domain::{job, limits};
+    use switchyard_shared::ids::EXTERNAL_ID as ID;
+    use Place::{Items, Property};
+    let mut r = vec![(Property("CreateJob", "project_id"), text(&ID))];
+    for schema in ["CreateJob", "UpdateJob"] {
+        r.push((Property(schema, "group_id"), text(&ID)));
+        r.push((Property(schema, "environment_id"), text(&ID)));
+        r.push((Property(schema, "name"), text(&super::NAME)));
+        r.push((Property(schema, "slug"), text(&super::SLUG)));
+        r.push((Property(schema, "description"), text(&job::DESCRIPTION)));
+        for prop in ["endpoint_url", "fallback_endpoint_url", "webhook_url"] {
+            r.push((Property(schema, prop), text(&job::URL)));
+        }
+        r.push((Property(schema, "webhook_secret"), text(&job::WEBHOOK_SECRET)));
+        r.push((Property(schema, "max_attempts"), range((1, limits::MAX_ATTEMPTS_LIMIT))));
+        r.push((Property(schema, "timeout_secs"), range((1, limits::MAX_TIMEOUT_SECS))));
+        r.push((Property(schema, "rate_limit_window_secs"), range((0, job::MAX_RATE_WINDOW_SECS))));
+        for (prop, bounds) in job::SETTING_BOUNDS {
+            r.push((Property(schema, prop), range(bounds)));
+        }
+        r.push((Items(schema, "retry_delays_secs"), range(job::SECS_BOUNDS)));
+        r.extend(map(schema, "tags", limits::MAX_MAP_ENTRIES, &limits::MAP_KEY, &limits::MAP_VALUE));
+        r.extend(map(schema, "default_run_metadata", limits::MAX_MAP_ENTRIES, &limits::MAP_KEY, &limits::MAP_VALUE));
+    }
+    r
 }
 
 /// One version of a job: the definition as it was.

@@ -11,7 +11,7 @@ use poem_openapi::param::{Path, Query};
 use poem_openapi::payload::Json;
 use poem_openapi::types::MaybeUndefined;
 use poem_openapi::{Object, OpenApi};
-use serde_json::json;
+use serde_json::{json, Value};
 use switchyard_shared::domain::rules::Text;
 use switchyard_shared::domain::{FieldError, FieldErrors};
 use switchyard_shared::outbound::TargetError;
@@ -22,6 +22,7 @@ use super::secrets::seal_signing_key;
 use super::{found, label_rule, patch, project_of, tenant, Created, Done, Tag};
 use crate::audit::{self, Change};
 use crate::auth::Auth;
+use crate::document::rules::Place;
 use crate::error::{ApiError, ApiResult};
 use crate::pagination::{Page, Window};
 use crate::state::AppState;
@@ -122,6 +123,23 @@ pub struct UpdateLogDrain {
     pub min_level: Option<String>,
     /// Re-enabling resumes at the drain's cursor (within the backlog cap).
     pub enabled: Option<bool>,
+}
+
+/// The value rules of CreateLogDrain and UpdateLogDrain (see
+/// `document::rules`).
+pub(crate) fn value_rules() -> Vec<(Place, Value)> {
+    use crate::document::rules::{count, text};
+    use switchyard_shared::ids::EXTERNAL_ID as ID;
+    use Place::{Items, Property};
+    let mut r = vec![(Property("CreateLogDrain", "project_id"), text(&ID))];
+    for schema in ["CreateLogDrain", "UpdateLogDrain"] {
+        r.push((Property(schema, "name"), text(&super::LABEL)));
+        r.push((Property(schema, "url"), text(&URL)));
+        r.push((Property(schema, "secret"), text(&SECRET)));
+        r.push((Property(schema, "job_ids"), count(0, MAX_JOB_IDS)));
+        r.push((Items(schema, "job_ids"), text(&ID)));
+    }
+    r
 }
 
 /// The field rules of a drain's settings; the URL is checked against the

@@ -7,7 +7,7 @@ use poem::web::Data;
 use poem_openapi::param::{Path, Query};
 use poem_openapi::payload::Json;
 use poem_openapi::{ApiResponse, Object, OpenApi};
-use serde_json::json;
+use serde_json::{json, Value};
 use switchyard_shared::domain::rules::Text;
 use switchyard_shared::domain::{FieldError, FieldErrors};
 use switchyard_shared::store::{self, members::MemberRow, Tenant};
@@ -15,6 +15,7 @@ use switchyard_shared::store::{self, members::MemberRow, Tenant};
 use super::{project_of, view_from_row, Tag};
 use crate::audit::{self, Change};
 use crate::auth::{cache, rbac, Auth};
+use crate::document::rules::Place;
 use crate::error::{ApiError, ApiResult};
 use crate::pagination::{Page, Window};
 use crate::state::AppState;
@@ -70,6 +71,22 @@ pub struct BulkAssign {
     pub project_id: Option<String>,
     /// 1 to 100 assignments.
     pub members: Vec<BulkMember>,
+}
+
+/// The value rules of AssignMember and BulkAssign (see `document::rules`).
+/// A bulk assignment's own (BulkMember) are checked per item and answered
+/// in its result, so the request is not refused for them.
+pub(crate) fn value_rules() -> Vec<(Place, Value)> {
+    use crate::document::rules::{count, text};
+    use switchyard_shared::ids::EXTERNAL_ID as ID;
+    use Place::Property;
+    vec![
+        (Property("AssignMember", "project_id"), text(&ID)),
+        (Property("BulkAssign", "project_id"), text(&ID)),
+        (Property("AssignMember", "user_id"), text(&USER_ID)),
+        (Property("AssignMember", "role_id"), text(&ID)),
+        (Property("BulkAssign", "members"), count(BULK_MEMBERS.0, BULK_MEMBERS.1)),
+    ]
 }
 
 /// The outcome of one bulk assignment.

@@ -19,6 +19,7 @@ use switchyard_shared::store::{self, Tenant};
 use super::{check_scopes, found, label_rule, patch, project_of, tenant, view_from_row, Created, Tag};
 use crate::audit::{self, Change};
 use crate::auth::{cache, policy, Auth};
+use crate::document::rules::Place;
 use crate::error::{ApiError, ApiResult};
 use crate::pagination::{Page, Window};
 use crate::state::AppState;
@@ -130,6 +131,40 @@ pub struct UpdateTagPolicy {
     pub description: MaybeUndefined<String>,
     pub required_keys: Option<Vec<String>>,
     pub allowed_values: Option<HashMap<String, Vec<String>>>,
+}
+
+/// The value rules of the resource and tag policies' creates and updates
+/// (see `document::rules`).
+pub(crate) fn value_rules() -> Vec<(Place, Value)> {
+    use crate::document::rules::{count, entries, map, text};
+    use switchyard_shared::ids::EXTERNAL_ID as ID;
+    use Place::{Items, Keys, Property, Values};
+    let mut r = vec![
+        (Property("CreateResourcePolicy", "project_id"), text(&ID)),
+        (Property("CreateTagPolicy", "project_id"), text(&ID)),
+    ];
+    for schema in ["CreateResourcePolicy", "UpdateResourcePolicy"] {
+        r.push((Property(schema, "name"), text(&super::LABEL)));
+        r.push((Property(schema, "description"), text(&super::DESCRIPTION)));
+        r.push((Property(schema, "principal_id"), text(&PRINCIPAL_ID)));
+        r.push((Property(schema, "actions"), count(1, usize::MAX)));
+        r.push((Property(schema, "resource_ids"), count(0, MAX_RESOURCE_IDS)));
+        r.push((Items(schema, "resource_ids"), text(&ID)));
+        r.extend(map(schema, "tag_selector", MAX_SELECTOR_PAIRS, &TAG_KEY, &TAG_VALUE));
+    }
+    for schema in ["CreateTagPolicy", "UpdateTagPolicy"] {
+        r.push((Property(schema, "description"), text(&super::DESCRIPTION)));
+        r.push((Property(schema, "required_keys"), count(0, MAX_TAG_KEYS)));
+        r.push((Items(schema, "required_keys"), text(&TAG_KEY)));
+        r.push((Property(schema, "allowed_values"), entries(MAX_TAG_KEYS)));
+        r.push((Keys(schema, "allowed_values"), text(&TAG_KEY)));
+        let (fewest, most) = ALLOWED_VALUES;
+        let mut values = count(fewest, most);
+        values["items"] = text(&TAG_VALUE);
+        values["items"]["type"] = json!("string");
+        r.push((Values(schema, "allowed_values"), values));
+    }
+    r
 }
 
 #[derive(ApiResponse)]

@@ -8,7 +8,7 @@ use poem_openapi::param::{Path, Query};
 use poem_openapi::payload::Json;
 use poem_openapi::{Object, OpenApi};
 
-use serde_json::json;
+use serde_json::{json, Value};
 use switchyard_shared::domain::rules::Text;
 use switchyard_shared::domain::{FieldError, FieldErrors};
 use switchyard_shared::store::{self, projects::ProjectRow};
@@ -16,6 +16,7 @@ use switchyard_shared::store::{self, projects::ProjectRow};
 use super::{found, name_rule, tenant, view_from_row, Created, Tag};
 use crate::audit::{self, Change};
 use crate::auth::Auth;
+use crate::document::rules::Place;
 use crate::error::{ApiError, ApiResult};
 use crate::pagination::{Page, Window};
 use crate::state::AppState;
@@ -64,6 +65,22 @@ pub struct UpdateProjectSettings {
     pub max_key_lifetime_days: Option<i64>,
     /// 1 to 3650 days.
     pub retention_days: Option<i64>,
+}
+
+/// The value rules of CreateProject and UpdateProjectSettings (see
+/// `document::rules`).
+pub(crate) fn value_rules() -> Vec<(Place, Value)> {
+    use crate::document::rules::{range, text};
+    use switchyard_shared::ids::EXTERNAL_ID as ID;
+    use Place::Property;
+    let mut r =
+        vec![(Property("CreateProject", "id"), text(&ID)), (Property("CreateProject", "name"), text(&super::NAME))];
+    for prop in ["default_region", "plan_tier"] {
+        r.push((Property("UpdateProjectSettings", prop), text(&SETTING)));
+    }
+    r.push((Property("UpdateProjectSettings", "max_key_lifetime_days"), range(MAX_KEY_LIFETIME_DAYS)));
+    r.push((Property("UpdateProjectSettings", "retention_days"), range(RETENTION_DAYS)));
+    r
 }
 
 /// The key a project's receivers verify its notifications with.

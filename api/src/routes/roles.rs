@@ -11,7 +11,7 @@ use poem_openapi::param::{Path, Query};
 use poem_openapi::payload::Json;
 use poem_openapi::types::MaybeUndefined;
 use poem_openapi::{ApiResponse, Object, OpenApi};
-use serde_json::json;
+use serde_json::{json, Value};
 use switchyard_shared::domain::rules::Text;
 use switchyard_shared::domain::{FieldError, FieldErrors};
 use switchyard_shared::store::roles::{ChainLink, RoleRow};
@@ -22,6 +22,7 @@ use super::{
 };
 use crate::audit::{self, Change};
 use crate::auth::{cache, rbac, Auth};
+use crate::document::rules::Place;
 use crate::error::{ApiError, ApiResult};
 use crate::pagination::{Page, Window};
 use crate::state::AppState;
@@ -95,6 +96,20 @@ pub struct UpdateRole {
     /// A chain that would come back to this role is 422.
     #[oai(nullable)]
     pub inherits: MaybeUndefined<String>,
+}
+
+/// The value rules of CreateRole and UpdateRole (see `document::rules`).
+pub(crate) fn value_rules() -> Vec<(Place, Value)> {
+    use crate::document::rules::text;
+    use switchyard_shared::ids::EXTERNAL_ID as ID;
+    use Place::Property;
+    let mut r = vec![(Property("CreateRole", "project_id"), text(&ID))];
+    for schema in ["CreateRole", "UpdateRole"] {
+        r.push((Property(schema, "name"), text(&name_rule())));
+        r.push((Property(schema, "description"), text(&super::DESCRIPTION)));
+        r.push((Property(schema, "inherits"), text(&ID)));
+    }
+    r
 }
 
 #[derive(ApiResponse)]

@@ -14,6 +14,7 @@ use switchyard_shared::store::{self, transitions, Changed};
 use super::{load_run, Tag};
 use crate::audit::{self, Change};
 use crate::auth::Auth;
+use crate::document::rules::Place;
 use crate::error::{ApiError, ApiResult};
 use crate::run_actions::replay_run;
 use crate::state::AppState;
@@ -39,6 +40,19 @@ pub struct MetadataPatch {
     /// Merged into the run's metadata: a string sets the key, `null`
     /// removes it, keys not named keep their value.
     pub metadata: HashMap<String, Value>,
+}
+
+/// The value rules of MetadataPatch (see `document::rules`): a value may
+/// be null, which removes its key.
+pub(crate) fn value_rules() -> Vec<(Place, Value)> {
+    use crate::document::rules::text;
+    use switchyard_shared::domain::limits;
+    let mut value = text(&limits::MAP_VALUE);
+    value["type"] = serde_json::json!(["string", "null"]);
+    vec![
+        (Place::Keys("MetadataPatch", "metadata"), text(&limits::MAP_KEY)),
+        (Place::Values("MetadataPatch", "metadata"), value),
+    ]
 }
 
 #[derive(Object)]

@@ -13,11 +13,13 @@ use poem::web::Data;
 use poem_openapi::param::Path;
 use poem_openapi::payload::Json;
 use poem_openapi::{Object, OpenApi};
+use serde_json::Value;
 use switchyard_shared::domain::RunStatus;
 use switchyard_shared::store;
 
 use super::{sdk_run, Tag};
 use crate::auth::Auth;
+use crate::document::rules::Place;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 use crate::strict_json::JsonBody;
@@ -32,6 +34,17 @@ pub struct HeartbeatRequest {
     pub progress: Option<f64>,
     /// At most 1024 characters.
     pub message: Option<String>,
+}
+
+/// The value rules of HeartbeatRequest (see `document::rules`).
+pub(crate) fn value_rules() -> Vec<(Place, Value)> {
+    use crate::document::rules::text;
+    use switchyard_shared::domain::run_record;
+    use Place::Property;
+    vec![
+        (Property("HeartbeatRequest", "progress"), serde_json::json!({"minimum": 0, "maximum": 1})),
+        (Property("HeartbeatRequest", "message"), text(&run_record::PROGRESS_MESSAGE)),
+    ]
 }
 
 #[derive(Object)]

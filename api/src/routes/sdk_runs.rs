@@ -38,6 +38,7 @@ use switchyard_shared::store::{self, Run};
 
 use super::{sdk_run, sdk_run_for_write, Created, Done, Tag};
 use crate::auth::{Auth, CredentialKind};
+use crate::document::rules::Place;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 use crate::strict_json::JsonBody;
@@ -209,6 +210,38 @@ pub struct FailRequest {
     /// Whether another attempt may help (default false). The job's retry
     /// policy still decides: `retrying` while attempts remain, else `failed`.
     pub retryable: Option<bool>,
+}
+
+/// The value rules of the bodies above (see `document::rules`).
+pub(crate) fn value_rules() -> Vec<(Place, Value)> {
+    use crate::document::rules::{count, text};
+    use serde_json::json;
+    use switchyard_shared::domain::error_class;
+    use Place::Property;
+    let mut r = vec![
+        (Property("LogLineIn", "fields"), json!({"type": "object"})),
+        (
+            Property("CheckpointRequest", "data"),
+            json!({"type": ["object", "array", "string", "number", "boolean"], "items": {}}),
+        ),
+        (Property("LogsRequest", "lines"), count(1, MAX_LINES_PER_CALL)),
+        (Property("LogLineIn", "message"), text(&rec_rules::LOG_MESSAGE)),
+        (Property("CheckpointRequest", "label"), text(&rec_rules::CHECKPOINT_LABEL)),
+        (Property("ProgressRequest", "progress"), json!({"minimum": 0, "maximum": 1})),
+        (Property("ProgressRequest", "message"), text(&rec_rules::PROGRESS_MESSAGE)),
+        (Property("OutputRequest", "name"), text(&rec_rules::NAME)),
+    ];
+    let amount = json!({"minimum": 0, "maximum": rec_rules::MAX_AMOUNT});
+    for prop in ["cost_microusd", "tokens_in", "tokens_out", "cpu_ms"] {
+        r.push((Property("UsageRequest", prop), amount.clone()));
+    }
+    r.push((Property("UsageRequest", "model"), text(&rec_rules::NAME)));
+    r.push((Property("ToolCallRequest", "name"), text(&rec_rules::NAME)));
+    r.push((Property("ToolCallRequest", "status"), text(&rec_rules::TOOL_STATUS)));
+    r.push((Property("ToolCallRequest", "duration_ms"), amount));
+    r.push((Property("FailRequest", "error"), text(&rec_rules::ERROR)));
+    r.push((Property("FailRequest", "error_class"), text(&error_class::RULE)));
+    r
 }
 
 #[OpenApi(tag = "Tag::Sdk")]

@@ -11,7 +11,7 @@ use poem::web::Data;
 use poem_openapi::param::{Path, Query};
 use poem_openapi::payload::Json;
 use poem_openapi::{ApiResponse, Object, OpenApi};
-use serde_json::json;
+use serde_json::{json, Value};
 use switchyard_shared::domain::rules::Text;
 use switchyard_shared::domain::{FieldError, FieldErrors};
 use switchyard_shared::secrets::{is_valid_name, SecretsKey};
@@ -20,6 +20,7 @@ use switchyard_shared::store::{self, secrets::SecretName};
 use super::{load_job, view_from_row, Done, Tag};
 use crate::audit::{self, Change};
 use crate::auth::Auth;
+use crate::document::rules::Place;
 use crate::error::{ApiError, ApiResult};
 use crate::pagination::{Page, Window};
 use crate::state::AppState;
@@ -66,6 +67,16 @@ pub struct PutSecret {
     /// Write-only; at most 65536 characters.
     #[oai(write_only)]
     pub value: String,
+}
+
+/// The value rules of PutSecret (see `document::rules`).
+pub(crate) fn value_rules() -> Vec<(Place, Value)> {
+    use crate::document::rules::text;
+    use Place::Property;
+    vec![
+        (Property("PutSecret", "name"), text(&switchyard_shared::secrets::NAME)),
+        (Property("PutSecret", "value"), text(&VALUE)),
+    ]
 }
 
 #[derive(ApiResponse)]

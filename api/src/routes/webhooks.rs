@@ -19,6 +19,7 @@ use super::secrets::seal_signing_key;
 use super::{check_id, patch, project_of, tenant, Tag};
 use crate::audit::{self, Change};
 use crate::auth::Auth;
+use crate::document::rules::Place;
 use crate::error::{ApiError, ApiResult};
 use crate::pagination::{Page, Window};
 use crate::state::AppState;
@@ -71,6 +72,23 @@ pub struct UpdateSubscription {
     pub active: Option<bool>,
     #[oai(nullable)]
     pub description: MaybeUndefined<String>,
+}
+
+/// The value rules of CreateSubscription and UpdateSubscription (see
+/// `document::rules`).
+pub(crate) fn value_rules() -> Vec<(Place, Value)> {
+    use crate::document::rules::{count, text};
+    use switchyard_shared::domain::job;
+    use switchyard_shared::ids::EXTERNAL_ID as ID;
+    use Place::Property;
+    let mut r = vec![(Property("CreateSubscription", "project_id"), text(&ID))];
+    for schema in ["CreateSubscription", "UpdateSubscription"] {
+        r.push((Property(schema, "webhook_url"), text(&job::URL)));
+        r.push((Property(schema, "event_types"), count(1, usize::MAX)));
+        r.push((Property(schema, "secret"), text(&SECRET)));
+        r.push((Property(schema, "description"), text(&DESCRIPTION)));
+    }
+    r
 }
 
 #[derive(Object, Debug)]

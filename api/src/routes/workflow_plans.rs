@@ -21,6 +21,7 @@ use switchyard_shared::store::workflows::WorkflowRecord;
 
 use super::{found, Tag};
 use crate::auth::Auth;
+use crate::document::rules::Place;
 use crate::error::ApiResult;
 use crate::state::AppState;
 use crate::strict_json::JsonBody;
@@ -67,6 +68,12 @@ pub struct WorkflowPlanOverride {
     pub skip: Option<bool>,
     /// Replaces the step's expected_duration_secs; 0 to 30 days.
     pub expected_duration_secs: Option<i64>,
+}
+
+/// The value rules of WorkflowPlanOverride (see `document::rules`).
+pub(crate) fn value_rules() -> Vec<(Place, Value)> {
+    use crate::document::rules::range;
+    vec![(Place::Property("WorkflowPlanOverride", "expected_duration_secs"), range((0, MAX_WORKFLOW_TIMEOUT_SECS)))]
 }
 
 /// A plan request; the body may be left out.

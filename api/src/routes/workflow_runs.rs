@@ -25,6 +25,7 @@ use switchyard_shared::store::{self, Tenant};
 use super::{check_id, load_workflow, load_workflow_for_trigger, project_of, tenant, Tag};
 use crate::audit::{self, Change};
 use crate::auth::{Auth, Principal};
+use crate::document::rules::Place;
 use crate::error::{ApiError, ApiResult};
 use crate::pagination::{Page, Window};
 use crate::state::AppState;
@@ -58,6 +59,17 @@ pub struct TriggerWorkflowRequest {
     /// A second trigger with the same key returns the first run (200).
     pub idempotency_key: Option<String>,
     pub tags: Option<HashMap<String, String>>,
+}
+
+/// The value rules of TriggerWorkflowRequest and StepDecisionRequest (see
+/// `document::rules`).
+pub(crate) fn value_rules() -> Vec<(Place, Value)> {
+    use crate::document::rules::{map, text};
+    use Place::Property;
+    let mut r = vec![(Property("TriggerWorkflowRequest", "idempotency_key"), text(&IDEMPOTENCY_KEY))];
+    r.extend(map("TriggerWorkflowRequest", "tags", MAX_TAGS, &TAG_TEXT, &TAG_TEXT));
+    r.push((Property("StepDecisionRequest", "comment"), text(&COMMENT)));
+    r
 }
 
 /// One step of a run.

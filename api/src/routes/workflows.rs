@@ -21,6 +21,7 @@ use super::{check_id, name_rule, patch, project_of, slug_rule, slugify, visible,
 use crate::audit::{self, Change};
 use crate::auth::policy;
 use crate::auth::Auth;
+use crate::document::rules::Place;
 use crate::error::{ApiError, ApiResult};
 use crate::pagination::{Page, Window};
 use crate::state::AppState;
@@ -344,6 +345,42 @@ pub struct WorkflowPolicyBody {
     /// Step types that need an approval step among the steps they
     /// (directly or indirectly) depend on.
     pub approval_required_before: Option<Vec<String>>,
+}
+
+/// The value rules of a workflow's create and update, of its steps
+/// (WorkflowStepRequest) and of WorkflowPolicyBody (see `document::rules`).
+pub(crate) fn value_rules() -> Vec<(Place, Value)> {
+    use crate::document::rules::{count, map, range, text};
+    use switchyard_shared::domain::{event_key, limits};
+    use switchyard_shared::ids::EXTERNAL_ID as ID;
+    use Place::{Items, Property};
+    let mut r = vec![(Property("CreateWorkflow", "project_id"), text(&ID))];
+    for schema in ["CreateWorkflow", "UpdateWorkflow"] {
+        r.push((Property(schema, "name"), text(&super::NAME)));
+        r.push((Property(schema, "slug"), text(&super::SLUG)));
+        r.push((Property(schema, "description"), text(&wf::DESCRIPTION)));
+        r.push((Property(schema, "max_concurrent_runs"), range((0, wf::MAX_CONCURRENT_RUNS))));
+        r.push((Property(schema, "max_parallel_steps"), range((0, wf::MAX_PARALLEL_STEPS))));
+        r.push((Property(schema, "timeout_secs"), range((1, wf::MAX_WORKFLOW_TIMEOUT_SECS))));
+        r.push((Property(schema, "steps"), count(0, wf::MAX_STEPS)));
+        r.extend(map(schema, "tags", limits::MAX_MAP_ENTRIES, &limits::MAP_KEY, &limits::MAP_VALUE));
+    }
+    let step = "WorkflowStepRequest";
+    r.push((Property(step, "step_ref"), text(&wf::STEP_REF)));
+    r.push((Items(step, "depends_on"), text(&wf::STEP_REF)));
+    for (field, bounds) in wf::STEP_BOUNDS {
+        r.push((Property(step, field), range(bounds)));
+    }
+    r.push((Property(step, "concurrency_key"), text(&limits::KEY)));
+    r.push((Property(step, "resource_class"), text(&wf::RESOURCE_CLASS)));
+    r.push((Property(step, "event_key"), text(&wf::STEP_EVENT_KEY)));
+    r.push((Property(step, "event_emit_key"), text(&event_key::KEY)));
+    r.push((Property(step, "approval_approvers"), count(1, wf::MAX_APPROVERS)));
+    r.push((Items(step, "approval_approvers"), text(&wf::APPROVER)));
+    for prop in ["max_steps", "max_depth", "max_fan_out"] {
+        r.push((Property("WorkflowPolicyBody", prop), range((1, wf::MAX_STEPS as i64))));
+    }
+    r
 }
 
 /// The project's workflow policy.

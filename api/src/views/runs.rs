@@ -10,6 +10,8 @@ use serde_json::Value;
 use switchyard_shared::domain::trigger;
 use switchyard_shared::store::Run;
 
+use crate::document::rules::Place;
+
 /// Measured timings of the last attempt, in milliseconds.
 #[derive(Object, Default)]
 pub struct ExecutionTrace {
@@ -201,6 +203,30 @@ pub struct TriggerRequest {
     pub execution_mode: Option<String>,
     /// Makes this run a child of another run of the project.
     pub parent_run_id: Option<String>,
+}
+
+/// The value rules of TriggerRequest (see `document::rules`).
+pub(crate) fn value_rules() -> Vec<(Place, Value)> {
+    use crate::document::rules::{count, map, range, text};
+    use switchyard_shared::domain::limits;
+    use switchyard_shared::ids::EXTERNAL_ID as ID;
+    use Place::{Items, Property};
+    let mut r = vec![
+        (Property("TriggerRequest", "idempotency_key"), text(&limits::KEY)),
+        (Property("TriggerRequest", "concurrency_key"), text(&limits::KEY)),
+        (Property("TriggerRequest", "max_attempts_override"), range(limits::MAX_ATTEMPTS_OVERRIDE)),
+        (Property("TriggerRequest", "timeout_secs_override"), range(limits::TIMEOUT_SECS_OVERRIDE)),
+        (Property("TriggerRequest", "retry_initial_delay_secs"), range(limits::RETRY_INITIAL_DELAY_SECS)),
+        (Property("TriggerRequest", "retry_max_delay_secs"), range(limits::RETRY_MAX_DELAY_SECS)),
+        (Property("TriggerRequest", "delay_secs"), range(trigger::DELAY_SECS)),
+        (Property("TriggerRequest", "depends_on"), count(0, trigger::MAX_DEPENDENCIES)),
+        (Items("TriggerRequest", "depends_on"), text(&ID)),
+        (Property("TriggerRequest", "parent_run_id"), text(&ID)),
+    ];
+    for prop in ["tags", "metadata"] {
+        r.extend(map("TriggerRequest", prop, limits::MAX_MAP_ENTRIES, &limits::MAP_KEY, &limits::MAP_VALUE));
+    }
+    r
 }
 
 impl From<TriggerRequest> for trigger::Request {

@@ -1,7 +1,8 @@
 //! The rules of a request's text values, each written once in the two forms
 //! it takes: the check a handler runs ([`Text::ok`]) and the JSON Schema
 //! keywords the served document states for the same value
-//! ([`Text::schema`], read by the api's `document::value_rules`). The
+//! ([`Text::schema`], read by the api's value rules, which live beside
+//! each request type and are gathered by `document::value_rules`). The
 //! bounds are one pair of numbers; the alphabet is a predicate and the
 //! `pattern` that says the same, and the tests here hold the two to each
 //! other on a corpus of edge cases, through the same JSON Schema validator
