@@ -114,7 +114,7 @@ pub async fn cancel_with_children(
         Some(Cancel::Finished(run)) => Ok(Some(Cancelled { run, from: None, children: 0 })),
         Some(Cancel::Cancelled(c)) => {
             transitions::drop_entries(&state.queue, std::slice::from_ref(&c)).await;
-            let children = cancel_descendants(state, &[c.run.id.to_string()], reason).await?;
+            let children = cancel_descendants(state, std::slice::from_ref(&c.run.id), reason).await?;
             Ok(Some(Cancelled { run: c.run, from: Some(c.from), children }))
         }
     }
@@ -122,7 +122,7 @@ pub async fn cancel_with_children(
 
 /// Cancels the unfinished descendants of the runs `parents`; returns how
 /// many.
-pub async fn cancel_descendants(state: &AppState, parents: &[String], reason: &str) -> Result<u64, sqlx::Error> {
+pub async fn cancel_descendants(state: &AppState, parents: &[RunId], reason: &str) -> Result<u64, sqlx::Error> {
     let cancelled = transitions::cancel_descendants(&state.pool, parents, reason).await?;
     transitions::drop_entries(&state.queue, &cancelled).await;
     Ok(cancelled.len() as u64)

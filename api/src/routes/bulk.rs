@@ -16,6 +16,7 @@ use poem_openapi::payload::Json;
 use poem_openapi::{Object, OpenApi};
 use serde_json::Value;
 use switchyard_shared::domain::RunStatus;
+use switchyard_shared::ids::RunId;
 use switchyard_shared::store::batches::{self, BatchRow};
 use switchyard_shared::store::{self, transitions, Run};
 use switchyard_shared::telemetry::{BULK_ITEMS_PROCESSED, BULK_OPERATIONS};
@@ -494,7 +495,7 @@ impl BulkApi {
         let ids: Vec<String> = matched.into_iter().map(|(id, _)| id).collect();
         let cancelled = transitions::cancel_many(&state.pool, &ids, &statuses, &reason).await?;
         transitions::drop_entries(&state.queue, &cancelled).await;
-        let parents: Vec<String> = cancelled.iter().map(|c| c.run.id.to_string()).collect();
+        let parents: Vec<RunId> = cancelled.iter().map(|c| c.run.id.clone()).collect();
         let children = run_actions::cancel_descendants(&state, &parents, &reason).await?;
         if !cancelled.is_empty() {
             let details = serde_json::json!({

@@ -164,7 +164,11 @@ pub async fn cancel_in(conn: &mut PgConnection, ids: &[String], reason: &str) ->
 /// recursively, at most [`MAX_LINEAGE_DEPTH`] generations down), recording
 /// `reason` with "(with its parent run)". Returns the runs cancelled, also
 /// counted in `svc_bulk_child_cancellations_total`.
-pub async fn cancel_descendants(pool: &PgPool, parents: &[String], reason: &str) -> Result<Vec<Changed>, sqlx::Error> {
+pub async fn cancel_descendants(
+    pool: &PgPool,
+    parents: &[crate::ids::RunId],
+    reason: &str,
+) -> Result<Vec<Changed>, sqlx::Error> {
     if parents.is_empty() {
         return Ok(Vec::new());
     }
