@@ -19,6 +19,8 @@
 //! - [`state`]: what handlers share.
 //! - [`views`]: response objects several route files return.
 //! - [`run_actions`]: triggering and cancelling runs, shared by several routes.
+//! - [`streams`]: live streams' watches and the change announcements they
+//!   follow (the endpoints: `routes::streams`).
 //! - [`ui`]: the web dashboard at /ui (static, outside the API document).
 //!
 //! The rules the API promises its clients are in docs/contract.md.
@@ -38,6 +40,7 @@ pub mod routes;
 pub mod run_actions;
 pub mod slow_clients;
 pub mod state;
+pub mod streams;
 pub mod strict_json;
 pub mod ui;
 pub mod views;
@@ -70,6 +73,7 @@ type Apis = (
     routes::WorkflowApis,
     routes::events::EventsApi,
     routes::log_drains::LogDrainsApi,
+    routes::streams::StreamsApi,
 );
 
 fn apis() -> Apis {
@@ -85,6 +89,7 @@ fn apis() -> Apis {
         routes::workflow_apis(),
         routes::events::EventsApi,
         routes::log_drains::LogDrainsApi,
+        routes::streams::StreamsApi,
     )
 }
 
@@ -171,6 +176,7 @@ pub fn state_from_config(config: Config) -> anyhow::Result<AppState> {
         .context("building the terminal-webhook client")?;
     let engine_pool = db::worker_pool(&config.database_url, (config.database_max_connections / 4).clamp(2, 8))?;
     let versions = Arc::new(Versions::with_jobs(Arc::clone(&jobs)));
+    let streams = Arc::new(streams::Hub::new(pool.clone(), config.database_url.clone()));
     let workflow_intake = intake::WorkflowIntake::spawn(engine_pool.clone(), queue.clone(), Arc::clone(&versions));
     Ok(AppState {
         pool,
@@ -184,6 +190,7 @@ pub fn state_from_config(config: Config) -> anyhow::Result<AppState> {
         webhooks,
         versions,
         engine_pool,
+        streams,
     })
 }
 
@@ -206,6 +213,13 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     let _ = switchyard_shared::telemetry::metrics_handle();
     tracing::info!(addrs = ?acceptor.local_addr(), "api listening");
+    // Open streams end when shutdown begins, not at the end of the grace.
+    let streams = state.streams.shutdown().clone();
+    let stop_streams = shutdown.clone();
+    tokio::spawn(async move {
+        stop_streams.cancelled().await;
+        streams.cancel();
+    });
     poem::Server::new_with_acceptor(slow_clients::GuardedAcceptor(acceptor))
         .run_with_graceful_shutdown(app(state), async move { shutdown.cancelled().await }, Some(grace))
         .await?;

@@ -38,4 +38,6 @@ pub struct AppState {
     /// were new kept scanning `workflow_step_runs` whole (1.2 ms a read in
     /// the closed-loop benchmark).
     pub engine_pool: PgPool,
+    /// Live streams: watched projects and change announcements.
+    pub streams: Arc<crate::streams::Hub>,
 }

@@ -36,6 +36,7 @@ mod secrets_envs;
 mod security;
 mod stats_queues;
 mod store_tenancy;
+mod streams;
 mod transitions;
 mod waiting_steps;
 mod wakeups;

@@ -41,6 +41,7 @@ pub mod sdk;
 pub mod sdk_runs;
 pub mod secrets;
 pub mod stats;
+pub mod streams;
 pub mod webhooks;
 pub mod workflow_plans;
 pub mod workflow_runs;
@@ -112,6 +113,9 @@ pub enum Tag {
     Events,
     /// Log drains: a project's run log lines shipped to a receiver.
     LogDrains,
+    /// Live updates: a run, a workflow run or a project's changes as
+    /// Server-Sent Events.
+    Streams,
 }
 
 /// The project a project-scoped call acts in: the credential's own project,

@@ -109,7 +109,7 @@ pub struct RunEvent {
 view_from_row!(rec::UsageTotals => UsageTotals { records, cost_microusd, tokens_in, tokens_out, cpu_ms });
 view_from_row!(rec::LogLine => LogLine { id, run_id, attempt, level, message, fields, timestamp, created_at });
 
-fn event_view(r: rec::Event) -> RunEvent {
+pub(crate) fn event_view(r: rec::Event) -> RunEvent {
     let duration_ms = match (&r.kind[..], r.started_at) {
         ("attempt", Some(s)) => Some((r.at - s).num_milliseconds().max(0)),
         _ => None,

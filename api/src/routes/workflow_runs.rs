@@ -176,7 +176,7 @@ pub struct WorkflowRun {
     pub steps: Option<Vec<WorkflowStepRun>>,
 }
 
-fn step_view(s: StepRun) -> WorkflowStepRun {
+pub(crate) fn step_view(s: StepRun) -> WorkflowStepRun {
     WorkflowStepRun {
         id: s.id,
         step_ref: s.step_ref,
@@ -199,7 +199,7 @@ fn step_view(s: StepRun) -> WorkflowStepRun {
     }
 }
 
-fn run_view(r: RunRow, steps: Option<Vec<StepRun>>) -> WorkflowRun {
+pub(crate) fn run_view(r: RunRow, steps: Option<Vec<StepRun>>) -> WorkflowRun {
     WorkflowRun {
         id: r.id.into_string(),
         project_id: r.project_id,

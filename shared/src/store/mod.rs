@@ -20,6 +20,8 @@
 //! - the resources the api manages: [`projects`], [`environments`],
 //!   [`secrets`], [`api_keys`], [`roles`], [`members`], [`policies`],
 //!   [`audit`], [`actors`];
+//! - live streams: [`streams`] (watches and the change log of watched
+//!   projects);
 //! - [`group`]: the group commit that batches many callers' writes into one
 //!   statement.
 //!
@@ -66,6 +68,7 @@ pub mod secrets;
 pub mod settle;
 pub mod stats;
 pub mod step_outcomes;
+pub mod streams;
 pub mod transitions;
 pub mod workflow_engine;
 pub mod workflow_moves;

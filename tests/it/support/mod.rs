@@ -6,4 +6,5 @@ pub mod access;
 pub mod oidc;
 pub mod queue;
 pub mod sdk;
+pub mod sse;
 pub mod workflows;
