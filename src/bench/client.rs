@@ -115,6 +115,20 @@ impl Api {
         Ok((status, r.text().await.unwrap_or_default()))
     }
 
+    /// Opens a stream (an endless GET) with the internal secret.
+    pub async fn stream(&self, path: &str) -> anyhow::Result<reqwest::Response> {
+        // The client's timeout bounds whole requests; a stream has none.
+        let http = reqwest::Client::builder().no_proxy().http1_only().build()?;
+        let r = http
+            .get(format!("{}{path}", self.base))
+            .header(AUTHORIZATION, self.auth.clone())
+            .send()
+            .await
+            .with_context(|| format!("GET {path}"))?;
+        anyhow::ensure!(r.status().as_u16() == 200, "GET {path}: HTTP {}", r.status());
+        Ok(r)
+    }
+
     pub async fn create_project(&self, name: &str) -> anyhow::Result<String> {
         self.create("/v1/projects", json!({ "name": name })).await
     }

@@ -14,6 +14,7 @@
 //!   [`queue_depth`] (d, e), [`idle`] (f), [`workflows`] (w), [`saturation`] (s),
 //!   [`notify`] (n), [`retention`] (r), [`reports`] (y).
 //! - [`pg_tables`]: Postgres table activity per run, read at the end.
+//! - [`subscribers`]: live-stream subscribers during the phases (`--streams`).
 //! - [`stats`]: percentiles. [`anchors`]: the peer figures. [`report`]: the output.
 
 mod anchors;
@@ -37,6 +38,7 @@ mod saturation;
 mod settle;
 mod stalls;
 mod stats;
+mod subscribers;
 mod system;
 mod target;
 mod throughput;
@@ -179,6 +181,17 @@ async fn phases(sys: &System, opts: &Opts) -> anyhow::Result<Report> {
     let api = sys.api();
     let project = api.create_project("bench").await?;
     let project = project.as_str();
+    if opts.without_stream_triggers {
+        subscribers::drop_triggers(sys.pool()).await?;
+        eprintln!("bench: the live streams' triggers are dropped");
+    }
+    let streams = match opts.streams {
+        0 => None,
+        n => {
+            eprintln!("bench: {n} live-stream subscribers follow the project");
+            Some(subscribers::Subscribers::open(api, project, n).await?)
+        }
+    };
     let job = |name: String| async move { api.create_job(project, &name, &sys.target().url).await };
 
     if opts.wants('a') {
@@ -350,6 +363,9 @@ async fn phases(sys: &System, opts: &Opts) -> anyhow::Result<Report> {
             report.notify.push(n);
         }
         report.phase_secs.insert("n".into(), lap(&mut t));
+    }
+    if let Some(s) = streams {
+        eprintln!("bench: the {} live-stream subscribers read {} events in all", opts.streams, s.events());
     }
     Ok(report)
 }

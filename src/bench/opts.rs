@@ -47,6 +47,10 @@ pub const USAGE: &str = "usage: switchyard-bench [options]   (normally run throu
                       minutes of work; (s), the workflow saturation closed loop, runs when
                       named: `--only a,s` also prints a workflow step's CPU and a workflow's
                       WAL against (a)'s plain run) ((g) comes with (a), (e) with (d))
+  --streams N         live-stream subscribers following the bench project during the
+                      phases (default 0: nobody watches)
+  --without-stream-triggers  drop the live streams' triggers in the bench database first
+                      (what they cost a project nobody watches: run (a) with and without)
   --pg-base URL       Postgres server (default postgres://postgres@127.0.0.1:5432)
   --redis URL         Redis (default redis://127.0.0.1:6379; a cluster: redis+cluster://host:port,...)
   --bin PATH          the switchyard binary (default: next to this one)
@@ -89,6 +93,10 @@ pub struct Opts {
     pub wf_warmup: usize,
     pub wf_closed_secs: u64,
     pub notify_runs: usize,
+    /// Live-stream subscribers of the bench project (`--streams`).
+    pub streams: usize,
+    /// Drop the live streams' triggers first (`--without-stream-triggers`).
+    pub without_stream_triggers: bool,
     pub notify_warmup: usize,
     pub wait_quiet_secs: u64,
     pub only: Option<Vec<char>>,
@@ -136,6 +144,8 @@ impl Default for Opts {
             wf_warmup: 1_000,
             wf_closed_secs: 15,
             notify_runs: 20_000,
+            streams: 0,
+            without_stream_triggers: false,
             notify_warmup: 500,
             wait_quiet_secs: 30,
             only: None,
@@ -163,6 +173,10 @@ impl Opts {
         while let Some(flag) = args.next() {
             if flag == "-h" || flag == "--help" {
                 return Ok(Parsed::Help);
+            }
+            if flag == "--without-stream-triggers" {
+                o.without_stream_triggers = true;
+                continue;
             }
             let value = args.next().with_context(|| format!("{flag} needs a value"))?;
             let num = |v: &str| v.parse::<usize>().with_context(|| format!("{flag}: {v:?} is not a count"));
@@ -204,6 +218,7 @@ impl Opts {
                 "--wf-warmup" => o.wf_warmup = num(&value)?,
                 "--wf-closed-secs" => o.wf_closed_secs = num(&value)?.max(1) as u64,
                 "--notify-runs" => o.notify_runs = num(&value)?.max(1),
+                "--streams" => o.streams = num(&value)?,
                 "--wait-quiet" => o.wait_quiet_secs = num(&value)? as u64,
                 "--only" => o.only = Some(value.chars().filter(|c| c.is_ascii_alphabetic()).collect()),
                 "--pg-base" => o.pg_base = value.trim_end_matches('/').to_string(),

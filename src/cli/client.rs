@@ -33,6 +33,9 @@ pub mod exit {
 /// The API at `--api`, called with `--token`.
 pub struct Client {
     http: reqwest::Client,
+    /// For live streams: no bound on the whole answer, which lasts as long
+    /// as the run.
+    streams: reqwest::Client,
     base: String,
     token: Option<String>,
 }
@@ -49,7 +52,12 @@ impl Client {
             .user_agent(concat!("switchyard-cli/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| Failure::new(exit::UNAVAILABLE, format!("cannot build an HTTP client: {e}")))?;
-        Ok(Client { http, base, token: g.token.clone() })
+        let streams = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .user_agent(concat!("switchyard-cli/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| Failure::new(exit::UNAVAILABLE, format!("cannot build an HTTP client: {e}")))?;
+        Ok(Client { http, streams, base, token: g.token.clone() })
     }
 
     pub async fn get(&self, path: &str, query: &[(&str, String)]) -> Result<Value, Failure> {
@@ -62,6 +70,27 @@ impl Client {
 
     pub async fn patch(&self, path: &str, body: Value) -> Result<Value, Failure> {
         self.call(Method::PATCH, path, &[], Some(body)).await
+    }
+
+    /// Opens a live stream (`text/event-stream`), resuming after
+    /// `last_event_id` when given; the failure of a refused one.
+    pub async fn open_stream(&self, path: &str, last_event_id: Option<&str>) -> Result<reqwest::Response, Failure> {
+        let mut req = self.streams.get(format!("{}{path}", self.base)).header("Accept", "text/event-stream");
+        if let Some(t) = &self.token {
+            req = req.bearer_auth(t);
+        }
+        if let Some(id) = last_event_id {
+            req = req.header("Last-Event-ID", id);
+        }
+        let resp = req.send().await.map_err(|e| {
+            Failure::new(exit::UNAVAILABLE, format!("cannot reach the API at {}: {}", self.base, error_chain(&e)))
+        })?;
+        let status = resp.status();
+        if status.is_success() {
+            return Ok(resp);
+        }
+        let text = resp.text().await.unwrap_or_default();
+        Err(Failure::new(exit_code(status), problem_message(status, &text)))
     }
 
     /// One request; a 2xx answer's JSON body (Null when empty), or the

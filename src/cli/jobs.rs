@@ -6,11 +6,9 @@ use clap::{Args, Subcommand};
 use serde_json::{json, Value};
 
 use super::client::Client;
+use super::follow::follow;
 use super::output;
-use super::{exit, list, print_page, read_payload, runs, seg, wait_until_ended, Failure, Global, Paging};
-
-/// A run's statuses from which it never moves again.
-pub const RUN_TERMINAL: [&str; 5] = ["completed", "failed", "timed_out", "cancelled", "expired"];
+use super::{exit, list, print_page, read_payload, runs, seg, Failure, Global, Paging};
 
 #[derive(Args, Debug)]
 #[command(after_help = super::EXIT_CODES)]
@@ -46,7 +44,8 @@ pub enum JobsCmd {
         /// Higher runs first (-1000 to 1000).
         #[arg(long, allow_negative_numbers = true)]
         priority: Option<i64>,
-        /// Poll the run until it ends; exit 0 only if it completed (1 if it
+        /// Follow the run's live stream until it ends, printing each change
+        /// of status on stderr; exit 0 only if it completed (1 if it
         /// failed, timed out, was cancelled or expired).
         #[arg(long)]
         wait: bool,
@@ -146,8 +145,15 @@ pub async fn run(c: Jobs) -> Result<u8, Failure> {
                 return Ok(exit::OK);
             }
             let id = r["id"].as_str().unwrap_or_default();
-            let path = format!("/v1/runs/{}", seg(id));
-            let done = wait_until_ended(&client, &path, &RUN_TERMINAL, Duration::from_secs(timeout)).await?;
+            let path = format!("/v1/runs/{}/stream", seg(id));
+            // Each change of status on stderr while it waits; the run, once
+            // it ended, on stdout.
+            let done = follow(&client, &path, "run", Duration::from_secs(timeout), |e| {
+                if e.event == "run" {
+                    eprintln!("{id}  {}", e.data["run"]["status"].as_str().unwrap_or("?"));
+                }
+            })
+            .await?;
             if g.json {
                 output::json(&done);
             } else {

@@ -4,19 +4,20 @@
 //! reach with a token.
 //!
 //! - [`client`]: the HTTP call and the exit code a failure maps to.
+//! - [`follow`]: following a run or a workflow run through its live stream
+//!   (`--wait`, `watch`).
 //! - [`output`]: tables and `key value` blocks for people, `--json` for scripts.
 //! - [`runs`], [`jobs`], [`workflows`], [`queues`], [`dlq`]: one file per
 //!   resource, each a clap subcommand and its handlers.
 
 pub mod client;
 pub mod dlq;
+pub mod follow;
 pub mod jobs;
 pub mod output;
 pub mod queues;
 pub mod runs;
 pub mod workflows;
-
-use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use serde_json::{json, Value};
@@ -39,11 +40,11 @@ The API's problem title and detail go to stderr.";
 /// The operator commands (flattened into `switchyard`'s own).
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Job runs: list, get, cancel, replay.
+    /// Job runs: list, get, watch, cancel, replay.
     Runs(runs::Runs),
     /// Jobs: list, get, trigger (and wait), pause, resume, disable, enable.
     Jobs(jobs::Jobs),
-    /// Workflows: list, trigger (and wait).
+    /// Workflows: list, trigger (and wait); watch a workflow run.
     Workflows(workflows::Workflows),
     /// Queue depths per job of a project.
     Queues(queues::Queues),
@@ -206,37 +207,6 @@ pub fn read_payload(arg: &str) -> Result<Value, Failure> {
         None => (arg.to_string(), "--payload".to_string()),
     };
     serde_json::from_str(&text).map_err(|e| Failure::usage(format!("{from} is not JSON: {e}")))
-}
-
-/// Polls `path` (a run) until its `status` is one of `terminal`, or
-/// `timeout` passes (exit code 6).
-pub async fn wait_until_ended(
-    client: &Client,
-    path: &str,
-    terminal: &[&str],
-    timeout: Duration,
-) -> Result<Value, Failure> {
-    let deadline = tokio::time::Instant::now() + timeout;
-    let mut pause = Duration::from_millis(100);
-    loop {
-        let v = client.get(path, &[]).await?;
-        let status = v["status"].as_str().unwrap_or_default();
-        if terminal.contains(&status) {
-            return Ok(v);
-        }
-        if tokio::time::Instant::now() + pause > deadline {
-            return Err(Failure::new(
-                exit::WAIT_TIMEOUT,
-                format!(
-                    "{} is still {status} after {}s (--timeout)",
-                    v["id"].as_str().unwrap_or(path),
-                    timeout.as_secs()
-                ),
-            ));
-        }
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(Duration::from_secs(1));
-    }
 }
 
 /// Path segments come from the command line: keep them one segment.

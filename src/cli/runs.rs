@@ -1,9 +1,12 @@
-//! `switchyard runs list|get|cancel|replay`.
+//! `switchyard runs list|get|watch|cancel|replay`.
+
+use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use serde_json::Value;
 
 use super::client::Client;
+use super::follow::{describe_run_event, follow};
 use super::output;
 use super::{exit, list, print_page, seg, Failure, Global, Paging};
 
@@ -32,6 +35,15 @@ pub enum RunsCmd {
     },
     /// One run, with its payload, result and error.
     Get { run_id: String },
+    /// Follow a run as it changes (its live stream) until it ends: each
+    /// status change and each entry of its history, one line each (with
+    /// --json, each event's JSON). Exit 0 only if it completed.
+    Watch {
+        run_id: String,
+        /// Give up after this many seconds (exit 6).
+        #[arg(long, default_value_t = 86_400)]
+        timeout: u64,
+    },
     /// Cancel a run that has not finished (and its unfinished child runs).
     Cancel { run_id: String },
     /// A new run of the same job with the same payload; the original stays.
@@ -106,6 +118,19 @@ pub async fn run(c: Runs) -> Result<u8, Failure> {
             } else {
                 show(&r);
             }
+        }
+        RunsCmd::Watch { run_id, timeout } => {
+            let path = format!("/v1/runs/{}/stream", seg(&run_id));
+            let json = g.json;
+            let done = follow(&client, &path, "run", Duration::from_secs(timeout), |e| {
+                if json {
+                    output::json(&e.data);
+                } else if let Some(line) = describe_run_event(e) {
+                    println!("{line}");
+                }
+            })
+            .await?;
+            return Ok(if done["status"] == "completed" { exit::OK } else { exit::OUTCOME });
         }
         RunsCmd::Cancel { run_id } => {
             let r = client.post(&format!("/v1/runs/{}/cancel", seg(&run_id)), None).await?;

@@ -1,4 +1,4 @@
-//! `switchyard workflows list|trigger`.
+//! `switchyard workflows list|trigger`, `switchyard workflows runs watch`.
 
 use std::time::Duration;
 
@@ -6,11 +6,9 @@ use clap::{Args, Subcommand};
 use serde_json::{json, Value};
 
 use super::client::Client;
+use super::follow::{describe_workflow_event, follow};
 use super::output;
-use super::{exit, list, print_page, read_payload, seg, wait_until_ended, Failure, Global, Paging};
-
-/// A workflow run's statuses from which it never moves again.
-const TERMINAL: [&str; 4] = ["completed", "failed", "cancelled", "timed_out"];
+use super::{exit, list, print_page, read_payload, seg, Failure, Global, Paging};
 
 #[derive(Args, Debug)]
 #[command(after_help = super::EXIT_CODES)]
@@ -38,11 +36,29 @@ pub enum WorkflowsCmd {
         /// A second trigger with the same key returns the first run.
         #[arg(long)]
         idempotency_key: Option<String>,
-        /// Poll the workflow run until it ends; exit 0 only if it completed.
+        /// Follow the workflow run's live stream until it ends, printing
+        /// each change of its status and its steps' on stderr; exit 0 only
+        /// if it completed.
         #[arg(long)]
         wait: bool,
         /// With --wait: give up after this many seconds (exit 6).
         #[arg(long, default_value_t = 600, requires = "wait")]
+        timeout: u64,
+    },
+    /// Workflow runs.
+    #[command(subcommand)]
+    Runs(WorkflowRunsCmd),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum WorkflowRunsCmd {
+    /// Follow a workflow run as it changes (its live stream) until it
+    /// ends: its status and each step's, one line each (with --json, each
+    /// event's JSON). Exit 0 only if it completed.
+    Watch {
+        workflow_run_id: String,
+        /// Give up after this many seconds (exit 6).
+        #[arg(long, default_value_t = 86_400)]
         timeout: u64,
     },
 }
@@ -94,8 +110,13 @@ pub async fn run(c: Workflows) -> Result<u8, Failure> {
             }
             let r = client.post(&format!("/v1/workflows/{}/trigger", seg(&workflow_id)), Some(body)).await?;
             let shown = if wait {
-                let path = format!("/v1/workflow-runs/{}", seg(r["id"].as_str().unwrap_or_default()));
-                wait_until_ended(&client, &path, &TERMINAL, Duration::from_secs(timeout)).await?
+                let path = format!("/v1/workflow-runs/{}/stream", seg(r["id"].as_str().unwrap_or_default()));
+                follow(&client, &path, "workflow_run", Duration::from_secs(timeout), |e| {
+                    if let Some(line) = describe_workflow_event(e) {
+                        eprintln!("{line}");
+                    }
+                })
+                .await?
             } else {
                 r
             };
@@ -105,6 +126,19 @@ pub async fn run(c: Workflows) -> Result<u8, Failure> {
                 print!("{}", output::fields(&shown, &RUN_DETAIL));
             }
             Ok(if !wait || shown["status"] == "completed" { exit::OK } else { exit::OUTCOME })
+        }
+        WorkflowsCmd::Runs(WorkflowRunsCmd::Watch { workflow_run_id, timeout }) => {
+            let path = format!("/v1/workflow-runs/{}/stream", seg(&workflow_run_id));
+            let json = g.json;
+            let done = follow(&client, &path, "workflow_run", Duration::from_secs(timeout), |e| {
+                if json {
+                    output::json(&e.data);
+                } else if let Some(line) = describe_workflow_event(e) {
+                    println!("{line}");
+                }
+            })
+            .await?;
+            Ok(if done["status"] == "completed" { exit::OK } else { exit::OUTCOME })
         }
     }
 }

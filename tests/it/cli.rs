@@ -259,6 +259,62 @@ async fn workflows_list_and_trigger_wait() {
     let o = cli(&env, &["workflows", "trigger", id(&wf), "--payload", "{}", "--wait", "--json"]).await;
     assert_eq!(o.code, 0, "{o:?}");
     assert_eq!(o.json()["status"], json!("completed"), "{o:?}");
+    assert!(o.stderr.contains("step a"), "--wait shows the steps as they change: {o:?}");
+    let run_id = o.json()["id"].as_str().unwrap().to_string();
     let o = cli(&env, &["workflows", "trigger", "wf_missing"]).await;
     assert_eq!(o.code, 3, "{o:?}");
+
+    // Watching an ended run prints its state and its steps', and exits
+    // with its outcome.
+    let o = cli(&env, &["workflows", "runs", "watch", &run_id]).await;
+    assert_eq!(o.code, 0, "{o:?}");
+    assert!(o.stdout.lines().any(|l| l.starts_with("step a") && l.contains("completed")), "{o:?}");
+    assert!(o.stdout.lines().next().is_some_and(|l| l.contains("workflow run  completed")), "{o:?}");
+    let o = cli(&env, &["workflows", "runs", "watch", "wfr_missing"]).await;
+    assert_eq!(o.code, 3, "{o:?}");
+}
+
+#[tokio::test]
+async fn runs_watch_follows_a_run_until_it_ends() {
+    let env = TestEnv::start().await;
+    let target = Target::start().await;
+    target.script([Reply::status(500)]);
+    let job = env
+        .job(&target.url, json!({"max_attempts": 2, "retry_strategy": "fixed", "retry_initial_delay_secs": 0}))
+        .await;
+    let run = env.trigger(id(&job), json!({})).await;
+    let run_id = id(&run).to_string();
+    // The watch starts before anything runs the job: it waits, then sees
+    // every change.
+    let watch = tokio::spawn({
+        let base = env.base.clone();
+        let run_id = run_id.clone();
+        async move {
+            cli_with(&["runs", "watch", &run_id], &[("SWITCHYARD_API", base.as_str()), ("SWITCHYARD_TOKEN", SECRET)])
+                .await
+        }
+    });
+    env.wait_status(&run_id, "queued", T).await;
+    env.spawn_worker();
+    env.spawn_scheduler();
+    let o = watch.await.unwrap();
+    assert_eq!(o.code, 0, "{o:?}");
+    let lines: Vec<&str> = o.stdout.lines().collect();
+    assert!(lines.iter().any(|l| l.starts_with("run ") && l.contains("queued")), "{o:?}");
+    assert!(lines.iter().any(|l| l.contains("-> queued (triggered)")), "{o:?}");
+    assert!(lines.iter().any(|l| l.contains("attempt 1 ended retrying") && l.contains("HTTP 500")), "{o:?}");
+    assert!(lines.iter().any(|l| l.contains("attempt 2 ended completed")), "{o:?}");
+    assert!(lines.last().is_some_and(|l| l.starts_with("run ") && l.contains("completed")), "{o:?}");
+
+    // --json: one event per line; a run that failed for good exits 1.
+    target.set_default(Reply::status(500));
+    let failing = env.job(&target.url, json!({"max_attempts": 1})).await;
+    let bad = env.trigger(id(&failing), json!({})).await;
+    env.wait_status(id(&bad), "failed", T).await;
+    let o = cli(&env, &["runs", "watch", id(&bad), "--json"]).await;
+    assert_eq!(o.code, 1, "{o:?}");
+    for l in o.stdout.lines() {
+        serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("not one JSON event per line ({e}): {o:?}"));
+    }
+    assert!(o.stdout.lines().any(|l| l.contains(r#""status":"failed""#)), "{o:?}");
 }

@@ -43,7 +43,7 @@ async fn a_run_stream_follows_the_run_to_its_end_and_closes() {
     let opening = s.until(|e| e.event == "run").await;
     assert_eq!(statuses(&opening), ["queued"], "the stream opens with the run as it is");
     env.spawn_worker();
-    let rest = s.to_end().await;
+    let rest = s.rest().await;
     let all: Vec<SseEvent> = opening.into_iter().chain(rest).collect();
 
     assert_eq!(all.last().unwrap().event, "end", "{all:#?}");
@@ -87,7 +87,7 @@ async fn a_run_stream_ends_at_every_terminal_state() {
     let mut c = run_stream(&env, &cancelled, None).await;
     let (st, _) = env.post(&format!("/v1/runs/{cancelled}/cancel"), json!({})).await;
     assert_eq!(st, 200);
-    let events = c.to_end().await;
+    let events = c.rest().await;
     assert_eq!(statuses(&events).last().map(String::as_str), Some("cancelled"), "{events:#?}");
     assert_eq!(events.last().unwrap().event, "end");
 
@@ -95,7 +95,7 @@ async fn a_run_stream_ends_at_every_terminal_state() {
     let mut e = run_stream(&env, &expired, None).await;
     let sched = env.scheduler();
     sched.expire_once(chrono::Utc::now() + chrono::Duration::seconds(5)).await.unwrap();
-    let events = e.to_end().await;
+    let events = e.rest().await;
     assert_eq!(statuses(&events).last().map(String::as_str), Some("expired"), "{events:#?}");
 
     let failed = trigger(&failing).await;
@@ -106,14 +106,14 @@ async fn a_run_stream_ends_at_every_terminal_state() {
     }
     env.spawn_worker();
     for (mut s, want) in streams.into_iter().zip(["completed", "failed", "timed_out"]) {
-        let events = s.to_end().await;
+        let events = s.rest().await;
         assert_eq!(events.last().unwrap().event, "end", "{want}: {events:#?}");
         assert_eq!(statuses(&events).last().map(String::as_str), Some(want), "{events:#?}");
     }
 
     // A stream of a run that has ended gives its state and ends at once.
     let mut again = run_stream(&env, &completed, None).await;
-    let events = again.to_end().await;
+    let events = again.rest().await;
     assert_eq!(statuses(&events), ["completed"]);
     assert_eq!(events.last().unwrap().event, "end");
 }
@@ -139,7 +139,7 @@ async fn a_run_stream_resumes_after_a_disconnect_without_a_gap() {
     env.spawn_scheduler();
     env.wait_status(id, "completed", T).await;
     let mut resumed = run_stream(&env, id, Some(&cut)).await;
-    let after = resumed.to_end().await;
+    let after = resumed.rest().await;
     let ids: Vec<u64> =
         history(&before).iter().chain(history(&after).iter()).map(|(i, _)| i.parse().unwrap()).collect();
     let want: Vec<u64> = (1..=ids.len() as u64).collect();
@@ -179,7 +179,7 @@ async fn a_workflow_run_stream_follows_its_steps_to_the_end() {
     assert_eq!(s.status, 200);
     env.spawn_worker();
     env.spawn_scheduler();
-    let events = s.to_end().await;
+    let events = s.rest().await;
     assert_eq!(events.last().unwrap().event, "end", "{events:#?}");
     let runs: Vec<&str> = events
         .iter()
@@ -208,7 +208,7 @@ async fn a_workflow_run_stream_follows_its_steps_to_the_end() {
     // Resumed from its last id, an ended run gives its state and ends.
     let last = events.last().unwrap().id.clone();
     let mut again = Sse::open(&env, &env.base, &format!("/v1/workflow-runs/{id}/stream"), None, Some(&last)).await;
-    let replay = again.to_end().await;
+    let replay = again.rest().await;
     assert_eq!(replay.first().map(|e| e.event.as_str()), Some("workflow_run"));
     assert_eq!(replay[0].data["workflow_run"]["status"], "completed");
     assert_eq!(replay.last().map(|e| e.event.as_str()), Some("end"));
@@ -226,7 +226,7 @@ async fn a_workflow_run_stream_ends_cancelled() {
     s.until(|e| e.event == "workflow_run").await;
     let (st, v) = env.post(&format!("/v1/workflow-runs/{id}/cancel"), json!({})).await;
     assert_eq!(st, 200, "{v}");
-    let events = s.to_end().await;
+    let events = s.rest().await;
     let last_run = events.iter().rev().find(|e| e.event == "workflow_run").expect("a final state");
     assert_eq!(last_run.data["workflow_run"]["status"], "cancelled");
     assert!(events.iter().any(|e| e.event == "step" && e.data["step"]["status"] == "cancelled"), "{events:#?}");
@@ -326,7 +326,7 @@ async fn a_stream_on_one_api_process_sees_changes_made_through_another() {
     // Cancelled through the first api process.
     let (st, _) = env.post(&format!("/v1/runs/{id}/cancel"), json!({})).await;
     assert_eq!(st, 200);
-    let events = s.to_end().await;
+    let events = s.rest().await;
     assert_eq!(statuses(&events).last().map(String::as_str), Some("cancelled"));
     let change = p.until(|e| e.data["change"]["id"] == id).await;
     assert_eq!(change.last().unwrap().data["change"]["status"], "cancelled");

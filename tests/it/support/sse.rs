@@ -104,7 +104,7 @@ impl Sse {
     }
 
     /// Every event until the server closes the stream.
-    pub async fn to_end(&mut self) -> Vec<SseEvent> {
+    pub async fn rest(&mut self) -> Vec<SseEvent> {
         let mut out = Vec::new();
         while let Some(e) = self.next().await {
             out.push(e);

@@ -1,0 +1,180 @@
+//! Following a run or a workflow run through its live stream
+//! (`GET /v1/runs/{id}/stream`, `GET /v1/workflow-runs/{id}/stream`): what
+//! `--wait` and the `watch` commands use instead of polling.
+//!
+//! A stream that breaks off before its `end` event is opened again with
+//! `Last-Event-ID`, so no change is missed; `--timeout` bounds the whole
+//! wait (exit 6).
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::client::{exit, Client};
+use super::Failure;
+
+/// One Server-Sent Event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Event {
+    pub event: String,
+    pub id: String,
+    pub data: Value,
+}
+
+/// Splits a text/event-stream into events; comments (heartbeats) are
+/// skipped.
+#[derive(Default)]
+pub struct Parser {
+    buf: String,
+}
+
+impl Parser {
+    /// Takes a chunk of the body; returns the events it completed.
+    pub fn push(&mut self, chunk: &str) -> Vec<Event> {
+        self.buf.push_str(&chunk.replace("\r\n", "\n"));
+        let mut out = Vec::new();
+        while let Some(end) = self.buf.find("\n\n") {
+            let block: String = self.buf.drain(..end + 2).collect();
+            let (mut event, mut id, mut data, mut any) = (String::from("message"), String::new(), String::new(), false);
+            for line in block.lines().filter(|l| !l.starts_with(':')) {
+                let (k, v) = line.split_once(':').map_or((line, ""), |(k, v)| (k, v.strip_prefix(' ').unwrap_or(v)));
+                any = true;
+                match k {
+                    "event" => event = v.to_string(),
+                    "id" => id = v.to_string(),
+                    "data" => {
+                        if !data.is_empty() {
+                            data.push('\n');
+                        }
+                        data.push_str(v);
+                    }
+                    _ => {}
+                }
+            }
+            if any {
+                out.push(Event { event, id, data: serde_json::from_str(&data).unwrap_or(Value::Null) });
+            }
+        }
+        out
+    }
+}
+
+/// Follows the stream at `path` until its `end` event, handing every
+/// other event to `each`; returns the last state the stream showed (the
+/// `state` member of its last event that had one).
+pub async fn follow(
+    client: &Client,
+    path: &str,
+    state: &str,
+    timeout: Duration,
+    mut each: impl FnMut(&Event),
+) -> Result<Value, Failure> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut last_id: Option<String> = None;
+    let mut last_state = Value::Null;
+    let mut breaks = 0u32;
+    loop {
+        let attempt = async {
+            let mut resp = client.open_stream(path, last_id.as_deref()).await?;
+            let mut parser = Parser::default();
+            loop {
+                let chunk = match resp.chunk().await {
+                    Ok(Some(c)) => c,
+                    // Closed or broken before `end`: open it again.
+                    Ok(None) | Err(_) => return Ok::<bool, Failure>(false),
+                };
+                for e in parser.push(&String::from_utf8_lossy(&chunk)) {
+                    if !e.id.is_empty() {
+                        last_id = Some(e.id.clone());
+                    }
+                    if e.event == "end" {
+                        return Ok(true);
+                    }
+                    if !e.data[state].is_null() {
+                        last_state = e.data[state].clone();
+                    }
+                    each(&e);
+                }
+            }
+        };
+        match tokio::time::timeout_at(deadline, attempt).await {
+            Ok(Ok(true)) => return Ok(last_state),
+            Ok(Ok(false)) => {
+                breaks += 1;
+                tokio::time::sleep(Duration::from_millis(200 * u64::from(breaks.min(10)))).await;
+            }
+            Ok(Err(f)) => return Err(f),
+            Err(_) => {
+                let status = last_state["status"].as_str().unwrap_or("not ended");
+                return Err(Failure::new(
+                    exit::WAIT_TIMEOUT,
+                    format!("{path}: still {status} after {}s (--timeout)", timeout.as_secs()),
+                ));
+            }
+        }
+    }
+}
+
+/// One line for a person about an event of a run's stream.
+pub fn describe_run_event(e: &Event) -> Option<String> {
+    let d = &e.data;
+    match e.event.as_str() {
+        "run" => {
+            let r = &d["run"];
+            Some(format!("run      {}  attempt {}", text(&r["status"]), r["attempt"]))
+        }
+        "history" => {
+            let h = &d["entry"];
+            let at = text(&h["at"]);
+            if h["type"] == "attempt" {
+                let code = h["status_code"].as_i64().map_or(String::new(), |c| format!(" HTTP {c}"));
+                let ms = h["duration_ms"].as_i64().map_or(String::new(), |m| format!(" in {m} ms"));
+                let err = h["error"].as_str().map_or(String::new(), |e| format!(": {e}"));
+                Some(format!("{at}  attempt {} ended {}{code}{ms}{err}", h["attempt"], text(&h["outcome"])))
+            } else {
+                let from = h["from_status"].as_str().unwrap_or("(new)");
+                let why = h["reason"].as_str().map_or(String::new(), |r| format!(" ({r})"));
+                Some(format!("{at}  {from} -> {}{why}", text(&h["to_status"])))
+            }
+        }
+        _ => None,
+    }
+}
+
+/// One line for a person about an event of a workflow run's stream.
+pub fn describe_workflow_event(e: &Event) -> Option<String> {
+    let d = &e.data;
+    match e.event.as_str() {
+        "workflow_run" => Some(format!("workflow run  {}", text(&d["workflow_run"]["status"]))),
+        "step" => {
+            let s = &d["step"];
+            let err = s["error"].as_str().map_or(String::new(), |e| format!(": {e}"));
+            Some(format!("step {:<16} {}  attempt {}{err}", text(&s["step_ref"]), text(&s["status"]), s["attempt"]))
+        }
+        _ => None,
+    }
+}
+
+fn text(v: &Value) -> String {
+    v.as_str().map_or_else(|| v.to_string(), str::to_string)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn events_are_cut_at_blank_lines_across_chunks() {
+        let mut p = Parser::default();
+        assert_eq!(p.push(":\n\nevent: run\nid: 3\ndata: {\"run\":"), vec![]);
+        let got = p.push("{\"status\":\"queued\"}}\n\nevent: end\nid: 3\ndata: {}\n\n");
+        assert_eq!(
+            got,
+            vec![
+                Event { event: "run".into(), id: "3".into(), data: json!({"run": {"status": "queued"}}) },
+                Event { event: "end".into(), id: "3".into(), data: json!({}) },
+            ]
+        );
+    }
+}
