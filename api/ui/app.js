@@ -21,7 +21,9 @@
 //                                    skip a waiting step, retry a failed one
 //   #/p/{project}/deliveries         webhook deliveries, with retry
 //
-// Each page polls at most once per second, and not while the tab is hidden.
+// The run, workflow-run and list pages follow the API's live streams
+// (`live`): they redraw when a change arrives, never on a timer. The other
+// pages poll at most once per second, and not while the tab is hidden.
 // Lists show PAGE_SIZE items a page, with Newer / Older links.
 
 const TOKEN_KEY = "switchyard.token";
@@ -174,6 +176,121 @@ function pager(changed) {
       return list.data;
     },
   };
+}
+
+// ---------------------------------------------------------------- live streams
+
+// Splits a text/event-stream into events ({event, id, data}); comment
+// lines (heartbeats) are skipped.
+function sseEvents(block) {
+  let event = "message", id = "", data = "", any = false;
+  for (const line of block.split("\n")) {
+    if (!line || line.startsWith(":")) continue;
+    const i = line.indexOf(":");
+    const k = i < 0 ? line : line.slice(0, i);
+    const v = i < 0 ? "" : line.slice(i + 1).replace(/^ /, "");
+    any = true;
+    if (k === "event") event = v;
+    else if (k === "id") id = v;
+    else if (k === "data") data = data ? `${data}\n${v}` : v;
+  }
+  return any ? { event, id, data } : null;
+}
+
+// Runs `tick` now, then again whenever the live stream at `path` reports a
+// change (at most once per `minMs`), until the page changes. The stream is
+// read with fetch (EventSource cannot send the token) and opened again
+// with Last-Event-ID when it breaks off; a stream's `end` (the run ended)
+// leaves the page as it is. While the tab is hidden, changes are noted and
+// drawn when it shows again.
+function live(tick, path, project, minMs = 250) {
+  const indicator = document.getElementById("live");
+  let stopped = false, controller = null, lastId = null;
+  let running = false, dirty = false, timer = null, lastDraw = 0, ended = false;
+  const draw = async () => {
+    if (stopped) return;
+    if (running || document.hidden) {
+      dirty = true;
+      return;
+    }
+    const wait = lastDraw + minMs - Date.now();
+    if (wait > 0) {
+      dirty = true;
+      clearTimeout(timer);
+      timer = setTimeout(() => { if (dirty) { dirty = false; draw(); } }, wait);
+      return;
+    }
+    running = true;
+    dirty = false;
+    lastDraw = Date.now();
+    try {
+      await tick();
+      indicator.textContent = `${ended ? "ended" : "live"} · updated ${new Date().toLocaleTimeString()}`;
+    } catch (e) {
+      if (e instanceof AuthRequired) {
+        stop();
+        return;
+      }
+      indicator.textContent = `update failed: ${e.message}`;
+    } finally {
+      running = false;
+    }
+    if (dirty) draw();
+  };
+  const follow = async () => {
+    let breaks = 0;
+    while (!stopped && !ended) {
+      controller = new AbortController();
+      try {
+        const headers = { Authorization: `Bearer ${token() || ""}`, Accept: "text/event-stream" };
+        if (project) headers["X-Project-Id"] = project;
+        if (lastId) headers["Last-Event-ID"] = lastId;
+        const res = await fetch(path, { headers, cache: "no-store", credentials: "omit", signal: controller.signal });
+        if (res.status === 401) {
+          sessionStorage.removeItem(TOKEN_KEY);
+          go("#/login");
+          return;
+        }
+        if (!res.ok) throw new Error(`HTTP ${res.status}`);
+        const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+        let buf = "";
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          breaks = 0;
+          buf += value.replace(/\r\n/g, "\n");
+          let cut;
+          while ((cut = buf.indexOf("\n\n")) >= 0) {
+            const e = sseEvents(buf.slice(0, cut));
+            buf = buf.slice(cut + 2);
+            if (!e) continue;
+            if (e.id) lastId = e.id;
+            if (e.event === "end") ended = true;
+            draw();
+          }
+          if (ended) return;
+        }
+      } catch (e) {
+        if (stopped) return;
+        indicator.textContent = `reconnecting: ${e.message}`;
+      }
+      breaks += 1;
+      await new Promise((r) => setTimeout(r, Math.min(10000, 500 * breaks)));
+    }
+  };
+  const onVisible = () => {
+    if (!document.hidden && dirty) draw();
+  };
+  const stop = () => {
+    stopped = true;
+    clearTimeout(timer);
+    controller?.abort();
+    document.removeEventListener("visibilitychange", onVisible);
+  };
+  document.addEventListener("visibilitychange", onVisible);
+  draw();
+  follow();
+  return { stop, now: () => { lastDraw = 0; draw(); } };
 }
 
 // ---------------------------------------------------------------- routing and polling
@@ -472,7 +589,7 @@ function jobsPage(main, project) {
   };
 
   const pages = pager(() => page?.now());
-  page = poll(async () => {
+  page = live(async () => {
     try {
       const [jobs, runs] = await Promise.all([
         api("GET", `/v1/jobs${qs(pages.params())}`, undefined, project),
@@ -529,7 +646,7 @@ function jobsPage(main, project) {
       failed(body, e);
       throw e;
     }
-  }, 2000);
+  }, "/v1/stream?kinds=run", project, 1000);
 }
 
 // ---------------------------------------------------------------- a run
@@ -579,7 +696,7 @@ function runPage(main, project, runId) {
       if (!(e instanceof AuthRequired)) say(el("span", { class: "error" }, `${what} failed: ${e.message}`));
     }
   };
-  page = poll(
+  page = live(
     async () => {
       let b;
       try {
@@ -650,7 +767,8 @@ function runPage(main, project, runId) {
         json(b.usage_totals),
       );
     },
-    () => (finished ? 10000 : 1000),
+    `/v1/runs/${encodeURIComponent(runId)}/stream`,
+    project,
   );
 }
 
@@ -719,7 +837,7 @@ function deadLettersPage(main, project) {
     }
   };
   const pages = pager(() => page?.now());
-  page = poll(async () => {
+  page = live(async () => {
     try {
       const [d, jobs] = await Promise.all([
         api("GET", `/v1/runs/dead-letters${qs(pages.params())}`, undefined, project),
@@ -746,7 +864,7 @@ function deadLettersPage(main, project) {
       failed(body, e);
       throw e;
     }
-  }, 3000);
+  }, "/v1/stream?kinds=run", project, 1000);
 }
 
 // ---------------------------------------------------------------- workflows
@@ -851,7 +969,7 @@ function workflowPage(main, project, id) {
     }
   };
   main.insertBefore(el("p", {}, el("button", { type: "button", id: "trigger-workflow", onclick: trigger }, "Trigger workflow")), body);
-  page = poll(async () => {
+  page = live(async () => {
     try {
       const [w, runs] = await Promise.all([
         api("GET", `/v1/workflows/${encodeURIComponent(id)}`, undefined, project),
@@ -874,7 +992,7 @@ function workflowPage(main, project, id) {
       failed(body, e);
       throw e;
     }
-  }, 3000);
+  }, `/v1/stream${qs({ kinds: "workflow_run", workflow_id: id })}`, project, 1000);
 }
 
 function workflowRunPage(main, project, id) {
@@ -915,7 +1033,7 @@ function workflowRunPage(main, project, id) {
     el("button", { type: "button", class: "secondary", id: "cancel-workflow-run", onclick: () => act("/cancel", "Cancelled:") }, "Cancel run"),
   );
   main.insertBefore(controls, body);
-  page = poll(
+  page = live(
     async () => {
       try {
         const [r, g] = await Promise.all([
@@ -967,7 +1085,8 @@ function workflowRunPage(main, project, id) {
         throw e;
       }
     },
-    () => (ended ? 10000 : 1000),
+    `/v1/workflow-runs/${encodeURIComponent(id)}/stream`,
+    project,
   );
 }
 

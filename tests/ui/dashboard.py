@@ -11,8 +11,10 @@ a closed port so that a delivery fails), then in the browser: logs in with
 the internal secret, opens the project, creates a job with the form,
 triggers it and waits for its run to show `completed`, and visits every
 page, asserting each renders the data and saving a screenshot of it;
-approves a waiting approval step from its run's page, and pages through a
-project with more jobs than one page holds. Any
+approves a waiting approval step from its run's page, watches a run's page
+follow its run from queued to completed through the live stream (no
+polling, no reload), and pages through a project with more jobs than one
+page holds. Any
 page error or console error (a Content-Security-Policy violation among
 them), any failed request, and API data that reached the DOM as HTML fail
 the test. Last, an API key logs in with its project id, and a token the
@@ -199,6 +201,31 @@ def main():
         expect(page.locator(".flash")).to_contain_text("Approve gate")
         expect(page.locator("#workflow-run-status [data-status=completed]")).to_be_visible()
         expect(page.locator("#cancel-workflow-run")).to_be_disabled()
+
+        # Live: a run's page follows the run through its stream. The run waits
+        # queued (its job is paused) and the page reads nothing meanwhile (it
+        # does not poll); the job resumed, the page shows the run completed
+        # without a reload.
+        held = api("POST", "/v1/jobs", {"name": "held", "endpoint_url": f"{a.echo}/ok"}, project=project)
+        api("POST", f"/v1/jobs/{held['id']}/pause", None, project=project)
+        held_run = api("POST", f"/v1/jobs/{held['id']}/trigger", {}, project=project)
+        page.goto(f"{base}/ui/#/p/{project}/runs/{held_run['id']}")
+        expect(page.locator("#run-status [data-status=queued]")).to_be_visible()
+        expect(page.locator("#live")).to_contain_text("live")
+        # The stream's opening events redraw once; after that, quiet.
+        page.wait_for_timeout(1000)
+        reads, loads = [], []
+        page.on("request", lambda r: "/debug-bundle" in r.url and reads.append(r.url))
+        page.on("load", lambda p: loads.append(p.url))
+        page.wait_for_timeout(2500)
+        if reads:
+            problems.append(f"the run page read the run {len(reads)} times while it did not change (it polls)")
+        api("POST", f"/v1/jobs/{held['id']}/resume", None, project=project)
+        expect(page.locator("#run-status [data-status=completed]")).to_be_visible()
+        expect(page.locator("#live")).to_contain_text("ended")
+        if loads:
+            problems.append(f"the run page reloaded: {loads}")
+        shot("run-live")
 
         # Webhook deliveries: the hook's port is closed, so they fail; retry one.
         page.get_by_role("link", name="Deliveries").click()
