@@ -233,6 +233,39 @@ async fn a_workflow_run_stream_ends_cancelled() {
 }
 
 #[tokio::test]
+async fn a_workflow_run_stream_ends_failed_and_timed_out() {
+    let env = TestEnv::start().await;
+    let project = env.project().await;
+    let failing_target = Target::start().await;
+    failing_target.set_default(Reply::status(500));
+    let slow_target = Target::start().await;
+    slow_target.set_default(Reply::slow(Duration::from_secs(10)));
+    let failing =
+        workflows::job(&env, &project, &failing_target.url, json!({"name": "failing", "max_attempts": 1})).await;
+    let slow = workflows::job(&env, &project, &slow_target.url, json!({"name": "slow", "timeout_secs": 30})).await;
+    let fails = workflow(&env, &project, json!({"steps": [{"step_ref": "boom", "job_id": failing}]})).await;
+    let late =
+        workflow(&env, &project, json!({"timeout_secs": 1, "steps": [{"step_ref": "long", "job_id": slow}]})).await;
+    let failed = workflows::trigger(&env, &fails, json!({})).await;
+    let timed_out = workflows::trigger(&env, &late, json!({})).await;
+    let open = |id: &Value| {
+        let path = format!("/v1/workflow-runs/{}/stream", id.as_str().unwrap());
+        let env = &env;
+        async move { Sse::open(env, &env.base, &path, None, None).await }
+    };
+    let mut f = open(&failed["id"]).await;
+    let mut t = open(&timed_out["id"]).await;
+    env.spawn_worker();
+    env.spawn_scheduler();
+    for (s, want) in [(&mut f, "failed"), (&mut t, "timed_out")] {
+        let events = s.rest().await;
+        assert_eq!(events.last().map(|e| e.event.as_str()), Some("end"), "{want}: {events:#?}");
+        let last_run = events.iter().rev().find(|e| e.event == "workflow_run").expect("a final state");
+        assert_eq!(last_run.data["workflow_run"]["status"], want, "{events:#?}");
+    }
+}
+
+#[tokio::test]
 async fn a_project_stream_sees_its_project_only_and_resumes() {
     let env = TestEnv::start().await;
     let target = Target::start().await;
