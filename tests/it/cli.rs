@@ -304,6 +304,7 @@ async fn runs_watch_follows_a_run_until_it_ends() {
     assert!(lines.iter().any(|l| l.contains("-> queued (triggered)")), "{o:?}");
     assert!(lines.iter().any(|l| l.contains("attempt 1 ended retrying") && l.contains("HTTP 500")), "{o:?}");
     assert!(lines.iter().any(|l| l.contains("attempt 2 ended completed")), "{o:?}");
+    assert!(lines.first().is_some_and(|l| l.starts_with("run ") && l.contains("queued")), "the run opens: {o:?}");
     assert!(lines.last().is_some_and(|l| l.starts_with("run ") && l.contains("completed")), "{o:?}");
 
     // --json: one event per line; a run that failed for good exits 1.

@@ -47,8 +47,9 @@ pub struct StreamsApi;
 #[derive(Object)]
 pub struct RunStreamEvent {
     /// `history`: the next entry of the run's history (`entry`). `run`: the
-    /// run as `GET /v1/runs/{id}` shows it (`run`), first when the stream
-    /// opens and then at each change of its status or attempt. `end`: the
+    /// run as `GET /v1/runs/{id}` shows it (`run`): first when the stream
+    /// opens, then after the history entries of each change of its status
+    /// or attempt. `end`: the
     /// run has ended (its last `run` event holds the final state) and the
     /// stream closes.
     pub event: String,
@@ -321,6 +322,18 @@ async fn look_at_run(
     // The run first, its history second: a history read after the run is
     // complete up to the status the run showed.
     let Some(run) = runs::get(&state.pool, run_id).await? else { return Ok(Look::Gone) };
+    let now = (run.status.as_str().to_string(), run.attempt);
+    let ended = run.status.is_terminal();
+    // The run's state opens the stream; after that a change of the run
+    // follows the history entries that led to it.
+    let mut run = Some(run);
+    if shown.is_none() {
+        *shown = Some(now.clone());
+        let view = run_view(run.take().expect("the run"));
+        if !send(tx, RunStreamEvent { event: "run".into(), id: pos.to_string(), run: Some(view), entry: None }).await {
+            return Ok(Look::Gone);
+        }
+    }
     loop {
         let entries = rec::events(&state.pool, run_id, *pos, PAGE).await?;
         let n = entries.len() as i64;
@@ -336,9 +349,7 @@ async fn look_at_run(
             break;
         }
     }
-    let now = (run.status.as_str().to_string(), run.attempt);
-    let ended = run.status.is_terminal();
-    if shown.as_ref() != Some(&now) {
+    if let Some(run) = run.filter(|_| shown.as_ref() != Some(&now)) {
         *shown = Some(now);
         let event = RunStreamEvent { event: "run".into(), id: pos.to_string(), run: Some(run_view(run)), entry: None };
         if !send(tx, event).await {
