@@ -19,6 +19,7 @@
 //!   while blocked is covered by its next read.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -41,6 +42,10 @@ pub const RECHECK: Duration = Duration::from_secs(5);
 pub const BUFFER: usize = 32;
 /// The interval of the keep-alive comment on an idle stream.
 pub const HEARTBEAT: Duration = Duration::from_secs(15);
+/// Streams one api process serves at once; past it, a new one is refused
+/// (503) rather than let clients hold the process's tasks and reads
+/// without bound.
+pub const MAX_STREAMS: usize = 2_000;
 
 /// A change announced by Postgres.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -86,6 +91,7 @@ pub struct Hub {
     database_url: String,
     hints: broadcast::Sender<Hint>,
     watched: Mutex<HashMap<String, usize>>,
+    open: AtomicUsize,
     started: OnceCell<()>,
     shutdown: Shutdown,
 }
@@ -97,6 +103,7 @@ impl Hub {
             database_url,
             hints: broadcast::channel(4096).0,
             watched: Mutex::default(),
+            open: AtomicUsize::new(0),
             started: OnceCell::new(),
             shutdown: Shutdown::new(),
         }
@@ -116,17 +123,23 @@ impl Hub {
     /// returned guard drops, starting the listener with the first stream.
     /// Returns once the watch is recorded, so every change committed after
     /// it is in the change log.
-    pub async fn watch(self: &Arc<Self>, project: &str) -> Result<Watch, sqlx::Error> {
+    /// `None` when the process already serves [`MAX_STREAMS`].
+    pub async fn watch(self: &Arc<Self>, project: &str) -> Result<Option<Watch>, sqlx::Error> {
+        if self.open.fetch_add(1, Ordering::SeqCst) >= MAX_STREAMS {
+            self.open.fetch_sub(1, Ordering::SeqCst);
+            return Ok(None);
+        }
         self.start().await;
         *self.watched.lock().unwrap_or_else(|p| p.into_inner()).entry(project.to_string()).or_default() += 1;
         let guard = Watch { hub: Arc::clone(self), project: project.to_string() };
         // Recorded by every stream that opens (not only the project's
         // first): a stream must not start reading before its watch is in.
         store::watch(&self.pool, &[project.to_string()], WATCH_SECS).await?;
-        Ok(guard)
+        Ok(Some(guard))
     }
 
     fn unwatch(&self, project: &str) {
+        self.open.fetch_sub(1, Ordering::SeqCst);
         let mut w = self.watched.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(n) = w.get_mut(project) {
             *n -= 1;

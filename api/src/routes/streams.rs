@@ -37,7 +37,7 @@ use super::{load_run, load_workflow_run, project_of, Tag};
 use crate::auth::{scopes, Auth};
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
-use crate::streams::{next_look, Watch, BUFFER, HEARTBEAT};
+use crate::streams::{next_look, Watch, BUFFER, HEARTBEAT, MAX_STREAMS};
 use crate::views::{run_view, JobRun};
 
 pub struct StreamsApi;
@@ -138,7 +138,7 @@ impl StreamsApi {
             None => 0,
             Some(s) => s.parse::<i64>().ok().filter(|n| *n >= 0).ok_or_else(|| bad_resume(&s, "a history position"))?,
         };
-        let watch = state.streams.watch(&run.project_id).await?;
+        let watch = watch(&state, &run.project_id).await?;
         let (tx, rx) = mpsc::channel(BUFFER);
         tokio::spawn(follow_run(state.clone(), run.id, run.project_id, from, tx, watch));
         Ok(sse(rx, |e: &RunStreamEvent| (e.event.clone(), e.id.clone())))
@@ -174,7 +174,7 @@ impl StreamsApi {
                     .ok_or_else(|| bad_resume(&s, "`w` and a time in microseconds"))?,
             ),
         };
-        let watch = state.streams.watch(&run.project_id).await?;
+        let watch = watch(&state, &run.project_id).await?;
         let (tx, rx) = mpsc::channel(BUFFER);
         tokio::spawn(follow_workflow_run(state.clone(), run.id, run.project_id, since, tx, watch));
         Ok(sse(rx, |e: &WorkflowRunStreamEvent| (e.event.clone(), e.id.clone())))
@@ -237,7 +237,7 @@ impl StreamsApi {
             None => None,
             Some(s) => Some(Position::decode(&s).ok_or_else(|| bad_resume(&s, "`<tx>.<seq>`"))?),
         };
-        let watch = state.streams.watch(&project).await?;
+        let watch = watch(&state, &project).await?;
         let from = match resume {
             Some(p) => p,
             None => changes::start(&state.pool).await?,
@@ -247,6 +247,16 @@ impl StreamsApi {
         tokio::spawn(follow_project(state.clone(), project, from, filter, tx, watch));
         Ok(sse(rx, |e: &ProjectStreamEvent| (e.event.clone(), e.id.clone())))
     }
+}
+
+/// The stream's hold on its project's watch, or 503 when this process
+/// serves as many streams as it may.
+async fn watch(state: &AppState, project: &str) -> ApiResult<Watch> {
+    state.streams.watch(project).await?.ok_or_else(|| {
+        ApiError::unavailable(format!(
+            "this api process already serves {MAX_STREAMS} streams; retry later or through another process"
+        ))
+    })
 }
 
 fn resume_id(header: Option<String>, query: Option<String>) -> Option<String> {
