@@ -2,9 +2,9 @@
 //! names; UUIDv7 makes ids sort by creation time, which keyset pagination
 //! relies on (`ORDER BY id DESC`).
 //!
-//! The ids of runs, jobs, workflows and workflow runs are types of their
-//! own ([`RunId`], [`JobId`], [`WorkflowId`], [`WorkflowRunId`]), so one
-//! cannot stand in for another:
+//! The ids of runs, jobs, workflows, workflow runs and workflow step runs
+//! are types of their own ([`RunId`], [`JobId`], [`WorkflowId`],
+//! [`WorkflowRunId`], [`StepRunId`]), so one cannot stand in for another:
 //!
 //! ```
 //! use switchyard_shared::ids::{self, RunId};
@@ -157,6 +157,10 @@ typed_id!(
     /// A workflow run (`wfr_…`).
     WorkflowRunId
 );
+typed_id!(
+    /// A step of a workflow run (`wsr_…`).
+    StepRunId
+);
 
 pub fn new_id(prefix: &str) -> String {
     format!("{prefix}_{}", Uuid::now_v7().simple())
@@ -183,8 +187,8 @@ pub fn workflow_step_id() -> String {
 pub fn workflow_run_id() -> WorkflowRunId {
     WorkflowRunId(new_id("wfr"))
 }
-pub fn step_run_id() -> String {
-    new_id("wsr")
+pub fn step_run_id() -> StepRunId {
+    StepRunId(new_id("wsr"))
 }
 pub fn group_id() -> String {
     new_id("grp")

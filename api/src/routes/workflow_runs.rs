@@ -178,7 +178,7 @@ pub struct WorkflowRun {
 
 fn step_view(s: StepRun) -> WorkflowStepRun {
     WorkflowStepRun {
-        id: s.id,
+        id: s.id.into_string(),
         step_ref: s.step_ref,
         step_type: s.step_type,
         status: s.status.as_str().into(),
@@ -218,7 +218,7 @@ fn run_view(r: RunRow, steps: Option<Vec<StepRun>>) -> WorkflowRun {
         tags: r.tags.0.into_iter().collect(),
         triggered_by: r.triggered_by,
         created_by: r.created_by,
-        parent_step_run_id: r.parent_step_run_id,
+        parent_step_run_id: r.parent_step_run_id.map(String::from),
         deadline_at: r.deadline_at,
         created_at: r.created_at,
         started_at: r.started_at,

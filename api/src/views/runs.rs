@@ -142,7 +142,7 @@ pub fn run_view(r: Run) -> JobRun {
         machine_id: r.machine_id,
         parent_run_id: r.parent_run_id,
         retry_backoff: r.retry_backoff,
-        workflow_step_run_id: r.workflow_step_run_id,
+        workflow_step_run_id: r.workflow_step_run_id.map(String::from),
         max_attempts_override: r.max_attempts_override.map(Into::into),
         retry_initial_delay_secs: r.retry_initial_delay_secs.map(Into::into),
         retry_max_delay_secs: r.retry_max_delay_secs.map(Into::into),
