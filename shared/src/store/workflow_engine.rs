@@ -44,7 +44,7 @@ use crate::domain::RunStatus;
 use crate::engine::step_ended::{step_ended, Seen};
 use crate::engine::step_start::{self, step_start, ChildRequest, Facts, RunView};
 use crate::engine::{run_end, version_move, EventNotice, StepView, StepWrite};
-use crate::ids::{StepRunId, WorkflowRunId};
+use crate::ids::{JobId, StepRunId, WorkflowRunId};
 use crate::queue::Queue;
 
 /// The Postgres channel an outbox row's insert notifies with its run's id
@@ -553,7 +553,7 @@ async fn advance_locked(
     }
     let mut done: HashMap<WorkflowRunId, Pending> = HashMap::with_capacity(locked.len());
     let mut deferred: Vec<(PassWrite, Vec<NewRun>)> = Vec::new();
-    let mut jobs: HashMap<String, Arc<jobs::JobRecord>> = HashMap::new();
+    let mut jobs: HashMap<JobId, Arc<jobs::JobRecord>> = HashMap::new();
     let mut ends: Vec<(WorkflowRun, Decided)> = Vec::new();
     for l in locked {
         let (idle, live) = (l.idle(now, force), l.live());
@@ -853,7 +853,7 @@ struct Pass<'v> {
     /// ([`end_settled_runs`] writes the batch's together).
     deferred_end: Option<Decided>,
     /// The jobs read so far in this batch, by id.
-    jobs: HashMap<String, Arc<jobs::JobRecord>>,
+    jobs: HashMap<JobId, Arc<jobs::JobRecord>>,
 }
 
 impl Pass<'_> {
@@ -1161,10 +1161,10 @@ impl Pass<'_> {
         // start the same few), and kept a second between batches
         // (`JobCache`).
         let missing: Vec<String> =
-            starts.iter().filter_map(|(d, _)| job_of(d)).filter(|id| !self.jobs.contains_key(id)).collect();
+            starts.iter().filter_map(|(d, _)| job_of(d)).filter(|id| !self.jobs.contains_key(id.as_str())).collect();
         if !missing.is_empty() {
             let read = self.versions.jobs.get_many_in(tx, &missing).await?;
-            self.jobs.extend(read.into_iter().map(|j| (j.id.to_string(), j)));
+            self.jobs.extend(read.into_iter().map(|j| (j.id.clone(), j)));
         }
         // Taken out while the starts borrow the pass (an error loses only the cache).
         let jobs = std::mem::take(&mut self.jobs);
@@ -1175,7 +1175,8 @@ impl Pass<'_> {
         };
         let mut new_runs = Vec::new();
         for (def, row) in starts {
-            let facts = Facts { job: job_of(def).and_then(|id| jobs.get(&id)).map(|j| &**j), cost_microusd: cost };
+            let facts =
+                Facts { job: job_of(def).and_then(|id| jobs.get(id.as_str())).map(|j| &**j), cost_microusd: cost };
             let started = step_start(def, &view(row), &run_view(&self.run), &facts, self.now);
             let mut w = started.write;
             new_runs.extend(started.job_run);
