@@ -161,6 +161,10 @@ typed_id!(
     /// A step of a workflow run (`wsr_…`).
     StepRunId
 );
+typed_id!(
+    /// An event (`evt_…`).
+    EventId
+);
 
 pub fn new_id(prefix: &str) -> String {
     format!("{prefix}_{}", Uuid::now_v7().simple())
@@ -199,8 +203,8 @@ pub fn project_id() -> String {
 pub fn batch_id() -> String {
     new_id("bat")
 }
-pub fn event_id() -> String {
-    new_id("evt")
+pub fn event_id() -> EventId {
+    EventId(new_id("evt"))
 }
 pub fn event_source_id() -> String {
     new_id("evs")

@@ -186,7 +186,7 @@ fn step_view(s: StepRun) -> WorkflowStepRun {
         job_run_id: s.job_run_id,
         child_workflow_run_id: s.child_workflow_run_id,
         compensation_job_run_id: s.compensation_job_run_id,
-        emitted_event_id: s.emitted_event_id,
+        emitted_event_id: s.emitted_event_id.map(String::from),
         output: s.output.map(|o| o.0),
         error: s.error,
         wake_at: s.wake_at,

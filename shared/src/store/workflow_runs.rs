@@ -18,7 +18,7 @@ use super::workflows::WorkflowRecord;
 use super::Tenant;
 use crate::domain::workflow::SavedStep;
 use crate::domain::workflow_run::{StepStatus, WorkflowRunStatus};
-use crate::ids::{self, StepRunId, WorkflowId, WorkflowRunId};
+use crate::ids::{self, EventId, StepRunId, WorkflowId, WorkflowRunId};
 
 /// A workflow run row.
 #[derive(Clone, Debug, sqlx::FromRow)]
@@ -73,7 +73,7 @@ pub struct StepRun {
     /// The job run of its compensation, once the saga started one.
     pub compensation_job_run_id: Option<String>,
     /// The event it emitted on completing (event_emit_key).
-    pub emitted_event_id: Option<String>,
+    pub emitted_event_id: Option<EventId>,
     pub output: Option<Json<Value>>,
     pub error: Option<String>,
     pub wake_at: Option<DateTime<Utc>>,
