@@ -165,6 +165,10 @@ typed_id!(
     /// An event (`evt_…`).
     EventId
 );
+typed_id!(
+    /// A bulk trigger's batch (`bat_…`).
+    BatchId
+);
 
 pub fn new_id(prefix: &str) -> String {
     format!("{prefix}_{}", Uuid::now_v7().simple())
@@ -200,8 +204,8 @@ pub fn group_id() -> String {
 pub fn project_id() -> String {
     new_id("prj")
 }
-pub fn batch_id() -> String {
-    new_id("bat")
+pub fn batch_id() -> BatchId {
+    BatchId(new_id("bat"))
 }
 pub fn event_id() -> EventId {
     EventId(new_id("evt"))

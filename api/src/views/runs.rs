@@ -131,7 +131,7 @@ pub fn run_view(r: Run) -> JobRun {
         debug_mode: r.debug_mode,
         lineage_depth: r.lineage_depth.into(),
         created_at: r.created_at,
-        batch_id: r.batch_id,
+        batch_id: r.batch_id.map(String::from),
         concurrency_key: r.concurrency_key,
         continuation_of: r.continuation_of,
         created_by: r.created_by,

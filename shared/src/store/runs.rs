@@ -11,7 +11,7 @@ use sqlx::{Arguments, PgConnection, PgPool};
 use super::deliveries::HookUrl;
 use crate::domain::notification::RunEnded;
 use crate::domain::{schedule, trigger, RunStatus};
-use crate::ids::{JobId, RunId, StepRunId};
+use crate::ids::{BatchId, JobId, RunId, StepRunId};
 use crate::queue::Entry;
 
 /// A job run row (the fields `GET /v1/runs/{id}` shows, and the
@@ -35,7 +35,7 @@ pub struct Run {
     pub error_class: Option<String>,
     pub idempotency_key: Option<String>,
     pub concurrency_key: Option<String>,
-    pub batch_id: Option<String>,
+    pub batch_id: Option<BatchId>,
     pub parent_run_id: Option<String>,
     pub continuation_of: Option<String>,
     pub workflow_step_run_id: Option<StepRunId>,
@@ -110,7 +110,7 @@ pub struct NewRun {
     pub payload: Option<Value>,
     pub idempotency_key: Option<String>,
     pub concurrency_key: Option<String>,
-    pub batch_id: Option<String>,
+    pub batch_id: Option<BatchId>,
     pub parent_run_id: Option<String>,
     pub lineage_depth: i32,
     pub debug_mode: bool,
@@ -160,7 +160,7 @@ impl NewRun {
         admitted: &schedule::Admission,
         triggered_by: &str,
         created_by: Option<String>,
-        batch_id: Option<String>,
+        batch_id: Option<BatchId>,
     ) -> NewRun {
         let spec = &job.spec.0;
         let mut metadata: serde_json::Map<String, Value> =
