@@ -45,7 +45,7 @@ pub async fn trigger(
     job: &JobRecord,
     b: TriggerRequest,
     triggered_by: &str,
-    batch_id: Option<String>,
+    batch_id: Option<switchyard_shared::ids::BatchId>,
 ) -> ApiResult<(JobRun, bool)> {
     if !job.enabled {
         return Err(ApiError::conflict("the job is disabled; enable it to trigger runs"));

@@ -114,7 +114,7 @@ pub fn job_view(r: JobRecord) -> Job {
     Job {
         id: r.id.into_string(),
         project_id: r.project_id,
-        group_id: r.group_id,
+        group_id: r.group_id.map(String::from),
         name: r.name,
         slug: r.slug,
         description: s.description,

@@ -30,6 +30,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
+use switchyard_shared::ids::WorkflowRunId;
 use switchyard_shared::queue::Queue;
 use switchyard_shared::shutdown::Shutdown;
 use switchyard_shared::store::workflow_engine::{self, Advanced, Versions};
@@ -82,7 +83,7 @@ pub struct WorkflowEngine {
     opts: WorkflowOptions,
     /// Runs being advanced by this process, each with whether an event
     /// was heard for it meanwhile (it is advanced again when the advance ends).
-    busy: Arc<Mutex<HashMap<String, bool>>>,
+    busy: Arc<Mutex<HashMap<WorkflowRunId, bool>>>,
     slots: Arc<Semaphore>,
     /// When the loop means to sweep next; an advance that leaves a run
     /// due sooner rings `sooner`.
@@ -124,7 +125,7 @@ impl WorkflowEngine {
                 *again = true;
                 return Ok(Advanced { idle: true, ..Default::default() });
             }
-            busy.insert(run_id.to_string(), false);
+            busy.insert(run_id.into(), false);
         }
         let mut total = Advanced { idle: true, ..Default::default() };
         loop {

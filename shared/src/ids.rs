@@ -2,9 +2,11 @@
 //! names; UUIDv7 makes ids sort by creation time, which keyset pagination
 //! relies on (`ORDER BY id DESC`).
 //!
-//! The ids of runs, jobs, workflows and workflow runs are types of their
-//! own ([`RunId`], [`JobId`], [`WorkflowId`], [`WorkflowRunId`]), so one
-//! cannot stand in for another:
+//! The ids of runs, jobs, workflows, workflow runs, workflow step runs,
+//! events, bulk trigger batches and job groups are types of their own
+//! ([`RunId`], [`JobId`], [`WorkflowId`], [`WorkflowRunId`], [`StepRunId`],
+//! [`EventId`], [`BatchId`], [`GroupId`]), so one cannot stand in for
+//! another:
 //!
 //! ```
 //! use switchyard_shared::ids::{self, RunId};
@@ -17,6 +19,10 @@
 //! fn wants_a_run(_: &RunId) {}
 //! wants_a_run(&ids::job_id()); // a job id is not a run id
 //! ```
+//!
+//! Still text: project ids, the version ids (`jobv_`, `wfv_`), and the ids
+//! of step definitions (`wfs_`), event sources (`evs_`) and log drains
+//! (`drn_`).
 
 use std::borrow::Borrow;
 use std::fmt;
@@ -157,6 +163,22 @@ typed_id!(
     /// A workflow run (`wfr_…`).
     WorkflowRunId
 );
+typed_id!(
+    /// A step of a workflow run (`wsr_…`).
+    StepRunId
+);
+typed_id!(
+    /// An event (`evt_…`).
+    EventId
+);
+typed_id!(
+    /// A bulk trigger's batch (`bat_…`).
+    BatchId
+);
+typed_id!(
+    /// A job group (`grp_…`).
+    GroupId
+);
 
 pub fn new_id(prefix: &str) -> String {
     format!("{prefix}_{}", Uuid::now_v7().simple())
@@ -183,20 +205,20 @@ pub fn workflow_step_id() -> String {
 pub fn workflow_run_id() -> WorkflowRunId {
     WorkflowRunId(new_id("wfr"))
 }
-pub fn step_run_id() -> String {
-    new_id("wsr")
+pub fn step_run_id() -> StepRunId {
+    StepRunId(new_id("wsr"))
 }
-pub fn group_id() -> String {
-    new_id("grp")
+pub fn group_id() -> GroupId {
+    GroupId(new_id("grp"))
 }
 pub fn project_id() -> String {
     new_id("prj")
 }
-pub fn batch_id() -> String {
-    new_id("bat")
+pub fn batch_id() -> BatchId {
+    BatchId(new_id("bat"))
 }
-pub fn event_id() -> String {
-    new_id("evt")
+pub fn event_id() -> EventId {
+    EventId(new_id("evt"))
 }
 pub fn event_source_id() -> String {
     new_id("evs")

@@ -39,7 +39,11 @@ async fn reads_by_id_return_only_the_tenants_rows() {
     for t in [other, own, any] {
         let seen = t != other;
         assert_eq!(store::projects::get(pool, t, &b).await.unwrap().is_some(), seen, "project {t:?}");
-        assert_eq!(store::job_groups::get(pool, t, &group).await.unwrap().is_some(), seen, "group {t:?}");
+        assert_eq!(
+            store::job_groups::get(pool, t, &group.as_str().into()).await.unwrap().is_some(),
+            seen,
+            "group {t:?}"
+        );
         assert_eq!(store::environments::get(pool, t, &envm).await.unwrap().is_some(), seen, "environment {t:?}");
         assert_eq!(store::api_keys::get(pool, t, &key).await.unwrap().is_some(), seen, "key {t:?}");
         assert_eq!(store::roles::get(pool, t, &role).await.unwrap().is_some(), seen, "role {t:?}");

@@ -540,7 +540,7 @@ async fn a_crash_between_a_steps_outcome_and_the_next_enqueue_loses_and_doubles_
         job_id: j.as_str().into(),
         project_id: project.clone(),
         attempt: 1,
-        workflow_step_run_id: step(&r, "a")["id"].as_str().map(str::to_string),
+        workflow_step_run_id: step(&r, "a")["id"].as_str().map(Into::into),
     };
     let (recorded, pending) =
         step_outcomes::finish_steps(&env.pool, &versions, vec![(a_run.as_str().into(), token + 1, outcome)])

@@ -198,7 +198,7 @@ pub struct BatchOperation {
 
 fn batch_view(r: BatchRow) -> BatchOperation {
     BatchOperation {
-        batch_id: r.id,
+        batch_id: r.id.into_string(),
         project_id: r.project_id,
         job_id: r.job_id,
         created_at: r.created_at,
@@ -306,10 +306,10 @@ impl BulkApi {
         if let Err(e) = batches::set_tallies(&state.pool, &batch_id, created, duplicates, errors).await {
             // The runs are committed and the answer lists them; only the
             // batch's tallies are missing.
-            tracing::warn!(batch_id, error = %e, "could not record the batch tallies");
+            tracing::warn!(batch_id = batch_id.as_str(), error = %e, "could not record the batch tallies");
         }
         counted(results.len());
-        Ok(Json(BulkTriggerResponse { batch_id, results }))
+        Ok(Json(BulkTriggerResponse { batch_id: batch_id.into_string(), results }))
     }
 
     /// Cancel up to 100 runs. Each run is cancelled as by
@@ -529,7 +529,7 @@ impl BulkApi {
         let project_id = project_of(&auth.0, "query", project_id.0.as_deref())?;
         let w = Window::parse(limit.0, cursor.0)?;
         let rows = batches::list(&state.pool, &project_id, job_id.0.as_deref(), w.after(), w.fetch()).await?;
-        Ok(Json(w.page(rows, |r| r.id.clone(), batch_view)))
+        Ok(Json(w.page(rows, |r| r.id.to_string(), batch_view)))
     }
 
     /// One bulk trigger batch.
@@ -541,7 +541,7 @@ impl BulkApi {
         batch_id: Path<String>,
     ) -> ApiResult<Json<BatchOperation>> {
         check_id("batch", &batch_id)?;
-        let row = batches::get(&state.pool, &batch_id).await?;
+        let row = batches::get(&state.pool, &batch_id.0.as_str().into()).await?;
         match row {
             Some(r) if visible(&auth.0, &r.project_id) => Ok(Json(batch_view(r))),
             _ => Err(ApiError::not_found("batch", &batch_id)),

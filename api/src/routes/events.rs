@@ -208,7 +208,7 @@ fn triggered_view(t: TriggeredRun) -> EventTriggeredRun {
 
 fn event_view(r: EventRow) -> Event {
     Event {
-        id: r.id,
+        id: r.id.into_string(),
         project_id: r.project_id,
         event_key: r.event_key,
         payload: r.payload.map(|p| p.0),
@@ -223,7 +223,7 @@ fn event_view(r: EventRow) -> Event {
 
 fn dispatched_view(r: EventRow) -> DispatchedEvent {
     DispatchedEvent {
-        event_id: r.id,
+        event_id: r.id.into_string(),
         resumed_steps: r.resumed_steps.into(),
         triggered_runs: r.triggered_runs.0.into_iter().map(triggered_view).collect(),
     }
@@ -400,14 +400,15 @@ impl EventsApi {
         let project_id = project_of(&auth.0, "query", project_id.0.as_deref())?;
         let w = Window::parse(limit.0, cursor.0)?;
         let rows = events::list(&state.pool, &project_id, event_key.0.as_deref(), w.after(), w.fetch()).await?;
-        Ok(Json(w.page(rows, |r| r.id.clone(), event_view)))
+        Ok(Json(w.page(rows, |r| r.id.to_string(), event_view)))
     }
 
     /// Get an event: what arrived, and what it triggered. Needs
     /// `runs:read`, as the runs do.
     #[oai(path = "/v1/events/:event_id", method = "get", operation_id = "getEvent")]
     async fn get(&self, state: Data<&AppState>, auth: Auth, event_id: Path<String>) -> ApiResult<Json<Event>> {
-        let row = found("event", &event_id, events::get(&state.pool, tenant(&auth.0), &event_id)).await?;
+        let row =
+            found("event", &event_id, events::get(&state.pool, tenant(&auth.0), &event_id.0.as_str().into())).await?;
         Ok(Json(event_view(row)))
     }
 

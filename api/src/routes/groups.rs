@@ -11,11 +11,11 @@ use poem_openapi::types::MaybeUndefined;
 use poem_openapi::{ApiResponse, Object, OpenApi};
 use serde_json::Value;
 use switchyard_shared::domain::{FieldError, FieldErrors, RunStatus};
+use switchyard_shared::ids::GroupId;
 use switchyard_shared::store::{self, job_groups::JobGroupRow};
 
 use super::{
-    description_rule, found, name_rule, patch, project_of, slug_rule, sync_limits, tenant, view_from_row, wake_cron,
-    Created, Tag,
+    description_rule, found, name_rule, patch, project_of, slug_rule, sync_limits, tenant, wake_cron, Created, Tag,
 };
 use crate::audit::{self, Change};
 use crate::auth::policy::{self, Resource};
@@ -100,7 +100,19 @@ pub enum ArrayPage<T: poem_openapi::types::ToJSON + Send + Sync> {
     Ok(Json<Vec<T>>, #[oai(header = "X-Next-Cursor")] Option<String>),
 }
 
-view_from_row!(JobGroupRow => JobGroup { id, project_id, name, slug, description, created_at, updated_at });
+impl From<JobGroupRow> for JobGroup {
+    fn from(row: JobGroupRow) -> Self {
+        JobGroup {
+            id: row.id.into_string(),
+            project_id: row.project_id,
+            name: row.name,
+            slug: row.slug,
+            description: row.description,
+            created_at: row.created_at,
+            updated_at: row.updated_at,
+        }
+    }
+}
 
 impl<T: poem_openapi::types::ParseFromJSON + poem_openapi::types::ToJSON + poem_openapi::types::Type + Send + Sync>
     From<Page<T>> for ArrayPage<T>
@@ -113,7 +125,7 @@ impl<T: poem_openapi::types::ParseFromJSON + poem_openapi::types::ToJSON + poem_
 /// The group, if the caller may see it (404 otherwise) and the project's
 /// resource policies let the caller act on it (403 otherwise).
 async fn load(state: &AppState, auth: &Auth, id: &str) -> ApiResult<JobGroup> {
-    let g = found("job group", id, store::job_groups::get(&state.pool, tenant(&auth.0), id)).await?;
+    let g = found("job group", id, store::job_groups::get(&state.pool, tenant(&auth.0), &id.into())).await?;
     let no_tags = Default::default();
     policy::check(state, &auth.0, &g.project_id, Resource { kind: "job_group", id: Some(&g.id), tags: &no_tags })
         .await?;
@@ -138,7 +150,7 @@ fn validate_group(name: &str, slug: &str, description: Option<&str>) -> Result<(
 
 /// Sets `paused` on every live job of the group and pushes it to Redis.
 async fn set_paused(state: &AppState, group_id: &str, paused: bool) -> ApiResult<()> {
-    let jobs = store::job_groups::set_paused(&state.pool, group_id, paused).await?;
+    let jobs = store::job_groups::set_paused(&state.pool, &group_id.into(), paused).await?;
     state.jobs.clear();
     for j in jobs {
         sync_limits(state, &j.id, &j.project_id, &j.spec.0, paused).await;
@@ -162,7 +174,7 @@ impl GroupsApi {
         let project_id = project_of(&auth.0, "query", project_id.0.as_deref())?;
         let w = Window::parse(limit.0, cursor.0)?;
         let rows = store::job_groups::list(&state.pool, &project_id, w.after(), w.fetch()).await?;
-        Ok(w.page(rows, |g| g.id.clone(), JobGroup::from).into())
+        Ok(w.page(rows, |g| g.id.to_string(), JobGroup::from).into())
     }
 
     /// Create a job group.
@@ -210,7 +222,7 @@ impl GroupsApi {
         validate_group(&name, &slug, description.as_deref())?;
         let fields =
             store::job_groups::GroupFields { name: name.trim(), slug: &slug, description: description.as_deref() };
-        let g: JobGroup = store::job_groups::update(&state.pool, &cur.id, &fields).await?.into();
+        let g: JobGroup = store::job_groups::update(&state.pool, &GroupId::from(&cur.id), &fields).await?.into();
         audit_group(&state, &auth, &g, "job_group.updated").await?;
         Ok(Json(g))
     }
@@ -219,7 +231,7 @@ impl GroupsApi {
     #[oai(path = "/v1/job-groups/:group_id", method = "delete", operation_id = "deleteJobGroup")]
     async fn delete(&self, state: Data<&AppState>, auth: Auth, group_id: Path<String>) -> ApiResult<Empty> {
         let g = load(&state, &auth, &group_id).await?;
-        store::job_groups::delete(&state.pool, &g.id).await?;
+        store::job_groups::delete(&state.pool, &GroupId::from(&g.id)).await?;
         audit_group(&state, &auth, &g, "job_group.deleted").await?;
         Ok(Empty::NoContent)
     }
@@ -236,7 +248,7 @@ impl GroupsApi {
     ) -> ApiResult<ArrayPage<Job>> {
         let g = load(&state, &auth, &group_id).await?;
         let w = Window::parse(limit.0, cursor.0)?;
-        let rows = store::job_groups::jobs(&state.pool, &g.id, w.after(), w.fetch()).await?;
+        let rows = store::job_groups::jobs(&state.pool, &GroupId::from(&g.id), w.after(), w.fetch()).await?;
         Ok(w.page(rows, |j| j.id.to_string(), job_view).into())
     }
 
@@ -269,7 +281,7 @@ impl GroupsApi {
     #[oai(path = "/v1/job-groups/:group_id/stats", method = "get", operation_id = "getJobGroupStats")]
     async fn stats(&self, state: Data<&AppState>, auth: Auth, group_id: Path<String>) -> ApiResult<Json<GroupStats>> {
         let g = load(&state, &auth, &group_id).await?;
-        let rows = store::analytics::group_run_counts(&state.pool, &g.id).await?;
+        let rows = store::analytics::group_run_counts(&state.pool, &GroupId::from(&g.id)).await?;
         let mut run_counts: HashMap<String, i64> = RunStatus::ALL.iter().map(|s| (s.as_str().to_string(), 0)).collect();
         for (s, n) in rows {
             run_counts.insert(s, n);
@@ -288,7 +300,7 @@ async fn authorize_each_job(state: &AppState, auth: &Auth, g: &JobGroup) -> ApiR
     const PAGE: i64 = 500;
     let mut before: Option<String> = None;
     loop {
-        let jobs = store::job_groups::jobs(&state.pool, &g.id, before.as_deref(), PAGE).await?;
+        let jobs = store::job_groups::jobs(&state.pool, &GroupId::from(&g.id), before.as_deref(), PAGE).await?;
         for j in &jobs {
             let r = Resource { kind: "job", id: Some(&j.id), tags: &j.spec.0.tags };
             policy::authorize(state, &auth.0, &j.project_id, "jobs:write", r).await?;

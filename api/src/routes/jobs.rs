@@ -226,7 +226,7 @@ fn rate_keys(v: Vec<RateLimitKeyBody>) -> Vec<RateLimitKey> {
 }
 
 async fn check_group(state: &AppState, project_id: &str, group_id: &str) -> ApiResult<()> {
-    let found = store::job_groups::get(&state.pool, Tenant::Project(project_id), group_id).await?;
+    let found = store::job_groups::get(&state.pool, Tenant::Project(project_id), &group_id.into()).await?;
     if found.is_none() {
         return Err(ApiError::invalid_field(
             "body.group_id",
@@ -379,7 +379,7 @@ impl JobsApi {
         name_rule(&mut errors, &name);
         let slug = b.slug.unwrap_or(cur.slug.clone());
         slug_rule(&mut errors, "body.slug", &slug);
-        let group_id = patch(b.group_id, cur.group_id.clone());
+        let group_id = patch(b.group_id, cur.group_id.clone().map(String::from));
         s.description = patch(b.description, s.description);
         if let Some(v) = b.endpoint_url {
             s.endpoint_url = v;
@@ -445,7 +445,7 @@ impl JobsApi {
             ));
         }
         if let Some(g) = &group_id {
-            if cur.group_id.as_ref() != Some(g) {
+            if cur.group_id.as_deref() != Some(g.as_str()) {
                 check_group(&state, &cur.project_id, g).await?;
             }
         }
@@ -550,7 +550,7 @@ impl JobsApi {
                     name: r.name,
                     slug: r.slug,
                     enabled: r.enabled,
-                    group_id: r.group_id,
+                    group_id: r.group_id.map(String::from),
                     definition: serde_json::to_value(spec).unwrap_or(Value::Null),
                     created_by: r.created_by,
                     created_at: r.created_at,

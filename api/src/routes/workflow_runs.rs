@@ -178,7 +178,7 @@ pub struct WorkflowRun {
 
 pub(crate) fn step_view(s: StepRun) -> WorkflowStepRun {
     WorkflowStepRun {
-        id: s.id,
+        id: s.id.into_string(),
         step_ref: s.step_ref,
         step_type: s.step_type,
         status: s.status.as_str().into(),
@@ -186,7 +186,7 @@ pub(crate) fn step_view(s: StepRun) -> WorkflowStepRun {
         job_run_id: s.job_run_id,
         child_workflow_run_id: s.child_workflow_run_id,
         compensation_job_run_id: s.compensation_job_run_id,
-        emitted_event_id: s.emitted_event_id,
+        emitted_event_id: s.emitted_event_id.map(String::from),
         output: s.output.map(|o| o.0),
         error: s.error,
         wake_at: s.wake_at,
@@ -218,7 +218,7 @@ pub(crate) fn run_view(r: RunRow, steps: Option<Vec<StepRun>>) -> WorkflowRun {
         tags: r.tags.0.into_iter().collect(),
         triggered_by: r.triggered_by,
         created_by: r.created_by,
-        parent_step_run_id: r.parent_step_run_id,
+        parent_step_run_id: r.parent_step_run_id.map(String::from),
         deadline_at: r.deadline_at,
         created_at: r.created_at,
         started_at: r.started_at,

@@ -61,7 +61,7 @@ pub struct WorkflowRunEnded {
 pub struct StepStage {
     pub workflow_run_id: String,
     pub workflow_id: String,
-    pub step_run_id: String,
+    pub step_run_id: crate::ids::StepRunId,
     pub step_ref: String,
     pub step_type: String,
     /// [`stage_of`] the status.
@@ -143,7 +143,7 @@ pub enum EventTriggerOutcome {
 /// `event_trigger.<outcome>`): the step run is the event trigger.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct EventTriggerNotice {
-    pub event_trigger_id: String,
+    pub event_trigger_id: crate::ids::StepRunId,
     pub workflow_run_id: String,
     pub step_ref: String,
     pub event_key: String,

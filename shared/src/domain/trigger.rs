@@ -53,7 +53,7 @@ pub struct References {
     pub project_id: String,
     /// Each run of [`ids_to_look_up`] that exists: its project and whether
     /// it has completed.
-    pub runs: HashMap<String, (String, bool)>,
+    pub runs: HashMap<crate::ids::RunId, (String, bool)>,
     /// The run `parent_run_id` names, when it exists: its project and
     /// lineage depth.
     pub parent: Option<(String, i32)>,
@@ -178,7 +178,7 @@ fn check_dependencies(errs: &mut FieldErrors, req: &Request, refs: &References) 
     }
     let mut all_completed = true;
     for (i, id) in raw.iter().enumerate() {
-        match refs.runs.get(id) {
+        match refs.runs.get(id.as_str()) {
             Some((project, completed)) if *project == refs.project_id => all_completed &= completed,
             _ => errs.push(format!("body.depends_on[{i}]"), "no such run in this project", Some(id.clone().into())),
         }

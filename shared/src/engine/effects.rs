@@ -4,11 +4,12 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use crate::domain::workflow_run::{StepStatus, WorkflowRunStatus};
+use crate::ids::StepRunId;
 
 /// A step row as a pass read it.
 #[derive(Clone, Copy, Debug)]
 pub struct StepView<'a> {
-    pub id: &'a str,
+    pub id: &'a StepRunId,
     pub step_ref: &'a str,
     /// The stored step type (`job`, `sleep`, ...).
     pub step_type: &'a str,
@@ -22,13 +23,17 @@ pub struct StepView<'a> {
     pub error: Option<&'a str>,
 }
 
+/// The step row id [`StepView::test`] gives its rows.
+#[cfg(test)]
+static TEST_STEP_RUN: std::sync::LazyLock<StepRunId> = std::sync::LazyLock::new(|| StepRunId::from("wfs_1"));
+
 #[cfg(test)]
 impl<'a> StepView<'a> {
     /// A step row `wfs_1` of `step_type` in `status`, not started before,
     /// for the transitions' tests (they set what else they need).
     pub(crate) fn test(step_ref: &'a str, step_type: &'a str, status: StepStatus) -> StepView<'a> {
         StepView {
-            id: "wfs_1",
+            id: &TEST_STEP_RUN,
             step_ref,
             step_type,
             status,
@@ -46,7 +51,7 @@ impl<'a> StepView<'a> {
 /// statement.
 #[derive(Clone, Debug, PartialEq)]
 pub struct StepWrite {
-    pub id: String,
+    pub id: StepRunId,
     pub status: StepStatus,
     pub output: Option<Value>,
     pub error: Option<String>,
@@ -66,7 +71,7 @@ impl StepWrite {
     /// The step ends with `status`.
     pub fn finish(s: &StepView, status: StepStatus, output: Option<Value>, error: Option<String>) -> StepWrite {
         StepWrite {
-            id: s.id.to_string(),
+            id: s.id.clone(),
             status,
             output,
             error,
@@ -83,7 +88,7 @@ impl StepWrite {
     /// The step starts, `status` running or waiting.
     pub fn start(s: &StepView, status: StepStatus) -> StepWrite {
         StepWrite {
-            id: s.id.to_string(),
+            id: s.id.clone(),
             status,
             output: None,
             error: None,
@@ -131,7 +136,7 @@ impl Note {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EventNotice {
     pub url: String,
-    pub step_run_id: String,
+    pub step_run_id: StepRunId,
     pub step_ref: String,
     pub event_key: String,
 }

@@ -75,7 +75,7 @@ pub fn step_ended(s: &StepView, seen: &Seen, def: Option<&Step>, now: DateTime<U
                 if let Some(StepKind::WaitForEvent { event_key, notify_url: Some(url), .. }) = def.map(|d| &d.kind) {
                     notice = Some(EventNotice {
                         url: url.clone(),
-                        step_run_id: s.id.to_string(),
+                        step_run_id: s.id.clone(),
                         step_ref: s.step_ref.to_string(),
                         event_key: event_key.clone(),
                     });

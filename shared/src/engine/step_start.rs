@@ -207,7 +207,7 @@ pub fn new_run(
         tags: serde_json::to_value(run.tags).unwrap_or_default(),
         scheduled_at: admitted.scheduled_at,
         expires_at: admitted.expires_at,
-        workflow_step_run_id: Some(row.id.to_string()),
+        workflow_step_run_id: Some(row.id.clone()),
         ..NewRun::default()
     })
 }

@@ -9,12 +9,13 @@ use serde_json::json;
 use super::effects::{Note, StepView};
 use crate::domain::workflow::SavedStep;
 use crate::domain::workflow_run::StepStatus;
+use crate::ids::StepRunId;
 
 /// What a move to another version changes.
 #[derive(Clone, Debug, PartialEq)]
 pub struct VersionMove {
     /// The rows of the steps the new version dropped that had not started.
-    pub drop: Vec<String>,
+    pub drop: Vec<StepRunId>,
     /// The new version's steps the run has no row for, to add pending.
     pub add: Vec<SavedStep>,
     pub note: Note,
@@ -30,11 +31,8 @@ pub fn move_to(
     version: i32,
 ) -> VersionMove {
     let kept = |r: &str| to.iter().any(|s| s.def.step_ref == r);
-    let drop = rows
-        .iter()
-        .filter(|r| r.status == StepStatus::Pending && !kept(r.step_ref))
-        .map(|r| r.id.to_string())
-        .collect();
+    let drop =
+        rows.iter().filter(|r| r.status == StepStatus::Pending && !kept(r.step_ref)).map(|r| r.id.clone()).collect();
     let add = to.iter().filter(|s| !rows.iter().any(|r| r.step_ref == s.def.step_ref)).cloned().collect();
     let note = Note {
         step_ref: None,
@@ -55,18 +53,19 @@ mod tests {
             .collect()
     }
 
-    fn row<'a>(id: &'a str, step_ref: &'a str, status: StepStatus) -> StepView<'a> {
+    fn row<'a>(id: &'a StepRunId, step_ref: &'a str, status: StepStatus) -> StepView<'a> {
         StepView { id, ..StepView::test(step_ref, "job", status) }
     }
 
     #[test]
     fn new_steps_are_added_dropped_pending_ones_removed_and_steps_that_ran_stay() {
+        let ids = ["st_a", "st_b", "st_c", "st_d", "st_e"].map(StepRunId::from);
         let rows = [
-            row("st_a", "a", StepStatus::Completed),
-            row("st_b", "b", StepStatus::Pending),
-            row("st_c", "c", StepStatus::Running),
-            row("st_d", "d", StepStatus::Failed),
-            row("st_e", "e", StepStatus::Pending),
+            row(&ids[0], "a", StepStatus::Completed),
+            row(&ids[1], "b", StepStatus::Pending),
+            row(&ids[2], "c", StepStatus::Running),
+            row(&ids[3], "d", StepStatus::Failed),
+            row(&ids[4], "e", StepStatus::Pending),
         ];
         // The new version keeps a and e, drops b, c and d, and adds f.
         let m = move_to(&rows, "wfv_1", &saved(&["a", "e", "f"]), "wfv_2", 2);
@@ -79,7 +78,8 @@ mod tests {
 
     #[test]
     fn a_move_to_the_same_steps_changes_no_step() {
-        let rows = [row("st_a", "a", StepStatus::Pending), row("st_b", "b", StepStatus::Completed)];
+        let ids = ["st_a", "st_b"].map(StepRunId::from);
+        let rows = [row(&ids[0], "a", StepStatus::Pending), row(&ids[1], "b", StepStatus::Completed)];
         let m = move_to(&rows, "wfv_1", &saved(&["a", "b"]), "wfv_2", 2);
         assert!(m.drop.is_empty() && m.add.is_empty());
     }

@@ -309,7 +309,10 @@ async fn report_tx(pool: &PgPool) -> Result<(Transaction<'_, Postgres>, Option<D
 /// without runs absent): the ended runs the rollup counted in
 /// `job_run_totals` (migration 0020), those that ended since its
 /// watermark, and the unfinished ones, in one snapshot.
-pub async fn group_run_counts(pool: &PgPool, group_id: &str) -> Result<Vec<(String, i64)>, sqlx::Error> {
+pub async fn group_run_counts(
+    pool: &PgPool,
+    group_id: &crate::ids::GroupId,
+) -> Result<Vec<(String, i64)>, sqlx::Error> {
     let (mut tx, upto) = report_tx(pool).await?;
     let sql = format!(
         "WITH jobs AS (SELECT id FROM jobs WHERE group_id = $1)

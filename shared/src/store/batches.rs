@@ -6,10 +6,12 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 
+use crate::ids::BatchId;
+
 /// A batch with its runs counted by current status.
 #[derive(Clone, Debug, sqlx::FromRow)]
 pub struct BatchRow {
-    pub id: String,
+    pub id: BatchId,
     pub project_id: String,
     pub job_id: String,
     pub created_at: DateTime<Utc>,
@@ -30,7 +32,7 @@ const BATCH_SELECT: &str = "SELECT b.id, b.project_id, b.job_id, b.created_at, b
 /// Records a batch of `total` items before its runs are triggered.
 pub async fn create(
     pool: &PgPool,
-    id: &str,
+    id: &BatchId,
     project_id: &str,
     job_id: &str,
     total: i32,
@@ -50,7 +52,7 @@ pub async fn create(
 /// Records what the batch's items became.
 pub async fn set_tallies(
     pool: &PgPool,
-    id: &str,
+    id: &BatchId,
     created: i32,
     duplicates: i32,
     errors: i32,
@@ -87,6 +89,6 @@ pub async fn list(
 }
 
 /// One batch, of any project (the caller checks visibility).
-pub async fn get(pool: &PgPool, id: &str) -> Result<Option<BatchRow>, sqlx::Error> {
+pub async fn get(pool: &PgPool, id: &BatchId) -> Result<Option<BatchRow>, sqlx::Error> {
     sqlx::query_as(&format!("{BATCH_SELECT} WHERE b.id = $1")).bind(id).fetch_optional(pool).await
 }

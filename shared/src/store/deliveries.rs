@@ -28,6 +28,7 @@ use crate::domain::notification::{
     self, Event, EventTriggerNotice, EventTriggerOutcome, RunEnded, RunWebhook, StepStage, WorkflowRunEnded,
 };
 use crate::domain::workflow::StageNotifications;
+use crate::ids::StepRunId;
 
 /// What a delivery reports, and so how it is retried.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -322,7 +323,7 @@ pub(super) fn stage_changes(cte: &str) -> String {
 /// ([`stage_changes`]).
 #[derive(Clone, Debug, Deserialize)]
 pub(super) struct StageChange {
-    step_run_id: String,
+    step_run_id: StepRunId,
     workflow_run_id: String,
     workflow_id: String,
     project_id: String,
@@ -640,12 +641,12 @@ pub async fn event_trigger_timed_out(
     project_id: &str,
     url: &str,
     workflow_run_id: &str,
-    step_run_id: &str,
+    step_run_id: &StepRunId,
     step_ref: &str,
     event_key: &str,
 ) -> Result<(), sqlx::Error> {
     let notice = EventTriggerNotice {
-        event_trigger_id: step_run_id.to_string(),
+        event_trigger_id: step_run_id.clone(),
         workflow_run_id: workflow_run_id.to_string(),
         step_ref: step_ref.to_string(),
         event_key: event_key.to_string(),
@@ -660,7 +661,7 @@ pub async fn event_trigger_timed_out(
 /// event_notify_url (`store::events`).
 #[derive(Clone, Debug, Deserialize)]
 pub(super) struct Resumed {
-    step_run_id: String,
+    step_run_id: StepRunId,
     workflow_run_id: String,
     step_ref: String,
     url: String,

@@ -23,6 +23,7 @@ use super::runs::{NewRun, Run};
 use super::workflow_runs::{self, NewWorkflowRun, Triggered};
 use super::{jobs, workflows, Tenant};
 use crate::domain::{schedule, trigger};
+use crate::ids::EventId;
 
 /// An event source as stored.
 #[derive(Clone, Debug, sqlx::FromRow)]
@@ -236,7 +237,7 @@ pub struct TriggeredRun {
 /// An event as stored.
 #[derive(Clone, Debug, sqlx::FromRow)]
 pub struct EventRow {
-    pub id: String,
+    pub id: EventId,
     pub project_id: String,
     pub event_key: String,
     pub payload: Option<Json<Value>>,
@@ -254,7 +255,7 @@ const EVENT_COLS: &str = "id, project_id, event_key, payload, idempotency_key, t
 /// An event to record.
 #[derive(Clone, Debug, Default)]
 pub struct NewEvent {
-    pub id: String,
+    pub id: EventId,
     pub project_id: String,
     pub event_key: String,
     pub payload: Option<Value>,
@@ -480,8 +481,10 @@ async fn fire_job_in(
     if !job.enabled {
         return Ok(Err("the job is disabled; enable it to trigger runs".into()));
     }
-    let metadata =
-        HashMap::from([("event_id".to_string(), event.id.clone()), ("event_source_id".to_string(), source.id.clone())]);
+    let metadata = HashMap::from([
+        ("event_id".to_string(), event.id.to_string()),
+        ("event_source_id".to_string(), source.id.clone()),
+    ]);
     let req = trigger::Request {
         payload: event.payload.as_ref().map(|p| p.0.clone()),
         idempotency_key: Some(key),
@@ -530,7 +533,7 @@ async fn fire_workflow_in(
 }
 
 /// The event, if `tenant` may see it.
-pub async fn get(pool: &PgPool, tenant: Tenant<'_>, id: &str) -> Result<Option<EventRow>, sqlx::Error> {
+pub async fn get(pool: &PgPool, tenant: Tenant<'_>, id: &EventId) -> Result<Option<EventRow>, sqlx::Error> {
     super::get_scoped(pool, "events", EVENT_COLS, tenant, id).await
 }
 

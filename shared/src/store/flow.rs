@@ -121,8 +121,11 @@ async fn insert_dependencies(conn: &mut PgConnection, run_id: &str, deps: &[Stri
 }
 
 /// Project and status of each of `ids` that exists.
-pub async fn runs_brief(pool: &PgPool, ids: &[String]) -> Result<HashMap<String, (String, String)>, sqlx::Error> {
-    let rows: Vec<(String, String, String)> =
+pub async fn runs_brief(
+    pool: &PgPool,
+    ids: &[String],
+) -> Result<HashMap<crate::ids::RunId, (String, String)>, sqlx::Error> {
+    let rows: Vec<(crate::ids::RunId, String, String)> =
         sqlx::query_as("SELECT id, project_id, status FROM job_runs WHERE id = ANY($1)")
             .bind(ids)
             .fetch_all(pool)

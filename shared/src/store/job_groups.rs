@@ -6,10 +6,11 @@ use sqlx::PgPool;
 use super::jobs::{JobRecord, JOB_COLUMNS};
 use super::Tenant;
 use crate::domain::JobSpec;
+use crate::ids::GroupId;
 
 #[derive(Clone, Debug, sqlx::FromRow)]
 pub struct JobGroupRow {
-    pub id: String,
+    pub id: GroupId,
     pub project_id: String,
     pub name: String,
     pub slug: String,
@@ -21,7 +22,7 @@ pub struct JobGroupRow {
 const COLS: &str = "id, project_id, name, slug, description, created_at, updated_at";
 
 /// The group, if `tenant` may see it.
-pub async fn get(pool: &PgPool, tenant: Tenant<'_>, id: &str) -> Result<Option<JobGroupRow>, sqlx::Error> {
+pub async fn get(pool: &PgPool, tenant: Tenant<'_>, id: &GroupId) -> Result<Option<JobGroupRow>, sqlx::Error> {
     super::get_scoped(pool, "job_groups", COLS, tenant, id).await
 }
 
@@ -55,7 +56,7 @@ pub async fn create(pool: &PgPool, project_id: &str, f: &GroupFields<'_>) -> Res
     .await
 }
 
-pub async fn update(pool: &PgPool, id: &str, f: &GroupFields<'_>) -> Result<JobGroupRow, sqlx::Error> {
+pub async fn update(pool: &PgPool, id: &GroupId, f: &GroupFields<'_>) -> Result<JobGroupRow, sqlx::Error> {
     sqlx::query_as(&format!(
         "UPDATE job_groups SET name = $2, slug = $3, description = $4 WHERE id = $1 RETURNING {COLS}"
     ))
@@ -68,14 +69,14 @@ pub async fn update(pool: &PgPool, id: &str, f: &GroupFields<'_>) -> Result<JobG
 }
 
 /// Deletes the group; its jobs stay, outside any group.
-pub async fn delete(pool: &PgPool, id: &str) -> Result<(), sqlx::Error> {
+pub async fn delete(pool: &PgPool, id: &GroupId) -> Result<(), sqlx::Error> {
     sqlx::query("DELETE FROM job_groups WHERE id = $1").bind(id).execute(pool).await.map(|_| ())
 }
 
 /// The live jobs of the group, newest first, older than `before`.
 pub async fn jobs(
     pool: &PgPool,
-    group_id: &str,
+    group_id: &GroupId,
     before: Option<&str>,
     limit: i64,
 ) -> Result<Vec<JobRecord>, sqlx::Error> {
@@ -100,7 +101,7 @@ pub struct PausedJob {
 }
 
 /// Sets `paused` on every live job of the group.
-pub async fn set_paused(pool: &PgPool, group_id: &str, paused: bool) -> Result<Vec<PausedJob>, sqlx::Error> {
+pub async fn set_paused(pool: &PgPool, group_id: &GroupId, paused: bool) -> Result<Vec<PausedJob>, sqlx::Error> {
     sqlx::query_as(
         "UPDATE jobs SET paused = $2 WHERE group_id = $1 AND deleted_at IS NULL RETURNING id, project_id, spec, enabled",
     )

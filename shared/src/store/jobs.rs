@@ -4,13 +4,14 @@ use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgPool};
 
 use crate::domain::JobSpec;
+use crate::ids::GroupId;
 
 /// A job as stored: identity, current definition, state.
 #[derive(Clone, Debug, sqlx::FromRow)]
 pub struct JobRecord {
     pub id: crate::ids::JobId,
     pub project_id: String,
-    pub group_id: Option<String>,
+    pub group_id: Option<GroupId>,
     pub name: String,
     pub slug: String,
     pub enabled: bool,
@@ -108,7 +109,7 @@ pub struct JobVersionRow {
     pub name: String,
     pub slug: String,
     pub enabled: bool,
-    pub group_id: Option<String>,
+    pub group_id: Option<GroupId>,
     pub spec: sqlx::types::Json<JobSpec>,
     pub created_by: Option<String>,
     pub created_at: DateTime<Utc>,

@@ -11,8 +11,10 @@
 //! engine); other processes see it within [`TTL`]. Only these paths read
 //! through here: every other read (GET, PATCH, versions) goes to Postgres.
 
+use std::borrow::Borrow;
 use std::collections::HashMap;
 use std::future::Future;
+use std::hash::Hash;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -21,23 +23,24 @@ use sqlx::{PgConnection, PgPool};
 use super::jobs::{self, JobRecord};
 use super::workflows::{self, WorkflowRecord};
 use super::Tenant;
+use crate::ids::{JobId, WorkflowId};
 
 pub const TTL: Duration = Duration::from_secs(1);
 /// A bound on memory: a full map is emptied rather than grown.
 const MAX_ENTRIES: usize = 10_000;
 
-/// Records by id, each with when it was read.
-struct Recent<V> {
-    map: Mutex<HashMap<String, (Instant, Arc<V>)>>,
+/// Records by id (`K`, the records' typed id), each with when it was read.
+struct Recent<K, V> {
+    map: Mutex<HashMap<K, (Instant, Arc<V>)>>,
 }
 
-impl<V> Default for Recent<V> {
+impl<K, V> Default for Recent<K, V> {
     fn default() -> Self {
         Recent { map: Mutex::default() }
     }
 }
 
-impl<V> Recent<V> {
+impl<K: Hash + Eq + Borrow<str> + for<'a> From<&'a str>, V> Recent<K, V> {
     /// The copy of `id` read less than [`TTL`] ago.
     fn fresh(&self, id: &str) -> Option<Arc<V>> {
         self.lock().get(id).filter(|(at, _)| at.elapsed() < TTL).map(|(_, v)| Arc::clone(v))
@@ -67,7 +70,7 @@ impl<V> Recent<V> {
             map.clear();
         }
         let v = Arc::new(v);
-        map.insert(id.to_string(), (Instant::now(), Arc::clone(&v)));
+        map.insert(K::from(id), (Instant::now(), Arc::clone(&v)));
         Some(v)
     }
 
@@ -79,7 +82,7 @@ impl<V> Recent<V> {
         self.lock().clear();
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, (Instant, Arc<V>)>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<K, (Instant, Arc<V>)>> {
         // The map holds no invariant a panicking holder could break.
         self.map.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -87,7 +90,7 @@ impl<V> Recent<V> {
 
 #[derive(Default)]
 pub struct JobCache {
-    recent: Recent<JobRecord>,
+    recent: Recent<JobId, JobRecord>,
 }
 
 impl JobCache {
@@ -115,10 +118,10 @@ impl JobCache {
         if missing.is_empty() {
             return Ok(found);
         }
-        let mut read: HashMap<String, JobRecord> =
-            jobs::get_many_in(conn, &missing).await?.into_iter().map(|j| (j.id.to_string(), j)).collect();
+        let mut read: HashMap<JobId, JobRecord> =
+            jobs::get_many_in(conn, &missing).await?.into_iter().map(|j| (j.id.clone(), j)).collect();
         for id in &missing {
-            found.extend(self.recent.put(id, read.remove(id)));
+            found.extend(self.recent.put(id, read.remove(id.as_str())));
         }
         Ok(found)
     }
@@ -137,7 +140,7 @@ impl JobCache {
 /// Workflows, with their current version's steps, as a trigger reads them.
 #[derive(Default)]
 pub struct WorkflowCache {
-    recent: Recent<WorkflowRecord>,
+    recent: Recent<WorkflowId, WorkflowRecord>,
 }
 
 impl WorkflowCache {

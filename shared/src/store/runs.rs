@@ -11,7 +11,7 @@ use sqlx::{Arguments, PgConnection, PgPool};
 use super::deliveries::HookUrl;
 use crate::domain::notification::RunEnded;
 use crate::domain::{schedule, trigger, RunStatus};
-use crate::ids::{JobId, RunId};
+use crate::ids::{BatchId, JobId, RunId, StepRunId};
 use crate::queue::Entry;
 
 /// A job run row (the fields `GET /v1/runs/{id}` shows, and the
@@ -35,10 +35,10 @@ pub struct Run {
     pub error_class: Option<String>,
     pub idempotency_key: Option<String>,
     pub concurrency_key: Option<String>,
-    pub batch_id: Option<String>,
+    pub batch_id: Option<BatchId>,
     pub parent_run_id: Option<String>,
     pub continuation_of: Option<String>,
-    pub workflow_step_run_id: Option<String>,
+    pub workflow_step_run_id: Option<StepRunId>,
     pub lineage_depth: i32,
     pub machine_id: Option<String>,
     pub debug_mode: bool,
@@ -110,7 +110,7 @@ pub struct NewRun {
     pub payload: Option<Value>,
     pub idempotency_key: Option<String>,
     pub concurrency_key: Option<String>,
-    pub batch_id: Option<String>,
+    pub batch_id: Option<BatchId>,
     pub parent_run_id: Option<String>,
     pub lineage_depth: i32,
     pub debug_mode: bool,
@@ -131,7 +131,7 @@ pub struct NewRun {
     /// Waits (status pending, no queue entry) for its dependencies.
     pub awaiting_dependencies: bool,
     /// The workflow step this run executes.
-    pub workflow_step_run_id: Option<String>,
+    pub workflow_step_run_id: Option<StepRunId>,
     /// small, medium or large (a workflow step may ask for one).
     pub resource_class: Option<String>,
 }
@@ -160,7 +160,7 @@ impl NewRun {
         admitted: &schedule::Admission,
         triggered_by: &str,
         created_by: Option<String>,
-        batch_id: Option<String>,
+        batch_id: Option<BatchId>,
     ) -> NewRun {
         let spec = &job.spec.0;
         let mut metadata: serde_json::Map<String, Value> =
@@ -559,7 +559,7 @@ pub struct Outcome {
     /// The workflow step the run is the job run of: its workflow run moves
     /// on in the transaction that records a terminal outcome
     /// (`store::step_outcomes`). Not written.
-    pub workflow_step_run_id: Option<String>,
+    pub workflow_step_run_id: Option<StepRunId>,
 }
 
 /// Records an attempt's outcome if the caller still holds the run (same

@@ -31,7 +31,7 @@ use sqlx::PgPool;
 
 use super::runs::{self, Outcome};
 use super::workflow_engine::{self, Pending, Versions};
-use crate::ids::RunId;
+use crate::ids::{RunId, StepRunId};
 use crate::queue::Queue;
 
 /// Records `items` as [`runs::finish_many`] does and advances the workflow
@@ -43,14 +43,15 @@ pub async fn finish_steps(
     versions: &Versions,
     items: Vec<(RunId, i64, Outcome)>,
 ) -> Result<(Vec<bool>, Vec<Pending>), sqlx::Error> {
-    let steps: Vec<Option<String>> =
+    let steps: Vec<Option<StepRunId>> =
         items.iter().map(|(_, _, o)| o.workflow_step_run_id.clone().filter(|_| o.status.is_terminal())).collect();
     // The setting holds for the whole transaction: a pass below that
     // cancels job runs cancels only its own run's (and its children's,
     // which it ends itself), so no outbox row it keeps back is wanted.
     let mut tx = pool.begin_with("BEGIN; SET LOCAL switchyard.inline_steps = 'on'").await?;
     let recorded = runs::finish_many_in(&mut tx, items).await?;
-    let ended: Vec<&str> = steps.iter().zip(&recorded).filter(|(_, r)| **r).filter_map(|(s, _)| s.as_deref()).collect();
+    let ended: Vec<&StepRunId> =
+        steps.iter().zip(&recorded).filter(|(_, r)| **r).filter_map(|(s, _)| s.as_ref()).collect();
     let pending = workflow_engine::advance_ended_steps_in(&mut tx, versions, &ended, Utc::now()).await?;
     for p in &pending {
         p.tell_scheduler(&mut tx).await?;

@@ -44,7 +44,7 @@ use crate::domain::RunStatus;
 use crate::engine::step_ended::{step_ended, Seen};
 use crate::engine::step_start::{self, step_start, ChildRequest, Facts, RunView};
 use crate::engine::{run_end, version_move, EventNotice, StepView, StepWrite};
-use crate::ids::WorkflowRunId;
+use crate::ids::{JobId, StepRunId, WorkflowRunId};
 use crate::queue::Queue;
 
 /// The Postgres channel an outbox row's insert notifies with its run's id
@@ -450,7 +450,7 @@ pub async fn advance_many_in(
 pub async fn advance_ended_steps_in(
     tx: &mut PgConnection,
     versions: &Versions,
-    step_run_ids: &[&str],
+    step_run_ids: &[&StepRunId],
     now: DateTime<Utc>,
 ) -> Result<Vec<Pending>, sqlx::Error> {
     if step_run_ids.is_empty() {
@@ -553,7 +553,7 @@ async fn advance_locked(
     }
     let mut done: HashMap<WorkflowRunId, Pending> = HashMap::with_capacity(locked.len());
     let mut deferred: Vec<(PassWrite, Vec<NewRun>)> = Vec::new();
-    let mut jobs: HashMap<String, Arc<jobs::JobRecord>> = HashMap::new();
+    let mut jobs: HashMap<JobId, Arc<jobs::JobRecord>> = HashMap::new();
     let mut ends: Vec<(WorkflowRun, Decided)> = Vec::new();
     for l in locked {
         let (idle, live) = (l.idle(now, force), l.live());
@@ -706,7 +706,7 @@ async fn end_settled_runs(tx: &mut PgConnection, ends: &[(WorkflowRun, Decided)]
 #[derive(sqlx::FromRow)]
 struct EndedRun {
     workflow_id: String,
-    parent_step_run_id: Option<String>,
+    parent_step_run_id: Option<StepRunId>,
     project_id: String,
 }
 
@@ -843,7 +843,7 @@ struct Pass<'v> {
     event_notices: Vec<EventNotice>,
     /// Events to emit with the writes (event_emit_key): step run id, step
     /// ref, key, the step's output.
-    emissions: Vec<(String, String, String, Option<Value>)>,
+    emissions: Vec<(StepRunId, String, String, Option<Value>)>,
     wake_at: Option<DateTime<Utc>>,
     /// Job runs the pass started, not yet inserted.
     deferred_runs: Vec<NewRun>,
@@ -853,7 +853,7 @@ struct Pass<'v> {
     /// ([`end_settled_runs`] writes the batch's together).
     deferred_end: Option<Decided>,
     /// The jobs read so far in this batch, by id.
-    jobs: HashMap<String, Arc<jobs::JobRecord>>,
+    jobs: HashMap<JobId, Arc<jobs::JobRecord>>,
 }
 
 impl Pass<'_> {
@@ -1001,12 +1001,12 @@ impl Pass<'_> {
         self.emits(&defs, &rows_by_ref, &now_of);
         // The next moment the run must be looked at without an event: the
         // earliest end of a waiting step's wait, or the run's deadline.
-        let written: HashMap<&str, Option<DateTime<Utc>>> =
-            self.writes.iter().map(|w| (w.id.as_str(), w.wake_at)).collect();
+        let written: HashMap<&StepRunId, Option<DateTime<Utc>>> =
+            self.writes.iter().map(|w| (&w.id, w.wake_at)).collect();
         let wake_at = rows_by_ref
             .iter()
             .filter(|(r, _)| now_of.get(*r).is_some_and(|n| n.status == StepStatus::Waiting))
-            .filter_map(|(_, row)| written.get(row.id.as_str()).copied().unwrap_or(row.wake_at))
+            .filter_map(|(_, row)| written.get(&row.id).copied().unwrap_or(row.wake_at))
             .chain(self.run.deadline_at)
             .min();
         self.end(tx, wake_at).await?;
@@ -1023,7 +1023,7 @@ impl Pass<'_> {
         rows: &HashMap<String, StepRun>,
         now_of: &HashMap<String, StepNow>,
     ) {
-        let mut due: Vec<(String, String, String, Option<Value>)> = now_of
+        let mut due: Vec<(StepRunId, String, String, Option<Value>)> = now_of
             .iter()
             .filter(|(_, n)| n.status == StepStatus::Completed)
             .filter_map(|(r, n)| {
@@ -1161,10 +1161,10 @@ impl Pass<'_> {
         // start the same few), and kept a second between batches
         // (`JobCache`).
         let missing: Vec<String> =
-            starts.iter().filter_map(|(d, _)| job_of(d)).filter(|id| !self.jobs.contains_key(id)).collect();
+            starts.iter().filter_map(|(d, _)| job_of(d)).filter(|id| !self.jobs.contains_key(id.as_str())).collect();
         if !missing.is_empty() {
             let read = self.versions.jobs.get_many_in(tx, &missing).await?;
-            self.jobs.extend(read.into_iter().map(|j| (j.id.to_string(), j)));
+            self.jobs.extend(read.into_iter().map(|j| (j.id.clone(), j)));
         }
         // Taken out while the starts borrow the pass (an error loses only the cache).
         let jobs = std::mem::take(&mut self.jobs);
@@ -1175,7 +1175,8 @@ impl Pass<'_> {
         };
         let mut new_runs = Vec::new();
         for (def, row) in starts {
-            let facts = Facts { job: job_of(def).and_then(|id| jobs.get(&id)).map(|j| &**j), cost_microusd: cost };
+            let facts =
+                Facts { job: job_of(def).and_then(|id| jobs.get(id.as_str())).map(|j| &**j), cost_microusd: cost };
             let started = step_start(def, &view(row), &run_view(&self.run), &facts, self.now);
             let mut w = started.write;
             new_runs.extend(started.job_run);

@@ -18,7 +18,7 @@ use super::workflows::WorkflowRecord;
 use super::Tenant;
 use crate::domain::workflow::SavedStep;
 use crate::domain::workflow_run::{StepStatus, WorkflowRunStatus};
-use crate::ids::{self, WorkflowId, WorkflowRunId};
+use crate::ids::{self, EventId, StepRunId, WorkflowId, WorkflowRunId};
 
 /// A workflow run row.
 #[derive(Clone, Debug, sqlx::FromRow)]
@@ -43,7 +43,7 @@ pub struct WorkflowRun {
     pub tags: Json<BTreeMap<String, String>>,
     pub triggered_by: String,
     pub created_by: Option<String>,
-    pub parent_step_run_id: Option<String>,
+    pub parent_step_run_id: Option<StepRunId>,
     pub depth: i32,
     pub cron_tick: Option<DateTime<Utc>>,
     pub deadline_at: Option<DateTime<Utc>>,
@@ -61,7 +61,7 @@ pub const RUN_COLUMNS: &str = "id, project_id, workflow_id, version_id, version,
 /// One step of a run.
 #[derive(Clone, Debug, sqlx::FromRow)]
 pub struct StepRun {
-    pub id: String,
+    pub id: StepRunId,
     pub workflow_run_id: String,
     pub step_ref: String,
     pub step_id: String,
@@ -73,7 +73,7 @@ pub struct StepRun {
     /// The job run of its compensation, once the saga started one.
     pub compensation_job_run_id: Option<String>,
     /// The event it emitted on completing (event_emit_key).
-    pub emitted_event_id: Option<String>,
+    pub emitted_event_id: Option<EventId>,
     pub output: Option<Json<Value>>,
     pub error: Option<String>,
     pub wake_at: Option<DateTime<Utc>>,
@@ -115,7 +115,7 @@ pub struct NewWorkflowRun {
     pub tags: BTreeMap<String, String>,
     pub triggered_by: String,
     pub created_by: Option<String>,
-    pub parent_step_run_id: Option<String>,
+    pub parent_step_run_id: Option<StepRunId>,
     pub depth: i32,
     pub cron_tick: Option<DateTime<Utc>>,
 }
@@ -304,7 +304,7 @@ async fn insert_steps_of(
     if steps.is_empty() {
         return Ok(Vec::new());
     }
-    let ids: Vec<String> = steps.iter().map(|_| ids::step_run_id()).collect();
+    let ids: Vec<StepRunId> = steps.iter().map(|_| ids::step_run_id()).collect();
     let run_ids: Vec<&str> = steps.iter().map(|(r, _)| *r).collect();
     let refs: Vec<&str> = steps.iter().map(|(_, s)| s.def.step_ref.as_str()).collect();
     let step_ids: Vec<&str> = steps.iter().map(|(_, s)| s.id.as_str()).collect();
