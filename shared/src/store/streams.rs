@@ -75,9 +75,8 @@ pub async fn watch(pool: &PgPool, projects: &[String], secs: i64) -> Result<bool
     if projects.is_empty() {
         return Ok(true);
     }
-    let before: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM stream_watches WHERE until > now())")
-        .fetch_one(pool)
-        .await?;
+    let before: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM stream_watches WHERE until > now())").fetch_one(pool).await?;
     sqlx::query(
         "INSERT INTO stream_watches (project_id, until)
          SELECT p, now() + make_interval(secs => $2) FROM unnest($1::text[]) p
