@@ -36,7 +36,7 @@ impl Parser {
         while let Some(end) = self.buf.find("\n\n") {
             let block: String = self.buf.drain(..end + 2).collect();
             let (mut event, mut id, mut data, mut any) = (String::from("message"), String::new(), String::new(), false);
-            for line in block.lines().filter(|l| !l.starts_with(':')) {
+            for line in block.lines().filter(|l| !l.is_empty() && !l.starts_with(':')) {
                 let (k, v) = line.split_once(':').map_or((line, ""), |(k, v)| (k, v.strip_prefix(' ').unwrap_or(v)));
                 any = true;
                 match k {
