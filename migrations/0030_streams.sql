@@ -3,14 +3,7 @@
 -- run, whoever makes it (api, worker, scheduler, engine), is announced with
 -- NOTIFY on the channel `switchyard_changes` and kept in `stream_changes`,
 -- but only for a project some api process is streaming (`stream_watches`).
---
--- While nobody streams anything, a session that found no watch remembers it
--- for a second (`switchyard.streams_quiet_until`, a session setting), and
--- the triggers' WHEN clauses (built-in functions only: a WHEN clause is not
--- planned, so an SQL function there would run as a query) skip its rows
--- without calling a function or queueing a trigger event: the run path pays a comparison per changed
--- row. A stream that starts the first watch waits out that second before it
--- takes its starting position, so no session can skip a change after it.
+-- A project nobody watches pays one index probe per changed row.
 --
 -- Both tables are UNLOGGED: a watch is renewed every few seconds by the api
 -- process that holds it, and the change log is a resume buffer (a stream
@@ -54,22 +47,8 @@ BEGIN
     PERFORM pg_notify('switchyard_changes', project || ' ' || kind || ' ' || id || ' ' || coalesce(workflow_run, '-'));
 END $$;
 
--- Called for a row of a session not known quiet: true (and the session
--- remembers it for a second) when nothing at all is watched.
-CREATE FUNCTION sy_stream_nothing_watched() RETURNS boolean LANGUAGE plpgsql AS $$
-BEGIN
-    IF EXISTS (SELECT 1 FROM stream_watches WHERE until > now()) THEN
-        RETURN false;
-    END IF;
-    PERFORM set_config('switchyard.streams_quiet_until', (extract(epoch FROM now()) + 1)::text, false);
-    RETURN true;
-END $$;
-
 CREATE FUNCTION sy_stream_run_change() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    IF sy_stream_nothing_watched() THEN
-        RETURN NULL;
-    END IF;
     IF EXISTS (SELECT 1 FROM stream_watches w WHERE w.project_id = NEW.project_id AND w.until > now()) THEN
         PERFORM sy_stream_change(NEW.project_id, 'run', NEW.id, NEW.status, NEW.job_id, NULL, NULL, NULL);
     END IF;
@@ -78,9 +57,6 @@ END $$;
 
 CREATE FUNCTION sy_stream_workflow_run_change() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    IF sy_stream_nothing_watched() THEN
-        RETURN NULL;
-    END IF;
     IF EXISTS (SELECT 1 FROM stream_watches w WHERE w.project_id = NEW.project_id AND w.until > now()) THEN
         PERFORM sy_stream_change(NEW.project_id, 'workflow_run', NEW.id, NEW.status, NULL, NEW.workflow_id,
                                  NEW.id, NULL);
@@ -93,9 +69,6 @@ DECLARE
     project text;
     workflow text;
 BEGIN
-    IF sy_stream_nothing_watched() THEN
-        RETURN NULL;
-    END IF;
     SELECT r.project_id, r.workflow_id INTO project, workflow
       FROM workflow_runs r JOIN stream_watches w ON w.project_id = r.project_id AND w.until > now()
      WHERE r.id = NEW.workflow_run_id;
@@ -107,26 +80,17 @@ BEGIN
 END $$;
 
 CREATE TRIGGER job_runs_stream_insert AFTER INSERT ON job_runs
-    FOR EACH ROW WHEN (coalesce(nullif(current_setting('switchyard.streams_quiet_until', true), '')::float8, 0)
-                           <= extract(epoch FROM now()))
-    EXECUTE FUNCTION sy_stream_run_change();
+    FOR EACH ROW EXECUTE FUNCTION sy_stream_run_change();
 CREATE TRIGGER job_runs_stream_update AFTER UPDATE OF status ON job_runs
-    FOR EACH ROW WHEN ((NEW.status IS DISTINCT FROM OLD.status OR NEW.attempt IS DISTINCT FROM OLD.attempt)
-                       AND coalesce(nullif(current_setting('switchyard.streams_quiet_until', true), '')::float8, 0)
-                           <= extract(epoch FROM now()))
+    FOR EACH ROW WHEN (NEW.status IS DISTINCT FROM OLD.status OR NEW.attempt IS DISTINCT FROM OLD.attempt)
     EXECUTE FUNCTION sy_stream_run_change();
 
 CREATE TRIGGER workflow_runs_stream_insert AFTER INSERT ON workflow_runs
-    FOR EACH ROW WHEN (coalesce(nullif(current_setting('switchyard.streams_quiet_until', true), '')::float8, 0)
-                           <= extract(epoch FROM now()))
-    EXECUTE FUNCTION sy_stream_workflow_run_change();
+    FOR EACH ROW EXECUTE FUNCTION sy_stream_workflow_run_change();
 CREATE TRIGGER workflow_runs_stream_update AFTER UPDATE OF status ON workflow_runs
-    FOR EACH ROW WHEN (NEW.status IS DISTINCT FROM OLD.status AND coalesce(nullif(current_setting('switchyard.streams_quiet_until', true), '')::float8, 0)
-                           <= extract(epoch FROM now()))
+    FOR EACH ROW WHEN (NEW.status IS DISTINCT FROM OLD.status)
     EXECUTE FUNCTION sy_stream_workflow_run_change();
 
 CREATE TRIGGER workflow_step_runs_stream_update AFTER UPDATE OF status ON workflow_step_runs
-    FOR EACH ROW WHEN ((NEW.status IS DISTINCT FROM OLD.status OR NEW.attempt IS DISTINCT FROM OLD.attempt)
-                       AND coalesce(nullif(current_setting('switchyard.streams_quiet_until', true), '')::float8, 0)
-                           <= extract(epoch FROM now()))
+    FOR EACH ROW WHEN (NEW.status IS DISTINCT FROM OLD.status OR NEW.attempt IS DISTINCT FROM OLD.attempt)
     EXECUTE FUNCTION sy_stream_step_change();

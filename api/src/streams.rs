@@ -131,11 +131,10 @@ impl Hub {
         }
         self.start().await;
         *self.watched.lock().unwrap_or_else(|p| p.into_inner()).entry(project.to_string()).or_default() += 1;
-        let mut guard = Watch { hub: Arc::clone(self), project: project.to_string(), first: false };
+        let guard = Watch { hub: Arc::clone(self), project: project.to_string() };
         // Recorded by every stream that opens (not only the project's
         // first): a stream must not start reading before its watch is in.
-        let before = store::watch(&self.pool, &[project.to_string()], WATCH_SECS).await?;
-        guard.first = !before;
+        store::watch(&self.pool, &[project.to_string()], WATCH_SECS).await?;
         Ok(Some(guard))
     }
 
@@ -168,21 +167,6 @@ impl Hub {
 pub struct Watch {
     hub: Arc<Hub>,
     project: String,
-    /// Nothing was watched before it: writers' sessions may skip changes
-    /// for `store::QUIET` more (migration 0030).
-    pub first: bool,
-}
-
-impl Watch {
-    /// How long the stream should wait before its first look without a
-    /// hint: a first watch may see its first changes unannounced.
-    pub fn first_recheck(&self) -> Duration {
-        if self.first {
-            store::QUIET
-        } else {
-            RECHECK
-        }
-    }
 }
 
 impl Drop for Watch {
@@ -268,18 +252,17 @@ async fn listen(hub: Arc<Hub>) {
     }
 }
 
-/// Waits until a hint concerns this stream, `recheck` passes, the client
+/// Waits until a hint concerns this stream, [`RECHECK`] passes, the client
 /// is gone (`closed`) or the server shuts down. `false`: stop.
 pub async fn next_look(
     hints: &mut broadcast::Receiver<Hint>,
     project: &str,
     id: Option<&str>,
-    recheck: Duration,
     closed: impl std::future::Future<Output = ()>,
     shutdown: &Shutdown,
 ) -> bool {
     tokio::pin!(closed);
-    let recheck = tokio::time::sleep(recheck);
+    let recheck = tokio::time::sleep(RECHECK);
     tokio::pin!(recheck);
     loop {
         tokio::select! {

@@ -37,7 +37,7 @@ use super::{load_run, load_workflow_run, project_of, Tag};
 use crate::auth::{scopes, Auth};
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
-use crate::streams::{next_look, Watch, BUFFER, HEARTBEAT, MAX_STREAMS, RECHECK};
+use crate::streams::{next_look, Watch, BUFFER, HEARTBEAT, MAX_STREAMS};
 use crate::views::{run_view, JobRun};
 
 pub struct StreamsApi;
@@ -238,11 +238,6 @@ impl StreamsApi {
             Some(s) => Some(Position::decode(&s).ok_or_else(|| bad_resume(&s, "`<tx>.<seq>`"))?),
         };
         let watch = watch(&state, &project).await?;
-        if watch.first {
-            // Writers' sessions may skip changes for this long after the
-            // first watch (migration 0030): start after it.
-            tokio::time::sleep(changes::QUIET).await;
-        }
         let from = match resume {
             Some(p) => p,
             None => changes::start(&state.pool).await?,
@@ -303,22 +298,20 @@ async fn follow_run(
     project: String,
     mut pos: i64,
     tx: mpsc::Sender<RunStreamEvent>,
-    watch: Watch,
+    _watch: Watch,
 ) {
     let hub = Arc::clone(&state.streams);
     let mut hints = hub.hints();
     let mut shown = None;
-    let mut recheck = watch.first_recheck();
     loop {
         match look_at_run(&state, &run_id, &mut pos, &mut shown, &tx).await {
             Ok(Look::Open) => {}
             Ok(Look::Ended | Look::Gone) => return,
             Err(e) => tracing::warn!(error = %e, run_id = %run_id, "a run's stream could not read; trying again"),
         }
-        if !next_look(&mut hints, &project, Some(&run_id), recheck, tx.closed(), hub.shutdown()).await {
+        if !next_look(&mut hints, &project, Some(&run_id), tx.closed(), hub.shutdown()).await {
             return;
         }
-        recheck = RECHECK;
     }
 }
 
@@ -392,12 +385,11 @@ async fn follow_workflow_run(
     project: String,
     since: Option<DateTime<Utc>>,
     tx: mpsc::Sender<WorkflowRunStreamEvent>,
-    watch: Watch,
+    _watch: Watch,
 ) {
     let hub = Arc::clone(&state.streams);
     let mut hints = hub.hints();
     let mut seen = Seen { since: since.map(|t| t - RESEND), ..Seen::default() };
-    let mut recheck = watch.first_recheck();
     loop {
         match look_at_workflow_run(&state, &run_id, &mut seen, &tx).await {
             Ok(Look::Open) => {}
@@ -406,10 +398,9 @@ async fn follow_workflow_run(
                 tracing::warn!(error = %e, workflow_run_id = %run_id, "a workflow run's stream could not read; trying again")
             }
         }
-        if !next_look(&mut hints, &project, Some(&run_id), recheck, tx.closed(), hub.shutdown()).await {
+        if !next_look(&mut hints, &project, Some(&run_id), tx.closed(), hub.shutdown()).await {
             return;
         }
-        recheck = RECHECK;
     }
 }
 
@@ -541,7 +532,7 @@ async fn follow_project(
                 _ = tokio::time::sleep(SETTLE) => {}
             }
         }
-        if !next_look(&mut hints, &project, None, RECHECK, tx.closed(), hub.shutdown()).await {
+        if !next_look(&mut hints, &project, None, tx.closed(), hub.shutdown()).await {
             return;
         }
     }

@@ -4,9 +4,8 @@
 //! Triggers on `job_runs`, `workflow_runs` and `workflow_step_runs` record
 //! every status change of a project that an api process watches, and
 //! announce it with `NOTIFY switchyard_changes` ([`CHANNEL`]), whichever
-//! process made it. While nothing is watched, a session that found so skips
-//! the triggers for [`QUIET`] (a comparison per row); a project nobody
-//! watches while others are pays one index probe per changed row.
+//! process made it. A project nobody watches pays one index probe per
+//! changed row and gets no NOTIFY.
 //!
 //! The change log is read by position `(tx, seq)`: `seq` is a sequence, so
 //! a row with a lower `seq` can commit after one with a higher; reading only
@@ -62,21 +61,12 @@ impl Position {
     }
 }
 
-/// How long a session that found nothing watched skips the triggers
-/// (migration 0030): a stream that starts the first watch waits this out
-/// before it takes its starting position.
-pub const QUIET: std::time::Duration = std::time::Duration::from_millis(1_100);
-
 /// Marks `projects` watched until `secs` from now (renewed by the caller
-/// while its streams stay open). Returns whether anything at all was
-/// watched before: when not, sessions may still skip changes for
-/// [`QUIET`].
-pub async fn watch(pool: &PgPool, projects: &[String], secs: i64) -> Result<bool, sqlx::Error> {
+/// while its streams stay open).
+pub async fn watch(pool: &PgPool, projects: &[String], secs: i64) -> Result<(), sqlx::Error> {
     if projects.is_empty() {
-        return Ok(true);
+        return Ok(());
     }
-    let before: bool =
-        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM stream_watches WHERE until > now())").fetch_one(pool).await?;
     sqlx::query(
         "INSERT INTO stream_watches (project_id, until)
          SELECT p, now() + make_interval(secs => $2) FROM unnest($1::text[]) p
@@ -86,7 +76,7 @@ pub async fn watch(pool: &PgPool, projects: &[String], secs: i64) -> Result<bool
     .bind(secs as f64)
     .execute(pool)
     .await?;
-    Ok(before)
+    Ok(())
 }
 
 /// Where a new stream of a project starts: past every change of a
