@@ -13,6 +13,7 @@
 //! - [`secrets`]: encryption of job secrets at rest (`SECRETS_KEY`).
 //! - [`telemetry`]: tracing setup and the Prometheus metrics (docs/contract.md, "Metrics").
 //! - [`shutdown`]: the shutdown signal passed down to every task.
+//! - [`sse`]: reading the live streams' Server-Sent Events (the CLI and the tests follow them).
 //! - [`allocator`]: the allocator every service binary opts into (`service_allocator!`).
 //! - `testing` (feature `testing`): what every crate's integration tests stand on: where Postgres and
 //!   Redis are, and a database and key prefix of a test's own.
@@ -29,6 +30,7 @@ pub mod redis_url;
 pub mod run_token;
 pub mod secrets;
 pub mod shutdown;
+pub mod sse;
 pub mod store;
 pub mod telemetry;
 #[cfg(feature = "testing")]

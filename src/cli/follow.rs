@@ -9,55 +9,10 @@
 use std::time::Duration;
 
 use serde_json::Value;
+use switchyard_shared::sse::{Event, Parser};
 
 use super::client::{exit, Client};
 use super::Failure;
-
-/// One Server-Sent Event.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Event {
-    pub event: String,
-    pub id: String,
-    pub data: Value,
-}
-
-/// Splits a text/event-stream into events; comments (heartbeats) are
-/// skipped.
-#[derive(Default)]
-pub struct Parser {
-    buf: String,
-}
-
-impl Parser {
-    /// Takes a chunk of the body; returns the events it completed.
-    pub fn push(&mut self, chunk: &str) -> Vec<Event> {
-        self.buf.push_str(&chunk.replace("\r\n", "\n"));
-        let mut out = Vec::new();
-        while let Some(end) = self.buf.find("\n\n") {
-            let block: String = self.buf.drain(..end + 2).collect();
-            let (mut event, mut id, mut data, mut any) = (String::from("message"), String::new(), String::new(), false);
-            for line in block.lines().filter(|l| !l.is_empty() && !l.starts_with(':')) {
-                let (k, v) = line.split_once(':').map_or((line, ""), |(k, v)| (k, v.strip_prefix(' ').unwrap_or(v)));
-                any = true;
-                match k {
-                    "event" => event = v.to_string(),
-                    "id" => id = v.to_string(),
-                    "data" => {
-                        if !data.is_empty() {
-                            data.push('\n');
-                        }
-                        data.push_str(v);
-                    }
-                    _ => {}
-                }
-            }
-            if any {
-                out.push(Event { event, id, data: serde_json::from_str(&data).unwrap_or(Value::Null) });
-            }
-        }
-        out
-    }
-}
 
 /// Follows the stream at `path` until its `end` event, handing every
 /// other event to `each`; returns the last state the stream showed (the
@@ -115,6 +70,28 @@ pub async fn follow(
     }
 }
 
+/// `runs watch` and `workflows runs watch`: follows the stream at `path`
+/// to its end, printing each event (its JSON with `json`, else the line
+/// `describe` makes of it); exit 0 only if it ended completed.
+pub async fn watch(
+    client: &Client,
+    path: &str,
+    state: &str,
+    timeout: Duration,
+    json: bool,
+    describe: fn(&Event) -> Option<String>,
+) -> Result<u8, Failure> {
+    let done = follow(client, path, state, timeout, |e| {
+        if json {
+            super::output::json(&e.data);
+        } else if let Some(line) = describe(e) {
+            println!("{line}");
+        }
+    })
+    .await?;
+    Ok(if done["status"] == "completed" { exit::OK } else { exit::OUTCOME })
+}
+
 /// One line for a person about an event of a run's stream.
 pub fn describe_run_event(e: &Event) -> Option<String> {
     let d = &e.data;
@@ -157,24 +134,4 @@ pub fn describe_workflow_event(e: &Event) -> Option<String> {
 
 fn text(v: &Value) -> String {
     v.as_str().map_or_else(|| v.to_string(), str::to_string)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn events_are_cut_at_blank_lines_across_chunks() {
-        let mut p = Parser::default();
-        assert_eq!(p.push(":\n\nevent: run\nid: 3\ndata: {\"run\":"), vec![]);
-        let got = p.push("{\"status\":\"queued\"}}\n\nevent: end\nid: 3\ndata: {}\n\n");
-        assert_eq!(
-            got,
-            vec![
-                Event { event: "run".into(), id: "3".into(), data: json!({"run": {"status": "queued"}}) },
-                Event { event: "end".into(), id: "3".into(), data: json!({}) },
-            ]
-        );
-    }
 }

@@ -6,7 +6,7 @@ use clap::{Args, Subcommand};
 use serde_json::Value;
 
 use super::client::Client;
-use super::follow::{describe_run_event, follow};
+use super::follow::{describe_run_event, watch};
 use super::output;
 use super::{exit, list, print_page, seg, Failure, Global, Paging};
 
@@ -121,16 +121,7 @@ pub async fn run(c: Runs) -> Result<u8, Failure> {
         }
         RunsCmd::Watch { run_id, timeout } => {
             let path = format!("/v1/runs/{}/stream", seg(&run_id));
-            let json = g.json;
-            let done = follow(&client, &path, "run", Duration::from_secs(timeout), |e| {
-                if json {
-                    output::json(&e.data);
-                } else if let Some(line) = describe_run_event(e) {
-                    println!("{line}");
-                }
-            })
-            .await?;
-            return Ok(if done["status"] == "completed" { exit::OK } else { exit::OUTCOME });
+            return watch(&client, &path, "run", Duration::from_secs(timeout), g.json, describe_run_event).await;
         }
         RunsCmd::Cancel { run_id } => {
             let r = client.post(&format!("/v1/runs/{}/cancel", seg(&run_id)), None).await?;

@@ -6,7 +6,7 @@ use clap::{Args, Subcommand};
 use serde_json::{json, Value};
 
 use super::client::Client;
-use super::follow::{describe_workflow_event, follow};
+use super::follow::{describe_workflow_event, follow, watch};
 use super::output;
 use super::{exit, list, print_page, read_payload, seg, Failure, Global, Paging};
 
@@ -129,16 +129,7 @@ pub async fn run(c: Workflows) -> Result<u8, Failure> {
         }
         WorkflowsCmd::Runs(WorkflowRunsCmd::Watch { workflow_run_id, timeout }) => {
             let path = format!("/v1/workflow-runs/{}/stream", seg(&workflow_run_id));
-            let json = g.json;
-            let done = follow(&client, &path, "workflow_run", Duration::from_secs(timeout), |e| {
-                if json {
-                    output::json(&e.data);
-                } else if let Some(line) = describe_workflow_event(e) {
-                    println!("{line}");
-                }
-            })
-            .await?;
-            Ok(if done["status"] == "completed" { exit::OK } else { exit::OUTCOME })
+            watch(&client, &path, "workflow_run", Duration::from_secs(timeout), g.json, describe_workflow_event).await
         }
     }
 }

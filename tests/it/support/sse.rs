@@ -1,30 +1,25 @@
 //! A Server-Sent Events client as the tests read streams: opens a stream,
-//! parses its events (`event:`, `id:`, `data:`; comments are heartbeats),
-//! and waits on them with a deadline.
+//! parses its events with the CLI's parser (`switchyard_shared::sse`), and
+//! waits on them with a deadline.
 
+use std::collections::VecDeque;
 use std::time::Duration;
 
-use serde_json::Value;
+pub use switchyard_shared::sse::Event as SseEvent;
+use switchyard_shared::sse::Parser;
 
 use crate::harness::{TestEnv, SECRET};
 
 /// How long a test waits for the next event before it fails.
 pub const WAIT: Duration = Duration::from_secs(20);
 
-#[derive(Clone, Debug)]
-pub struct SseEvent {
-    pub event: String,
-    pub id: String,
-    pub data: Value,
-}
-
 pub struct Sse {
     resp: reqwest::Response,
-    buf: String,
+    parser: Parser,
+    /// Events parsed and not yet taken.
+    ready: VecDeque<SseEvent>,
     pub status: u16,
     pub content_type: String,
-    /// Comment lines seen (heartbeats).
-    pub comments: usize,
 }
 
 impl Sse {
@@ -39,7 +34,7 @@ impl Sse {
         let status = resp.status().as_u16();
         let content_type =
             resp.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
-        Sse { resp, buf: String::new(), status, content_type, comments: 0 }
+        Sse { resp, parser: Parser::default(), ready: Default::default(), status, content_type }
     }
 
     /// The next event; `None` when the server closed the stream. Panics
@@ -50,44 +45,15 @@ impl Sse {
 
     async fn next_inner(&mut self) -> Option<SseEvent> {
         loop {
-            if let Some(end) = self.buf.find("\n\n") {
-                let block: String = self.buf.drain(..end + 2).collect();
-                if let Some(e) = self.parse(&block) {
-                    return Some(e);
-                }
-                continue;
+            if let Some(e) = self.ready.pop_front() {
+                return Some(e);
             }
             match self.resp.chunk().await {
-                Ok(Some(chunk)) => self.buf.push_str(&String::from_utf8_lossy(&chunk)),
+                Ok(Some(chunk)) => self.ready.extend(self.parser.push(&String::from_utf8_lossy(&chunk))),
                 Ok(None) => return None,
                 Err(e) => panic!("the stream broke: {e}"),
             }
         }
-    }
-
-    fn parse(&mut self, block: &str) -> Option<SseEvent> {
-        let (mut event, mut id, mut data) = (String::from("message"), String::new(), String::new());
-        let mut any = false;
-        for line in block.lines() {
-            if line.starts_with(':') {
-                self.comments += 1;
-                continue;
-            }
-            let (k, v) = line.split_once(':').map_or((line, ""), |(k, v)| (k, v.strip_prefix(' ').unwrap_or(v)));
-            any = true;
-            match k {
-                "event" => event = v.to_string(),
-                "id" => id = v.to_string(),
-                "data" => {
-                    if !data.is_empty() {
-                        data.push('\n');
-                    }
-                    data.push_str(v);
-                }
-                _ => {}
-            }
-        }
-        any.then(|| SseEvent { event, id, data: serde_json::from_str(&data).unwrap_or(Value::Null) })
     }
 
     /// Events until (and with) the first one `stop` accepts.
