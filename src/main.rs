@@ -86,6 +86,7 @@ async fn main() -> ExitCode {
         Command::Worker => single("worker").await,
         Command::Scheduler => single("scheduler").await,
     };
+    switchyard_shared::traces::flush();
     match service {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -97,10 +98,19 @@ async fn main() -> ExitCode {
 
 async fn migrate() -> anyhow::Result<()> {
     let config = load_config();
-    telemetry::init_tracing();
+    init_tracing("switchyard");
     db::prepare(&config.database_url, Duration::from_secs(60)).await.context("migrating")?;
     println!("database ready: {}", redact(&config.database_url));
     Ok(())
+}
+
+/// Logs, and traces when the OpenTelemetry variables ask (a process that
+/// cannot export as asked does not start).
+fn init_tracing(service: &'static str) {
+    if let Err(e) = telemetry::init_tracing(service) {
+        eprintln!("{service}: {e}");
+        std::process::exit(2);
+    }
 }
 
 fn load_config() -> Config {
@@ -122,7 +132,11 @@ async fn single(which: &str) -> anyhow::Result<()> {
             std::process::exit(2);
         }
     }
-    telemetry::init_tracing();
+    init_tracing(match which {
+        "api" => "switchyard-api",
+        "worker" => "switchyard-worker",
+        _ => "switchyard-scheduler",
+    });
     if let Err(e) = db::prepare(&config.database_url, Duration::from_secs(60)).await {
         tracing::warn!(error = %e, "could not prepare the database yet");
     }
@@ -139,7 +153,7 @@ async fn single(which: &str) -> anyhow::Result<()> {
 
 async fn dev() -> anyhow::Result<()> {
     let mut config = load_config();
-    telemetry::init_tracing();
+    init_tracing("switchyard");
     if config.internal_secret.is_none() {
         tracing::warn!("INTERNAL_SECRET is unset; using the development secret {DEV_INTERNAL_SECRET:?}");
         config.internal_secret = Some(Secret::new(DEV_INTERNAL_SECRET));

@@ -17,6 +17,7 @@
 //! max_concurrent_runs, takes its own transaction.
 
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use sqlx::PgPool;
 use switchyard_shared::queue::Queue;
@@ -26,6 +27,7 @@ use switchyard_shared::store::workflow_engine::Versions;
 use switchyard_shared::store::workflow_moves;
 use switchyard_shared::store::workflow_runs::{self, NewWorkflowRun, StepRun, Triggered, WorkflowRun};
 use switchyard_shared::store::workflows::WorkflowRecord;
+use switchyard_shared::traces::{self, Attr, Place, SpanRecord};
 
 /// Concurrent batches in flight: while one commits, the next fills.
 const WRITERS: usize = 4;
@@ -63,7 +65,9 @@ impl Intake {
 
 async fn write(pool: &PgPool, queue: &Queue, items: Vec<Item>) -> Result<Vec<Written>, sqlx::Error> {
     let (new, dues): (Vec<NewRun>, Vec<i64>) = items.into_iter().unzip();
+    let began = SystemTime::now();
     let group = runs::insert_many(pool, &new).await;
+    let inserted = SystemTime::now();
     let new = &new;
     let written = each_alone(new.len(), group, |i| async move {
         runs::insert_many(pool, std::slice::from_ref(&new[i])).await.map(|mut w| w.remove(0))
@@ -82,6 +86,17 @@ async fn write(pool: &PgPool, queue: &Queue, items: Vec<Item>) -> Result<Vec<Wri
     // them later, so a failure here is not the trigger's failure.
     if let Err(e) = queue.enqueue_many(&refs, chrono::Utc::now().timestamp_millis()).await {
         tracing::warn!(runs = refs.len(), error = %e, "enqueue failed; the runs are durable and the reconciler will enqueue them");
+    }
+    if traces::enabled() {
+        let enqueued = SystemTime::now();
+        for r in new.iter() {
+            let place = Place::of(&r.id, r.traceparent.as_deref());
+            if place.sampled {
+                let batch = Attr::new("switchyard.batch_size", new.len() as i64);
+                traces::record(SpanRecord::child(&place, "run.insert", began, inserted).attr(batch.clone()));
+                traces::record(SpanRecord::child(&place, "run.enqueue", inserted, enqueued).attr(batch));
+            }
+        }
     }
     Ok(written)
 }
@@ -138,14 +153,28 @@ async fn write_workflows(
     items: Vec<WorkflowItem>,
 ) -> Result<Vec<WorkflowWritten>, sqlx::Error> {
     let refs: Vec<(&WorkflowRecord, &NewWorkflowRun)> = items.iter().map(|(wf, new)| (&**wf, new)).collect();
+    let began = SystemTime::now();
     let group = workflow_moves::trigger_many(pool, queue, versions, &refs).await;
     let refs = &refs;
-    each_alone(refs.len(), group, |i| async move {
+    let written = each_alone(refs.len(), group, |i| async move {
         workflow_moves::trigger_many(pool, queue, versions, std::slice::from_ref(&refs[i]))
             .await
             .map(|mut r| r.remove(0))
     })
-    .await
+    .await?;
+    if traces::enabled() {
+        // The run, its steps and its first pass (the first steps' job runs
+        // made and enqueued) are one transaction.
+        let done = SystemTime::now();
+        for (run, _) in written.iter().flatten() {
+            let place = Place::of(&run.id, run.traceparent.as_deref());
+            if place.sampled {
+                let batch = Attr::new("switchyard.batch_size", refs.len() as i64);
+                traces::record(SpanRecord::child(&place, "workflow_run.insert", began, done).attr(batch));
+            }
+        }
+    }
+    Ok(written)
 }
 
 /// Each item's result from its group's: an outage fails the group (each

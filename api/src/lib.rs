@@ -42,6 +42,7 @@ pub mod slow_clients;
 pub mod state;
 pub mod streams;
 pub mod strict_json;
+mod trace_context;
 pub mod ui;
 pub mod views;
 
@@ -158,6 +159,7 @@ pub fn app(state: AppState) -> impl poem::Endpoint<Output = poem::Response> {
         .around(rate_limit::limit)
         .data(state)
         .with(problem::ProblemMiddleware)
+        .around(trace_context::around)
         .map_to_response()
 }
 

@@ -12,7 +12,7 @@
 //! the same `X-Svc-Delivery-Id`.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use chrono::Utc;
 use futures::StreamExt;
@@ -23,6 +23,7 @@ use switchyard_shared::secrets::{self, SecretsKey};
 use switchyard_shared::shutdown::Shutdown;
 use switchyard_shared::store::deliveries::{self, Attempt, Claimed};
 use switchyard_shared::telemetry::WEBHOOK_RETRY_ATTEMPTS;
+use switchyard_shared::traces;
 use tokio::sync::Notify;
 
 use crate::error::{check_batch, check_positive, Error, OptionsError};
@@ -125,10 +126,18 @@ impl DeliverySender {
             metrics::counter!(WEBHOOK_RETRY_ATTEMPTS).increment(1);
         }
         let body = serde_json::to_vec(&d.payload.0).unwrap_or_default();
+        let place = c.trace();
+        let span_id = place.recorded().then(traces::new_span_id);
+        let sent = SystemTime::now();
         let attempt = match self.signing_key(&c) {
-            Ok(secret) => webhook::send(&self.http, &d.url, secret.as_deref(), &d.id, &body).await,
+            Ok(secret) => {
+                webhook::send(&self.http, &d.url, secret.as_deref(), &d.id, &place.outgoing(span_id), &body).await
+            }
             Err(error) => Attempt::Failed { status_code: None, error },
         };
+        if let Some(span_id) = span_id {
+            trace_delivery(&place, span_id, sent, &c, &attempt);
+        }
         if let Attempt::Rejected { error, .. } | Attempt::Failed { error, .. } = &attempt {
             tracing::info!(delivery_id = %d.id, kind = %d.kind, attempt = d.attempts + 1, %error, "delivery attempt failed");
         }
@@ -202,4 +211,26 @@ async fn listen(pool: PgPool, woken: Arc<Notify>, shutdown: Shutdown) {
             }
         }
     }
+}
+
+/// The delivery attempt's client span, under the run it tells of.
+fn trace_delivery(place: &traces::Place, span_id: traces::SpanId, sent: SystemTime, c: &Claimed, a: &Attempt) {
+    let d = &c.delivery;
+    let (code, error) = match a {
+        Attempt::Delivered { status_code } => (Some(*status_code), None),
+        Attempt::Rejected { status_code, error } | Attempt::Failed { status_code, error } => {
+            (*status_code, Some(error.as_str()))
+        }
+    };
+    let mut s = traces::SpanRecord::child_with_id(place, "webhook.deliver", span_id, sent, SystemTime::now())
+        .kind(traces::Kind::Client)
+        .attr(traces::Attr::new("http.request.method", "POST"))
+        .attr(traces::Attr::new("switchyard.delivery_id", d.id.clone()))
+        .attr(traces::Attr::new("switchyard.event_type", d.event_type.clone()))
+        .attr(traces::Attr::new("switchyard.attempt", i64::from(d.attempts + 1)))
+        .error(error);
+    if let Some(code) = code {
+        s = s.attr(traces::Attr::new("http.response.status_code", i64::from(code)));
+    }
+    traces::record(s);
 }

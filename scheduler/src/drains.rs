@@ -249,7 +249,9 @@ impl DrainSender {
             .post(url)
             .timeout(self.opts.send_timeout)
             .header("content-type", NDJSON)
-            .header(BATCH_HEADER, batch_id);
+            .header(BATCH_HEADER, batch_id)
+            // A batch holds lines of many runs: it belongs to no run's trace.
+            .header(switchyard_shared::traces::TRACEPARENT, switchyard_shared::traces::fresh().header());
         if let Some(stored) = c.drain.secret.as_deref().filter(|s| !s.is_empty()) {
             let secret = secrets::open_stored(self.key.as_ref(), &c.drain.id, secrets::LOG_DRAIN_SECRET, stored)
                 .map_err(|e| format!("the drain's secret: {e}"))?;

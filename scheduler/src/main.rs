@@ -17,14 +17,19 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    telemetry::init_tracing();
+    if let Err(e) = telemetry::init_tracing("switchyard-scheduler") {
+        eprintln!("switchyard-scheduler: {e}");
+        return ExitCode::from(2);
+    }
     if let Err(e) = db::prepare(&config.database_url, Duration::from_secs(60)).await {
         tracing::error!(error = %e, "could not prepare the database");
         return ExitCode::FAILURE;
     }
     let shutdown = shutdown::on_signals();
     telemetry::spawn_metrics(config.metrics_addr, config.metrics_token.clone(), shutdown.clone());
-    match switchyard_scheduler::run(config, shutdown).await {
+    let ran = switchyard_scheduler::run(config, shutdown).await;
+    switchyard_shared::traces::flush();
+    match ran {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = format!("{e:#}"), "scheduler failed");

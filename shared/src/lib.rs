@@ -12,6 +12,7 @@
 //! - [`run_token`]: the run JWT the worker mints and the api's SDK endpoints accept.
 //! - [`secrets`]: encryption of job secrets at rest (`SECRETS_KEY`).
 //! - [`telemetry`]: tracing setup and the Prometheus metrics (docs/contract.md, "Metrics").
+//! - [`traces`]: W3C Trace Context in and out, and the spans a run leaves in OpenTelemetry.
 //! - [`shutdown`]: the shutdown signal passed down to every task.
 //! - [`sse`]: reading the live streams' Server-Sent Events (the CLI and the tests follow them).
 //! - [`allocator`]: the allocator every service binary opts into (`service_allocator!`).
@@ -35,5 +36,6 @@ pub mod store;
 pub mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub mod traces;
 
 pub use config::Config;

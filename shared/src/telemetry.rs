@@ -177,11 +177,29 @@ pub fn analytics_query(period_hours: i64, took: std::time::Duration) {
         .record(took.as_secs_f64());
 }
 
-/// Logs to stderr; `RUST_LOG` filters, `LOG_FORMAT=json` switches to JSON lines.
-pub fn init_tracing() {
+/// Logs to stderr (`RUST_LOG` filters), and exports traces over OTLP when
+/// the standard OpenTelemetry variables ask for it (`crate::traces`):
+/// `service` is then the `service.name` unless `OTEL_SERVICE_NAME` says
+/// otherwise. A process told to export that cannot build its exporter
+/// stops here, with the reason.
+pub fn init_tracing(service: &'static str) -> Result<(), String> {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    use tracing_subscriber::Layer as _;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    let _ = builder.try_init();
+    let logs = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_filter(filter);
+    // Only the spans made for export (the api's request spans) become
+    // OpenTelemetry spans, whatever RUST_LOG lets into the logs.
+    let otel = crate::traces::init(service)?.map(|tracer| {
+        tracing_opentelemetry::layer().with_tracer(tracer).with_filter(
+            tracing_subscriber::filter::Targets::new().with_target(crate::traces::TARGET, tracing::Level::INFO),
+        )
+    });
+    let _ = tracing_subscriber::registry().with(logs).with(otel).try_init();
+    if crate::traces::enabled() {
+        tracing::info!(service, "exporting traces over OTLP");
+    }
+    Ok(())
 }
 
 /// Serves `GET /metrics` and `GET /health` on `addr` until `shutdown`, for

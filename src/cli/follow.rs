@@ -98,7 +98,7 @@ pub fn describe_run_event(e: &Event) -> Option<String> {
     match e.event.as_str() {
         "run" => {
             let r = &d["run"];
-            Some(format!("run      {}  attempt {}", text(&r["status"]), r["attempt"]))
+            Some(format!("run      {}  attempt {}  trace {}", text(&r["status"]), r["attempt"], text(&r["trace_id"])))
         }
         "history" => {
             let h = &d["entry"];

@@ -66,7 +66,7 @@ pub fn row(r: &Value) -> Vec<String> {
 }
 
 /// The fields `runs get` shows, in this order.
-const DETAIL: [&str; 22] = [
+const DETAIL: [&str; 23] = [
     "id",
     "project_id",
     "job_id",
@@ -89,6 +89,7 @@ const DETAIL: [&str; 22] = [
     "payload",
     "result",
     "metadata",
+    "trace_id",
 ];
 
 /// Prints one run for people.

@@ -75,6 +75,8 @@ async fn trigger_wait_get_list_and_not_found() {
     assert_eq!(o.code, 0, "{o:?}");
     assert!(o.stdout.lines().any(|l| l.starts_with("status") && l.ends_with("completed")), "{o:?}");
     assert!(o.stdout.contains(r#"{"sent":true}"#), "the result is shown: {o:?}");
+    let trace = o.stdout.lines().find_map(|l| l.strip_prefix("trace_id")).map(str::trim).expect("a trace_id line");
+    assert!(trace.len() == 32 && trace.bytes().all(|b| b.is_ascii_hexdigit()), "{o:?}");
     let o = cli(&env, &["runs", "get", &run_id, "--json"]).await;
     assert_eq!(o.code, 0, "{o:?}");
     let v = o.json();

@@ -32,7 +32,7 @@ pub struct TestEnv {
 
 fn init_logs() {
     if std::env::var("TEST_LOG").is_ok() {
-        switchyard_shared::telemetry::init_tracing();
+        let _ = switchyard_shared::telemetry::init_tracing("switchyard-test");
     }
 }
 

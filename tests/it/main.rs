@@ -37,6 +37,7 @@ mod security;
 mod stats_queues;
 mod store_tenancy;
 mod streams;
+mod traces;
 mod transitions;
 mod waiting_steps;
 mod wakeups;

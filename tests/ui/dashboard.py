@@ -22,6 +22,7 @@ API refuses brings the login form back.
 """
 import argparse
 import json
+import re
 import sys
 import time
 import urllib.error
@@ -142,6 +143,7 @@ def main():
         run_id = run_link.inner_text()
         run_link.click()
         expect(page.locator("#run-status [data-status=completed]")).to_be_visible()
+        expect(page.locator("#trace-id")).to_have_text(re.compile(r"^[0-9a-f]{32}$"))
         expect(page.get_by_text("ui-test").first).to_be_visible()
         expect(page.locator("svg.bars rect").first).to_be_attached()
         expect(page.get_by_role("heading", name="Attempts (1)")).to_be_visible()

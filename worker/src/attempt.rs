@@ -23,7 +23,7 @@
 //! ```
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use chrono::Utc;
 use serde_json::{json, Value};
@@ -33,12 +33,14 @@ use switchyard_shared::queue::{Entry, WakeLoop};
 use switchyard_shared::run_token::RunClaims;
 use switchyard_shared::store::{self, Outcome, Run};
 use switchyard_shared::telemetry::{self, DISPATCH_DURATION};
+use switchyard_shared::traces::{self, Place, SpanId, TRACEPARENT};
 use tokio::sync::OwnedSemaphorePermit;
 
 use crate::dispatch::{self, DispatchRequest, Timing};
 use crate::leases::ActiveGuard;
 use crate::outcome::{self, Decision, ErrorClass, Verdict};
 use crate::record::{self, with_db_retry};
+use crate::spans;
 use crate::trace::ExecutionTrace;
 use crate::worker::Inner;
 
@@ -117,6 +119,7 @@ async fn handle(w: &Inner, entry: &Entry, key: u64, dequeue: Duration) {
 
     let waiting_since = due_at.or(run.scheduled_at.filter(|s| *s > run.created_at)).unwrap_or(run.created_at);
     let trace = ExecutionTrace::new(waiting_since, claimed_at, dequeue);
+    let place = run.trace();
 
     let current = loaded.current_version_id.as_deref();
     let spec = match with_db_retry("loading a job", || w.specs.for_run(&w.pool, &run, current)).await {
@@ -132,7 +135,7 @@ async fn handle(w: &Inner, entry: &Entry, key: u64, dequeue: Duration) {
 
     let (attempted, policy) = match &spec {
         Err(why) => (Attempted::without_call(Verdict::permanent(ErrorClass::JobMissing, why.clone())), no_retry()),
-        Ok(spec) => match call_target(w, &run, spec, &extras).await {
+        Ok(spec) => match call_target(w, &run, &place, spec, &extras).await {
             Some(a) => (a, policy_for(spec, &run)),
             None => {
                 let held =
@@ -189,7 +192,24 @@ async fn handle(w: &Inner, entry: &Entry, key: u64, dequeue: Duration) {
         attempt: run.attempt,
         workflow_step_run_id: run.workflow_step_run_id.clone(),
     };
+    let recording = SystemTime::now();
     let recorded = record::finish_attempt(&w.finisher, &run.id, run.dispatch_token, &outcome).await;
+    if recorded && place.recorded() {
+        spans::attempt(
+            &run,
+            &place,
+            &spans::Attempt {
+                waiting_since,
+                claimed_at,
+                dequeue,
+                sent: attempted.sent,
+                span_id: attempted.span_id,
+                timing: attempted.timing,
+                outcome: &outcome,
+                recording,
+            },
+        );
+    }
     let dispatch_secs = (attempted.timing.ttfb + attempted.timing.transfer).as_secs_f64();
     metrics::histogram!(DISPATCH_DURATION, "job_id" => run.job_id.to_string(), "outcome" => outcome.status.as_str())
         .record(dispatch_secs);
@@ -217,11 +237,23 @@ struct Attempted {
     endpoint_url: String,
     status_code: Option<u16>,
     timing: Timing,
+    /// When the request left (or the attempt was given up without one).
+    sent: SystemTime,
+    /// The dispatch's span, named in the request's `traceparent` (when
+    /// the run's trace is recorded).
+    span_id: Option<SpanId>,
 }
 
 impl Attempted {
     fn without_call(verdict: Verdict) -> Attempted {
-        Attempted { verdict, endpoint_url: String::new(), status_code: None, timing: Timing::default() }
+        Attempted {
+            verdict,
+            endpoint_url: String::new(),
+            status_code: None,
+            timing: Timing::default(),
+            sent: SystemTime::now(),
+            span_id: None,
+        }
     }
 }
 
@@ -235,7 +267,7 @@ struct Extras<'a> {
 
 /// POSTs the run to its job's endpoint. `None` only when the run token
 /// cannot be signed (the attempt cannot be made at all).
-async fn call_target(w: &Inner, run: &Run, spec: &JobSpec, extras: &Extras<'_>) -> Option<Attempted> {
+async fn call_target(w: &Inner, run: &Run, place: &Place, spec: &JobSpec, extras: &Extras<'_>) -> Option<Attempted> {
     let timeout = timeout_for(spec, run);
     let token = match w.signer.sign(&RunClaims::for_attempt(run, timeout, Utc::now())) {
         Ok(t) => t,
@@ -255,7 +287,9 @@ async fn call_target(w: &Inner, run: &Run, spec: &JobSpec, extras: &Extras<'_>) 
         Err(why) => return Some(Attempted::without_call(Verdict::permanent(ErrorClass::SecretsUnavailable, why))),
     };
     let body = request_body(run, extras.checkpoint, secrets.as_ref());
-    let headers = request_headers(run, signing.as_deref(), token, &body);
+    let span_id = place.recorded().then(traces::new_span_id);
+    let mut headers = request_headers(run, signing.as_deref(), token, &body);
+    headers.push((TRACEPARENT, place.outgoing(span_id)));
     let req = DispatchRequest {
         endpoint_url: &spec.endpoint_url,
         fallback_url: spec.fallback_endpoint_url.as_deref().filter(|u| !u.is_empty()),
@@ -272,13 +306,21 @@ async fn call_target(w: &Inner, run: &Run, spec: &JobSpec, extras: &Extras<'_>) 
             tracing::warn!(run_id = %run.id, error = %e, "could not log the dispatch in its rate limit buckets");
         }
     }
+    let sent = SystemTime::now();
     let send = dispatch::send(&w.http, &req);
     tokio::pin!(send);
     let d = tokio::select! {
         d = &mut send => d,
         _ = tokio::time::sleep(MARK_RUNNING_AFTER) => tokio::join!(send, mark_running(w, run)).0,
     };
-    Some(Attempted { verdict: d.verdict, endpoint_url: d.endpoint_url, status_code: d.status_code, timing: d.timing })
+    Some(Attempted {
+        verdict: d.verdict,
+        endpoint_url: d.endpoint_url,
+        status_code: d.status_code,
+        timing: d.timing,
+        sent,
+        span_id,
+    })
 }
 
 /// Records `running` for an attempt still in flight after
@@ -470,6 +512,7 @@ pub(crate) mod tests {
             awaiting_dependencies: false,
             created_at: now,
             updated_at: now,
+            traceparent: None,
         }
     }
 

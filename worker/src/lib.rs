@@ -21,6 +21,7 @@
 //! - `outcome`: what a response means for the run (completed, retrying, failed, timed_out). Pure.
 //! - `leases`: the in-flight registry and lease renewal.
 //! - `record`: committing outcomes through Postgres and Redis blips; handing runs back.
+//! - `spans`: the spans an attempt leaves in its run's trace.
 //! - `specs`: job definitions by version, cached when pinned.
 //! - `trace`: the run's `execution_trace`.
 //! - `error`: the library's error type.
@@ -31,6 +32,7 @@ mod error;
 mod leases;
 mod outcome;
 mod record;
+mod spans;
 mod specs;
 mod trace;
 mod worker;

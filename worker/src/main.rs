@@ -17,8 +17,13 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    telemetry::init_tracing();
-    match start(config).await {
+    if let Err(e) = telemetry::init_tracing("switchyard-worker") {
+        eprintln!("switchyard-worker: {e}");
+        return ExitCode::from(2);
+    }
+    let started = start(config).await;
+    switchyard_shared::traces::flush();
+    match started {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = format!("{e:#}"), "switchyard-worker failed");

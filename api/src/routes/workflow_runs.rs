@@ -171,6 +171,10 @@ pub struct WorkflowRun {
     #[oai(skip_serializing_if_is_none)]
     pub finished_at: Option<DateTime<Utc>>,
     pub updated_at: DateTime<Utc>,
+    /// The W3C trace id of the run's trace (its steps' job runs share it):
+    /// its trigger request's, or the caller's `traceparent`'s, else one
+    /// the run began.
+    pub trace_id: String,
     /// The run's steps (absent in listings).
     #[oai(skip_serializing_if_is_none)]
     pub steps: Option<Vec<WorkflowStepRun>>,
@@ -200,7 +204,9 @@ pub(crate) fn step_view(s: StepRun) -> WorkflowStepRun {
 }
 
 pub(crate) fn run_view(r: RunRow, steps: Option<Vec<StepRun>>) -> WorkflowRun {
+    let trace_id = switchyard_shared::traces::Place::of(&r.id, r.traceparent.as_deref()).trace_id.to_string();
     WorkflowRun {
+        trace_id,
         id: r.id.into_string(),
         project_id: r.project_id,
         workflow_id: r.workflow_id.into_string(),
@@ -443,6 +449,7 @@ impl WorkflowRunsApi {
             tags: b.tags.unwrap_or_default().into_iter().collect(),
             triggered_by: "api".into(),
             created_by: auth.0.actor(),
+            traceparent: switchyard_shared::traces::request::current(),
             ..NewWorkflowRun::default()
         };
         match state.workflow_intake.trigger(&state.engine_pool, &state.queue, &state.versions, wf, new).await? {

@@ -103,9 +103,15 @@ pub struct JobRun {
     pub progress: Option<f64>,
     #[oai(skip_serializing_if_is_none)]
     pub progress_message: Option<String>,
+    /// The W3C trace id of the run's trace: its trigger request's (or the
+    /// caller's `traceparent`, or its workflow run's), else one the run
+    /// began. Every request Switchyard sends for the run carries it in
+    /// `traceparent`.
+    pub trace_id: String,
 }
 
 pub fn run_view(r: Run) -> JobRun {
+    let trace_id = r.trace().trace_id.to_string();
     let trace = r.execution_trace.map(|t| {
         let g = |k: &str| t.0.get(k).and_then(Value::as_i64).unwrap_or(0);
         ExecutionTrace {
@@ -161,6 +167,7 @@ pub fn run_view(r: Run) -> JobRun {
         resource_class: r.resource_class,
         progress: r.progress,
         progress_message: r.progress_message,
+        trace_id,
     }
 }
 

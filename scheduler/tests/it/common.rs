@@ -59,7 +59,7 @@ where
     Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
 {
     if std::env::var_os("TEST_LOG").is_some() {
-        switchyard_shared::telemetry::init_tracing();
+        let _ = switchyard_shared::telemetry::init_tracing("switchyard-test");
     }
     let env = Arc::new(Env::create(JobSpec::with_endpoint("http://127.0.0.1:9/never")).await);
     let outcome = tokio::spawn(tokio::time::timeout(TEST_TIMEOUT, test(env.clone()))).await;

@@ -24,6 +24,8 @@ pub struct RunView<'a> {
     pub created_by: Option<&'a str>,
     pub tags: &'a BTreeMap<String, String>,
     pub depth: i32,
+    /// The trace context the run descends from (`crate::traces`).
+    pub traceparent: Option<&'a str>,
 }
 
 /// What the store read for a start: the step's job (a job step), and what
@@ -208,6 +210,8 @@ pub fn new_run(
         scheduled_at: admitted.scheduled_at,
         expires_at: admitted.expires_at,
         workflow_step_run_id: Some(row.id.clone()),
+        // The job run is a child of its step's span.
+        traceparent: Some(crate::traces::step_parent(run.id, run.traceparent, row.id)),
         ..NewRun::default()
     })
 }
@@ -254,6 +258,7 @@ mod tests {
             created_by: Some("key_1"),
             tags: &tags,
             depth,
+            traceparent: None,
         };
         step_start(def, &row(), &run, facts, at(0))
     }

@@ -26,8 +26,15 @@ pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The header that names the delivery.
 pub const DELIVERY_ID_HEADER: &str = "X-Svc-Delivery-Id";
 
-/// Sends `body` to `url` once.
-pub async fn send(http: &Http, url: &str, secret: Option<&str>, delivery_id: &str, body: &[u8]) -> Attempt {
+/// Sends `body` to `url` once, with `traceparent` (`crate::traces`).
+pub async fn send(
+    http: &Http,
+    url: &str,
+    secret: Option<&str>,
+    delivery_id: &str,
+    traceparent: &str,
+    body: &[u8],
+) -> Attempt {
     let url = match http.target(url) {
         Ok(u) => u,
         Err(TargetError::Invalid(m)) => return Attempt::Rejected { status_code: None, error: m },
@@ -39,6 +46,7 @@ pub async fn send(http: &Http, url: &str, secret: Option<&str>, delivery_id: &st
         .timeout(ATTEMPT_TIMEOUT)
         .header(CONTENT_TYPE, "application/json")
         .header(DELIVERY_ID_HEADER, delivery_id)
+        .header(crate::traces::TRACEPARENT, traceparent)
         .body(body.to_vec());
     if let Some(secret) = secret.filter(|s| !s.is_empty()) {
         let ts = Utc::now().timestamp();
@@ -70,16 +78,19 @@ mod tests {
     use super::*;
     use crate::outbound::test_server::TestServer;
 
+    const TP: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
     #[tokio::test]
     async fn deliveries_are_signed_and_named() {
         let srv = TestServer::start(&["HTTP/1.1 204 No Content\r\n\r\n"]).await;
         let http = Http::new(2, false).unwrap();
-        let got = send(&http, &srv.url, Some("whsec"), "whd_1", br#"{"a":1}"#).await;
+        let got = send(&http, &srv.url, Some("whsec"), "whd_1", TP, br#"{"a":1}"#).await;
         assert_eq!(got, Attempt::Delivered { status_code: 204 });
         let s = &srv.requests()[0];
         let ts: i64 = s.headers["x-svc-timestamp"].parse().unwrap();
         assert_eq!(s.headers["x-svc-signature"], signing::signature("whsec", ts, &s.body));
         assert_eq!(s.headers["x-webhook-signature"], s.headers["x-svc-signature"]);
+        assert_eq!(s.headers["traceparent"], TP);
         assert_eq!(s.headers["x-svc-delivery-id"], "whd_1");
     }
 
@@ -92,11 +103,11 @@ mod tests {
         .await;
         let http = Http::new(2, false).unwrap();
         assert!(matches!(
-            send(&http, &srv.url, None, "d", b"{}").await,
+            send(&http, &srv.url, None, "d", TP, b"{}").await,
             Attempt::Rejected { status_code: Some(410), .. }
         ));
         assert!(matches!(
-            send(&http, &srv.url, None, "d", b"{}").await,
+            send(&http, &srv.url, None, "d", TP, b"{}").await,
             Attempt::Failed { status_code: Some(502), .. }
         ));
         assert!(!srv.requests()[0].headers.contains_key("x-svc-signature"), "no secret, no signature");
@@ -106,7 +117,7 @@ mod tests {
     async fn private_urls_are_refused_when_denied() {
         let srv = TestServer::start(&["HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"]).await;
         let http = Http::new(2, true).unwrap();
-        assert!(matches!(send(&http, &srv.url, None, "d", b"{}").await, Attempt::Rejected { .. }));
+        assert!(matches!(send(&http, &srv.url, None, "d", TP, b"{}").await, Attempt::Rejected { .. }));
         assert!(srv.requests().is_empty());
     }
 }

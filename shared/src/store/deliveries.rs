@@ -112,6 +112,19 @@ pub struct Claimed {
     #[sqlx(flatten)]
     pub delivery: Delivery,
     pub secret: Option<String>,
+    /// The trace context of the run (or workflow run) the delivery tells
+    /// of, as stored (`crate::traces`).
+    pub traceparent: Option<String>,
+}
+
+impl Claimed {
+    /// Where the delivery sits in a trace: under the run it tells of; a
+    /// delivery of no run (a subscription's event) begins its own.
+    pub fn trace(&self) -> crate::traces::Place {
+        let d = &self.delivery;
+        let id = d.run_id.as_deref().or(d.workflow_run_id.as_deref()).unwrap_or(&d.id);
+        crate::traces::Place::of(id, self.traceparent.as_deref())
+    }
 }
 
 /// The deliveries waiting for an attempt that no sender holds, for
@@ -141,7 +154,11 @@ static CLAIM_DUE_SQL: LazyLock<String> = LazyLock::new(|| {
                 coalesce(nullif(CASE d.kind
                     WHEN 'job_run' THEN (SELECT j.spec->>'webhook_secret' FROM jobs j WHERE j.id = d.job_id)
                     WHEN 'subscription' THEN (SELECT s.secret FROM webhook_subscriptions s WHERE s.id = d.subscription_id)
-                END, ''), (SELECT p.signing_secret FROM projects p WHERE p.id = d.project_id)) AS secret
+                END, ''), (SELECT p.signing_secret FROM projects p WHERE p.id = d.project_id)) AS secret,
+                CASE WHEN d.run_id IS NOT NULL THEN (SELECT r.traceparent FROM job_runs r WHERE r.id = d.run_id)
+                     WHEN d.workflow_run_id IS NOT NULL
+                     THEN (SELECT w.traceparent FROM workflow_runs w WHERE w.id = d.workflow_run_id)
+                END AS traceparent
            FROM d"
         ),
         cols = COLUMNS.split(", ").map(|c| format!("d.{}", c.trim())).collect::<Vec<_>>().join(", ")

@@ -527,6 +527,7 @@ async fn fire_workflow_in(
         idempotency_key: Some(key),
         triggered_by: "event".into(),
         created_by: event.created_by.clone(),
+        traceparent: crate::traces::request::current(),
         ..NewWorkflowRun::default()
     };
     Ok(Ok(Fired::Workflow(Box::new(workflow_runs::trigger_in(conn, &wf, &new).await?))))

@@ -73,6 +73,7 @@ pub mod transitions;
 pub mod workflow_engine;
 pub mod workflow_moves;
 pub mod workflow_runs;
+mod workflow_traces;
 pub mod workflows;
 
 #[cfg(test)]

@@ -71,9 +71,17 @@ pub struct Run {
     pub awaiting_dependencies: bool,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    /// The trace context the run descends from (`crate::traces`); NULL:
+    /// it began its own trace.
+    pub traceparent: Option<String>,
 }
 
 impl Run {
+    /// Where the run sits in its trace.
+    pub fn trace(&self) -> crate::traces::Place {
+        crate::traces::Place::of(&self.id, self.traceparent.as_deref())
+    }
+
     /// The run's queue entry (stable for the run's whole life).
     pub fn entry(&self) -> Entry {
         Entry::new(
@@ -93,7 +101,7 @@ pub const RUN_COLUMNS: &str = "id, project_id, job_id, job_version, job_version_
     retry_backoff, max_attempts_override, retry_initial_delay_secs, retry_max_delay_secs, timeout_secs_override, \
     metadata, tags, scheduled_at, expires_at, started_at, finished_at, heartbeat_at, next_retry_at, \
     execution_trace, dispatch_token, resource_class, progress, progress_message, async_accepted_at, \
-    awaiting_dependencies, created_at, updated_at";
+    awaiting_dependencies, created_at, updated_at, traceparent";
 
 /// What a trigger asks for; the api fills it after validation.
 #[derive(Clone, Debug, Default)]
@@ -134,6 +142,10 @@ pub struct NewRun {
     pub workflow_step_run_id: Option<StepRunId>,
     /// small, medium or large (a workflow step may ask for one).
     pub resource_class: Option<String>,
+    /// The trace context the run descends from (`crate::traces`): the
+    /// trigger request's, or its workflow step's. `None`: the run begins
+    /// its own trace.
+    pub traceparent: Option<String>,
 }
 
 impl NewRun {
@@ -196,6 +208,8 @@ impl NewRun {
             scheduled_at: admitted.scheduled_at,
             expires_at: admitted.expires_at,
             awaiting_dependencies: !valid.depends_on.is_empty() && !valid.dependencies_met,
+            // Triggered while the api serves a request: a child of its span.
+            traceparent: crate::traces::request::current(),
             ..NewRun::default()
         }
     }
@@ -245,6 +259,7 @@ pub async fn insert_in(conn: &mut sqlx::PgConnection, r: &NewRun) -> Result<(Run
         .bind(r.awaiting_dependencies)
         .bind(&r.workflow_step_run_id)
         .bind(&r.resource_class)
+        .bind(&r.traceparent)
         .fetch_optional(&mut *conn)
         .await?;
     if let Some(run) = inserted {
@@ -339,11 +354,12 @@ pub(super) fn new_run_args(
     args.add(created_at)?;
     args.add(col!(|r| r.workflow_step_run_id.as_deref()))?;
     args.add(col!(|r| r.resource_class.as_deref()))?;
+    args.add(col!(|r| r.traceparent.as_deref()))?;
     Ok(())
 }
 
 /// The parameters [`new_run_args`] binds.
-pub(super) const NEW_RUN_PARAMS: usize = 32;
+pub(super) const NEW_RUN_PARAMS: usize = 33;
 
 /// [`insert_many_in`]'s statement for runs that claim no key, with more
 /// CTEs after its own (`more`, its parameters numbered after
@@ -379,12 +395,12 @@ pub(super) async fn inserted_runs(
 }
 
 /// The columns a trigger writes, in the order of both inserts' parameters
-/// ($1..$29, then $31, $32 in the batch insert, whose $30 is created_at).
+/// ($1..$29, then $31..$33 in the batch insert, whose $30 is created_at).
 const INSERTED_COLUMNS: &str = "id, project_id, job_id, job_version, job_version_id, status, priority, \
      triggered_by, created_by, payload, idempotency_key, concurrency_key, batch_id, parent_run_id, lineage_depth, \
      debug_mode, execution_mode, retry_backoff, max_attempts_override, retry_initial_delay_secs, \
      retry_max_delay_secs, timeout_secs_override, metadata, tags, scheduled_at, expires_at, payload_hash, cron_tick, \
-     awaiting_dependencies, workflow_step_run_id, resource_class";
+     awaiting_dependencies, workflow_step_run_id, resource_class, traceparent";
 
 /// The insert statements, built once: a run (or a batch) without an
 /// idempotency key or cron tick skips the claim entirely.
@@ -412,7 +428,7 @@ fn insert_one_sql(keyed: bool) -> String {
         "WITH {claim} ins AS (
             INSERT INTO job_runs ({INSERTED_COLUMNS})
             SELECT $1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22,$23,$24,$25,$26,
-                $27,$28,$29,$30,$31 {claimed}
+                $27,$28,$29,$30,$31,$32 {claimed}
             RETURNING {RUN_COLUMNS}
         ), ev AS (
             INSERT INTO job_run_events (run_id, from_status, to_status, attempt, reason)
@@ -447,11 +463,11 @@ fn insert_many_sql(keyed: bool) -> String {
                 $7::int4[], $8::text[], $9::text[], $10::jsonb[], $11::text[], $12::text[], $13::text[], $14::text[],
                 $15::int4[], $16::bool[], $17::text[], $18::text[], $19::int4[], $20::int4[], $21::int4[], $22::int4[],
                 $23::jsonb[], $24::jsonb[], $25::timestamptz[], $26::timestamptz[], $27::bytea[], $28::timestamptz[],
-                $29::bool[], $31::text[], $32::text[])
+                $29::bool[], $31::text[], $32::text[], $33::text[])
                 AS t(id, project, job, version, version_id, status, priority, triggered_by, created_by, payload, key,
                      concurrency_key, batch_id, parent, depth, debug, mode, backoff, max_attempts, initial_delay,
                      max_delay, timeout, metadata, tags, scheduled_at, expires_at, payload_hash, tick, awaiting,
-                     step_run, resource_class)
+                     step_run, resource_class, traceparent)
             {claimed}
             RETURNING id, status
         ), ev AS (
@@ -513,6 +529,7 @@ impl Run {
             awaiting_dependencies: r.awaiting_dependencies,
             created_at,
             updated_at: created_at,
+            traceparent: r.traceparent,
         }
     }
 }

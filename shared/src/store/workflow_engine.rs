@@ -157,6 +157,7 @@ fn run_view(r: &WorkflowRun) -> RunView<'_> {
         created_by: r.created_by.as_deref(),
         tags: &r.tags.0,
         depth: r.depth,
+        traceparent: r.traceparent.as_deref(),
     }
 }
 
@@ -366,6 +367,9 @@ pub struct Pending {
     pub woke: Option<DateTime<Utc>>,
     new_runs: Vec<Run>,
     staged: Vec<Staged>,
+    /// The spans of the steps the pass ended, and of the run when it
+    /// ended: exported once the pass commits.
+    spans: Vec<crate::traces::SpanRecord>,
 }
 
 impl Pending {
@@ -383,7 +387,8 @@ impl Pending {
     /// process dies first, they are `queued` in Postgres and the
     /// reconciler enqueues them.
     pub async fn after_commit(self, queue: &Queue) -> Advanced {
-        let Pending { mut advanced, new_runs, staged, .. } = self;
+        let Pending { mut advanced, new_runs, staged, spans, .. } = self;
+        spans.into_iter().for_each(crate::traces::record);
         let cancelled: Vec<Changed> = staged.into_iter().flat_map(Staged::committed).collect();
         transitions::drop_entries(queue, &cancelled).await;
         advanced.job_runs_enqueued = runs::enqueue_made(queue, &new_runs).await;
@@ -396,6 +401,7 @@ impl Pending {
         let mut cancelled: Vec<Changed> = Vec::new();
         let mut made: Vec<Run> = Vec::new();
         for p in pending {
+            p.spans.into_iter().for_each(crate::traces::record);
             cancelled.extend(p.staged.into_iter().flat_map(Staged::committed));
             made.extend(p.new_runs);
         }
@@ -555,6 +561,7 @@ async fn advance_locked(
     let mut deferred: Vec<(PassWrite, Vec<NewRun>)> = Vec::new();
     let mut jobs: HashMap<JobId, Arc<jobs::JobRecord>> = HashMap::new();
     let mut ends: Vec<(WorkflowRun, Decided)> = Vec::new();
+    let traced = crate::traces::enabled();
     for l in locked {
         let (idle, live) = (l.idle(now, force), l.live());
         let Locked { run, wf_version_id, wf_version, max_parallel_steps, .. } = l;
@@ -565,6 +572,7 @@ async fn advance_locked(
             woke: None,
             new_runs: Vec::new(),
             staged: Vec::new(),
+            spans: Vec::new(),
         };
         if idle {
             // The run's wake-up time goes back to a scheduler told of it by a
@@ -583,6 +591,10 @@ async fn advance_locked(
         }
         let current = wf_version_id.zip(wf_version);
         let before = run.wake_at;
+        let step_starts = match rows_of.get(&run_id).filter(|_| traced) {
+            Some(rows) => super::workflow_traces::StepStarts::of(rows.iter().map(|r| &r.step)),
+            None => Default::default(),
+        };
         let mut engine = Pass {
             run,
             now,
@@ -618,6 +630,8 @@ async fn advance_locked(
             ..
         } = engine;
         jobs = read;
+        let spans =
+            if traced { super::workflow_traces::pass(&run, &writes, &step_starts, ended, now) } else { Vec::new() };
         if let Some(d) = deferred_end {
             ends.push((run, d));
         }
@@ -632,7 +646,7 @@ async fn advance_locked(
             wake_at,
         };
         let woke = wake_at.filter(|t| ended.is_none() && before != Some(*t));
-        done.insert(run_id.clone(), Pending { run_id, advanced, woke, new_runs, staged });
+        done.insert(run_id.clone(), Pending { run_id, advanced, woke, new_runs, staged, spans });
     }
     // The passes' last writes, together: the job runs first (the steps
     // name them), then the step rows, decisions and wake-up times.
@@ -1221,6 +1235,7 @@ impl Pass<'_> {
             parent_step_run_id: Some(row.id.clone()),
             depth: c.depth,
             cron_tick: None,
+            traceparent: Some(crate::traces::step_parent(&self.run.id, self.run.traceparent.as_deref(), &row.id)),
         };
         Ok(match workflow_runs::trigger_in(tx, &sub, &new).await? {
             Triggered::Created(r) | Triggered::Existing(r) => Ok(r.id.into_string()),

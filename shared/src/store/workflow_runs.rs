@@ -52,11 +52,14 @@ pub struct WorkflowRun {
     pub started_at: Option<DateTime<Utc>>,
     pub finished_at: Option<DateTime<Utc>>,
     pub updated_at: DateTime<Utc>,
+    /// The trace context the run descends from (`crate::traces`); NULL:
+    /// it began its own trace.
+    pub traceparent: Option<String>,
 }
 
 pub const RUN_COLUMNS: &str = "id, project_id, workflow_id, version_id, version, started_version_id, version_policy, \
     status, payload, output, error, error_class, compensation, idempotency_key, tags, triggered_by, created_by, parent_step_run_id, depth, \
-    cron_tick, deadline_at, wake_at, created_at, started_at, finished_at, updated_at";
+    cron_tick, deadline_at, wake_at, created_at, started_at, finished_at, updated_at, traceparent";
 
 /// One step of a run.
 #[derive(Clone, Debug, sqlx::FromRow)]
@@ -118,6 +121,9 @@ pub struct NewWorkflowRun {
     pub parent_step_run_id: Option<StepRunId>,
     pub depth: i32,
     pub cron_tick: Option<DateTime<Utc>>,
+    /// The trace context it descends from (the trigger request's, or its
+    /// parent step's); `None`: it begins its own trace.
+    pub traceparent: Option<String>,
 }
 
 /// What a trigger did.
@@ -203,10 +209,10 @@ async fn create_in(
     let inserted: Option<WorkflowRun> = sqlx::query_as(&format!(
         "INSERT INTO workflow_runs (id, project_id, workflow_id, version_id, version, started_version_id,
             version_policy, status, payload, idempotency_key, tags, triggered_by, created_by, parent_step_run_id,
-            depth, cron_tick, started_at, deadline_at)
+            depth, cron_tick, started_at, deadline_at, traceparent)
          VALUES ($1, $2, $3, $4, $5, $4, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15,
             CASE WHEN $16 THEN now() END,
-            CASE WHEN $16 AND $17::int IS NOT NULL THEN now() + make_interval(secs => $17) END)
+            CASE WHEN $16 AND $17::int IS NOT NULL THEN now() + make_interval(secs => $17) END, $18)
          ON CONFLICT DO NOTHING
          RETURNING {RUN_COLUMNS}"
     ))
@@ -227,6 +233,7 @@ async fn create_in(
     .bind(new.cron_tick)
     .bind(running)
     .bind(wf.timeout_secs.filter(|t| *t > 0))
+    .bind(&new.traceparent)
     .fetch_optional(&mut *conn)
     .await?;
     let Some(run) = inserted else {
@@ -364,14 +371,15 @@ pub async fn create_many_unannounced_in(
     let ids: Vec<WorkflowRunId> = col!(|_| ids::workflow_run_id());
     let rows: Vec<WorkflowRun> = sqlx::query_as(&format!(
         "INSERT INTO workflow_runs (id, project_id, workflow_id, version_id, version, started_version_id,
-            version_policy, status, payload, tags, triggered_by, created_by, depth, started_at, deadline_at)
+            version_policy, status, payload, tags, triggered_by, created_by, depth, started_at, deadline_at,
+            traceparent)
          SELECT t.id, t.project_id, t.workflow_id, t.version_id, t.version, t.version_id, t.version_policy,
                 'running', t.payload, t.tags, t.triggered_by, t.created_by, t.depth, now(),
-                CASE WHEN t.timeout IS NOT NULL THEN now() + make_interval(secs => t.timeout) END
+                CASE WHEN t.timeout IS NOT NULL THEN now() + make_interval(secs => t.timeout) END, t.traceparent
            FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::int4[], $6::text[], $7::jsonb[],
-                       $8::jsonb[], $9::text[], $10::text[], $11::int4[], $12::int4[])
+                       $8::jsonb[], $9::text[], $10::text[], $11::int4[], $12::int4[], $13::text[])
                 AS t (id, project_id, workflow_id, version_id, version, version_policy, payload, tags,
-                      triggered_by, created_by, depth, timeout)
+                      triggered_by, created_by, depth, timeout, traceparent)
          RETURNING {RUN_COLUMNS}"
     ))
     .bind(&ids)
@@ -386,6 +394,7 @@ pub async fn create_many_unannounced_in(
     .bind(col!(|(_, new)| new.created_by.as_deref()))
     .bind(col!(|(_, new)| new.depth))
     .bind(col!(|(wf, _)| wf.timeout_secs.filter(|t| *t > 0)))
+    .bind(col!(|(_, new)| new.traceparent.as_deref()))
     .fetch_all(&mut *conn)
     .await?;
     let mut by_id: HashMap<WorkflowRunId, WorkflowRun> = rows.into_iter().map(|r| (r.id.clone(), r)).collect();
