@@ -379,6 +379,7 @@ pub fn init(service: &'static str) -> Result<Option<opentelemetry_sdk::trace::Sd
             ))
         }
     };
+    install_tls_provider();
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
         .with_protocol(protocol)
@@ -401,6 +402,13 @@ pub fn init(service: &'static str) -> Result<Option<opentelemetry_sdk::trace::Sd
     let tracer = export.provider.tracer(TARGET);
     let _ = EXPORT.set(export);
     Ok(Some(tracer))
+}
+
+/// The exporter's client (reqwest 0.13) needs rustls' process-wide
+/// provider: ring, as the rest of the workspace uses. An embedding program
+/// that installed one keeps its own.
+fn install_tls_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
 /// Sends what is buffered (at shutdown; the batch processor otherwise
@@ -475,6 +483,14 @@ mod tests {
         let job_run = Place::of("run_9", Some(&step.as_parent().header()));
         assert_eq!(job_run.parent, Some(step.span_id));
         assert_eq!(job_run.trace_id, step.trace_id);
+    }
+
+    #[test]
+    fn the_exporters_client_speaks_tls() {
+        // An https collector: reqwest 0.13's rustls finds the ring provider
+        // (building its TLS configuration would panic without one).
+        install_tls_provider();
+        assert!(reqwest_otlp::blocking::Client::builder().https_only(true).build().is_ok());
     }
 
     #[test]
