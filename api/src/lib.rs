@@ -159,6 +159,9 @@ pub fn app(state: AppState) -> impl poem::Endpoint<Output = poem::Response> {
         .around(rate_limit::limit)
         .data(state)
         .with(problem::ProblemMiddleware)
+        // Boxed: one more layer of nested endpoint types overflows the
+        // compiler's query depth in release builds.
+        .boxed()
         .around(trace_context::around)
         .map_to_response()
 }
