@@ -62,21 +62,8 @@ pub(crate) fn attempt(run: &Run, place: &Place, a: &Attempt<'_>) {
             .attr(Attr::new("switchyard.outcome", o.status.as_str())),
     );
     if o.status.is_terminal() {
-        run_span(run, place, o.status.as_str(), o.error.as_deref(), SystemTime::now());
+        run.trace_end(o.status.as_str(), o.error.as_deref());
     }
-}
-
-/// The run's own span, from its creation to its end.
-pub(crate) fn run_span(run: &Run, place: &Place, status: &str, error: Option<&str>, end: SystemTime) {
-    traces::record(
-        SpanRecord::own(place, format!("run {}", run.job_id), traces::at(run.created_at), end)
-            .attr(Attr::new("switchyard.run_id", run.id.to_string()))
-            .attr(Attr::new("switchyard.job_id", run.job_id.to_string()))
-            .attr(Attr::new("switchyard.project_id", run.project_id.clone()))
-            .attr(Attr::new("switchyard.status", status.to_string()))
-            .attr(Attr::new("switchyard.attempts", i64::from(run.attempt)))
-            .error(error.filter(|_| status != "completed")),
-    );
 }
 
 /// The endpoint without what may be a credential (user info, the query).

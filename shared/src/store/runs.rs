@@ -82,6 +82,30 @@ impl Run {
         crate::traces::Place::of(&self.id, self.traceparent.as_deref())
     }
 
+    /// Exports the run's own span, from its creation to now, when it ended
+    /// with `status` (`error`: its error) and its trace is recorded.
+    pub fn trace_end(&self, status: &str, error: Option<&str>) {
+        use crate::traces::{self, Attr, SpanRecord};
+        let place = self.trace();
+        if !place.recorded() {
+            return;
+        }
+        traces::record(
+            SpanRecord::own(
+                &place,
+                format!("run {}", self.job_id),
+                traces::at(self.created_at),
+                std::time::SystemTime::now(),
+            )
+            .attr(Attr::new("switchyard.run_id", self.id.to_string()))
+            .attr(Attr::new("switchyard.job_id", self.job_id.to_string()))
+            .attr(Attr::new("switchyard.project_id", self.project_id.clone()))
+            .attr(Attr::new("switchyard.status", status.to_string()))
+            .attr(Attr::new("switchyard.attempts", i64::from(self.attempt)))
+            .error(error.filter(|_| status != "completed")),
+        );
+    }
+
     /// The run's queue entry (stable for the run's whole life).
     pub fn entry(&self) -> Entry {
         Entry::new(

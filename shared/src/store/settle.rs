@@ -93,6 +93,9 @@ pub async fn settle(
     if !runs::finish_attempt(pool, &run.id, run.dispatch_token, &outcome).await? {
         return Ok(None);
     }
+    if outcome.status.is_terminal() {
+        run.trace_end(outcome.status.as_str(), outcome.error.as_deref());
+    }
     let retry_due = outcome.next_retry_at.map(|t| t.timestamp_millis());
     if let Err(e) = queue.ack(&run.entry(), retry_due).await {
         tracing::warn!(run_id = %run.id, error = %e, "ack after settling failed; the reconciler will restore the entry");
