@@ -457,8 +457,9 @@ fn insert_one_sql(keyed: bool) -> String {
         ), ev AS (
             INSERT INTO job_run_events (run_id, from_status, to_status, attempt, reason)
             SELECT id, NULL, status, 0, 'triggered' FROM ins WHERE status <> 'queued'
-        )
-        SELECT {RUN_COLUMNS} FROM ins"
+        ), {streamed}
+        SELECT {RUN_COLUMNS} FROM ins",
+        streamed = super::streams::log_runs_cte("streamed", "ins")
     )
 }
 
@@ -493,12 +494,13 @@ fn insert_many_sql(keyed: bool) -> String {
                      max_delay, timeout, metadata, tags, scheduled_at, expires_at, payload_hash, tick, awaiting,
                      step_run, resource_class, traceparent)
             {claimed}
-            RETURNING id, status
+            RETURNING id, status, project_id, job_id
         ), ev AS (
             INSERT INTO job_run_events (run_id, from_status, to_status, attempt, reason, created_at)
             SELECT id, NULL, status, 0, 'triggered', $30 FROM ins WHERE status <> 'queued'
-        )
-        SELECT id FROM ins"
+        ), {streamed}
+        SELECT id FROM ins",
+        streamed = super::streams::log_runs_cte("streamed", "ins")
     )
 }
 
@@ -654,13 +656,15 @@ static FINISH_MANY_SQL: LazyLock<String> = LazyLock::new(|| {
             WHERE r.id = ANY($1) AND r.id = i.id
               AND CASE r.status WHEN 'queued' THEN r.dispatch_token = i.token - 1
                                 WHEN 'running' THEN r.dispatch_token = i.token END
-            RETURNING r.id, r.attempt, i.status, i.error, i.status_code, i.endpoint_url, i.started_at, i.trace
+            RETURNING r.id, r.attempt, i.status, i.error, i.status_code, i.endpoint_url, i.started_at, i.trace,
+                r.project_id, r.job_id
         ), a AS (
             INSERT INTO job_run_attempts (run_id, attempt, outcome, status_code, error, endpoint_url,
                 started_at, finished_at, trace)
             SELECT id, attempt, status, status_code, error, endpoint_url, started_at, now(), trace FROM u
-        ), {}
+        ), {}, {}
         SELECT id, status FROM u",
+        super::streams::log_runs_cte("streamed", "u"),
         super::deliveries::runs_ended_ctes(13, Some("SELECT id FROM u"), false)
     )
 });
@@ -837,7 +841,15 @@ pub async fn mark_running_many(
     let ids: Vec<RunId> = items.iter().map(|i| i.0.clone()).collect();
     let tokens: Vec<i64> = items.iter().map(|i| i.1).collect();
     let starts: Vec<DateTime<Utc>> = items.iter().map(|i| i.2).collect();
-    let marked: Vec<RunId> = sqlx::query_scalar(
+    let marked: Vec<RunId> =
+        sqlx::query_scalar(&MARK_RUNNING_MANY_SQL).bind(&ids).bind(&tokens).bind(&starts).fetch_all(pool).await?;
+    let marked: std::collections::HashSet<RunId> = marked.into_iter().collect();
+    Ok(ids.iter().map(|id| marked.contains(id)).collect())
+}
+
+/// [`mark_running_many`]'s statement, built once.
+static MARK_RUNNING_MANY_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
         "WITH input AS (
             SELECT * FROM UNNEST($1::text[], $2::int8[], $3::timestamptz[]) AS t(id, token, started_at)
         ), u AS (
@@ -847,39 +859,34 @@ pub async fn mark_running_many(
             -- Shaped like finish_many's fence, for the same reason.
             WHERE r.id = ANY($1) AND r.id = i.id
               AND CASE r.status WHEN 'queued' THEN r.dispatch_token = i.token - 1 END
-            RETURNING r.id, r.attempt, i.started_at
+            RETURNING r.id, r.attempt, i.started_at, r.project_id, r.job_id, r.status
         ), ev AS (
             INSERT INTO job_run_events (run_id, from_status, to_status, attempt, reason, created_at)
             SELECT id, 'queued', 'running', attempt, NULL, started_at FROM u
-        )
+        ), {}
         SELECT id FROM u",
+        super::streams::log_runs_cte("streamed", "u")
     )
-    .bind(&ids)
-    .bind(&tokens)
-    .bind(&starts)
-    .fetch_all(pool)
-    .await?;
-    let marked: std::collections::HashSet<RunId> = marked.into_iter().collect();
-    Ok(ids.iter().map(|id| marked.contains(id)).collect())
-}
+});
 
 /// Records `queued -> running` for the attempt a run token was minted for,
 /// when an SDK call arrives before the worker wrote it (see
 /// [`load_for_dispatch`]): the worker took the run with the next token, so
 /// this takes the same one. True when the run is now running on `attempt`.
 pub async fn mark_running_for_attempt(pool: &PgPool, run_id: &RunId, attempt: i32) -> Result<bool, sqlx::Error> {
-    let row: Option<i32> = sqlx::query_scalar(
+    let row: Option<i32> = sqlx::query_scalar(&format!(
         "WITH u AS (
             UPDATE job_runs SET status = 'running', attempt = attempt + 1, dispatch_token = dispatch_token + 1,
                 started_at = now(), heartbeat_at = now(), next_retry_at = NULL, async_accepted_at = NULL
             WHERE id = $1 AND status = 'queued' AND attempt = $2 - 1
-            RETURNING id, attempt
+            RETURNING id, attempt, project_id, job_id, status
         ), ev AS (
             INSERT INTO job_run_events (run_id, from_status, to_status, attempt, reason)
             SELECT id, 'queued', 'running', attempt, NULL FROM u
-        )
+        ), {}
         SELECT attempt FROM u",
-    )
+        super::streams::log_runs_cte("streamed", "u")
+    ))
     .bind(run_id)
     .bind(attempt)
     .fetch_optional(pool)

@@ -110,7 +110,7 @@ pub async fn settle(
 /// marked now. The heartbeat clock starts now. Returns whether it was
 /// recorded.
 pub async fn mark_async_accepted(pool: &PgPool, run_id: &str, token: i64, trace: &Value) -> Result<bool, sqlx::Error> {
-    let row: Option<(i32, bool)> = sqlx::query_as(
+    let row: Option<(i32, bool)> = sqlx::query_as(&format!(
         "WITH u AS (
             UPDATE job_runs r SET async_accepted_at = now(), heartbeat_at = now(), execution_trace = $3,
                 status = 'running', dispatch_token = $2,
@@ -121,15 +121,16 @@ pub async fn mark_async_accepted(pool: &PgPool, run_id: &str, token: i64, trace:
             WHERE r.id = $1 AND o.id = r.id
               AND CASE r.status WHEN 'queued' THEN r.dispatch_token = $2 - 1
                                 WHEN 'running' THEN r.dispatch_token = $2 END
-            RETURNING r.id, r.attempt, o.status = 'queued' AS from_queued
+            RETURNING r.id, r.attempt, o.status = 'queued' AS from_queued, r.project_id, r.job_id, r.status
         ), ev AS (
             INSERT INTO job_run_events (run_id, from_status, to_status, attempt, reason)
             SELECT id, 'queued', 'running', attempt, NULL FROM u WHERE from_queued
             UNION ALL
             SELECT id, 'running', 'running', attempt, 'accepted by the target (HTTP 202); finished over the SDK' FROM u
-        )
+        ), {}
         SELECT attempt, from_queued FROM u",
-    )
+        super::streams::log_runs_cte("streamed", "(SELECT * FROM u WHERE from_queued)")
+    ))
     .bind(run_id)
     .bind(token)
     .bind(Json(trace))

@@ -20,6 +20,23 @@ use sqlx::PgPool;
 /// The NOTIFY channel of changes.
 pub const CHANNEL: &str = "switchyard_changes";
 
+/// A CTE named `name` that logs, for the live streams, the runs of `from`
+/// (a CTE of the caller's statement with `id`, `project_id`, `job_id` and
+/// their new `status`) whose project some api process streams. The hot
+/// statements (a run's insert, every update that moves its dispatch
+/// token) log their own rows this way, once per statement, instead of
+/// through a row trigger (migration 0032); the change log's own trigger
+/// announces each row.
+pub(super) fn log_runs_cte(name: &str, from: &str) -> String {
+    format!(
+        "{name} AS (
+            INSERT INTO stream_changes (project_id, kind, id, status, job_id)
+            SELECT f.project_id, 'run', f.id, f.status, f.job_id
+              FROM {from} f JOIN stream_watches w ON w.project_id = f.project_id AND w.until > now()
+        )"
+    )
+}
+
 /// One recorded change.
 #[derive(Clone, Debug, sqlx::FromRow)]
 pub struct Change {
