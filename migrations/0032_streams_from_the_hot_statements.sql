@@ -1,12 +1,13 @@
--- The statements on a run's hot path write the live streams' change log
--- themselves, and the row triggers of migration 0030 stay for every other
--- writer. With nobody streaming, the triggers' function call and watch
--- probe per changed row were what the run path paid (about 16 µs of
--- Postgres time per run, 7 % of the benchmark's phase (a) rate): now a run's
--- insert (`store::runs`, both insert statements) and every update that moves
--- its dispatch token (the worker's outcomes and `running` marks, an async
--- acceptance) join their rows with `stream_watches` once per statement, in
--- a CTE, and the update trigger's `WHEN` skips what they log.
+-- Every statement that changes a job run's status writes the live streams'
+-- change log itself (`store::streams::log_runs_cte`: a CTE that joins its
+-- rows with `stream_watches` once per statement), and `job_runs` has no
+-- stream trigger any more. With nobody streaming, the triggers' function
+-- call and watch probe per changed row were what the run path paid (about
+-- 16 µs of Postgres time per run, 7 % of the benchmark's phase (a) rate),
+-- and a trigger whose WHEN skipped the hot statements' rows still cost
+-- 6 %. Workflow runs and step runs keep the row triggers of migration 0030
+-- (they are not on a plain run's path). Every statement that changes a
+-- run's status lives in `shared/src/store` (`writes_stay_here.rs` checks).
 --
 -- The NOTIFY moves to a trigger on the change log itself, so whoever
 -- writes a change announces it the same way: payload `<project> <kind>
@@ -14,6 +15,7 @@
 
 DROP TRIGGER job_runs_stream_insert ON job_runs;
 DROP TRIGGER job_runs_stream_update ON job_runs;
+DROP FUNCTION sy_stream_run_change();
 
 CREATE OR REPLACE FUNCTION sy_stream_change(project text, kind text, id text, status text, job text, workflow text,
                                             workflow_run text, step_ref text) RETURNS void LANGUAGE sql AS $$
@@ -30,10 +32,3 @@ END $$;
 
 CREATE TRIGGER stream_changes_announce AFTER INSERT ON stream_changes
     FOR EACH ROW EXECUTE FUNCTION sy_stream_announce();
-
--- Runs inserted are logged by their insert statement; updates that move
--- the dispatch token by theirs.
-CREATE TRIGGER job_runs_stream_update AFTER UPDATE OF status ON job_runs
-    FOR EACH ROW WHEN ((NEW.status IS DISTINCT FROM OLD.status OR NEW.attempt IS DISTINCT FROM OLD.attempt)
-                       AND NEW.dispatch_token IS NOT DISTINCT FROM OLD.dispatch_token)
-    EXECUTE FUNCTION sy_stream_run_change();

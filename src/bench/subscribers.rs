@@ -4,7 +4,9 @@
 //! triggers' change rows and NOTIFYs, the api's reads). Without
 //! `--streams`, the project is watched by nobody, as a project without a
 //! dashboard open is; `--without-stream-triggers` drops the triggers
-//! altogether, for the A side of what they cost when nobody watches.
+//! altogether, for the A side of what they cost when nobody watches. From
+//! migration 0032 on, a run's own statements log its changes (no trigger
+//! on `job_runs` is left to drop): their A side is a build before streams.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -15,7 +17,7 @@ use sqlx::PgPool;
 
 use super::client::Api;
 
-/// The triggers of migration 0030.
+/// The triggers of migration 0030 (the two on `job_runs` until 0032).
 const TRIGGERS: [(&str, &str); 5] = [
     ("job_runs_stream_insert", "job_runs"),
     ("job_runs_stream_update", "job_runs"),

@@ -237,8 +237,9 @@ pub async fn apply_resolutions(
             SELECT id, 'pending', status, attempt,
                 CASE WHEN status = 'failed' THEN error ELSE 'dependencies completed' END
             FROM u WHERE status <> 'pending'
-         )
-         SELECT {RUN_COLUMNS} FROM u"
+         ), {streamed}
+         SELECT {RUN_COLUMNS} FROM u",
+        streamed = super::streams::log_runs_cte("streamed", "(SELECT * FROM u WHERE status <> 'pending')")
     ))
     .bind(&ids)
     .bind(&statuses)
@@ -281,8 +282,9 @@ pub async fn expire_due(pool: &PgPool, now: DateTime<Utc>, limit: i64) -> Result
          ), ev AS (
             INSERT INTO job_run_events (run_id, from_status, to_status, attempt, reason)
             SELECT id, from_status, 'expired', attempt, 'not started before expires_at' FROM u
-         )
-         SELECT {RUN_COLUMNS}, from_status FROM u"
+         ), {streamed}
+         SELECT {RUN_COLUMNS}, from_status FROM u",
+        streamed = super::streams::log_runs_cte("streamed", "u")
     ))
     .bind(now)
     .bind(limit)

@@ -909,8 +909,9 @@ pub async fn expire_unstarted(pool: &PgPool, ids: &[RunId]) -> Result<u64, sqlx:
         ), ev AS (
             INSERT INTO job_run_events (run_id, from_status, to_status, attempt, reason)
             SELECT id, 'queued', 'expired', attempt, 'not started before expires_at' FROM u
-        )
-        SELECT {RUN_COLUMNS} FROM u"
+        ), {streamed}
+        SELECT {RUN_COLUMNS} FROM u",
+        streamed = super::streams::log_runs_cte("streamed", "u")
     ))
     .bind(ids)
     .fetch_all(&mut *tx)
@@ -926,17 +927,19 @@ pub async fn expire_unstarted(pool: &PgPool, ids: &[RunId]) -> Result<u64, sqlx:
 /// Moves runs whose time has come from `retrying` or `pending` (a delay) to
 /// `queued`, just before their entries move to `ready`. Returns the ids moved.
 pub async fn mark_due_queued(pool: &PgPool, ids: &[RunId]) -> Result<Vec<RunId>, sqlx::Error> {
-    let moved: Vec<(RunId, String)> = sqlx::query_as(
+    let moved: Vec<(RunId, String)> = sqlx::query_as(&format!(
         "WITH old AS (
             SELECT id, status FROM job_runs WHERE id = ANY($1) AND status IN ('retrying', 'pending') FOR UPDATE
         ), u AS (
-            UPDATE job_runs r SET status = 'queued' FROM old WHERE r.id = old.id RETURNING r.id, old.status, r.attempt
+            UPDATE job_runs r SET status = 'queued' FROM old WHERE r.id = old.id
+            RETURNING r.id, old.status, r.attempt, r.project_id, r.job_id
         ), ev AS (
             INSERT INTO job_run_events (run_id, from_status, to_status, attempt, reason)
             SELECT id, status, 'queued', attempt, 'due' FROM u
-        )
+        ), {}
         SELECT id, status FROM u",
-    )
+        super::streams::log_runs_cte("streamed", "(SELECT id, project_id, job_id, 'queued' AS status FROM u)")
+    ))
     .bind(ids)
     .fetch_all(pool)
     .await?;
@@ -959,8 +962,9 @@ pub async fn requeue_lost(pool: &PgPool, run_id: &RunId) -> Result<Option<Run>, 
         ), ev AS (
             INSERT INTO job_run_events (run_id, from_status, to_status, attempt, reason)
             SELECT id, 'running', 'queued', attempt + 1, 'lease expired; redelivering the attempt' FROM u
-        )
-        SELECT {RUN_COLUMNS} FROM u"
+        ), {streamed}
+        SELECT {RUN_COLUMNS} FROM u",
+        streamed = super::streams::log_runs_cte("streamed", "u")
     );
     let run: Option<Run> = sqlx::query_as(&sql).bind(run_id).fetch_optional(pool).await?;
     if run.is_some() {

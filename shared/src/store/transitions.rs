@@ -88,8 +88,9 @@ fn cancel_sql(old: &str) -> String {
          ), ev AS (
             INSERT INTO job_run_events (run_id, from_status, to_status, attempt, reason)
             SELECT id, from_status, 'cancelled', attempt, $2 FROM u
-         )
-         SELECT {RUN_COLUMNS}, from_status FROM u"
+         ), {streamed}
+         SELECT {RUN_COLUMNS}, from_status FROM u",
+        streamed = super::streams::log_runs_cte("streamed", "u")
     )
 }
 
@@ -268,9 +269,10 @@ pub async fn restart(
             DELETE FROM job_run_state WHERE run_id IN (SELECT id FROM u)
          ), o AS (
             DELETE FROM job_run_outputs WHERE run_id IN (SELECT id FROM u)
-         )
+         ), {streamed}
          SELECT {RUN_COLUMNS}, from_status FROM u",
-        ended = crate::run_ended_sql!()
+        ended = crate::run_ended_sql!(),
+        streamed = super::streams::log_runs_cte("streamed", "u")
     ))
     .bind(run_id)
     .bind(resource_class)
