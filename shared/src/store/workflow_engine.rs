@@ -630,8 +630,7 @@ async fn advance_locked(
             ..
         } = engine;
         jobs = read;
-        let spans =
-            if traced { super::workflow_traces::pass(&run, &writes, &step_starts, ended, now) } else { Vec::new() };
+        let spans = if traced { super::workflow_traces::pass(&run, &writes, &step_starts, ended) } else { Vec::new() };
         if let Some(d) = deferred_end {
             ends.push((run, d));
         }

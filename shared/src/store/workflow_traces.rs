@@ -52,15 +52,13 @@ pub(super) fn pass(
     writes: &[StepWrite],
     steps: &StepStarts,
     ended: Option<WorkflowRunStatus>,
-    now: DateTime<Utc>,
 ) -> Vec<SpanRecord> {
     let place = Place::of(&run.id, run.traceparent.as_deref());
     if !place.sampled {
         return Vec::new();
     }
-    // The pass's `now` may be its caller's (a step outcome's time): the
-    // spans end when the pass does, after what they contain.
-    let _ = now;
+    // Not the pass's `now`, which may be its caller's (a step outcome's
+    // time): the spans end when the pass does, after what they contain.
     let now = Utc::now();
     let mut out = Vec::new();
     for w in writes.iter().filter(|w| w.finish) {
