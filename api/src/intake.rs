@@ -167,7 +167,7 @@ async fn write_workflows(
         // made and enqueued) are one transaction.
         let done = SystemTime::now();
         for (run, _) in written.iter().flatten() {
-            let place = Place::of(&run.id, run.traceparent.as_deref());
+            let place = run.trace();
             if place.sampled {
                 let batch = Attr::new("switchyard.batch_size", refs.len() as i64);
                 traces::record(SpanRecord::child(&place, "workflow_run.insert", began, done).attr(batch));

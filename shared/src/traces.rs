@@ -103,15 +103,28 @@ pub struct Place {
 impl Place {
     /// The place of the thing with id `id`, which stored `traceparent`.
     pub fn of(id: &str, traceparent: Option<&str>) -> Place {
-        let (trace, span) = derived(id);
         match traceparent.and_then(TraceParent::parse) {
-            Some(tp) => Place {
-                trace_id: tp.trace_id,
-                span_id: span,
-                parent: Some(tp.span_id).filter(|p| *p != span),
-                sampled: tp.sampled,
-            },
-            None => Place { trace_id: trace, span_id: span, parent: None, sampled: root_sampled(trace) },
+            Some(tp) => Place::under(id, tp),
+            None => {
+                let (trace, span) = derived(id);
+                Place { trace_id: trace, span_id: span, parent: None, sampled: root_sampled(trace) }
+            }
+        }
+    }
+
+    /// The place of the thing with id `id` whose parent is `self`'s span
+    /// (a workflow step under its run).
+    pub fn child(&self, id: &str) -> Place {
+        Place::under(id, self.as_parent())
+    }
+
+    fn under(id: &str, tp: TraceParent) -> Place {
+        let span = derived(id).1;
+        Place {
+            trace_id: tp.trace_id,
+            span_id: span,
+            parent: Some(tp.span_id).filter(|p| *p != span),
+            sampled: tp.sampled,
         }
     }
 
@@ -144,8 +157,7 @@ impl Place {
 /// child workflow run): a child of the step's span, itself a child of the
 /// workflow run's.
 pub fn step_parent(workflow_run_id: &str, workflow_traceparent: Option<&str>, step_run_id: &str) -> String {
-    let run = Place::of(workflow_run_id, workflow_traceparent);
-    Place::of(step_run_id, Some(&run.as_parent().header())).as_parent().header()
+    Place::of(workflow_run_id, workflow_traceparent).child(step_run_id).as_parent().header()
 }
 
 /// The trace id and span id a thing's id stands for (sha-256 of the id).
@@ -235,27 +247,28 @@ impl SpanRecord {
         start: SystemTime,
         end: SystemTime,
     ) -> Self {
-        SpanRecord {
-            name: name.into(),
-            kind: SpanKind::Internal,
-            trace_id: place.trace_id,
-            parent: Some(place.span_id),
-            span_id,
-            start,
-            end,
-            attributes: Vec::new(),
-            error: None,
-        }
+        Self::new(place.trace_id, Some(place.span_id), span_id, name, start, end)
     }
 
     /// The span of `place` itself (a run's, a step's, a workflow run's).
     pub fn own(place: &Place, name: impl Into<Cow<'static, str>>, start: SystemTime, end: SystemTime) -> Self {
+        Self::new(place.trace_id, place.parent, place.span_id, name, start, end)
+    }
+
+    fn new(
+        trace_id: TraceId,
+        parent: Option<SpanId>,
+        span_id: SpanId,
+        name: impl Into<Cow<'static, str>>,
+        start: SystemTime,
+        end: SystemTime,
+    ) -> Self {
         SpanRecord {
             name: name.into(),
             kind: SpanKind::Internal,
-            trace_id: place.trace_id,
-            parent: place.parent,
-            span_id: place.span_id,
+            trace_id,
+            parent,
+            span_id,
             start,
             end,
             attributes: Vec::new(),
@@ -483,6 +496,7 @@ mod tests {
         let job_run = Place::of("run_9", Some(&step.as_parent().header()));
         assert_eq!(job_run.parent, Some(step.span_id));
         assert_eq!(job_run.trace_id, step.trace_id);
+        assert_eq!(step.child("run_9"), job_run, "a child is what its stored traceparent gives");
     }
 
     #[test]

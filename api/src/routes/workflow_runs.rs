@@ -204,7 +204,7 @@ pub(crate) fn step_view(s: StepRun) -> WorkflowStepRun {
 }
 
 pub(crate) fn run_view(r: RunRow, steps: Option<Vec<StepRun>>) -> WorkflowRun {
-    let trace_id = switchyard_shared::traces::Place::of(&r.id, r.traceparent.as_deref()).trace_id.to_string();
+    let trace_id = r.trace().trace_id.to_string();
     WorkflowRun {
         trace_id,
         id: r.id.into_string(),

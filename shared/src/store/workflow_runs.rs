@@ -57,6 +57,13 @@ pub struct WorkflowRun {
     pub traceparent: Option<String>,
 }
 
+impl WorkflowRun {
+    /// Where the run sits in its trace.
+    pub fn trace(&self) -> crate::traces::Place {
+        crate::traces::Place::of(&self.id, self.traceparent.as_deref())
+    }
+}
+
 pub const RUN_COLUMNS: &str = "id, project_id, workflow_id, version_id, version, started_version_id, version_policy, \
     status, payload, output, error, error_class, compensation, idempotency_key, tags, triggered_by, created_by, parent_step_run_id, depth, \
     cron_tick, deadline_at, wake_at, created_at, started_at, finished_at, updated_at, traceparent";

@@ -14,7 +14,7 @@ use super::workflow_runs::{StepRun, WorkflowRun};
 use crate::domain::workflow_run::WorkflowRunStatus;
 use crate::engine::StepWrite;
 use crate::ids::StepRunId;
-use crate::traces::{self, Attr, Place, SpanRecord};
+use crate::traces::{self, Attr, SpanRecord};
 
 /// What a step's span needs of its row, as the pass read it.
 struct StepStart {
@@ -53,7 +53,7 @@ pub(super) fn pass(
     steps: &StepStarts,
     ended: Option<WorkflowRunStatus>,
 ) -> Vec<SpanRecord> {
-    let place = Place::of(&run.id, run.traceparent.as_deref());
+    let place = run.trace();
     if !place.sampled {
         return Vec::new();
     }
@@ -64,7 +64,7 @@ pub(super) fn pass(
     for w in writes.iter().filter(|w| w.finish) {
         let Some(StepStart { started_at, step_ref, step_type, attempt }) = steps.0.get(&w.id) else { continue };
         let started = if w.start { now } else { started_at.unwrap_or(now) };
-        let step = Place::of(&w.id, Some(&place.as_parent().header()));
+        let step = place.child(&w.id);
         out.push(
             SpanRecord::own(&step, format!("step {step_ref}"), traces::at(started), traces::at(now))
                 .attr(Attr::new("switchyard.step_ref", step_ref.clone()))
