@@ -11,7 +11,8 @@ use serde_json::Value;
 use switchyard_shared::domain::{schedule, trigger, RunStatus};
 use switchyard_shared::ids::RunId;
 use switchyard_shared::queue::WakeLoop;
-use switchyard_shared::store::flow::{self, CreateOptions};
+use switchyard_shared::store::flow::{self, CreateOptions, Gated, Made};
+use switchyard_shared::store::one_per_key::Gate;
 use switchyard_shared::store::transitions::{self, Cancel};
 use switchyard_shared::store::{self, JobRecord, NewRun, Run};
 
@@ -62,23 +63,38 @@ pub async fn trigger(
     // A replay asks for a new run of an earlier payload on purpose: the
     // dedup window does not fold it into the run it repeats.
     let dedup_window_secs = if triggered_by == "replay" { 0 } else { spec.dedup_window_secs };
-    let due_ms = match admitted.status {
-        RunStatus::Pending => admitted.scheduled_at.map_or(0, |t| t.timestamp_millis()),
-        _ => 0,
-    };
-    let (run, created) = if valid.depends_on.is_empty() && dedup_window_secs <= 0 {
+    let gate = Gate::of(spec, new.payload.as_ref()).map_err(|m| ApiError::invalid_field("body.payload", m, None))?;
+    if gate.is_some() && !valid.depends_on.is_empty() {
+        let m = "a job with a singleton or debounce runs without dependencies: leave depends_on out";
+        return Err(ApiError::invalid_field("body.depends_on", m, None));
+    }
+    let opts = CreateOptions { dedup_window_secs, depends_on: valid.depends_on, gate };
+    let (made, replaced) = if opts.is_plain() {
         // The common case: group-committed and enqueued with its batch.
-        state.intake.submit(new, due_ms).await?
+        let due_ms = admitted.scheduled_at.filter(|_| admitted.status == RunStatus::Pending);
+        let (run, created) = state.intake.submit(new, due_ms.map_or(0, |t| t.timestamp_millis())).await?;
+        (Made { run, created, gated: None }, Vec::new())
     } else {
-        let opts = CreateOptions { dedup_window_secs, depends_on: valid.depends_on };
-        let (run, created) = flow::create(&state.pool, new, &opts).await?;
-        if created && !run.awaiting_dependencies {
-            if let Err(e) = state.queue.enqueue(&run.entry(), due_ms, now.timestamp_millis()).await {
-                tracing::warn!(run_id = %run.id, error = %e, "enqueue failed; the run is durable and the reconciler will enqueue it");
-            }
+        let (made, replaced) = flow::create(&state.pool, new, &opts).await?;
+        let run = &made.run;
+        let due_ms = run.scheduled_at.filter(|_| run.status == RunStatus::Pending).map_or(0, |t| t.timestamp_millis());
+        let now_ms = now.timestamp_millis();
+        let queued = if made.gated == Some(Gated::Debounced) {
+            // An entry the reschedule misses (Redis lost it, or it was
+            // never written) is the promoter's and the reconciler's.
+            state.queue.reschedule(std::slice::from_ref(&run.entry()), due_ms).await.map(|_| ())
+        } else if made.created && !run.awaiting_dependencies {
+            state.queue.enqueue(&run.entry(), due_ms, now_ms).await.map(|_| ())
+        } else {
+            Ok(())
+        };
+        if let Err(e) = queued {
+            tracing::warn!(run_id = %run.id, error = %e, "enqueue failed; the run is durable and the reconciler will enqueue it");
         }
-        (run, created)
+        transitions::drop_entries(&state.queue, &replaced).await;
+        (made, replaced)
     };
+    let Made { run, created, gated } = made;
     // The scheduler loops that watch such runs sleep until their next
     // deadline; these runs may be due sooner (throttled per process).
     if created && run.awaiting_dependencies {
@@ -87,7 +103,11 @@ pub async fn trigger(
     if created && run.expires_at.is_some() {
         state.queue.wake(WakeLoop::Expirer, run.expires_at);
     }
-    Ok((run_view(run), created))
+    let mut view = run_view(run);
+    view.debounced = (gated == Some(Gated::Debounced)).then_some(true);
+    view.skipped = (gated == Some(Gated::Skipped)).then_some(true);
+    view.replaced_run_id = replaced.first().map(|c| c.run.id.to_string());
+    Ok((view, created))
 }
 
 /// What cancelling one run did.

@@ -14,6 +14,7 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use poem_openapi::Object;
 use serde_json::Value;
+use switchyard_shared::domain::one_per_key::{self, Debounce, Singleton, SingletonMode};
 use switchyard_shared::store::JobRecord;
 
 use crate::document::rules::Place;
@@ -42,7 +43,89 @@ pub(crate) fn value_rules() -> Vec<(Place, Value)> {
         (Property("RateLimitKeyBody", "name"), text(&job::RATE_LIMIT_NAME)),
         (Property("RateLimitKeyBody", "max"), range((1, job::COUNT_BOUNDS.1))),
         (Property("RateLimitKeyBody", "window_secs"), range((1, job::MAX_RATE_WINDOW_SECS))),
+        (Property("DebounceBody", "period_secs"), range(one_per_key::DEBOUNCE_SECS)),
+        (Property("DebounceBody", "max_wait_secs"), range(one_per_key::DEBOUNCE_SECS)),
+        (Property("DebounceBody", "key"), key_length()),
+        (Property("SingletonBody", "key"), key_length()),
     ]
+}
+
+/// A gate's key expression: 1 to MAX_EXPRESSION_LEN bytes, as a step's
+/// output_transform.
+fn key_length() -> Value {
+    serde_json::json!({"minLength": 1, "maxLength": switchyard_shared::domain::workflow::MAX_EXPRESSION_LEN})
+}
+
+/// Debounce: a trigger while a run of its key waits in the job's window
+/// makes no run; that run takes the newest payload and starts once the key
+/// has been quiet for `period_secs`, or `max_wait_secs` after the window's
+/// first trigger, whichever is sooner. The trigger answers 200 with the
+/// waiting run and `debounced: true`.
+#[derive(Object, Clone)]
+#[oai(deny_unknown_fields)]
+pub struct DebounceBody {
+    /// JMESPath over the trigger's payload giving the key (a string as
+    /// itself, another value as its JSON text, at most 256 bytes); absent
+    /// or null: one window for the whole job.
+    pub key: Option<String>,
+    /// 1 to 604800.
+    pub period_secs: i64,
+    /// 1 to 604800, not shorter than period_secs; absent: no limit.
+    pub max_wait_secs: Option<i64>,
+}
+
+/// What a trigger of a singleton does while a run of its key is unfinished.
+#[derive(poem_openapi::Enum, Clone, Copy, PartialEq, Eq)]
+#[oai(rename_all = "lowercase")]
+pub enum SingletonModeBody {
+    /// Make nothing: 200 with the unfinished run and `skipped: true`.
+    Skip,
+    /// Cancel the unfinished run and make the new one (201, with
+    /// `replaced_run_id`).
+    Cancel,
+}
+
+/// Singleton: at most one unfinished (pending, queued, running or
+/// retrying) run of the job per key.
+#[derive(Object, Clone)]
+#[oai(deny_unknown_fields)]
+pub struct SingletonBody {
+    /// JMESPath over the trigger's payload giving the key, as for
+    /// `debounce.key`; absent: one run for the whole job.
+    pub key: Option<String>,
+    pub mode: SingletonModeBody,
+}
+
+impl From<DebounceBody> for Debounce {
+    fn from(b: DebounceBody) -> Debounce {
+        Debounce { key: b.key, period_secs: b.period_secs, max_wait_secs: b.max_wait_secs }
+    }
+}
+
+impl From<Debounce> for DebounceBody {
+    fn from(d: Debounce) -> DebounceBody {
+        DebounceBody { key: d.key, period_secs: d.period_secs, max_wait_secs: d.max_wait_secs }
+    }
+}
+
+impl From<SingletonBody> for Singleton {
+    fn from(b: SingletonBody) -> Singleton {
+        let mode = match b.mode {
+            SingletonModeBody::Skip => SingletonMode::Skip,
+            SingletonModeBody::Cancel => SingletonMode::Cancel,
+        };
+        Singleton { key: b.key, mode }
+    }
+}
+
+impl From<Singleton> for SingletonBody {
+    fn from(s: Singleton) -> SingletonBody {
+        let mode = match s.mode {
+            SingletonMode::Skip => SingletonModeBody::Skip,
+            SingletonMode::Cancel => SingletonModeBody::Cancel,
+        };
+        SingletonBody { key: s.key, mode }
+    }
 }
 
 /// A job: an HTTP target with its retry, timeout and limits.
@@ -81,6 +164,10 @@ pub struct Job {
     pub default_run_metadata: HashMap<String, String>,
     pub dedup_window_secs: i64,
     pub run_ttl_secs: i64,
+    #[oai(skip_serializing_if_is_none)]
+    pub debounce: Option<DebounceBody>,
+    #[oai(skip_serializing_if_is_none)]
+    pub singleton: Option<SingletonBody>,
     pub enabled: bool,
     /// Set by the group's pause-all: runs are accepted and wait until resume-all.
     pub paused: bool,
@@ -139,6 +226,8 @@ pub fn job_view(r: JobRecord) -> Job {
         default_run_metadata: s.default_run_metadata.into_iter().collect(),
         dedup_window_secs: s.dedup_window_secs,
         run_ttl_secs: s.run_ttl_secs,
+        debounce: s.debounce.map(Into::into),
+        singleton: s.singleton.map(Into::into),
         enabled: r.enabled,
         paused: r.paused,
         webhook_url: s.webhook_url,

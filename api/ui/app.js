@@ -533,6 +533,22 @@ function sparkline(runs, minutes = 30) {
   );
 }
 
+// A job's flow-control settings in a line: caps, rate limits, dedup,
+// debounce and singleton (keys are the JMESPath they are read with).
+function flowControl(j) {
+  const parts = [];
+  if (j.max_concurrency) parts.push(`at most ${j.max_concurrency} at once`);
+  if (j.max_concurrency_per_key) parts.push(`at most ${j.max_concurrency_per_key} per key`);
+  if (j.rate_limit_max) parts.push(`${j.rate_limit_max} per ${j.rate_limit_window_secs} s`);
+  for (const k of j.rate_limit_keys || []) parts.push(`${k.name}: ${k.max} per ${k.window_secs} s`);
+  if (j.dedup_window_secs) parts.push(`dedup ${j.dedup_window_secs} s`);
+  const by = (key) => (key ? ` by ${key}` : "");
+  const d = j.debounce;
+  if (d) parts.push(`debounce ${d.period_secs} s${d.max_wait_secs ? ` (at most ${d.max_wait_secs} s)` : ""}${by(d.key)}`);
+  if (j.singleton) parts.push(`singleton${by(j.singleton.key)}, ${j.singleton.mode}`);
+  return parts.length ? el("span", { class: "flow" }, parts.join(" · ")) : el("span", { class: "muted" }, "none");
+}
+
 function jobsPage(main, project) {
   const p = encodeURIComponent(project);
   const { body, say } = header(main, `Jobs of ${project}`);
@@ -570,7 +586,10 @@ function jobsPage(main, project) {
     }
     try {
       const run = await api("POST", `/v1/jobs/${encodeURIComponent(job.id)}/trigger`, body, project);
-      say("Triggered ", link(`#/p/${p}/runs/${encodeURIComponent(run.id)}`, run.id), " of ", job.name, " ", status(run.status));
+      const runLink = link(`#/p/${p}/runs/${encodeURIComponent(run.id)}`, run.id);
+      if (run.debounced) say("Debounced into ", runLink, ": it takes this payload and waits longer ", status(run.status));
+      else if (run.skipped) say("Skipped: ", runLink, " of this key is unfinished ", status(run.status));
+      else say("Triggered ", runLink, " of ", job.name, " ", status(run.status));
       page?.now();
     } catch (e) {
       if (!(e instanceof AuthRequired)) say(el("span", { class: "error" }, `Trigger failed: ${e.message}`));
@@ -604,13 +623,14 @@ function jobsPage(main, project) {
       const jobName = new Map(jobs.data.map((j) => [j.id, j.name]));
       body.replaceChildren(
         table(
-          ["Job", "Endpoint", "State", "Recent runs", "Runs/min (30 min)", ""],
+          ["Job", "Endpoint", "State", "Flow control", "Recent runs", "Runs/min (30 min)", ""],
           jobs.data.map((j) => {
             const mine = byJob.get(j.id) || [];
             return [
               el("span", {}, el("strong", {}, j.name), el("br"), el("code", { class: "muted" }, j.slug)),
               el("code", {}, j.endpoint_url),
               !j.enabled ? "disabled" : j.paused ? "paused" : "enabled",
+              flowControl(j),
               el(
                 "span",
                 { class: "chips" },

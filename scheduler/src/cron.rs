@@ -48,7 +48,9 @@ use switchyard_shared::domain::schedule::{self, CronSchedule};
 use switchyard_shared::domain::RunStatus;
 use switchyard_shared::queue::{Queue, WakeLoop};
 use switchyard_shared::shutdown::Shutdown;
-use switchyard_shared::store::flow::{self, CronJob};
+use switchyard_shared::store::flow::{self, CreateOptions, CronJob, Gated};
+use switchyard_shared::store::one_per_key::Gate;
+use switchyard_shared::store::transitions;
 use switchyard_shared::store::workflow_engine::Versions;
 use switchyard_shared::store::workflow_moves;
 use switchyard_shared::store::workflow_runs::{self, NewWorkflowRun, Triggered};
@@ -275,7 +277,21 @@ impl CronEnqueuer {
             cron_tick: Some(tick),
             ..NewRun::default()
         };
-        let (run, created) = runs::insert(&self.pool, &new).await?;
+        // A singleton holds its cron ticks too: the common case of "never
+        // two of this schedule at once".
+        let (run, created) = match spec.singleton.as_ref().and_then(|_| Gate::of(spec, None).ok().flatten()) {
+            None => runs::insert(&self.pool, &new).await?,
+            Some(gate) => {
+                let opts = CreateOptions { gate: Some(gate), ..CreateOptions::default() };
+                let (made, replaced) = flow::create(&self.pool, new, &opts).await?;
+                transitions::drop_entries(&self.queue, &replaced).await;
+                if made.gated == Some(Gated::Skipped) {
+                    tracing::info!(job_id = %job.id, run_id = %made.run.id, tick = %tick,
+                        "cron tick skipped: the singleton's run is unfinished");
+                }
+                (made.run, made.created)
+            }
+        };
         if !created {
             return Ok(false);
         }

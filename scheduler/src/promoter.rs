@@ -14,7 +14,9 @@
 //! 4. moves to `ready` the entries whose runs are now `queued`: those just
 //!    flipped plus any that already were (a pass that died after step 3);
 //! 5. drops the entries whose runs finished, vanished or are running (a
-//!    running run is a lease's business, or the reconciler's if it was lost);
+//!    running run is a lease's business, or the reconciler's if it was lost),
+//!    and moves those of debounced runs whose window a trigger moved on
+//!    since to their new time (`one_per_key::pushed_back`);
 //! 6. sleeps until the next entry is due, between `min_sleep` and `max_sleep`.
 //!
 //! A crash at any point leaves Postgres ahead of Redis, never behind, and the
@@ -32,7 +34,7 @@ use switchyard_shared::domain::{schedule, RunStatus};
 use switchyard_shared::ids::{JobId, RunId};
 use switchyard_shared::queue::{Entry, Queue};
 use switchyard_shared::shutdown::Shutdown;
-use switchyard_shared::store::{flow, runs};
+use switchyard_shared::store::{flow, one_per_key, runs};
 
 use crate::error::{check_batch, check_positive, Error, OptionsError};
 use crate::pace;
@@ -82,6 +84,8 @@ pub struct PromoteReport {
     pub dropped: usize,
     /// Entries held back until their job's execution window opens.
     pub held: usize,
+    /// Entries of debounced runs moved to the later time a trigger gave.
+    pub pushed_back: usize,
     /// Time until the first entry left in `scheduled` is due (zero when one
     /// is due already); `None` when `scheduled` is empty.
     pub next_due: Option<Duration>,
@@ -135,7 +139,7 @@ impl Promoter {
     pub async fn promote_once(&self, now_ms: i64) -> Result<PromoteReport, Error> {
         let due = self.queue.due_scheduled(now_ms, self.opts.batch_size).await?;
         let mut report = PromoteReport { due: due.len(), ..PromoteReport::default() };
-        let (mut promote, mut drop) = (Vec::new(), Vec::new());
+        let (mut promote, mut drop, mut left) = (Vec::new(), Vec::new(), Vec::new());
         let held = self.hold_for_windows(&due, now_ms).await?;
         report.held = held.len();
         let due: Vec<Entry> = due.into_iter().filter(|e| !held.contains(&e.run_id)).collect();
@@ -151,10 +155,11 @@ impl Promoter {
                 match decide(flip, statuses.get(&entry.run_id).map(String::as_str)) {
                     Action::Promote => promote.push(entry),
                     Action::Drop => drop.push(entry),
-                    Action::Leave => {}
+                    Action::Leave => left.push(entry),
                 }
             }
         }
+        report.pushed_back = self.push_back(&left).await?;
         // Drop first, so the wait promote reports ignores what was dropped.
         report.dropped = self.queue.remove_scheduled(&drop, now_ms).await?;
         let (moved, next_due) = self.queue.promote(&promote, now_ms).await?;
@@ -164,6 +169,25 @@ impl Promoter {
             tracing::debug!(promoted = report.promoted, dropped = report.dropped, "promoted due runs");
         }
         Ok(report)
+    }
+
+    /// Gives the entries of debounced runs whose window a trigger moved on
+    /// the run's new time, so they are not read again until then. Returns
+    /// how many moved.
+    async fn push_back(&self, left: &[Entry]) -> Result<usize, Error> {
+        if left.is_empty() {
+            return Ok(0);
+        }
+        let ids: Vec<RunId> = left.iter().map(|e| e.run_id.clone()).collect();
+        let due: HashMap<RunId, DateTime<Utc>> =
+            one_per_key::pushed_back(&self.pool, &ids).await?.into_iter().collect();
+        let mut moved = 0;
+        for e in left {
+            if let Some(at) = due.get(&e.run_id) {
+                moved += self.queue.reschedule(std::slice::from_ref(e), at.timestamp_millis()).await?;
+            }
+        }
+        Ok(moved)
     }
 
     /// Holds the due runs of jobs whose execution window is closed at

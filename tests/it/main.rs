@@ -23,6 +23,7 @@ mod execution;
 mod flow_caps;
 mod flow_cron;
 mod flow_lifecycle;
+mod flow_one_per_key;
 mod flow_rate;
 mod log_drains;
 mod metrics_paths;

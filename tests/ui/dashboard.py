@@ -76,6 +76,8 @@ def main():
     failing = api("POST", "/v1/jobs", {"name": hostile, "endpoint_url": f"{a.echo}/fail", "max_attempts": 1},
                   project=project)
     step_job = api("POST", "/v1/jobs", {"name": "step", "endpoint_url": f"{a.echo}/ok"}, project=project)
+    api("POST", "/v1/jobs", {"name": "digest", "endpoint_url": f"{a.echo}/ok",
+                             "debounce": {"key": "user", "period_secs": 60}}, project=project)
     api("POST", "/v1/webhooks/subscriptions",
         {"webhook_url": a.hook, "event_types": ["run.completed", "run.failed"], "secret": "ui-test-hook-secret"},
         project=project)
@@ -155,6 +157,14 @@ def main():
         # Pause holds the job's runs; resume lets them go.
         page.click("button.pause[data-job='echo-ok']")
         expect(page.locator(".flash")).to_contain_text("Paused echo ok")
+        # Flow control shows on the job's row, and a trigger says what it did.
+        digest = page.locator("main tbody tr", has=page.locator("button.trigger[data-job='digest']"))
+        expect(digest.locator(".flow")).to_have_text("debounce 60 s by user")
+        page.fill("textarea[name=payload]", '{"user": "u1"}')
+        page.click("button.trigger[data-job='digest']")
+        expect(page.locator(".flash")).to_contain_text("Triggered")
+        page.click("button.trigger[data-job='digest']")
+        expect(page.locator(".flash")).to_contain_text("Debounced into")
         row = page.locator("main tbody tr", has=page.locator("button.trigger[data-job='echo-ok']"))
         expect(row.get_by_text("paused", exact=True)).to_be_visible()
         page.click("button.resume[data-job='echo-ok']")
@@ -162,7 +172,7 @@ def main():
 
         # Queue statistics: one row per job, with a history chart.
         page.get_by_role("link", name="Queues").click()
-        expect(page.locator("main table tbody tr")).to_have_count(3)
+        expect(page.locator("main table tbody tr")).to_have_count(4)
         expect(page.get_by_text("echo-ok")).to_be_visible()
         shot("queues")
 

@@ -31,7 +31,7 @@ use crate::pagination::{Page, Window};
 use crate::run_actions;
 use crate::state::AppState;
 use crate::strict_json::JsonBody;
-use crate::views::{job_view, Job, JobRun, RateLimitKeyBody, TriggerRequest};
+use crate::views::{job_view, DebounceBody, Job, JobRun, RateLimitKeyBody, SingletonBody, TriggerRequest};
 
 pub struct JobsApi;
 
@@ -83,6 +83,11 @@ pub struct CreateJob {
     pub dedup_window_secs: Option<i64>,
     /// A run not started this many seconds after it was due becomes `expired`.
     pub run_ttl_secs: Option<i64>,
+    /// At most one run per key waits, and starts once its key is quiet.
+    /// A job has a debounce or a singleton, not both.
+    pub debounce: Option<DebounceBody>,
+    /// At most one unfinished run per key.
+    pub singleton: Option<SingletonBody>,
     /// Default true.
     pub enabled: Option<bool>,
     pub webhook_url: Option<String>,
@@ -136,6 +141,10 @@ pub struct UpdateJob {
     pub default_run_metadata: Option<HashMap<String, String>>,
     pub dedup_window_secs: Option<i64>,
     pub run_ttl_secs: Option<i64>,
+    #[oai(nullable)]
+    pub debounce: MaybeUndefined<DebounceBody>,
+    #[oai(nullable)]
+    pub singleton: MaybeUndefined<SingletonBody>,
     pub enabled: Option<bool>,
     #[oai(nullable)]
     pub webhook_url: MaybeUndefined<String>,
@@ -212,7 +221,9 @@ pub enum Triggered {
     #[oai(status = 201)]
     Created(Json<JobRun>),
     /// The idempotency key, or (within the job's dedup_window_secs) the
-    /// payload, matched an earlier run, which is returned; nothing was created.
+    /// payload, matched an earlier run, which is returned; nothing was
+    /// created. Also the job's debounce window or singleton run of the
+    /// payload's key (`debounced: true`, `skipped: true`).
     #[oai(status = 200)]
     Existing(Json<JobRun>),
 }
@@ -293,6 +304,8 @@ impl JobsApi {
             environment_id: b.environment_id,
             version_policy: b.version_policy.unwrap_or(d.version_policy.clone()),
             backwards_compatible: b.backwards_compatible.unwrap_or(true),
+            debounce: b.debounce.map(Into::into),
+            singleton: b.singleton.map(Into::into),
             endpoint_url: d.endpoint_url,
         };
         errors.extend(spec.validate());
@@ -396,6 +409,8 @@ impl JobsApi {
         // one meets the rules.
         let kept_webhook_secret = if new_webhook_secret { None } else { s.webhook_secret.take() };
         s.environment_id = patch(b.environment_id, s.environment_id);
+        s.debounce = patch(b.debounce.map_value(Into::into), s.debounce);
+        s.singleton = patch(b.singleton.map_value(Into::into), s.singleton);
         macro_rules! set {
             ($($f:ident),*) => { $( if let Some(v) = b.$f { s.$f = v; } )* };
         }

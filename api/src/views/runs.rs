@@ -108,6 +108,21 @@ pub struct JobRun {
     /// began. Every request Switchyard sends for the run carries it in
     /// `traceparent`.
     pub trace_id: String,
+    /// In a trigger's answer only: true when the job's debounce window for
+    /// the payload's key was open, so this waiting run took the payload
+    /// and its start moved on; nothing was created.
+    #[oai(skip_serializing_if_is_none)]
+    pub debounced: Option<bool>,
+    /// In a trigger's answer only: true when the job is a singleton (mode
+    /// `skip`) and this run of the payload's key is unfinished; nothing was
+    /// created.
+    #[oai(skip_serializing_if_is_none)]
+    pub skipped: Option<bool>,
+    /// In a trigger's answer only: the unfinished run of the payload's key
+    /// that this new run replaced (a singleton in mode `cancel`), now
+    /// `cancelled`.
+    #[oai(skip_serializing_if_is_none)]
+    pub replaced_run_id: Option<String>,
 }
 
 pub fn run_view(r: Run) -> JobRun {
@@ -168,6 +183,9 @@ pub fn run_view(r: Run) -> JobRun {
         progress: r.progress,
         progress_message: r.progress_message,
         trace_id,
+        debounced: None,
+        skipped: None,
+        replaced_run_id: None,
     }
 }
 

@@ -14,6 +14,7 @@ use super::limits::{
     MAP_KEY, MAP_VALUE, MAX_ATTEMPTS_LIMIT, MAX_MAP_ENTRIES, MAX_MAP_KEY_LEN, MAX_MAP_VALUE_LEN, MAX_TIMEOUT_SECS,
     VERSION_POLICIES,
 };
+use super::one_per_key::{self, Debounce, Singleton};
 use super::retry::{RetryPolicy, RetryStrategy};
 use super::rules::{check_url, Text};
 
@@ -102,6 +103,13 @@ pub struct JobSpec {
     pub environment_id: Option<String>,
     pub version_policy: String,
     pub backwards_compatible: bool,
+    /// At most one run per key waits in a window that each trigger moves
+    /// on (`domain::one_per_key`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub debounce: Option<Debounce>,
+    /// At most one unfinished run per key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub singleton: Option<Singleton>,
 }
 
 impl JobSpec {
@@ -355,6 +363,7 @@ impl JobSpec {
                 bad(field, m, k.clone().into());
             }
         }
+        one_per_key::validate(self.debounce.as_ref(), self.singleton.as_ref(), &mut errs);
         errs.into_vec()
     }
 }

@@ -8,6 +8,7 @@ pub mod field_errors;
 pub mod job;
 pub mod limits;
 pub mod notification;
+pub mod one_per_key;
 pub mod payload_schema;
 pub mod result;
 pub mod retry;

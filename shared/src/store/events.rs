@@ -19,6 +19,7 @@ use sqlx::{PgConnection, PgPool};
 use std::collections::HashMap;
 
 use super::flow::{self, CreateOptions};
+use super::one_per_key::Gate;
 use super::runs::{NewRun, Run};
 use super::workflow_runs::{self, NewWorkflowRun, Triggered};
 use super::{jobs, workflows, Tenant};
@@ -505,9 +506,17 @@ async fn fire_job_in(
         Err(why) => return Ok(Err(why)),
     };
     let new = NewRun::triggered(&job, req, &valid, &admitted, "event", event.created_by.clone(), None);
-    let opts = CreateOptions { dedup_window_secs: spec.dedup_window_secs, depends_on: Vec::new() };
-    let (run, created) = flow::create_in(conn, new, &opts).await?;
-    Ok(Ok(Fired::Job(Box::new(run), created)))
+    let gate = match Gate::of(spec, new.payload.as_ref()) {
+        Ok(g) => g,
+        Err(why) => return Ok(Err(why)),
+    };
+    let opts = CreateOptions { dedup_window_secs: spec.dedup_window_secs, depends_on: Vec::new(), gate };
+    // A run this replaces keeps its queue entry, which a worker skips, and a
+    // debounced run keeps its entry's old time, which the promoter moves on
+    // (`one_per_key::pushed_back`): nothing here waits on Redis.
+    let (made, replaced) = flow::create_in(conn, new, &opts).await?;
+    let _ = replaced.committed();
+    Ok(Ok(Fired::Job(Box::new(made.run), made.created)))
 }
 
 async fn fire_workflow_in(

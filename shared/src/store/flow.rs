@@ -12,8 +12,10 @@ use chrono::{DateTime, Utc};
 use sqlx::types::Json;
 use sqlx::{PgConnection, PgPool};
 
+use super::one_per_key::{self, Gate};
 use super::runs::{self, NewRun, Run, RUN_COLUMNS};
-use super::transitions::Changed;
+use super::transitions::{self, Changed, Staged};
+use crate::domain::one_per_key::SingletonMode;
 use crate::domain::{JobSpec, RunStatus};
 
 /// Statuses in which a dependency can never complete any more.
@@ -31,43 +33,90 @@ pub struct CreateOptions {
     /// on, recorded for the resolver and the dependency-status endpoint.
     /// Whether the run waits for them is `NewRun::awaiting_dependencies`.
     pub depends_on: Vec<String>,
+    /// The job's singleton or debounce, with the key the payload gave.
+    pub gate: Option<Gate>,
+}
+
+impl CreateOptions {
+    /// Whether the trigger needs a transaction (else it can be
+    /// group-committed with others).
+    pub fn is_plain(&self) -> bool {
+        self.depends_on.is_empty() && self.dedup_window_secs <= 0 && self.gate.is_none()
+    }
+}
+
+/// What a trigger made of a run.
+#[derive(Clone, Debug)]
+pub struct Made {
+    pub run: Run,
+    /// A new run; else an earlier one was found (idempotency key, dedup,
+    /// singleton, debounce).
+    pub created: bool,
+    /// Set when a singleton or debounce decided.
+    pub gated: Option<Gated>,
+}
+
+/// What a singleton or debounce made of a trigger.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Gated {
+    /// The key's debounce window was open: its run took the payload and
+    /// waits longer.
+    Debounced,
+    /// The key's singleton run is unfinished: nothing was made.
+    Skipped,
+    /// The key's unfinished singleton run was cancelled for this new one.
+    Replaced,
 }
 
 /// Creates a run, or finds the earlier run it duplicates: the one with the
 /// same idempotency key, else (with a dedup window) the newest run of the
-/// job with an equal payload inside the window. Returns `(run, created)`.
+/// job with an equal payload inside the window, else what the job's
+/// singleton or debounce decides. A singleton in cancel mode also returns
+/// the run it cancelled, whose queue entry is the caller's to drop.
 ///
 /// Payload dedup is race-free: the lookup and the insert happen under a
 /// transaction-scoped advisory lock on (job, payload hash), so of two equal
-/// concurrent triggers the second waits and then finds the first.
-pub async fn create(pool: &PgPool, new: NewRun, opts: &CreateOptions) -> Result<(Run, bool), sqlx::Error> {
-    if opts.depends_on.is_empty() && opts.dedup_window_secs <= 0 {
-        return runs::insert(pool, &new).await;
+/// concurrent triggers the second waits and then finds the first. The
+/// gates lock (job, key) the same way.
+pub async fn create(pool: &PgPool, new: NewRun, opts: &CreateOptions) -> Result<(Made, Vec<Changed>), sqlx::Error> {
+    if opts.is_plain() {
+        let (run, created) = runs::insert(pool, &new).await?;
+        return Ok((Made { run, created, gated: None }, Vec::new()));
     }
     let mut tx = pool.begin().await?;
-    let made = create_in(&mut tx, new, opts).await?;
+    let (made, replaced) = create_in(&mut tx, new, opts).await?;
     tx.commit().await?;
-    Ok(made)
+    Ok((made, replaced.committed()))
 }
 
 /// [`create`] in the caller's transaction (an event fires its sources in
-/// one); the dedup lock is held until it ends.
+/// one); the locks are held until it ends.
 pub async fn create_in(
     conn: &mut PgConnection,
     mut new: NewRun,
     opts: &CreateOptions,
-) -> Result<(Run, bool), sqlx::Error> {
-    if let Some(key) = &new.idempotency_key {
-        let found: Option<Run> = sqlx::query_as(&format!(
+) -> Result<(Made, Staged), sqlx::Error> {
+    let found = |run| Ok((Made { run, created: false, gated: None }, Staged::none()));
+    // First, so that a trigger repeating an idempotency key waits for the
+    // one it repeats rather than judging that run as a rival.
+    if let Some(gate) = &opts.gate {
+        one_per_key::lock(conn, &new.job_id, gate).await?;
+    }
+    if new.idempotency_key.is_some() || new.cron_tick.is_some() {
+        // The key the insert would claim: taken, its run is the answer
+        // (a cron tick another scheduler fired is not a rival singleton).
+        let found_run: Option<Run> = sqlx::query_as(&format!(
             "SELECT {RUN_COLUMNS} FROM job_runs
-                 WHERE id = (SELECT run_id FROM job_run_keys WHERE job_id = $1 AND idempotency_key = $2)"
+                 WHERE id = (SELECT run_id FROM job_run_keys WHERE job_id = $1
+                               AND (idempotency_key = $2 OR ($2::text IS NULL AND cron_tick = $3)))"
         ))
         .bind(&new.job_id)
-        .bind(key)
+        .bind(&new.idempotency_key)
+        .bind(new.cron_tick)
         .fetch_optional(&mut *conn)
         .await?;
-        if let Some(run) = found {
-            return Ok((run, false));
+        if let Some(run) = found_run {
+            return found(run);
         }
     }
     if opts.dedup_window_secs > 0 {
@@ -83,7 +132,7 @@ pub async fn create_in(
             .bind(&hash)
             .execute(&mut *conn)
             .await?;
-        let found: Option<Run> = sqlx::query_as(&format!(
+        let found_run: Option<Run> = sqlx::query_as(&format!(
             "SELECT {RUN_COLUMNS} FROM job_runs
              WHERE job_id = $1 AND payload_hash = $2 AND created_at > now() - make_interval(secs => $3)
              ORDER BY created_at DESC LIMIT 1"
@@ -93,16 +142,59 @@ pub async fn create_in(
         .bind(opts.dedup_window_secs as f64)
         .fetch_optional(&mut *conn)
         .await?;
-        if let Some(run) = found {
-            return Ok((run, false));
+        if let Some(run) = found_run {
+            return found(run);
         }
         new.payload_hash = Some(hash);
+    }
+    let mut replaced = Staged::none();
+    let mut gated = None;
+    if let Some(gate) = &opts.gate {
+        match gate {
+            Gate::Singleton { key, mode } => {
+                if let Some(active) = one_per_key::active_singleton(conn, &new.job_id, key).await? {
+                    if *mode == SingletonMode::Skip {
+                        return Ok((Made { run: active, created: false, gated: Some(Gated::Skipped) }, replaced));
+                    }
+                    let reason = format!("replaced by run {} (the job is a singleton)", new.id);
+                    replaced = transitions::cancel_in(conn, &[active.id.to_string()], &reason).await?;
+                    gated = Some(Gated::Replaced);
+                }
+            }
+            Gate::Debounce { key, period_secs, max_wait_secs } => {
+                let payload = new.payload.as_ref();
+                if let Some(run) =
+                    one_per_key::extend_window(conn, &new.job_id, key, payload, *period_secs, *max_wait_secs).await?
+                {
+                    return Ok((Made { run, created: false, gated: Some(Gated::Debounced) }, replaced));
+                }
+                open_window(&mut new, *period_secs, *max_wait_secs);
+            }
+        }
     }
     let (run, created) = runs::insert_in(&mut *conn, &new).await?;
     if created && !opts.depends_on.is_empty() {
         insert_dependencies(conn, &run.id, &opts.depends_on).await?;
     }
-    Ok((run, created))
+    if let (true, Some(gate)) = (created, &opts.gate) {
+        one_per_key::hold(conn, &run.id, gate).await?;
+    }
+    Ok((Made { run, created, gated: gated.filter(|_| created) }, replaced))
+}
+
+/// A debounced run waits `pending` for `period_secs` (or until the time
+/// the trigger asked, if later), at most `max_wait_secs`; its expiry, if
+/// any, counts from then.
+fn open_window(new: &mut NewRun, period_secs: i64, max_wait_secs: Option<i64>) {
+    let now = Utc::now();
+    let was = new.scheduled_at.unwrap_or(now);
+    let mut due = was.max(now + chrono::Duration::seconds(period_secs));
+    if let Some(w) = max_wait_secs {
+        due = due.min(now + chrono::Duration::seconds(w));
+    }
+    new.status = RunStatus::Pending;
+    new.scheduled_at = Some(due);
+    new.expires_at = new.expires_at.map(|e| e + (due - was));
 }
 
 async fn insert_dependencies(conn: &mut PgConnection, run_id: &str, deps: &[String]) -> Result<(), sqlx::Error> {

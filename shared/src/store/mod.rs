@@ -56,6 +56,7 @@ pub mod job_groups;
 pub mod jobs;
 pub mod log_drains;
 pub mod members;
+pub mod one_per_key;
 pub mod policies;
 pub mod projects;
 pub mod recent;

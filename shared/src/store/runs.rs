@@ -926,10 +926,14 @@ pub async fn expire_unstarted(pool: &PgPool, ids: &[RunId]) -> Result<u64, sqlx:
 
 /// Moves runs whose time has come from `retrying` or `pending` (a delay) to
 /// `queued`, just before their entries move to `ready`. Returns the ids moved.
+/// A debounced run whose window a trigger moved on since its entry fell due
+/// stays (`one_per_key`): the check is made under the row's lock, which the
+/// trigger that moves the window also takes.
 pub async fn mark_due_queued(pool: &PgPool, ids: &[RunId]) -> Result<Vec<RunId>, sqlx::Error> {
     let moved: Vec<(RunId, String)> = sqlx::query_as(&format!(
         "WITH old AS (
-            SELECT id, status FROM job_runs WHERE id = ANY($1) AND status IN ('retrying', 'pending') FOR UPDATE
+            SELECT id, status FROM job_runs WHERE id = ANY($1) AND status IN ('retrying', 'pending')
+               AND NOT (debounce_key IS NOT NULL AND status = 'pending' AND scheduled_at > now()) FOR UPDATE
         ), u AS (
             UPDATE job_runs r SET status = 'queued' FROM old WHERE r.id = old.id
             RETURNING r.id, old.status, r.attempt, r.project_id, r.job_id

@@ -64,6 +64,11 @@ fn count(changed: &[Changed]) {
 pub struct Staged(Vec<Changed>);
 
 impl Staged {
+    /// No moves.
+    pub fn none() -> Staged {
+        Staged(Vec::new())
+    }
+
     /// The moves, for what the caller writes in the same transaction.
     pub fn changes(&self) -> &[Changed] {
         &self.0
