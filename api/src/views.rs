@@ -14,6 +14,7 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use poem_openapi::Object;
 use serde_json::Value;
+use switchyard_shared::domain::cancel_on::{self, CancelOn};
 use switchyard_shared::domain::one_per_key::{self, Debounce, Singleton, SingletonMode};
 use switchyard_shared::store::JobRecord;
 
@@ -47,6 +48,8 @@ pub(crate) fn value_rules() -> Vec<(Place, Value)> {
         (Property("DebounceBody", "max_wait_secs"), range(one_per_key::DEBOUNCE_SECS)),
         (Property("DebounceBody", "key"), key_length()),
         (Property("SingletonBody", "key"), key_length()),
+        (Property("CancelOnBody", "event_key"), text(&switchyard_shared::domain::event_key::KEY)),
+        (Property("CancelOnBody", "timeout_secs"), range(cancel_on::TIMEOUT_SECS)),
     ]
 }
 
@@ -72,6 +75,34 @@ pub struct DebounceBody {
     pub period_secs: i64,
     /// 1 to 604800, not shorter than period_secs; absent: no limit.
     pub max_wait_secs: Option<i64>,
+}
+
+/// A rule that cancels the job's unfinished runs when an event arrives.
+#[derive(Object, Clone)]
+#[oai(deny_unknown_fields)]
+pub struct CancelOnBody {
+    /// The event's key, exactly (no `*`).
+    pub event_key: String,
+    /// JSONLogic over `{event, run}` (the event's payload and the run's)
+    /// that must hold, e.g. `{"==": [{"var": "event.order_id"}, {"var":
+    /// "run.order_id"}]}`; absent: every unfinished run of the job.
+    #[oai(rename = "match")]
+    pub condition: Option<Value>,
+    /// Only runs made at most this long before the event (1 to 604800);
+    /// absent: any unfinished run.
+    pub timeout_secs: Option<i64>,
+}
+
+impl From<CancelOnBody> for CancelOn {
+    fn from(b: CancelOnBody) -> CancelOn {
+        CancelOn { event_key: b.event_key, condition: b.condition, timeout_secs: b.timeout_secs }
+    }
+}
+
+impl From<CancelOn> for CancelOnBody {
+    fn from(c: CancelOn) -> CancelOnBody {
+        CancelOnBody { event_key: c.event_key, condition: c.condition, timeout_secs: c.timeout_secs }
+    }
 }
 
 /// What a trigger of a singleton does while a run of its key is unfinished.
@@ -168,6 +199,7 @@ pub struct Job {
     pub debounce: Option<DebounceBody>,
     #[oai(skip_serializing_if_is_none)]
     pub singleton: Option<SingletonBody>,
+    pub cancel_on: Vec<CancelOnBody>,
     pub enabled: bool,
     /// Set by the group's pause-all: runs are accepted and wait until resume-all.
     pub paused: bool,
@@ -228,6 +260,7 @@ pub fn job_view(r: JobRecord) -> Job {
         run_ttl_secs: s.run_ttl_secs,
         debounce: s.debounce.map(Into::into),
         singleton: s.singleton.map(Into::into),
+        cancel_on: s.cancel_on.into_iter().map(Into::into).collect(),
         enabled: r.enabled,
         paused: r.paused,
         webhook_url: s.webhook_url,

@@ -534,7 +534,8 @@ function sparkline(runs, minutes = 30) {
 }
 
 // A job's flow-control settings in a line: caps, rate limits, dedup,
-// debounce and singleton (keys are the JMESPath they are read with).
+// debounce, singleton and cancel-on events (keys are the JMESPath they
+// are read with).
 function flowControl(j) {
   const parts = [];
   if (j.max_concurrency) parts.push(`at most ${j.max_concurrency} at once`);
@@ -546,6 +547,7 @@ function flowControl(j) {
   const d = j.debounce;
   if (d) parts.push(`debounce ${d.period_secs} s${d.max_wait_secs ? ` (at most ${d.max_wait_secs} s)` : ""}${by(d.key)}`);
   if (j.singleton) parts.push(`singleton${by(j.singleton.key)}, ${j.singleton.mode}`);
+  for (const c of j.cancel_on || []) parts.push(`cancelled by ${c.event_key}${c.timeout_secs ? ` within ${c.timeout_secs} s` : ""}`);
   return parts.length ? el("span", { class: "flow" }, parts.join(" · ")) : el("span", { class: "muted" }, "none");
 }
 

@@ -77,7 +77,8 @@ def main():
                   project=project)
     step_job = api("POST", "/v1/jobs", {"name": "step", "endpoint_url": f"{a.echo}/ok"}, project=project)
     api("POST", "/v1/jobs", {"name": "digest", "endpoint_url": f"{a.echo}/ok",
-                             "debounce": {"key": "user", "period_secs": 60}}, project=project)
+                             "debounce": {"key": "user", "period_secs": 60},
+                             "cancel_on": [{"event_key": "user.deleted"}]}, project=project)
     api("POST", "/v1/webhooks/subscriptions",
         {"webhook_url": a.hook, "event_types": ["run.completed", "run.failed"], "secret": "ui-test-hook-secret"},
         project=project)
@@ -159,7 +160,7 @@ def main():
         expect(page.locator(".flash")).to_contain_text("Paused echo ok")
         # Flow control shows on the job's row, and a trigger says what it did.
         digest = page.locator("main tbody tr", has=page.locator("button.trigger[data-job='digest']"))
-        expect(digest.locator(".flow")).to_have_text("debounce 60 s by user")
+        expect(digest.locator(".flow")).to_have_text("debounce 60 s by user · cancelled by user.deleted")
         page.fill("textarea[name=payload]", '{"user": "u1"}')
         page.click("button.trigger[data-job='digest']")
         expect(page.locator(".flash")).to_contain_text("Triggered")

@@ -90,6 +90,9 @@ pub struct DispatchedEvent {
     /// wait_for_event steps the event resumed (those waiting for its key
     /// that began before it arrived).
     pub resumed_steps: i64,
+    /// Unfinished job runs the event cancelled: those of jobs with a
+    /// `cancel_on` rule of its key whose `match` held, made before it.
+    pub cancelled_runs: i64,
     /// One entry per matching enabled source, in the order of their ids.
     pub triggered_runs: Vec<EventTriggeredRun>,
 }
@@ -107,6 +110,8 @@ pub struct Event {
     /// Empty until the event is complete.
     pub triggered_runs: Vec<EventTriggeredRun>,
     pub resumed_steps: i64,
+    /// Unfinished job runs the event cancelled (`cancel_on` rules).
+    pub cancelled_runs: i64,
     /// When every matching source was handled; absent while a dispatch
     /// is under way, or after one that failed halfway (dispatch again with
     /// the same idempotency_key to finish it).
@@ -215,6 +220,7 @@ fn event_view(r: EventRow) -> Event {
         idempotency_key: r.idempotency_key,
         triggered_runs: r.triggered_runs.0.into_iter().map(triggered_view).collect(),
         resumed_steps: r.resumed_steps.into(),
+        cancelled_runs: r.cancelled_runs.into(),
         completed_at: r.completed_at,
         created_by: r.created_by,
         created_at: r.created_at,
@@ -225,6 +231,7 @@ fn dispatched_view(r: EventRow) -> DispatchedEvent {
     DispatchedEvent {
         event_id: r.id.into_string(),
         resumed_steps: r.resumed_steps.into(),
+        cancelled_runs: r.cancelled_runs.into(),
         triggered_runs: r.triggered_runs.0.into_iter().map(triggered_view).collect(),
     }
 }

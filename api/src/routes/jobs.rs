@@ -31,7 +31,9 @@ use crate::pagination::{Page, Window};
 use crate::run_actions;
 use crate::state::AppState;
 use crate::strict_json::JsonBody;
-use crate::views::{job_view, DebounceBody, Job, JobRun, RateLimitKeyBody, SingletonBody, TriggerRequest};
+use crate::views::{
+    job_view, CancelOnBody, DebounceBody, Job, JobRun, RateLimitKeyBody, SingletonBody, TriggerRequest,
+};
 
 pub struct JobsApi;
 
@@ -88,6 +90,9 @@ pub struct CreateJob {
     pub debounce: Option<DebounceBody>,
     /// At most one unfinished run per key.
     pub singleton: Option<SingletonBody>,
+    /// Up to 10 rules: an event dispatched with a rule's key cancels the
+    /// job's unfinished runs its `match` holds for.
+    pub cancel_on: Option<Vec<CancelOnBody>>,
     /// Default true.
     pub enabled: Option<bool>,
     pub webhook_url: Option<String>,
@@ -145,6 +150,7 @@ pub struct UpdateJob {
     pub debounce: MaybeUndefined<DebounceBody>,
     #[oai(nullable)]
     pub singleton: MaybeUndefined<SingletonBody>,
+    pub cancel_on: Option<Vec<CancelOnBody>>,
     pub enabled: Option<bool>,
     #[oai(nullable)]
     pub webhook_url: MaybeUndefined<String>,
@@ -306,6 +312,7 @@ impl JobsApi {
             backwards_compatible: b.backwards_compatible.unwrap_or(true),
             debounce: b.debounce.map(Into::into),
             singleton: b.singleton.map(Into::into),
+            cancel_on: b.cancel_on.unwrap_or_default().into_iter().map(Into::into).collect(),
             endpoint_url: d.endpoint_url,
         };
         errors.extend(spec.validate());
@@ -411,6 +418,9 @@ impl JobsApi {
         s.environment_id = patch(b.environment_id, s.environment_id);
         s.debounce = patch(b.debounce.map_value(Into::into), s.debounce);
         s.singleton = patch(b.singleton.map_value(Into::into), s.singleton);
+        if let Some(rules) = b.cancel_on {
+            s.cancel_on = rules.into_iter().map(Into::into).collect();
+        }
         macro_rules! set {
             ($($f:ident),*) => { $( if let Some(v) = b.$f { s.$f = v; } )* };
         }

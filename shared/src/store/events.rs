@@ -245,13 +245,15 @@ pub struct EventRow {
     pub idempotency_key: Option<String>,
     pub triggered_runs: Json<Vec<TriggeredRun>>,
     pub resumed_steps: i32,
+    /// Unfinished runs the event cancelled (`cancel_on` rules).
+    pub cancelled_runs: i32,
     pub completed_at: Option<DateTime<Utc>>,
     pub created_by: Option<String>,
     pub created_at: DateTime<Utc>,
 }
 
 const EVENT_COLS: &str = "id, project_id, event_key, payload, idempotency_key, triggered_runs, resumed_steps, \
-    completed_at, created_by, created_at";
+    cancelled_runs, completed_at, created_by, created_at";
 
 /// An event to record.
 #[derive(Clone, Debug, Default)]
@@ -416,6 +418,20 @@ async fn fire_unlocked(
     sources: &[EventSourceRow],
     refused: &HashMap<String, String>,
 ) -> Result<(EventRow, Vec<Run>), sqlx::Error> {
+    // First, so that no run this event makes is one it cancels. The
+    // cancelled runs keep their queue entries, which workers skip.
+    let payload = event.payload.as_ref().map(|p| &p.0);
+    let cancelled = super::cancel_on::cancel_matching(
+        conn,
+        &event.project_id,
+        event.id.as_str(),
+        &event.event_key,
+        payload,
+        event.created_at,
+    )
+    .await?;
+    // Counted now: every caller commits as soon as the event is fired.
+    let cancelled = cancelled.committed().len() as i32;
     let mut triggered = Vec::with_capacity(sources.len());
     let mut made = Vec::new();
     for source in sources {
@@ -452,12 +468,14 @@ async fn fire_unlocked(
     }
     let resumed = resume_waiting(conn, event).await?;
     let done: EventRow = sqlx::query_as(&format!(
-        "UPDATE events SET triggered_runs = $2, resumed_steps = $3, completed_at = now() WHERE id = $1
+        "UPDATE events SET triggered_runs = $2, resumed_steps = $3, cancelled_runs = $4, completed_at = now()
+          WHERE id = $1
          RETURNING {EVENT_COLS}"
     ))
     .bind(&event.id)
     .bind(Json(&triggered))
     .bind(resumed as i32)
+    .bind(cancelled)
     .fetch_one(&mut *conn)
     .await?;
     Ok((done, made))

@@ -47,6 +47,7 @@ pub mod analytics;
 pub mod api_keys;
 pub mod audit;
 pub mod batches;
+pub mod cancel_on;
 pub mod deliveries;
 pub mod environments;
 pub mod events;
