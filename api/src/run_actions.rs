@@ -64,6 +64,8 @@ pub async fn trigger(
     // dedup window does not fold it into the run it repeats.
     let dedup_window_secs = if triggered_by == "replay" { 0 } else { spec.dedup_window_secs };
     let gate = Gate::of(spec, new.payload.as_ref()).map_err(|m| ApiError::invalid_field("body.payload", m, None))?;
+    // Nor does a debounce window take it in; a singleton still holds it.
+    let gate = gate.filter(|g| triggered_by != "replay" || matches!(g, Gate::Singleton { .. }));
     if gate.is_some() && !valid.depends_on.is_empty() {
         let m = "a job with a singleton or debounce runs without dependencies: leave depends_on out";
         return Err(ApiError::invalid_field("body.depends_on", m, None));
@@ -187,10 +189,12 @@ pub async fn replay_run(state: &AppState, who: &Principal, orig: &Run) -> ApiRes
     };
     let (mut run, created) = trigger(state, who, &job, req, "replay", None).await?;
     if !created {
-        return Err(ApiError::conflict(format!(
-            "an equal run ({}) was triggered within the job's dedup window; nothing was replayed",
-            run.id
-        )));
+        let why = if run.skipped == Some(true) {
+            format!("the job is a singleton and its run {} of this key is unfinished", run.id)
+        } else {
+            format!("an equal run ({}) was triggered within the job's dedup window", run.id)
+        };
+        return Err(ApiError::conflict(format!("{why}; nothing was replayed")));
     }
     store::run_updates::set_continuation_of(&state.pool, &run.id, &orig.id).await?;
     run.continuation_of = Some(orig.id.to_string());

@@ -63,6 +63,10 @@ async fn a_singleton_skips_triggers_while_its_keys_run_is_unfinished() {
     env.wipe_redis().await;
     let (s, v) = env.post(&format!("/v1/jobs/{id}/trigger"), json!({"payload": {"user": "a"}})).await;
     assert_eq!((s, v["id"].as_str()), (200, Some(made["a"].as_str())), "{v}");
+    // A replay is held like a trigger while the key's run is unfinished
+    // (no worker runs yet: it is queued).
+    let v = assert_problem(409, env.post(&format!("/v1/runs/{}/replay", made["a"]), json!({})).await, 409);
+    assert!(v["detail"].as_str().unwrap().contains("singleton"), "{v}");
     two_of_each(&env).await;
     for run in made.values() {
         env.wait_status(run, "completed", T).await;
@@ -137,6 +141,14 @@ async fn a_debounce_makes_one_run_per_window_with_the_newest_payload() {
     // The window closed with its run: the next trigger opens another.
     let next = env.trigger(id, json!({"payload": {"user": "a"}})).await;
     assert_ne!(next["id"].as_str(), Some(run.as_str()));
+    // A replay is asked for on purpose: no window takes it in.
+    let (s, replay) = env.post(&format!("/v1/runs/{run}/replay"), json!({})).await;
+    assert_eq!((s, replay["status"].as_str()), (201, Some("queued")), "{replay}");
+    assert_eq!(
+        env.run(next["id"].as_str().unwrap()).await["payload"],
+        json!({"user": "a"}),
+        "the open window kept its payload"
+    );
 }
 
 #[tokio::test]
