@@ -8,12 +8,14 @@ use std::collections::HashMap;
 
 use chrono::Utc;
 use serde_json::Value;
-use switchyard_shared::domain::{schedule, trigger, RunStatus};
+use switchyard_shared::domain::batching::Batch;
+use switchyard_shared::domain::{one_per_key, schedule, trigger, RunStatus};
 use switchyard_shared::ids::RunId;
 use switchyard_shared::queue::WakeLoop;
 use switchyard_shared::store::flow::{self, CreateOptions, Gated, Made};
 use switchyard_shared::store::one_per_key::Gate;
 use switchyard_shared::store::transitions::{self, Cancel};
+use switchyard_shared::store::trigger_batches;
 use switchyard_shared::store::{self, JobRecord, NewRun, Run};
 
 use crate::auth::Principal;
@@ -50,6 +52,11 @@ pub async fn trigger(
 ) -> ApiResult<(JobRun, bool)> {
     if !job.enabled {
         return Err(ApiError::conflict("the job is disabled; enable it to trigger runs"));
+    }
+    if job.spec.0.batch.is_some() {
+        return Err(ApiError::conflict(
+            "the job batches its triggers: trigger it one at a time with POST /v1/jobs/{id}/trigger",
+        ));
     }
     let b = trigger::Request::from(b);
     let refs = references(state, &job.project_id, &b).await?;
@@ -110,6 +117,37 @@ pub async fn trigger(
     view.skipped = (gated == Some(Gated::Skipped)).then_some(true);
     view.replaced_run_id = replaced.first().map(|c| c.run.id.to_string());
     Ok((view, created))
+}
+
+/// Adds a trigger of a batching job to the open batch of its key (its
+/// payload checked as any trigger's), and enqueues the batch's run when
+/// the trigger filled it. A batched trigger carries only its payload: the
+/// run is made of many, so options that shape one run (a delay,
+/// dependencies, an idempotency key, overrides) are refused.
+pub async fn join_batch(
+    state: &AppState,
+    job: &JobRecord,
+    batch: &Batch,
+    b: TriggerRequest,
+) -> ApiResult<trigger_batches::Joined> {
+    if !job.enabled {
+        return Err(ApiError::conflict("the job is disabled; enable it to trigger runs"));
+    }
+    let payload = b.payload.clone();
+    if let Some(first) = b.options_set().first() {
+        let m = "the job batches its triggers: a trigger carries only its payload";
+        return Err(ApiError::invalid_field(&format!("body.{first}"), m, None));
+    }
+    let req = trigger::Request::from(b);
+    let refs = trigger::References { project_id: job.project_id.clone(), ..Default::default() };
+    trigger::validate(&req, &job.spec.0, &refs)?;
+    let key = one_per_key::key_of(batch.key.as_deref(), payload.as_ref())
+        .map_err(|m| ApiError::invalid_field("body.payload", m, None))?;
+    let joined = trigger_batches::join(&state.pool, job, batch, &key, payload.as_ref()).await?;
+    if let Some(run) = &joined.run {
+        store::runs::enqueue_made(&state.queue, std::slice::from_ref(run)).await;
+    }
+    Ok(joined)
 }
 
 /// What cancelling one run did.

@@ -14,6 +14,7 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use poem_openapi::Object;
 use serde_json::Value;
+use switchyard_shared::domain::batching::{self, Batch};
 use switchyard_shared::domain::cancel_on::{self, CancelOn};
 use switchyard_shared::domain::one_per_key::{self, Debounce, Singleton, SingletonMode};
 use switchyard_shared::store::JobRecord;
@@ -48,6 +49,9 @@ pub(crate) fn value_rules() -> Vec<(Place, Value)> {
         (Property("DebounceBody", "max_wait_secs"), range(one_per_key::DEBOUNCE_SECS)),
         (Property("DebounceBody", "key"), key_length()),
         (Property("SingletonBody", "key"), key_length()),
+        (Property("BatchBody", "key"), key_length()),
+        (Property("BatchBody", "max_size"), range(batching::MAX_SIZE)),
+        (Property("BatchBody", "timeout_secs"), range(batching::TIMEOUT_SECS)),
         (Property("CancelOnBody", "event_key"), text(&switchyard_shared::domain::event_key::KEY)),
         (Property("CancelOnBody", "timeout_secs"), range(cancel_on::TIMEOUT_SECS)),
     ]
@@ -75,6 +79,34 @@ pub struct DebounceBody {
     pub period_secs: i64,
     /// 1 to 604800, not shorter than period_secs; absent: no limit.
     pub max_wait_secs: Option<i64>,
+}
+
+/// Batching: the job's triggers wait in the open batch of their key; when
+/// `max_size` have come, or `timeout_secs` after the first, one run is made
+/// whose payload is the array of their payloads in arrival order. A
+/// trigger answers 202 with its batch (and the run, when it filled it).
+#[derive(Object, Clone)]
+#[oai(deny_unknown_fields)]
+pub struct BatchBody {
+    /// JMESPath over the trigger's payload giving the key, as for
+    /// `debounce.key`; absent: one batch at a time for the whole job.
+    pub key: Option<String>,
+    /// 2 to 1000.
+    pub max_size: i64,
+    /// 1 to 3600.
+    pub timeout_secs: i64,
+}
+
+impl From<BatchBody> for Batch {
+    fn from(b: BatchBody) -> Batch {
+        Batch { key: b.key, max_size: b.max_size, timeout_secs: b.timeout_secs }
+    }
+}
+
+impl From<Batch> for BatchBody {
+    fn from(b: Batch) -> BatchBody {
+        BatchBody { key: b.key, max_size: b.max_size, timeout_secs: b.timeout_secs }
+    }
 }
 
 /// A rule that cancels the job's unfinished runs when an event arrives.
@@ -199,6 +231,8 @@ pub struct Job {
     pub debounce: Option<DebounceBody>,
     #[oai(skip_serializing_if_is_none)]
     pub singleton: Option<SingletonBody>,
+    #[oai(skip_serializing_if_is_none)]
+    pub batch: Option<BatchBody>,
     pub cancel_on: Vec<CancelOnBody>,
     pub enabled: bool,
     /// Set by the group's pause-all: runs are accepted and wait until resume-all.
@@ -260,6 +294,7 @@ pub fn job_view(r: JobRecord) -> Job {
         run_ttl_secs: s.run_ttl_secs,
         debounce: s.debounce.map(Into::into),
         singleton: s.singleton.map(Into::into),
+        batch: s.batch.map(Into::into),
         cancel_on: s.cancel_on.into_iter().map(Into::into).collect(),
         enabled: r.enabled,
         paused: r.paused,

@@ -534,8 +534,8 @@ function sparkline(runs, minutes = 30) {
 }
 
 // A job's flow-control settings in a line: caps, rate limits, dedup,
-// debounce, singleton and cancel-on events (keys are the JMESPath they
-// are read with).
+// debounce, singleton, batching and cancel-on events (keys are the
+// JMESPath they are read with).
 function flowControl(j) {
   const parts = [];
   if (j.max_concurrency) parts.push(`at most ${j.max_concurrency} at once`);
@@ -547,6 +547,8 @@ function flowControl(j) {
   const d = j.debounce;
   if (d) parts.push(`debounce ${d.period_secs} s${d.max_wait_secs ? ` (at most ${d.max_wait_secs} s)` : ""}${by(d.key)}`);
   if (j.singleton) parts.push(`singleton${by(j.singleton.key)}, ${j.singleton.mode}`);
+  const b = j.batch;
+  if (b) parts.push(`batches of ${b.max_size} or ${b.timeout_secs} s${by(b.key)}`);
   for (const c of j.cancel_on || []) parts.push(`cancelled by ${c.event_key}${c.timeout_secs ? ` within ${c.timeout_secs} s` : ""}`);
   return parts.length ? el("span", { class: "flow" }, parts.join(" · ")) : el("span", { class: "muted" }, "none");
 }
@@ -588,6 +590,12 @@ function jobsPage(main, project) {
     }
     try {
       const run = await api("POST", `/v1/jobs/${encodeURIComponent(job.id)}/trigger`, body, project);
+      if (run.trigger_id) {
+        const made = run.run_id ? [": the batch is full, run ", link(`#/p/${p}/runs/${encodeURIComponent(run.run_id)}`, run.run_id)] : [" (its run is made when the batch closes)"];
+        say("Added to batch ", el("code", {}, run.batch_id), ` at position ${run.position}`, ...made);
+        page?.now();
+        return;
+      }
       const runLink = link(`#/p/${p}/runs/${encodeURIComponent(run.id)}`, run.id);
       if (run.debounced) say("Debounced into ", runLink, ": it takes this payload and waits longer ", status(run.status));
       else if (run.skipped) say("Skipped: ", runLink, " of this key is unfinished ", status(run.status));

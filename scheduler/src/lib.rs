@@ -16,6 +16,7 @@
 //!   fails them (`dependency_failed`) when one did not.
 //! - [`expirer`]: runs not started within their job's run_ttl_secs become
 //!   `expired`.
+//! - [`batches`]: makes the run of each trigger batch whose time is up.
 //! - [`pruner`]: deletes finished work older than its project's
 //!   `retention_days`, in small batches.
 //! - [`rollup`]: once a minute, folds what ended into the reports'
@@ -61,6 +62,7 @@
 //! call; tests build a [`Scheduler`] from a pool and a queue and step it.
 
 pub mod alarm;
+pub mod batches;
 pub mod cron;
 pub mod deliveries;
 pub mod dependencies;
@@ -88,6 +90,7 @@ use switchyard_shared::queue::Queue;
 use switchyard_shared::shutdown::Shutdown;
 use switchyard_shared::{db, Config};
 
+pub use batches::{BatchCloser, BatchOptions};
 pub use cron::{CronEnqueuer, CronOptions, CronReport};
 pub use deliveries::{DeliveryOptions, DeliverySender, SendReport};
 pub use dependencies::{DependencyOptions, DependencyResolver, ResolveReport};
@@ -113,6 +116,7 @@ pub struct SchedulerOptions {
     pub cron: CronOptions,
     pub dependencies: DependencyOptions,
     pub expirer: ExpirerOptions,
+    pub batches: BatchOptions,
     pub pruner: PrunerOptions,
     pub workflows: WorkflowOptions,
     pub deliveries: DeliveryOptions,
@@ -156,6 +160,7 @@ pub struct Scheduler {
     cron: CronEnqueuer,
     dependencies: DependencyResolver,
     expirer: Expirer,
+    batches: BatchCloser,
     pruner: Pruner,
     workflows: WorkflowEngine,
     deliveries: DeliverySender,
@@ -183,6 +188,7 @@ impl Scheduler {
             cron: CronEnqueuer::new(pool.clone(), queue.clone(), options.cron)?,
             dependencies: DependencyResolver::new(pool.clone(), queue.clone(), options.dependencies)?,
             expirer: Expirer::new(pool.clone(), queue.clone(), options.expirer)?,
+            batches: BatchCloser::new(pool.clone(), queue.clone(), options.batches)?,
             pruner: Pruner::new(pool.clone(), queue.clone(), options.pruner)?,
             workflows: WorkflowEngine::new(pool.clone(), queue.clone(), options.workflows)?,
             deliveries: DeliverySender::new(pool.clone(), options.deliveries)?,
@@ -277,6 +283,11 @@ impl Scheduler {
         self.rollup.roll_up_once().await
     }
 
+    /// One pass of the batch closer at `now`; returns how many runs it made.
+    pub async fn close_batches_once(&self, now: chrono::DateTime<chrono::Utc>) -> Result<usize, Error> {
+        self.batches.close_once(now).await
+    }
+
     /// One expiry batch at `now`; returns how many runs expired.
     pub async fn expire_once(&self, now: chrono::DateTime<chrono::Utc>) -> Result<usize, Error> {
         self.expirer.expire_once(now).await
@@ -314,6 +325,7 @@ impl Scheduler {
             ("cron", self.cron.run(s()).boxed()),
             ("dependencies", self.dependencies.run(s()).boxed()),
             ("expirer", self.expirer.run(s()).boxed()),
+            ("batches", self.batches.run(s()).boxed()),
             ("pruner", self.pruner.run(s()).boxed()),
             ("workflows", self.workflows.run(s()).boxed()),
             ("deliveries", self.deliveries.run(s()).boxed()),

@@ -179,6 +179,10 @@ typed_id!(
     /// A job group (`grp_…`).
     GroupId
 );
+typed_id!(
+    /// A batch of a batching job's triggers (`tbat_…`), made into one run.
+    TriggerBatchId
+);
 
 pub fn new_id(prefix: &str) -> String {
     format!("{prefix}_{}", Uuid::now_v7().simple())
@@ -216,6 +220,13 @@ pub fn project_id() -> String {
 }
 pub fn batch_id() -> BatchId {
     BatchId(new_id("bat"))
+}
+pub fn trigger_batch_id() -> TriggerBatchId {
+    TriggerBatchId(new_id("tbat"))
+}
+/// One trigger taken into a batch (`trg_…`).
+pub fn trigger_id() -> String {
+    new_id("trg")
 }
 pub fn event_id() -> EventId {
     EventId(new_id("evt"))

@@ -20,6 +20,7 @@ mod cli;
 mod crate_boundaries;
 mod events;
 mod execution;
+mod flow_batches;
 mod flow_cancel_on;
 mod flow_caps;
 mod flow_cron;

@@ -79,6 +79,8 @@ def main():
     api("POST", "/v1/jobs", {"name": "digest", "endpoint_url": f"{a.echo}/ok",
                              "debounce": {"key": "user", "period_secs": 60},
                              "cancel_on": [{"event_key": "user.deleted"}]}, project=project)
+    api("POST", "/v1/jobs", {"name": "rows", "endpoint_url": f"{a.echo}/ok",
+                             "batch": {"max_size": 2, "timeout_secs": 600}}, project=project)
     api("POST", "/v1/webhooks/subscriptions",
         {"webhook_url": a.hook, "event_types": ["run.completed", "run.failed"], "secret": "ui-test-hook-secret"},
         project=project)
@@ -166,6 +168,12 @@ def main():
         expect(page.locator(".flash")).to_contain_text("Triggered")
         page.click("button.trigger[data-job='digest']")
         expect(page.locator(".flash")).to_contain_text("Debounced into")
+        # A batching job's trigger says which batch it joined, and the run
+        # the trigger that filled it made.
+        page.click("button.trigger[data-job='rows']")
+        expect(page.locator(".flash")).to_contain_text("at position 0")
+        page.click("button.trigger[data-job='rows']")
+        expect(page.locator(".flash")).to_contain_text("the batch is full, run")
         row = page.locator("main tbody tr", has=page.locator("button.trigger[data-job='echo-ok']"))
         expect(row.get_by_text("paused", exact=True)).to_be_visible()
         page.click("button.resume[data-job='echo-ok']")
@@ -173,7 +181,7 @@ def main():
 
         # Queue statistics: one row per job, with a history chart.
         page.get_by_role("link", name="Queues").click()
-        expect(page.locator("main table tbody tr")).to_have_count(4)
+        expect(page.locator("main table tbody tr")).to_have_count(5)
         expect(page.get_by_text("echo-ok")).to_be_visible()
         shot("queues")
 

@@ -234,6 +234,8 @@ pub const OPERATIONS: &[(&str, &str, Requirement)] = &[
     ("POST", "/v1/events/dispatch", Scope("jobs:trigger")),
     ("GET", "/v1/events", Scope("runs:read")),
     ("GET", "/v1/events/{event_id}", Scope("runs:read")),
+    // A trigger batch is the record of the triggers a run was made of.
+    ("GET", "/v1/trigger-batches/{batch_id}", Scope("runs:read")),
     ("POST", "/v1/event-sources", Scope("jobs:write")),
     ("GET", "/v1/event-sources", Scope("jobs:read")),
     ("GET", "/v1/event-sources/{event_source_id}", Scope("jobs:read")),

@@ -12,6 +12,7 @@ use poem_openapi::{ApiResponse, Object, OpenApi};
 use serde_json::Value;
 use switchyard_shared::domain::job::{MAX_CRON_JOBS_PER_PROJECT, MAX_JOBS_PER_PROJECT};
 use switchyard_shared::domain::{FieldErrors, JobSpec, RateLimitKey};
+use switchyard_shared::ids::TriggerBatchId;
 use switchyard_shared::queue::WakeLoop;
 use switchyard_shared::secrets;
 use switchyard_shared::store::jobs::{JobVersionRow, JobWrite};
@@ -32,10 +33,11 @@ use crate::run_actions;
 use crate::state::AppState;
 use crate::strict_json::JsonBody;
 use crate::views::{
-    job_view, CancelOnBody, DebounceBody, Job, JobRun, RateLimitKeyBody, SingletonBody, TriggerRequest,
+    job_view, BatchBody, CancelOnBody, DebounceBody, Job, JobRun, RateLimitKeyBody, SingletonBody, TriggerRequest,
 };
 
 pub struct JobsApi;
+pub struct TriggerBatchesApi;
 
 /// Create a job. Only `name` and `endpoint_url` are required.
 #[derive(Object)]
@@ -90,6 +92,9 @@ pub struct CreateJob {
     pub debounce: Option<DebounceBody>,
     /// At most one unfinished run per key.
     pub singleton: Option<SingletonBody>,
+    /// Triggers are collected into batches, one run each. Not with a
+    /// debounce or a singleton.
+    pub batch: Option<BatchBody>,
     /// Up to 10 rules: an event dispatched with a rule's key cancels the
     /// job's unfinished runs its `match` holds for.
     pub cancel_on: Option<Vec<CancelOnBody>>,
@@ -150,6 +155,8 @@ pub struct UpdateJob {
     pub debounce: MaybeUndefined<DebounceBody>,
     #[oai(nullable)]
     pub singleton: MaybeUndefined<SingletonBody>,
+    #[oai(nullable)]
+    pub batch: MaybeUndefined<BatchBody>,
     pub cancel_on: Option<Vec<CancelOnBody>>,
     pub enabled: Option<bool>,
     #[oai(nullable)]
@@ -232,6 +239,57 @@ pub enum Triggered {
     /// payload's key (`debounced: true`, `skipped: true`).
     #[oai(status = 200)]
     Existing(Json<JobRun>),
+    /// The job batches its triggers: this one joined the open batch of its
+    /// key (its run is made when the batch is full or its time is up; the
+    /// run is named here when this trigger filled it).
+    #[oai(status = 202)]
+    Batched(Json<BatchedTrigger>),
+}
+
+/// A trigger taken into a batch.
+#[derive(Object)]
+pub struct BatchedTrigger {
+    pub trigger_id: String,
+    /// `GET /v1/trigger-batches/{id}` names the batch's run once it is made.
+    pub batch_id: String,
+    /// The trigger's place in its batch, from 0: its payload's index in the
+    /// run's payload array.
+    pub position: i64,
+    /// The run made of the batch, when this trigger filled it.
+    #[oai(skip_serializing_if_is_none)]
+    pub run_id: Option<String>,
+}
+
+/// A trigger batch: the triggers of a batching job waiting together, then
+/// the run made of them.
+#[derive(Object)]
+pub struct TriggerBatch {
+    pub id: String,
+    pub project_id: String,
+    pub job_id: String,
+    /// The key the triggers' payloads gave (empty: the job's one batch).
+    pub key: String,
+    /// open, or closed once its run was made.
+    pub status: String,
+    pub size: i64,
+    pub max_size: i64,
+    /// The ids of the triggers it took, in arrival order.
+    pub trigger_ids: Vec<String>,
+    pub opened_at: DateTime<Utc>,
+    /// When it closes if it does not fill first.
+    pub closes_at: DateTime<Utc>,
+    #[oai(skip_serializing_if_is_none)]
+    pub closed_at: Option<DateTime<Utc>>,
+    /// The run made of it (absent while open, or when its job was deleted
+    /// before it closed).
+    #[oai(skip_serializing_if_is_none)]
+    pub run_id: Option<String>,
+}
+
+#[derive(ApiResponse)]
+pub enum TriggerBatchFound {
+    #[oai(status = 200)]
+    Ok(Json<TriggerBatch>),
 }
 
 fn to_btree(m: Option<HashMap<String, String>>) -> BTreeMap<String, String> {
@@ -312,6 +370,7 @@ impl JobsApi {
             backwards_compatible: b.backwards_compatible.unwrap_or(true),
             debounce: b.debounce.map(Into::into),
             singleton: b.singleton.map(Into::into),
+            batch: b.batch.map(Into::into),
             cancel_on: b.cancel_on.unwrap_or_default().into_iter().map(Into::into).collect(),
             endpoint_url: d.endpoint_url,
         };
@@ -418,6 +477,7 @@ impl JobsApi {
         s.environment_id = patch(b.environment_id, s.environment_id);
         s.debounce = patch(b.debounce.map_value(Into::into), s.debounce);
         s.singleton = patch(b.singleton.map_value(Into::into), s.singleton);
+        s.batch = patch(b.batch.map_value(Into::into), s.batch);
         if let Some(rules) = b.cancel_on {
             s.cancel_on = rules.into_iter().map(Into::into).collect();
         }
@@ -595,8 +655,45 @@ impl JobsApi {
         body: JsonBody<TriggerRequest>,
     ) -> ApiResult<Triggered> {
         let job = load_for_trigger(&state, &auth, &job_id).await?;
+        if let Some(batch) = &job.spec.0.batch {
+            let joined = run_actions::join_batch(&state, &job, batch, body.0).await?;
+            return Ok(Triggered::Batched(Json(BatchedTrigger {
+                trigger_id: joined.trigger_id,
+                batch_id: joined.batch.id.to_string(),
+                position: joined.position.into(),
+                run_id: joined.run.map(|r| r.id.to_string()),
+            })));
+        }
         let (run, created) = run_actions::trigger(&state, &auth.0, &job, body.0, "api", None).await?;
         Ok(if created { Triggered::Created(Json(run)) } else { Triggered::Existing(Json(run)) })
+    }
+}
+
+#[OpenApi(tag = "Tag::Runs")]
+impl TriggerBatchesApi {
+    /// A trigger batch of a batching job: its triggers' ids in arrival
+    /// order, whether it is still open, and the run made of it once it
+    /// closed (the run's payload is the array of the triggers' payloads in
+    /// that order, and its metadata names the batch in `trigger_batch_id`).
+    #[oai(path = "/v1/trigger-batches/:batch_id", method = "get", operation_id = "getTriggerBatch")]
+    async fn get(&self, state: Data<&AppState>, auth: Auth, batch_id: Path<String>) -> ApiResult<TriggerBatchFound> {
+        let id = TriggerBatchId::from(batch_id.0.as_str());
+        let read = store::trigger_batches::get(&state.pool, super::tenant(&auth.0), &id);
+        let (b, trigger_ids) = super::found("trigger batch", &batch_id, read).await?;
+        Ok(TriggerBatchFound::Ok(Json(TriggerBatch {
+            id: b.id.to_string(),
+            project_id: b.project_id,
+            job_id: b.job_id,
+            key: b.batch_key,
+            status: if b.closed_at.is_some() { "closed" } else { "open" }.into(),
+            size: b.size.into(),
+            max_size: b.max_size.into(),
+            trigger_ids,
+            opened_at: b.opened_at,
+            closes_at: b.closes_at,
+            closed_at: b.closed_at,
+            run_id: b.run_id,
+        })))
     }
 }
 

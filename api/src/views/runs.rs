@@ -38,7 +38,7 @@ pub struct JobRun {
     /// The current or last attempt, from 1; 0 before the first dispatch.
     pub attempt: i64,
     pub priority: i64,
-    /// api, bulk, cron, replay, workflow or event.
+    /// api, bulk, cron, replay, workflow, event or batch.
     pub triggered_by: String,
     pub debug_mode: bool,
     pub lineage_depth: i64,
@@ -228,6 +228,31 @@ pub struct TriggerRequest {
     pub execution_mode: Option<String>,
     /// Makes this run a child of another run of the project.
     pub parent_run_id: Option<String>,
+}
+
+impl TriggerRequest {
+    /// The fields set besides `payload`: what shapes one run.
+    pub fn options_set(&self) -> Vec<&'static str> {
+        let set = [
+            ("priority", self.priority.is_some()),
+            ("idempotency_key", self.idempotency_key.is_some()),
+            ("tags", self.tags.is_some()),
+            ("metadata", self.metadata.is_some()),
+            ("concurrency_key", self.concurrency_key.is_some()),
+            ("scheduled_at", self.scheduled_at.is_some()),
+            ("delay_secs", self.delay_secs.is_some()),
+            ("depends_on", self.depends_on.is_some()),
+            ("debug_mode", self.debug_mode.is_some()),
+            ("max_attempts_override", self.max_attempts_override.is_some()),
+            ("timeout_secs_override", self.timeout_secs_override.is_some()),
+            ("retry_backoff", self.retry_backoff.is_some()),
+            ("retry_initial_delay_secs", self.retry_initial_delay_secs.is_some()),
+            ("retry_max_delay_secs", self.retry_max_delay_secs.is_some()),
+            ("execution_mode", self.execution_mode.is_some()),
+            ("parent_run_id", self.parent_run_id.is_some()),
+        ];
+        set.into_iter().filter(|(_, on)| *on).map(|(name, _)| name).collect()
+    }
 }
 
 /// The value rules of TriggerRequest (see `document::rules`).

@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::batching::{self, Batch};
 use super::cancel_on::{self, CancelOn};
 use super::cron_expr::{parse_cron, parse_timezone};
 use super::field_errors::{FieldError, FieldErrors};
@@ -111,6 +112,9 @@ pub struct JobSpec {
     /// At most one unfinished run per key.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub singleton: Option<Singleton>,
+    /// Triggers wait in batches made into one run each (`domain::batching`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub batch: Option<Batch>,
     /// Events that cancel the job's unfinished runs (`domain::cancel_on`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub cancel_on: Vec<CancelOn>,
@@ -369,6 +373,8 @@ impl JobSpec {
         }
         one_per_key::validate(self.debounce.as_ref(), self.singleton.as_ref(), &mut errs);
         cancel_on::validate(&self.cancel_on, &mut errs);
+        let gated = self.debounce.is_some() || self.singleton.is_some();
+        batching::validate(self.batch.as_ref(), gated, &mut errs);
         errs.into_vec()
     }
 }

@@ -1,5 +1,6 @@
 //! Pure domain types and rules: no I/O here.
 
+pub mod batching;
 pub mod cancel_on;
 pub mod cron_expr;
 pub mod error_class;

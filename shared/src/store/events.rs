@@ -500,6 +500,9 @@ async fn fire_job_in(
     if !job.enabled {
         return Ok(Err("the job is disabled; enable it to trigger runs".into()));
     }
+    if job.spec.0.batch.is_some() {
+        return Ok(Err("the job batches its triggers, which an event source does not join".into()));
+    }
     let metadata = HashMap::from([
         ("event_id".to_string(), event.id.to_string()),
         ("event_source_id".to_string(), source.id.clone()),

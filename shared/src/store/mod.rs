@@ -72,6 +72,7 @@ pub mod stats;
 pub mod step_outcomes;
 pub mod streams;
 pub mod transitions;
+pub mod trigger_batches;
 pub mod workflow_engine;
 pub mod workflow_moves;
 pub mod workflow_runs;
