@@ -67,11 +67,17 @@ impl BatchCloser {
         Ok(made.len())
     }
 
+    /// At idle one cheap read (the soonest close, over an index of open
+    /// batches only); the closing transaction only when one is due.
     async fn pass(&self) -> Result<Next, Error> {
-        if self.close_once(Utc::now()).await? >= self.opts.batch_size {
-            return Ok(Next::Now);
+        match trigger_batches::next_close(&self.pool).await? {
+            None => Ok(Next::Idle),
+            Some(at) if at > Utc::now() => Ok(Next::At(at)),
+            Some(_) => {
+                self.close_once(Utc::now()).await?;
+                Ok(Next::Now)
+            }
         }
-        Ok(trigger_batches::next_close(&self.pool).await?.map_or(Next::Idle, Next::At))
     }
 
     pub async fn run(&self, shutdown: Shutdown) {
