@@ -21,6 +21,8 @@ CREATE TABLE trigger_batches (
 );
 CREATE UNIQUE INDEX trigger_batches_open_key ON trigger_batches (job_id, batch_key) WHERE closed_at IS NULL;
 CREATE INDEX trigger_batches_due_idx ON trigger_batches (closes_at) WHERE closed_at IS NULL;
+-- Retention deletes a project's closed batches from the old end of this.
+CREATE INDEX trigger_batches_project_idx ON trigger_batches (project_id, id);
 
 CREATE TABLE trigger_batch_items (
     batch_id    text        NOT NULL REFERENCES trigger_batches (id) ON DELETE CASCADE,

@@ -61,7 +61,7 @@ impl PrunerOptions {
 /// What one pass deleted, per kind (`Kind::ALL` order).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PruneReport {
-    pub deleted: [u64; 4],
+    pub deleted: [u64; 5],
     /// Past weeks whose (emptied) partitions of runs were dropped.
     pub weeks_dropped: i32,
 }

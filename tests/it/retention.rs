@@ -97,6 +97,27 @@ async fn finished_work_past_its_projects_retention_is_pruned_and_nothing_else() 
     .execute(&env.pool)
     .await
     .unwrap();
+    // A trigger batch closed 10 days ago goes with its items; one still
+    // open, however old, stays.
+    let (closed_batch, open_batch) = (old_id("tbat", 10), old_id("tbat", 10));
+    for (id, closed) in [(&closed_batch, true), (&open_batch, false)] {
+        sqlx::query(
+            "INSERT INTO trigger_batches (id, project_id, job_id, batch_key, size, max_size, opened_at, closes_at, closed_at)
+             VALUES ($1, $2, 'job_x', $1, 1, 5, now() - interval '10 days', now() - interval '10 days',
+                     CASE WHEN $3 THEN now() - interval '10 days' END)",
+        )
+        .bind(id)
+        .bind(&project)
+        .bind(closed)
+        .execute(&env.pool)
+        .await
+        .unwrap();
+        sqlx::query("INSERT INTO trigger_batch_items (batch_id, position, trigger_id) VALUES ($1, 0, $1 || ':t')")
+            .bind(id)
+            .execute(&env.pool)
+            .await
+            .unwrap();
+    }
     // Another project keeps the default 30 days: its 10-day-old run stays.
     let other = env.project().await;
     let other_job = env.job_in(&other, &target.url, json!({})).await;
@@ -106,7 +127,9 @@ async fn finished_work_past_its_projects_retention_is_pruned_and_nothing_else() 
     copy_row(&env, "job_runs", &other_run, &other_old, json!({"finished_at": long_ago, "idempotency_key": null})).await;
 
     let report = env.scheduler().prune_once().await.unwrap();
-    assert_eq!(report.deleted, [1, 0, 1, 1], "one run, one delivery, one event: {report:?}");
+    assert_eq!(report.deleted, [1, 0, 1, 1, 1], "one run, one delivery, one event, one batch: {report:?}");
+    let items = "SELECT count(*) FROM trigger_batch_items WHERE batch_id = $1";
+    assert_eq!((count(&env, items, &closed_batch).await, count(&env, items, &open_batch).await), (0, 1));
     let runs = "SELECT count(*) FROM job_runs WHERE id = $1";
     assert_eq!(count(&env, runs, &old_done).await, 0);
     assert_eq!(
@@ -126,7 +149,7 @@ async fn finished_work_past_its_projects_retention_is_pruned_and_nothing_else() 
     );
     assert_eq!(count(&env, "SELECT count(*) FROM events WHERE id = $1", &old_event).await, 0);
     let again = env.scheduler().prune_once().await.unwrap();
-    assert_eq!(again.deleted, [0, 0, 0, 0]);
+    assert_eq!(again.deleted, [0, 0, 0, 0, 0]);
 }
 
 /// The partition of `table` that holds run `id`'s row (`key`: the run id's column).

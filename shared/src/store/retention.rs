@@ -9,7 +9,8 @@
 //! the rows are picked `FOR UPDATE SKIP LOCKED`, so a batch never waits on a
 //! row something else holds, and several schedulers may prune at once. Only
 //! ended work goes: terminal runs and workflow runs by `finished_at`,
-//! delivered or dead deliveries and completed events by their creation.
+//! delivered or dead deliveries and completed events by their creation,
+//! closed trigger batches by their closing.
 //! Ids begin with their creation time (UUIDv7), so `id < <prefix>_<cutoff>`
 //! bounds each scan to the old end of the project's id index.
 
@@ -23,10 +24,12 @@ pub enum Kind {
     WorkflowRuns,
     Deliveries,
     Events,
+    TriggerBatches,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 4] = [Kind::JobRuns, Kind::WorkflowRuns, Kind::Deliveries, Kind::Events];
+    pub const ALL: [Kind; 5] =
+        [Kind::JobRuns, Kind::WorkflowRuns, Kind::Deliveries, Kind::Events, Kind::TriggerBatches];
 
     /// The kind's table, id prefix, what makes a row ended and old (`$3`
     /// the cutoff), what the deletion returns, and what else goes with its
@@ -63,6 +66,8 @@ impl Kind {
                 ("webhook_deliveries", "whd", "status IN ('delivered', 'dead') AND created_at < $3", "id", "")
             }
             Kind::Events => ("events", "evt", "completed_at IS NOT NULL AND created_at < $3", "id", ""),
+            // Their items go by ON DELETE CASCADE.
+            Kind::TriggerBatches => ("trigger_batches", "tbat", "closed_at < $3", "id", ""),
         }
     }
 
