@@ -136,19 +136,31 @@ pub async fn run(c: Jobs) -> Result<u8, Failure> {
                 body["priority"] = json!(p);
             }
             let r = client.post(&format!("/v1/jobs/{}/trigger", seg(&job_id)), Some(body)).await?;
+            // A batching job answers with the batch the trigger joined.
+            let batched = r.get("trigger_id").is_some();
             if !wait {
                 if g.json {
                     output::json(&r);
+                } else if batched {
+                    let run = r["run_id"].as_str().map(|id| format!("  run {id}")).unwrap_or_default();
+                    println!(
+                        "{}  batch {} position {}{run}",
+                        output::cell(&r["trigger_id"]),
+                        output::cell(&r["batch_id"]),
+                        r["position"]
+                    );
                 } else {
                     println!("{}  {}", output::cell(&r["id"]), output::cell(&r["status"]));
                 }
                 return Ok(exit::OK);
             }
-            let id = r["id"].as_str().unwrap_or_default();
+            let limit = Duration::from_secs(timeout);
+            let batch_run = if batched { Some(batch_run(&client, &r, limit).await?) } else { None };
+            let id = batch_run.as_deref().or(r["id"].as_str()).unwrap_or_default();
             let path = format!("/v1/runs/{}/stream", seg(id));
             // Each change of status on stderr while it waits; the run, once
             // it ended, on stdout.
-            let done = follow(&client, &path, "run", Duration::from_secs(timeout), |e| {
+            let done = follow(&client, &path, "run", limit, |e| {
                 if e.event == "run" {
                     eprintln!("{id}  {}", e.data["run"]["status"].as_str().unwrap_or("?"));
                 }
@@ -167,6 +179,32 @@ pub async fn run(c: Jobs) -> Result<u8, Failure> {
         JobsCmd::Enable { job_id } => set_enabled(&client, g, &job_id, true).await?,
     }
     Ok(exit::OK)
+}
+
+/// The run a batched trigger's batch made: at once when the trigger filled
+/// it, else once the batch closes (polled, within `limit`).
+async fn batch_run(client: &Client, r: &Value, limit: Duration) -> Result<String, Failure> {
+    if let Some(id) = r["run_id"].as_str() {
+        return Ok(id.to_string());
+    }
+    let batch = r["batch_id"].as_str().unwrap_or_default();
+    eprintln!("{}  waiting in batch {batch} for it to fill or close", output::cell(&r["trigger_id"]));
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let b = client.get(&format!("/v1/trigger-batches/{}", seg(batch)), &[]).await?;
+        if b["status"] == "closed" {
+            return match b["run_id"].as_str() {
+                Some(id) => Ok(id.to_string()),
+                None => {
+                    Err(Failure::new(exit::OUTCOME, format!("batch {batch} closed without a run: its job was deleted")))
+                }
+            };
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(Failure::new(exit::WAIT_TIMEOUT, format!("batch {batch} did not close within {limit:?}")));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 }
 
 /// `POST /v1/jobs/{id}/pause` or `/resume`.

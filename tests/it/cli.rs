@@ -321,3 +321,27 @@ async fn runs_watch_follows_a_run_until_it_ends() {
     }
     assert!(o.stdout.lines().any(|l| l.contains(r#""status":"failed""#)), "{o:?}");
 }
+
+#[tokio::test]
+async fn a_batched_trigger_names_its_batch_and_waits_for_the_batchs_run() {
+    let env = TestEnv::start().await;
+    let target = Target::start().await;
+    let project = env.project().await;
+    let job = env.job_in(&project, &target.url, json!({"batch": {"max_size": 10, "timeout_secs": 1}})).await;
+    env.spawn_worker();
+    env.spawn_scheduler();
+    let o = cli(&env, &["jobs", "trigger", id(&job), "--payload", r#"{"row":1}"#]).await;
+    assert_eq!(o.code, 0, "{o:?}");
+    assert!(
+        o.stdout.starts_with("trg_") && o.stdout.contains("batch tbat_") && o.stdout.contains("position 0"),
+        "{o:?}"
+    );
+    let o = cli(&env, &["jobs", "trigger", id(&job), "--payload", r#"{"row":2}"#, "--wait", "--json"]).await;
+    assert_eq!(o.code, 0, "{o:?}");
+    let run = o.json();
+    assert_eq!(
+        (run["status"].as_str(), &run["payload"]),
+        (Some("completed"), &json!([{"row": 1}, {"row": 2}])),
+        "{o:?}"
+    );
+}
