@@ -146,6 +146,9 @@ pub async fn join_batch(
     let joined = trigger_batches::join(&state.pool, job, batch, &key, payload.as_ref()).await?;
     if let Some(run) = &joined.run {
         store::runs::enqueue_made(&state.queue, std::slice::from_ref(run)).await;
+    } else if joined.position == 0 {
+        // A new batch: the scheduler's batches loop sleeps until told.
+        state.queue.wake(WakeLoop::Batches, Some(joined.batch.closes_at));
     }
     Ok(joined)
 }

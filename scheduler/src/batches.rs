@@ -1,9 +1,9 @@
 //! The batch closer: makes the run of each open trigger batch whose time is
 //! up (`store::trigger_batches`; a batch that fills is closed by the
 //! trigger that fills it). Several schedulers share the batches
-//! (`FOR UPDATE SKIP LOCKED`). The api publishes no wake-up for a new
-//! batch, so the loop sleeps at most `max_sleep` between passes: a batch
-//! closes within that much of its time.
+//! (`FOR UPDATE SKIP LOCKED`). The loop sleeps until the soonest close; the
+//! api wakes it (`WakeLoop::Batches`) with the close of each batch it
+//! opens, and `max_sleep` bounds the delay when a wake-up is lost.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,7 +22,8 @@ use crate::pace::{self, Next, Pacing};
 pub struct BatchOptions {
     /// Shortest time between passes (default 100 ms).
     pub interval: Duration,
-    /// Longest sleep (default 1 s): how late a batch may close.
+    /// Longest sleep (default 30 s): how late a batch may close when its
+    /// wake-up was lost.
     pub max_sleep: Duration,
     /// Batches closed per transaction (default 100).
     pub batch_size: usize,
@@ -30,7 +31,7 @@ pub struct BatchOptions {
 
 impl Default for BatchOptions {
     fn default() -> Self {
-        BatchOptions { interval: Duration::from_millis(100), max_sleep: Duration::from_secs(1), batch_size: 100 }
+        BatchOptions { interval: Duration::from_millis(100), max_sleep: Duration::from_secs(30), batch_size: 100 }
     }
 }
 
@@ -78,6 +79,10 @@ impl BatchCloser {
                 Ok(Next::Now)
             }
         }
+    }
+
+    pub fn alarm(&self) -> &Arc<Alarm> {
+        &self.alarm
     }
 
     pub async fn run(&self, shutdown: Shutdown) {

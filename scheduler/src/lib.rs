@@ -208,6 +208,7 @@ impl Scheduler {
             heartbeats: self.heartbeats.alarm().clone(),
             dependencies: self.dependencies.alarm().clone(),
             cron: self.cron.alarm().clone(),
+            batches: self.batches.alarm().clone(),
         }
     }
 

@@ -26,6 +26,7 @@ pub struct Alarms {
     pub heartbeats: Arc<Alarm>,
     pub dependencies: Arc<Alarm>,
     pub cron: Arc<Alarm>,
+    pub batches: Arc<Alarm>,
 }
 
 impl Alarms {
@@ -35,6 +36,7 @@ impl Alarms {
             WakeLoop::Heartbeats => &self.heartbeats,
             WakeLoop::Dependencies => &self.dependencies,
             WakeLoop::Cron => &self.cron,
+            WakeLoop::Batches => &self.batches,
         }
     }
 

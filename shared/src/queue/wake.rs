@@ -41,10 +41,13 @@ pub enum WakeLoop {
     Dependencies,
     /// Jobs with a `cron` schedule.
     Cron,
+    /// Open trigger batches, which close at their time.
+    Batches,
 }
 
 impl WakeLoop {
-    pub const ALL: [WakeLoop; 4] = [WakeLoop::Expirer, WakeLoop::Heartbeats, WakeLoop::Dependencies, WakeLoop::Cron];
+    pub const ALL: [WakeLoop; 5] =
+        [WakeLoop::Expirer, WakeLoop::Heartbeats, WakeLoop::Dependencies, WakeLoop::Cron, WakeLoop::Batches];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -52,6 +55,7 @@ impl WakeLoop {
             WakeLoop::Heartbeats => "heartbeats",
             WakeLoop::Dependencies => "dependencies",
             WakeLoop::Cron => "cron",
+            WakeLoop::Batches => "batches",
         }
     }
 
@@ -94,7 +98,7 @@ impl WakeUp {
 /// for "now", the earliest of all times.
 #[derive(Debug, Default)]
 pub(crate) struct Throttle {
-    slots: [Mutex<Slot>; 4],
+    slots: [Mutex<Slot>; 5],
 }
 
 #[derive(Debug, Default)]
