@@ -42,7 +42,10 @@ const trigger = await client.POST("/v1/jobs/{job_id}/trigger", {
   params: { path: { job_id: job.data.id }, header: { "X-Project-Id": projectId } },
   body: { payload: { from: "typescript" } },
 });
-if (trigger.response.status !== 201 || !trigger.data) fail("trigger", trigger.response, trigger.error);
+// A plain job answers with its run; a batching job (202) with its batch.
+if (trigger.response.status !== 201 || !trigger.data || !("id" in trigger.data)) {
+  fail("trigger", trigger.response, trigger.error);
+}
 
 const runId = trigger.data.id;
 const deadline = Date.now() + 60_000;
