@@ -52,6 +52,10 @@ pub struct BulkTriggerItem {
     /// An item whose key was used before returns that run as `duplicate`.
     pub idempotency_key: Option<String>,
     pub tags: Option<HashMap<String, String>>,
+    /// As a single trigger's: runs sharing it share the job's
+    /// max_concurrency_per_key, and take turns under `fairness:
+    /// round_robin`.
+    pub concurrency_key: Option<String>,
 }
 
 /// Up to 100 runs of one job.
@@ -276,6 +280,7 @@ impl BulkApi {
                 priority: item.priority,
                 idempotency_key: item.idempotency_key,
                 tags: item.tags,
+                concurrency_key: item.concurrency_key,
                 ..TriggerRequest::default()
             };
             run_actions::trigger(&state, &auth.0, &job, req, "bulk", Some(batch_id.clone()))
