@@ -26,6 +26,10 @@
 -- re-registering the dispatches they still hold, extend_leases.lua), an
 -- entry of a capped or rate-limited job waits in `throttled`.
 --
+-- A job with `fairness: round_robin` serves its concurrency keys in turn:
+-- its entries are ranked by their tags (lib/fair.lua), parked with them,
+-- and come back from `throttled` with them.
+--
 -- A call that stops at its scan limit (max_scan entries parked or
 -- throttled) with entries still in `ready` leaves a wake-up token: a worker
 -- waits for one as soon as a dequeue returns fewer entries than it asked for.
@@ -33,6 +37,7 @@
 -- KEYS[1] ready   KEYS[2] leases   KEYS[3] active   KEYS[4] limits
 -- KEYS[5] parked  KEYS[6] throttled  KEYS[7] rate  KEYS[8] signal
 -- KEYS[9] epoch ("<id>|<hold until ms>", set by the reconciler's rebuild)
+-- KEYS[10] fair (lib/fair.lua)
 -- ARGV[1] now_ms  ARGV[2] max_items  ARGV[3] lease_ms  ARGV[4] max_scan
 -- ARGV[5] rate_guard_ms  ARGV[6] rate_recheck_ms (how soon to look again
 -- when a bucket is full of provisional places)
@@ -57,15 +62,8 @@ if epoch then
   epoch_id, hold_until = id or epoch, tonumber(h) or 0
 end
 
--- Entries held by a rate limit whose window has opened go back first.
-local due = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now, 'LIMIT', 0, 256)
-for _, e in ipairs(due) do
-  redis.call('ZREM', KEYS[6], e)
-  local rankhex = string.match(e, '^[^|]+|[^|]+|([^|]+)|')
-  redis.call('ZADD', KEYS[1], tonumber(rankhex, 16) - OFFSET, e)
-end
-
 local out = { epoch_id }
+local fs = fair_open(KEYS[10], KEYS[4])
 local scanned = 0
 local limits_cache = {}
 -- Per job, this call's throttle decision: later entries of a throttled job
@@ -76,14 +74,19 @@ local function limits_of(job)
   local l = limits_cache[job]
   if l == nil then
     local raw = redis.call('HGET', KEYS[4], job)
-    -- max_concurrency|max_per_key|rate_max|rate_window_ms|paused then
-    -- |max|window_ms|bucket for each named rate limit.
+    -- max_concurrency|max_per_key|rate_max|rate_window_ms|flags (1
+    -- paused, 2 round robin) then |max|window_ms|bucket for each named
+    -- rate limit.
     local p = {}
     if raw then
       for v in string.gmatch(raw, '[^|]+') do p[#p + 1] = v end
     end
     l = { tonumber(p[1] or '0'), tonumber(p[2] or '0'), tonumber(p[3] or '0'), tonumber(p[4] or '0'),
           tonumber(p[5] or '0'), buckets = {}, known = raw ~= false and raw ~= nil }
+    l.paused = l[5] % 2 == 1
+    -- Whether the job's entries may hold tags: it is fair, or was when
+    -- some of them were tagged.
+    l.tagged = fair_job(fs, job, raw).tagged
     if l[3] > 0 and l[4] > 0 then
       l.buckets[#l.buckets + 1] = { max = l[3], span = l[4] + guard, id = 'j:' .. job }
     end
@@ -123,10 +126,28 @@ local function rate_wait(lim)
   return wait, binding
 end
 
+-- Entries held by a rate limit whose window has opened go back first, with
+-- their tags if they hold one.
+local due = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', now, 'LIMIT', 0, 256)
+for _, e in ipairs(due) do
+  redis.call('ZREM', KEYS[6], e)
+  local job, rankhex = string.match(e, '^[^|]+|([^|]+)|([^|]+)|')
+  local tag = limits_of(job).tagged and fair_tag_of(fs, e)
+  redis.call('ZADD', KEYS[1], tag or (tonumber(rankhex, 16) - OFFSET), e)
+end
+
+-- The rank a parked entry is written with: its tag, if it holds one, so
+-- it comes back in its turn.
+local function park_rank(lim, e, rankhex)
+  local tag = lim.tagged and fair_tag_of(fs, e)
+  return tag and fair_hex(tag) or rankhex
+end
+
 while #out - 1 < want and scanned < max_scan do
-  local batch = redis.call('ZRANGE', KEYS[1], 0, want - #out)
+  local batch = redis.call('ZRANGE', KEYS[1], 0, want - #out, 'WITHSCORES')
   if #batch == 0 then break end
-  for _, e in ipairs(batch) do
+  for i = 1, #batch, 2 do
+    local e = batch[i]
     scanned = scanned + 1
     redis.call('ZREM', KEYS[1], e)
     local run, job, rankhex, ckey = string.match(e, '^([^|]+)|([^|]+)|([^|]+)|(.*)$')
@@ -136,15 +157,15 @@ while #out - 1 < want and scanned < max_scan do
     local jactive = tonumber(redis.call('HGET', KEYS[3], jfield) or '0')
     if not lim.known then
       -- Limits unknown: never treated as none. set_limits.lua brings it back.
-      redis.call('ZADD', KEYS[5], 0, 'U|' .. job .. '|' .. rankhex .. '|' .. e)
-    elseif lim[5] ~= 1 and now < hold_until and (lim[1] > 0 or lim[2] > 0 or #lim.buckets > 0) then
+      redis.call('ZADD', KEYS[5], 0, 'U|' .. job .. '|' .. park_rank(lim, e, rankhex) .. '|' .. e)
+    elseif not lim.paused and now < hold_until and (lim[1] > 0 or lim[2] > 0 or #lim.buckets > 0) then
       -- Its counts may not be back yet: look again when they are.
       redis.call('ZADD', KEYS[6], hold_until, e)
     elseif ckey ~= '' and lim[2] > 0 and tonumber(redis.call('HGET', KEYS[3], kfield) or '0') >= lim[2] then
-      redis.call('ZADD', KEYS[5], 0, 'K|' .. job .. '|' .. #ckey .. ':' .. ckey .. '|' .. rankhex .. '|' .. e)
+      redis.call('ZADD', KEYS[5], 0, 'K|' .. job .. '|' .. #ckey .. ':' .. ckey .. '|' .. park_rank(lim, e, rankhex) .. '|' .. e)
       -- The job may still have a free slot that a job-parked entry is waiting
       -- for; hand it one so the slot does not idle until the next release.
-      if lim[5] ~= 1 and (lim[1] == 0 or jactive < lim[1]) then
+      if not lim.paused and (lim[1] == 0 or jactive < lim[1]) then
         local p = redis.call('ZRANGEBYLEX', KEYS[5], '[J|' .. job .. '|', '[J|' .. job .. '|\255', 'LIMIT', 0, 1)
         if p[1] then
           redis.call('ZREM', KEYS[5], p[1])
@@ -152,9 +173,9 @@ while #out - 1 < want and scanned < max_scan do
           redis.call('ZADD', KEYS[1], tonumber(string.sub(p[1], #job + 4, #job + 19), 16) - OFFSET, pe)
         end
       end
-    elseif lim[5] == 1 or (lim[1] > 0 and jactive >= lim[1]) then
+    elseif lim.paused or (lim[1] > 0 and jactive >= lim[1]) then
       -- A paused job parks everything; resuming it brings them back.
-      redis.call('ZADD', KEYS[5], 0, 'J|' .. job .. '|' .. rankhex .. '|' .. e)
+      redis.call('ZADD', KEYS[5], 0, 'J|' .. job .. '|' .. park_rank(lim, e, rankhex) .. '|' .. e)
     else
       local t = throttle_cache[job]
       local wait, binding = 0, nil
@@ -174,6 +195,8 @@ while #out - 1 < want and scanned < max_scan do
         end
         redis.call('HINCRBY', KEYS[3], jfield, 1)
         if ckey ~= '' then redis.call('HINCRBY', KEYS[3], kfield, 1) end
+        -- Its score in `ready` is its tag, if it holds one.
+        if lim.tagged then fair_leased(fs, e, job, tonumber(batch[i + 1])) end
         redis.call('ZADD', KEYS[2], lease_until, e)
         out[#out + 1] = e
       end
@@ -181,6 +204,7 @@ while #out - 1 < want and scanned < max_scan do
     if #out - 1 >= want or scanned >= max_scan then break end
   end
 end
+fair_flush(fs)
 if #out - 1 < want and scanned >= max_scan and redis.call('ZCARD', KEYS[1]) > 0
     and redis.call('LLEN', KEYS[8]) < 8 then
   redis.call('RPUSH', KEYS[8], '1')

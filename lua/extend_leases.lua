@@ -14,6 +14,7 @@
 --
 -- KEYS[1] leases  KEYS[2] active  KEYS[3] epoch  KEYS[4] limits  KEYS[5] rate
 -- KEYS[6] ready  KEYS[7] scheduled  KEYS[8] throttled  KEYS[9] parked
+-- KEYS[10] fair (a tagged entry is parked at its tag: lib/fair.lua)
 -- ARGV[1] new expiry ms  ARGV[2] now ms, then per entry two values: the
 -- entry and the id of the epoch it was leased (or last renewed) under
 -- Returns {leases extended or taken again, the current epoch id ('' when
@@ -25,6 +26,7 @@ local now = tonumber(ARGV[2])
 -- rate_buckets: lib/buckets.lua.
 
 local n = 0
+local fs = fair_open(KEYS[10], KEYS[4])
 for i = 3, #ARGV, 2 do
   local e, leased_under = ARGV[i], ARGV[i + 1]
   if redis.call('ZSCORE', KEYS[1], e) then
@@ -33,6 +35,11 @@ for i = 3, #ARGV, 2 do
   elseif cur_id ~= '' and leased_under ~= cur_id then
     redis.call('ZADD', KEYS[1], ARGV[1], e)
     local run, job, rankhex, ckey = string.match(e, '^([^|]+)|([^|]+)|([^|]+)|(.*)$')
+    local tag = fair_tag_of(fs, e)
+    if tag then
+      fair_untag(fs, e, job)
+      rankhex = fair_hex(tag)
+    end
     for k = 6, 8 do redis.call('ZREM', KEYS[k], e) end
     redis.call('ZREM', KEYS[9], 'J|' .. job .. '|' .. rankhex .. '|' .. e, 'U|' .. job .. '|' .. rankhex .. '|' .. e,
       'K|' .. job .. '|' .. #ckey .. ':' .. ckey .. '|' .. rankhex .. '|' .. e)
@@ -44,4 +51,5 @@ for i = 3, #ARGV, 2 do
     n = n + 1
   end
 end
+fair_flush(fs)
 return { n, cur_id }

@@ -2,12 +2,20 @@
 -- deletion). A leased entry is left alone: its worker acks it when done.
 --
 -- KEYS[1] ready  KEYS[2] scheduled  KEYS[3] throttled  KEYS[4] parked
+-- KEYS[5] fair (a tagged entry is parked at its tag: lib/fair.lua)
 -- ARGV[1] entry
 -- Returns the number of places the entry was removed from.
 local e = ARGV[1]
 local n = 0
 for i = 1, 3 do n = n + redis.call('ZREM', KEYS[i], e) end
 local run, job, rankhex, ckey = string.match(e, '^([^|]+)|([^|]+)|([^|]+)|(.*)$')
+local fs = fair_open(KEYS[5], nil)
+local tag = fair_tag_of(fs, e)
+if tag then
+  fair_untag(fs, e, job)
+  rankhex = fair_hex(tag)
+  fair_flush(fs)
+end
 n = n + redis.call('ZREM', KEYS[4], 'J|' .. job .. '|' .. rankhex .. '|' .. e)
 n = n + redis.call('ZREM', KEYS[4], 'U|' .. job .. '|' .. rankhex .. '|' .. e)
 if ckey ~= '' then

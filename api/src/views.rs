@@ -16,6 +16,7 @@ use poem_openapi::Object;
 use serde_json::Value;
 use switchyard_shared::domain::batching::{self, Batch};
 use switchyard_shared::domain::cancel_on::{self, CancelOn};
+use switchyard_shared::domain::job::Fairness;
 use switchyard_shared::domain::one_per_key::{self, Debounce, Singleton, SingletonMode};
 use switchyard_shared::store::JobRecord;
 
@@ -137,6 +138,37 @@ impl From<CancelOn> for CancelOnBody {
     }
 }
 
+/// The order a job's ready runs are dispatched in.
+#[derive(poem_openapi::Enum, Clone, Copy, PartialEq, Eq)]
+#[oai(rename_all = "snake_case")]
+pub enum FairnessBody {
+    /// Higher priority first, then oldest first, whatever the
+    /// concurrency key (the default).
+    OldestFirst,
+    /// Within a priority, the job's concurrency keys in turn: a run whose
+    /// key has nothing waiting goes next, however many runs other keys
+    /// have waiting, and a key's backlog is served one run per turn.
+    RoundRobin,
+}
+
+impl From<FairnessBody> for Fairness {
+    fn from(b: FairnessBody) -> Fairness {
+        match b {
+            FairnessBody::OldestFirst => Fairness::OldestFirst,
+            FairnessBody::RoundRobin => Fairness::RoundRobin,
+        }
+    }
+}
+
+impl From<Fairness> for FairnessBody {
+    fn from(f: Fairness) -> FairnessBody {
+        match f {
+            Fairness::OldestFirst => FairnessBody::OldestFirst,
+            Fairness::RoundRobin => FairnessBody::RoundRobin,
+        }
+    }
+}
+
 /// What a trigger of a singleton does while a run of its key is unfinished.
 #[derive(poem_openapi::Enum, Clone, Copy, PartialEq, Eq)]
 #[oai(rename_all = "lowercase")]
@@ -234,6 +266,7 @@ pub struct Job {
     #[oai(skip_serializing_if_is_none)]
     pub batch: Option<BatchBody>,
     pub cancel_on: Vec<CancelOnBody>,
+    pub fairness: FairnessBody,
     pub enabled: bool,
     /// Set by the group's pause-all: runs are accepted and wait until resume-all.
     pub paused: bool,
@@ -296,6 +329,7 @@ pub fn job_view(r: JobRecord) -> Job {
         singleton: s.singleton.map(Into::into),
         batch: s.batch.map(Into::into),
         cancel_on: s.cancel_on.into_iter().map(Into::into).collect(),
+        fairness: s.fairness.into(),
         enabled: r.enabled,
         paused: r.paused,
         webhook_url: s.webhook_url,

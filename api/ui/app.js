@@ -533,13 +533,14 @@ function sparkline(runs, minutes = 30) {
   );
 }
 
-// A job's flow-control settings in a line: caps, rate limits, dedup,
-// debounce, singleton, batching and cancel-on events (keys are the
+// A job's flow-control settings in a line: caps, fair queueing, rate
+// limits, dedup, debounce, singleton, batching and cancel-on events (keys are the
 // JMESPath they are read with).
 function flowControl(j) {
   const parts = [];
   if (j.max_concurrency) parts.push(`at most ${j.max_concurrency} at once`);
   if (j.max_concurrency_per_key) parts.push(`at most ${j.max_concurrency_per_key} per key`);
+  if (j.fairness === "round_robin") parts.push("keys in turn");
   if (j.rate_limit_max) parts.push(`${j.rate_limit_max} per ${j.rate_limit_window_secs} s`);
   for (const k of j.rate_limit_keys || []) parts.push(`${k.name}: ${k.max} per ${k.window_secs} s`);
   if (j.dedup_window_secs) parts.push(`dedup ${j.dedup_window_secs} s`);

@@ -19,7 +19,9 @@
 //!    redelivery of the same attempt;
 //! 4. sets the "initialised" marker (the epoch) if it was missing when the
 //!    sweep began. If the marker vanished during the sweep (Redis lost
-//!    again), it is left unset, so the next check sweeps once more.
+//!    again), it is left unset, so the next check sweeps once more;
+//! 5. drops the key ends fair queueing no longer needs (`lua/fair_sweep.lua`):
+//!    dequeue leaves them behind so that a lease costs no lookup of its key.
 //!
 //! Caps and rate limits through a loss. The in-flight counts lived in
 //! Redis, and Postgres cannot rebuild them: a worker records `running` only
@@ -110,6 +112,8 @@ pub struct ReconcileReport {
     pub marked_initialised: bool,
     /// Redis lost its data again during the sweep; another sweep follows.
     pub lost_during_sweep: bool,
+    /// Key ends of fair queueing dropped (lua/fair_sweep.lua).
+    pub fair_ends_dropped: usize,
 }
 
 #[derive(Clone)]
@@ -205,6 +209,8 @@ impl Reconciler {
         } else if !self.queue.is_initialised().await? {
             report.lost_during_sweep = true;
         }
+        // Redis work only: the key ends fair queueing leaves behind.
+        report.fair_ends_dropped = self.queue.sweep_fair().await?;
         if report.re_enqueued > 0 || report.recovered_running > 0 || report.marked_initialised {
             tracing::info!(
                 re_enqueued = report.re_enqueued,

@@ -22,6 +22,7 @@ mod bulk;
 mod check;
 mod client;
 mod cpu;
+mod fairness;
 mod idle;
 mod latency;
 mod meter;
@@ -232,6 +233,13 @@ async fn phases(sys: &System, opts: &Opts) -> anyhow::Result<Report> {
         let r = queue_depth::run(&sys.redis_url, &prefix, opts.shallow, opts.deep, opts.dequeues).await;
         report.queue = keep(&mut report.failures, "(d, e)", r);
         report.phase_secs.insert("d".into(), lap(&mut t));
+    }
+    if opts.wants('q') {
+        eprintln!("bench: (q) fair queueing: a key's backlog against another key's runs; dequeue cost with many keys");
+        let prefix = format!("{}f", sys.prefix);
+        let r = fairness::run(&sys.redis_url, &prefix, opts.dequeues / 2).await;
+        report.fairness = keep(&mut report.failures, "(q)", r);
+        report.phase_secs.insert("q".into(), lap(&mut t));
     }
     if opts.wants('p') {
         eprintln!("bench: (p) queue partitions: 1 and {}, {} entries", opts.partitions, opts.dequeues);

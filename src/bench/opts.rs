@@ -42,7 +42,7 @@ pub const USAGE: &str = "usage: switchyard-bench [options]   (normally run throu
                       webhook, then each a webhook and a subscription event
                       (default 20000, after 500 warm-up)
   --wait-quiet S      wait up to S seconds for a quiet box (<15 % busy) before starting (default 30)
-  --only a,b,c,d,f,w,n,p,r,y,s  run only these phases ((r), (y) and (s) are not in the default
+  --only a,b,c,d,f,w,n,p,q,r,y,s  run only these phases ((r), (y) and (s) are not in the default
                       set: (r) and (y) write --history old runs and --report-runs ended runs,
                       minutes of work; (s), the workflow saturation closed loop, runs when
                       named: `--only a,s` also prints a workflow step's CPU and a workflow's

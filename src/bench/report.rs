@@ -8,6 +8,7 @@ use serde::Serialize;
 use super::anchors::{self, Anchors};
 use super::bulk::Bulk;
 use super::check::Check;
+use super::fairness::FairFigures;
 use super::idle::Idle;
 use super::latency::Latency;
 use super::notify::Notify;
@@ -54,6 +55,7 @@ pub struct Report {
     pub bulk: Option<Bulk>,
     pub queue: Option<QueueFigures>,
     pub partitions: Option<PartitionFigures>,
+    pub fairness: Option<FairFigures>,
     pub retention: Option<RetentionFigures>,
     pub reports: Option<ReportFigures>,
     pub idle: Option<Idle>,
@@ -370,6 +372,34 @@ impl Report {
                 "(e) Redis bytes per queued run ({} entries): used_memory {:.0} B, ready zset {:.0} B",
                 q.memory.entries, q.memory.used_memory_bytes_per_run, q.memory.zset_bytes_per_run
             );
+        }
+        if let Some(f) = &self.fairness {
+            let _ = writeln!(
+                o,
+                "\n(q) fair queueing: a job capped at {} in flight, {} ms a dispatch; key A {} queued, key B one run a second",
+                f.cap, f.hold_ms, f.backlog
+            );
+            for r in &f.runs {
+                let _ = writeln!(
+                    o,
+                    "    {:<12}  B waits max {:>8.1} ms ({} of {} dispatched)   A {:>6.0} /s",
+                    r.fairness,
+                    r.b_max_wait_ms,
+                    r.b_waits_ms.len(),
+                    r.b_waits_ms.len() + r.b_undispatched,
+                    r.a_per_s
+                );
+            }
+            let _ = writeln!(o, "    A's rate, round robin / oldest first {:.2}", f.a_ratio);
+            let _ = writeln!(o, "    dequeue(64) + ack with {} keys, {} per fairness:", f.keys, f.cost[0].count);
+            for c in &f.cost {
+                let _ = writeln!(
+                    o,
+                    "    {:<12}  dequeue {:>8.0} /s   enqueue {:>8.0} /s",
+                    c.fairness, c.dequeue_per_s, c.enqueue_per_s
+                );
+            }
+            let _ = writeln!(o, "    dequeue cost per run, round robin / oldest first {:.2}", f.dequeue_cost_ratio);
         }
         if let Some(p) = &self.partitions {
             let on = if p.cluster { "Redis Cluster" } else { "one Redis node" };

@@ -24,6 +24,7 @@ mod flow_batches;
 mod flow_cancel_on;
 mod flow_caps;
 mod flow_cron;
+mod flow_fairness;
 mod flow_lifecycle;
 mod flow_one_per_key;
 mod flow_rate;

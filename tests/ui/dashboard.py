@@ -77,7 +77,7 @@ def main():
                   project=project)
     step_job = api("POST", "/v1/jobs", {"name": "step", "endpoint_url": f"{a.echo}/ok"}, project=project)
     api("POST", "/v1/jobs", {"name": "digest", "endpoint_url": f"{a.echo}/ok",
-                             "debounce": {"key": "user", "period_secs": 60},
+                             "debounce": {"key": "user", "period_secs": 60}, "fairness": "round_robin",
                              "cancel_on": [{"event_key": "user.deleted"}]}, project=project)
     api("POST", "/v1/jobs", {"name": "rows", "endpoint_url": f"{a.echo}/ok",
                              "batch": {"max_size": 2, "timeout_secs": 600}}, project=project)
@@ -162,7 +162,7 @@ def main():
         expect(page.locator(".flash")).to_contain_text("Paused echo ok")
         # Flow control shows on the job's row, and a trigger says what it did.
         digest = page.locator("main tbody tr", has=page.locator("button.trigger[data-job='digest']"))
-        expect(digest.locator(".flow")).to_have_text("debounce 60 s by user · cancelled by user.deleted")
+        expect(digest.locator(".flow")).to_have_text("keys in turn · debounce 60 s by user · cancelled by user.deleted")
         page.fill("textarea[name=payload]", '{"user": "u1"}')
         page.click("button.trigger[data-job='digest']")
         expect(page.locator(".flash")).to_contain_text("Triggered")

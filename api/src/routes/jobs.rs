@@ -33,7 +33,8 @@ use crate::run_actions;
 use crate::state::AppState;
 use crate::strict_json::JsonBody;
 use crate::views::{
-    job_view, BatchBody, CancelOnBody, DebounceBody, Job, JobRun, RateLimitKeyBody, SingletonBody, TriggerRequest,
+    job_view, BatchBody, CancelOnBody, DebounceBody, FairnessBody, Job, JobRun, RateLimitKeyBody, SingletonBody,
+    TriggerRequest,
 };
 
 pub struct JobsApi;
@@ -98,6 +99,9 @@ pub struct CreateJob {
     /// Up to 10 rules: an event dispatched with a rule's key cancels the
     /// job's unfinished runs its `match` holds for.
     pub cancel_on: Option<Vec<CancelOnBody>>,
+    /// oldest_first (default) or round_robin: the job's concurrency keys
+    /// served in turn.
+    pub fairness: Option<FairnessBody>,
     /// Default true.
     pub enabled: Option<bool>,
     pub webhook_url: Option<String>,
@@ -158,6 +162,7 @@ pub struct UpdateJob {
     #[oai(nullable)]
     pub batch: MaybeUndefined<BatchBody>,
     pub cancel_on: Option<Vec<CancelOnBody>>,
+    pub fairness: Option<FairnessBody>,
     pub enabled: Option<bool>,
     #[oai(nullable)]
     pub webhook_url: MaybeUndefined<String>,
@@ -372,6 +377,7 @@ impl JobsApi {
             singleton: b.singleton.map(Into::into),
             batch: b.batch.map(Into::into),
             cancel_on: b.cancel_on.unwrap_or_default().into_iter().map(Into::into).collect(),
+            fairness: b.fairness.map(Into::into).unwrap_or_default(),
             endpoint_url: d.endpoint_url,
         };
         errors.extend(spec.validate());
@@ -480,6 +486,9 @@ impl JobsApi {
         s.batch = patch(b.batch.map_value(Into::into), s.batch);
         if let Some(rules) = b.cancel_on {
             s.cancel_on = rules.into_iter().map(Into::into).collect();
+        }
+        if let Some(f) = b.fairness {
+            s.fairness = f.into();
         }
         macro_rules! set {
             ($($f:ident),*) => { $( if let Some(v) = b.$f { s.$f = v; } )* };

@@ -118,6 +118,27 @@ pub struct JobSpec {
     /// Events that cancel the job's unfinished runs (`domain::cancel_on`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub cancel_on: Vec<CancelOn>,
+    /// The order its ready runs are dispatched in.
+    #[serde(skip_serializing_if = "Fairness::is_oldest_first")]
+    pub fairness: Fairness,
+}
+
+/// The order a job's ready runs are dispatched in.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Fairness {
+    /// Higher priority first, then oldest first, whatever the key.
+    #[default]
+    OldestFirst,
+    /// The concurrency keys in turn (lua/lib/fair.lua): a key's backlog
+    /// does not hold back another key's run. Priority still comes first.
+    RoundRobin,
+}
+
+impl Fairness {
+    fn is_oldest_first(&self) -> bool {
+        *self == Fairness::OldestFirst
+    }
 }
 
 impl JobSpec {
@@ -160,8 +181,9 @@ impl JobSpec {
     pub fn limits_field(&self, project_id: &str, paused: bool) -> Option<String> {
         let window_ms = self.rate_limit_window_secs.max(0) * 1000;
         let parts = [self.max_concurrency, self.max_concurrency_per_key, self.rate_limit_max, window_ms];
-        let mut out =
-            format!("{}|{}|{}|{}|{}", parts[0].max(0), parts[1].max(0), parts[2].max(0), parts[3], u8::from(paused));
+        // The fifth field is flags: 1 paused, 2 round robin.
+        let flags = u8::from(paused) | (u8::from(self.fairness == Fairness::RoundRobin) << 1);
+        let mut out = format!("{}|{}|{}|{}|{}", parts[0].max(0), parts[1].max(0), parts[2].max(0), parts[3], flags);
         for k in self.named_rate_limits() {
             out.push_str(&format!("|{}|{}|{}", k.max, k.window_secs * 1000, rate_bucket(project_id, &k.name)));
         }
@@ -411,6 +433,10 @@ mod tests {
         let mut s = JobSpec::with_endpoint("http://x");
         assert_eq!(s.limits_field("p", false).as_deref(), Some("0|0|0|0|0"), "none is said, not left out");
         assert_eq!(s.limits_field("p", true).as_deref(), Some("0|0|0|0|1"));
+        s.fairness = Fairness::RoundRobin;
+        assert_eq!(s.limits_field("p", true).as_deref(), Some("0|0|0|0|3"));
+        assert_eq!(s.limits_field("p", false).as_deref(), Some("0|0|0|0|2"));
+        s.fairness = Fairness::OldestFirst;
         s.max_concurrency = 3;
         s.rate_limit_max = 10;
         s.rate_limit_window_secs = 2;

@@ -35,6 +35,9 @@ pub struct Keys {
     pub signal: String,
     /// string: set once the queue is built; missing means Redis lost its data.
     pub epoch: String,
+    /// hash: the tags and clocks of jobs whose keys are served in turn
+    /// (`fairness: round_robin`, lua/lib/fair.lua).
+    pub fair: String,
     /// pub/sub channel: wake-ups for the scheduler's sleeping loops (see
     /// `queue::wake`). Not a key, but named like one so that prefixes keep
     /// tenants and tests apart here too.
@@ -80,6 +83,7 @@ impl Keys {
             rate: k("rate"),
             signal: k("signal"),
             epoch: k("epoch"),
+            fair: k("fair"),
             wake: format!("{prefix}:{{main}}:wake"),
         }
     }
@@ -121,7 +125,7 @@ mod tests {
     #[test]
     fn keys_share_one_hash_tag() {
         let k = Keys::new("sy");
-        let keys = [&k.ready, &k.scheduled, &k.throttled, &k.leases, &k.parked, &k.active, &k.limits, &k.rate];
+        let keys = [&k.ready, &k.scheduled, &k.throttled, &k.leases, &k.parked, &k.active, &k.limits, &k.rate, &k.fair];
         for key in keys.into_iter().chain([&k.signal, &k.wake]) {
             assert!(key.starts_with("sy:{main}:"), "{key}");
         }

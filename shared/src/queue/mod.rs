@@ -183,6 +183,7 @@ impl Queue {
             let k = &self.parts[p];
             let mut call = scripts::ENQUEUE.prepare_invoke();
             call.key(&k.ready).key(&k.scheduled).key(&k.throttled).key(&k.leases).key(&k.parked).key(&k.signal);
+            call.key(&k.limits).key(&k.fair);
             call.arg(now_ms);
             for (entry, due_ms) in group {
                 call.arg(entry.encode()).arg(entry.rank()).arg(*due_ms);
@@ -247,6 +248,7 @@ impl Queue {
             .key(&k.rate)
             .key(&k.signal)
             .key(&k.epoch)
+            .key(&k.fair)
             .arg(now_ms)
             .arg(max)
             .arg(lease.as_millis() as u64)
@@ -397,7 +399,7 @@ impl Queue {
         let (mut moved, mut first_due) = (0, None::<i64>);
         for (p, k) in self.parts.iter().enumerate() {
             let mut inv = scripts::PROMOTE.key(&k.scheduled);
-            inv.key(&k.ready).key(&k.signal).arg(now_ms);
+            inv.key(&k.ready).key(&k.signal).key(&k.limits).key(&k.fair).arg(now_ms);
             for e in groups.remove(&p).unwrap_or_default() {
                 inv.arg(e.encode());
             }
@@ -427,6 +429,7 @@ impl Queue {
             .key(&k.scheduled)
             .key(&k.throttled)
             .key(&k.parked)
+            .key(&k.fair)
             .arg(entry.encode())
             .invoke_async(&mut c)
             .await?;
@@ -453,7 +456,7 @@ impl Queue {
             let k = &self.parts[p];
             let mut inv = scripts::EXTEND_LEASES.key(&k.leases);
             inv.key(&k.active).key(&k.epoch).key(&k.limits).key(&k.rate);
-            inv.key(&k.ready).key(&k.scheduled).key(&k.throttled).key(&k.parked);
+            inv.key(&k.ready).key(&k.scheduled).key(&k.throttled).key(&k.parked).key(&k.fair);
             inv.arg(until_ms).arg(chrono::Utc::now().timestamp_millis());
             for (e, epoch) in group {
                 inv.arg(e.encode()).arg(epoch);
@@ -485,6 +488,26 @@ impl Queue {
         }
         let n: i64 = inv.invoke_async(&mut c).await?;
         Ok(n as usize)
+    }
+
+    /// Drops the key ends of fair queueing that no longer say anything
+    /// (lua/fair_sweep.lua), in every partition. Returns how many went.
+    pub async fn sweep_fair(&self) -> Result<usize, QueueError> {
+        let mut c = self.conn().await?;
+        let mut dropped = 0;
+        for k in self.parts.iter() {
+            let mut cursor = "0".to_string();
+            loop {
+                let (next, n): (String, i64) =
+                    scripts::FAIR_SWEEP.key(&k.fair).arg(&cursor).arg(500).invoke_async(&mut c).await?;
+                dropped += n.max(0) as usize;
+                if next == "0" {
+                    break;
+                }
+                cursor = next;
+            }
+        }
+        Ok(dropped)
     }
 
     /// Records the limits of a job of `project_id` (`None`: the job is gone)
