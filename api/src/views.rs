@@ -138,7 +138,11 @@ impl From<CancelOn> for CancelOnBody {
     }
 }
 
-/// The order a job's ready runs are dispatched in.
+/// The order a job's ready runs are dispatched in: oldest_first (the
+/// default) or round_robin.
+// A field of this type carries no doc comment of its own: poem-openapi
+// writes a described enum as an `allOf`, which openapi-python-client
+// refuses ("Cannot take allOf a non-object").
 #[derive(poem_openapi::Enum, Clone, Copy, PartialEq, Eq)]
 #[oai(rename_all = "snake_case")]
 pub enum FairnessBody {

@@ -99,8 +99,6 @@ pub struct CreateJob {
     /// Up to 10 rules: an event dispatched with a rule's key cancels the
     /// job's unfinished runs its `match` holds for.
     pub cancel_on: Option<Vec<CancelOnBody>>,
-    /// oldest_first (default) or round_robin: the job's concurrency keys
-    /// served in turn.
     pub fairness: Option<FairnessBody>,
     /// Default true.
     pub enabled: Option<bool>,
