@@ -112,3 +112,48 @@ async fn cancel_on_rules_are_checked() {
         assert_eq!(v["errors"][0]["location"], at, "{v}");
     }
 }
+
+/// A workflow's rules cancel its unfinished runs as a person's cancel
+/// would: the run, its waiting step and its step's job run in flight; the
+/// run the match does not hold for goes on, and the event counts the
+/// workflow runs it cancelled.
+#[tokio::test]
+async fn an_event_cancels_the_workflow_runs_its_match_holds_for() {
+    use crate::support::workflows::{job, step, trigger, wait_run, wait_status, workflow};
+    let env = TestEnv::start().await;
+    let target = Target::start().await;
+    target.set_default(Reply::slow(Duration::from_secs(30)));
+    let project = env.project().await;
+    let slow = job(&env, &project, &target.url, json!({"name": "slow", "timeout_secs": 60})).await;
+    let steps = json!([{"step_ref": "work", "job_id": slow}, {"step_ref": "hold", "event_key": "order.paid"}]);
+    let wf = workflow(&env, &project, json!({"steps": steps, "cancel_on": [rule(json!({}))]})).await;
+    assert_eq!(wf["cancel_on"][0]["event_key"], "order.cancelled", "{wf}");
+    env.spawn_worker();
+    env.spawn_scheduler();
+    let a = trigger(&env, &wf, json!({"payload": {"order_id": "a"}})).await["id"].as_str().unwrap().to_string();
+    let b = trigger(&env, &wf, json!({"payload": {"order_id": "b"}})).await["id"].as_str().unwrap().to_string();
+    let going = |r: &Value| step(r, "hold")["status"] == "waiting" && step(r, "work")["status"] == "running";
+    let before = wait_run(&env, &a, going).await;
+    wait_run(&env, &b, going).await;
+    target.wait_count(2, T).await;
+
+    let d = dispatch(&env, &project, "order.cancelled", json!({"order_id": "a"})).await;
+    assert_eq!(d["cancelled_runs"], 1, "{d}");
+    let run = wait_status(&env, &a, "cancelled").await;
+    assert!(run["error"].as_str().unwrap_or_default().contains("order.cancelled"), "the reason names the event: {run}");
+    assert_eq!(step(&run, "hold")["status"], "cancelled", "{run}");
+    let job_run = step(&before, "work")["job_run_id"].as_str().expect("the step's job run").to_string();
+    env.wait_status(&job_run, "cancelled", T).await;
+    let other = wait_run(&env, &b, going).await;
+    assert_eq!(other["status"], "running", "{other}");
+
+    // Rules are replaced by a PATCH and checked like a job's.
+    let path = format!("/v1/workflows/{}", wf["id"].as_str().unwrap());
+    let p = assert_problem(422, env.patch(&path, json!({"cancel_on": [{"event_key": ""}]})).await, 422);
+    assert_eq!(p["errors"][0]["location"], "body.cancel_on[0].event_key", "{p}");
+    let (s, v) = env.patch(&path, json!({"cancel_on": []})).await;
+    assert_eq!((s, v["cancel_on"].clone()), (200, json!([])), "{v}");
+    let d = dispatch(&env, &project, "order.cancelled", json!({"order_id": "b"})).await;
+    assert_eq!(d["cancelled_runs"], 0, "no rule, no cancel: {d}");
+    assert_eq!(wait_run(&env, &b, going).await["status"], "running");
+}

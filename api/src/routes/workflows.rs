@@ -11,6 +11,7 @@ use poem_openapi::payload::Json;
 use poem_openapi::types::MaybeUndefined;
 use poem_openapi::{ApiResponse, Object, OpenApi};
 use serde_json::Value;
+use switchyard_shared::domain::cancel_on::{self, CancelOn};
 use switchyard_shared::domain::workflow::{self as wf, Policy, References, SavedStep, Settings, StepRequest};
 use switchyard_shared::domain::FieldErrors;
 use switchyard_shared::queue::WakeLoop;
@@ -26,6 +27,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::pagination::{Page, Window};
 use crate::state::AppState;
 use crate::strict_json::JsonBody;
+use crate::views::CancelOnBody;
 
 pub struct WorkflowsApi;
 
@@ -228,6 +230,7 @@ pub struct Workflow {
     #[oai(skip_serializing_if_is_none)]
     pub max_parallel_steps: Option<i64>,
     pub skip_if_running: bool,
+    pub cancel_on: Vec<CancelOnBody>,
     #[oai(skip_serializing_if_is_none)]
     pub timeout_secs: Option<i64>,
     pub tags: HashMap<String, String>,
@@ -275,6 +278,10 @@ pub struct CreateWorkflow {
     pub max_parallel_steps: Option<i64>,
     /// Default false.
     pub skip_if_running: Option<bool>,
+    /// Up to 10 rules: an event dispatched with a rule's key cancels the
+    /// workflow's unfinished runs its `match` holds for (`run` is the
+    /// run's payload), as `POST /v1/workflow-runs/{id}/cancel` would.
+    pub cancel_on: Option<Vec<CancelOnBody>>,
     /// 1 to 30 days.
     pub timeout_secs: Option<i64>,
     pub tags: Option<HashMap<String, String>>,
@@ -308,6 +315,8 @@ pub struct UpdateWorkflow {
     pub max_parallel_steps: MaybeUndefined<i64>,
     pub name: Option<String>,
     pub skip_if_running: Option<bool>,
+    /// Replaces the rules; `[]` removes them.
+    pub cancel_on: Option<Vec<CancelOnBody>>,
     pub slug: Option<String>,
     pub steps: Option<Vec<WorkflowStepRequest>>,
     pub tags: Option<HashMap<String, String>>,
@@ -506,6 +515,7 @@ fn workflow_view(r: WorkflowRecord) -> Workflow {
         max_concurrent_runs: r.max_concurrent_runs.map(i64::from),
         max_parallel_steps: r.max_parallel_steps.map(i64::from),
         skip_if_running: r.skip_if_running,
+        cancel_on: r.cancel_on.0.into_iter().map(Into::into).collect(),
         timeout_secs: r.timeout_secs.map(i64::from),
         tags: r.tags.0.into_iter().collect(),
         version_policy: r.version_policy,
@@ -651,6 +661,8 @@ impl WorkflowsApi {
             version_policy: b.version_policy.unwrap_or_else(|| "pin".into()),
         };
         errors.extend(settings.validate());
+        let cancel_on: Vec<CancelOn> = b.cancel_on.unwrap_or_default().into_iter().map(Into::into).collect();
+        cancel_on::validate(&cancel_on, &mut errors);
         let steps = checked_steps(&state, &mut errors, &project_id, None, b.steps).await?;
         errors.finish()?;
         let steps = with_ids(steps.unwrap_or_default());
@@ -672,6 +684,7 @@ impl WorkflowsApi {
             max_concurrent_runs: narrow(settings.max_concurrent_runs),
             max_parallel_steps: narrow(settings.max_parallel_steps),
             skip_if_running: b.skip_if_running.unwrap_or(false),
+            cancel_on: &cancel_on,
             timeout_secs: narrow(settings.timeout_secs),
             version_policy: &settings.version_policy,
             backwards_compatible: b.backwards_compatible.unwrap_or(true),
@@ -768,6 +781,11 @@ impl WorkflowsApi {
             version_policy: b.version_policy.unwrap_or(cur.version_policy.clone()),
         };
         errors.extend(settings.validate());
+        let cancel_on: Vec<CancelOn> = match b.cancel_on {
+            Some(rules) => rules.into_iter().map(Into::into).collect(),
+            None => cur.cancel_on.0.clone(),
+        };
+        cancel_on::validate(&cancel_on, &mut errors);
         errors.extend(step_errors.into_vec());
         errors.finish()?;
         policy::tag_violations(&tag_rules, &settings.tags)?;
@@ -784,6 +802,7 @@ impl WorkflowsApi {
             max_concurrent_runs: narrow(settings.max_concurrent_runs),
             max_parallel_steps: narrow(settings.max_parallel_steps),
             skip_if_running: b.skip_if_running.unwrap_or(cur.skip_if_running),
+            cancel_on: &cancel_on,
             timeout_secs: narrow(settings.timeout_secs),
             version_policy: &settings.version_policy,
             backwards_compatible: b.backwards_compatible.unwrap_or(cur.backwards_compatible),

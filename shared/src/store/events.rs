@@ -431,7 +431,8 @@ async fn fire_unlocked(
     )
     .await?;
     // Counted now: every caller commits as soon as the event is fired.
-    let cancelled = cancelled.committed().len() as i32;
+    let _ = cancelled.moves.committed();
+    let cancelled = cancelled.runs as i32;
     let mut triggered = Vec::with_capacity(sources.len());
     let mut made = Vec::new();
     for source in sources {

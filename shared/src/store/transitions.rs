@@ -74,6 +74,11 @@ impl Staged {
         &self.0
     }
 
+    /// Adds `other`'s moves to these.
+    pub fn extend(&mut self, other: Staged) {
+        self.0.extend(other.0);
+    }
+
     /// Counts the moves; call after the transaction committed.
     pub fn committed(self) -> Vec<Changed> {
         count(&self.0);

@@ -12,6 +12,7 @@ use sqlx::types::Json;
 use sqlx::{PgConnection, PgPool};
 
 use super::{workflow_runs, Tenant};
+use crate::domain::cancel_on::CancelOn;
 use crate::domain::workflow::{Policy, SavedStep, StepRequest};
 use crate::ids::{self, WorkflowId};
 
@@ -30,6 +31,8 @@ pub struct WorkflowRecord {
     pub max_concurrent_runs: Option<i32>,
     pub max_parallel_steps: Option<i32>,
     pub skip_if_running: bool,
+    /// Events that cancel the workflow's unfinished runs (`domain::cancel_on`).
+    pub cancel_on: Json<Vec<CancelOn>>,
     pub timeout_secs: Option<i32>,
     pub version_policy: String,
     pub backwards_compatible: bool,
@@ -45,7 +48,7 @@ pub struct WorkflowRecord {
 }
 
 const SELECT: &str = "SELECT w.id, w.project_id, w.name, w.slug, w.description, w.enabled, w.tags, w.cron,
-        w.cron_timezone, w.max_concurrent_runs, w.max_parallel_steps, w.skip_if_running, w.timeout_secs,
+        w.cron_timezone, w.max_concurrent_runs, w.max_parallel_steps, w.skip_if_running, w.cancel_on, w.timeout_secs,
         w.version_policy, w.backwards_compatible, w.version, w.version_id, w.created_by, w.updated_by,
         w.created_at, w.updated_at, v.steps, v.created_at AS steps_created_at
    FROM workflows w JOIN workflow_versions v ON v.id = w.version_id";
@@ -64,6 +67,7 @@ pub struct WorkflowWrite<'a> {
     pub max_concurrent_runs: Option<i32>,
     pub max_parallel_steps: Option<i32>,
     pub skip_if_running: bool,
+    pub cancel_on: &'a [CancelOn],
     pub timeout_secs: Option<i32>,
     pub version_policy: &'a str,
     pub backwards_compatible: bool,
@@ -112,8 +116,8 @@ pub async fn create(
     sqlx::query(
         "INSERT INTO workflows (id, project_id, name, slug, description, enabled, tags, cron, cron_timezone,
             max_concurrent_runs, max_parallel_steps, skip_if_running, timeout_secs, version_policy,
-            backwards_compatible, version, version_id, created_by, updated_by)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, 1, $16, $17, $17)",
+            backwards_compatible, version, version_id, created_by, updated_by, cancel_on)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, 1, $16, $17, $17, $18)",
     )
     .bind(w.id)
     .bind(project_id)
@@ -132,6 +136,7 @@ pub async fn create(
     .bind(w.backwards_compatible)
     .bind(first.id)
     .bind(w.actor)
+    .bind(Json(w.cancel_on))
     .execute(&mut *conn)
     .await?;
     insert_version(conn, w.id, 1, first, w.actor).await?;
@@ -194,6 +199,7 @@ fn changed_fields(cur: &WorkflowRecord, w: &WorkflowWrite<'_>) -> Vec<&'static s
         max_concurrent_runs,
         max_parallel_steps,
         skip_if_running,
+        cancel_on,
         timeout_secs,
         version_policy,
         backwards_compatible,
@@ -210,6 +216,7 @@ fn changed_fields(cur: &WorkflowRecord, w: &WorkflowWrite<'_>) -> Vec<&'static s
         ("max_concurrent_runs", cur.max_concurrent_runs == max_concurrent_runs),
         ("max_parallel_steps", cur.max_parallel_steps == max_parallel_steps),
         ("skip_if_running", cur.skip_if_running == skip_if_running),
+        ("cancel_on", cur.cancel_on.0 == cancel_on),
         ("timeout_secs", cur.timeout_secs == timeout_secs),
         ("version_policy", cur.version_policy == version_policy),
         ("backwards_compatible", cur.backwards_compatible == backwards_compatible),
@@ -251,7 +258,7 @@ pub async fn update(
         "UPDATE workflows SET name = $2, slug = $3, description = $4, enabled = $5, tags = $6, cron = $7,
             cron_timezone = $8, max_concurrent_runs = $9, max_parallel_steps = $10, skip_if_running = $11,
             timeout_secs = $12, version_policy = $13, backwards_compatible = $14, updated_by = $15,
-            version = $16, version_id = $17
+            version = $16, version_id = $17, cancel_on = $18
          WHERE id = $1",
     )
     .bind(w.id)
@@ -271,6 +278,7 @@ pub async fn update(
     .bind(w.actor)
     .bind(version)
     .bind(&version_id)
+    .bind(Json(w.cancel_on))
     .execute(&mut *conn)
     .await?;
     insert_version(conn, w.id, version, NewVersion { id: &version_id, steps: &steps }, w.actor).await?;
