@@ -286,20 +286,29 @@ async fn runs_watch_follows_a_run_until_it_ends() {
         .await;
     let run = env.trigger(id(&job), json!({})).await;
     let run_id = id(&run).to_string();
-    // The watch starts before anything runs the job: it waits, then sees
-    // every change.
-    let watch = tokio::spawn({
-        let base = env.base.clone();
-        let run_id = run_id.clone();
-        async move {
-            cli_with(&["runs", "watch", &run_id], &[("SWITCHYARD_API", base.as_str()), ("SWITCHYARD_TOKEN", SECRET)])
-                .await
-        }
-    });
+    use tokio::io::AsyncBufReadExt;
+    // The watch starts before anything runs the job: the worker starts only
+    // once the watch printed the run as it found it, so it sees every change.
     env.wait_status(&run_id, "queued", T).await;
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_switchyard"))
+        .args(["runs", "watch", &run_id])
+        .env_remove("SWITCHYARD_PROJECT")
+        .envs([("SWITCHYARD_API", env.base.as_str()), ("SWITCHYARD_TOKEN", SECRET)])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the CLI starts");
+    let mut out = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = tokio::time::timeout(T, out.next_line()).await.expect("the watch prints").unwrap().unwrap_or_default();
     env.spawn_worker();
     env.spawn_scheduler();
-    let o = watch.await.unwrap();
+    let mut stdout = format!("{first}\n");
+    while let Some(line) = tokio::time::timeout(T * 2, out.next_line()).await.expect("the watch ends").unwrap() {
+        stdout.push_str(&line);
+        stdout.push('\n');
+    }
+    let status = child.wait().await.unwrap();
+    let o = Out { code: status.code().unwrap_or(-1), stdout, stderr: String::new() };
     assert_eq!(o.code, 0, "{o:?}");
     let lines: Vec<&str> = o.stdout.lines().collect();
     assert!(lines.iter().any(|l| l.starts_with("run ") && l.contains("queued")), "{o:?}");
