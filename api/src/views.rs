@@ -110,7 +110,8 @@ impl From<Batch> for BatchBody {
     }
 }
 
-/// A rule that cancels the job's unfinished runs when an event arrives.
+/// A rule that cancels the job's (or workflow's) unfinished runs when an
+/// event arrives.
 #[derive(Object, Clone)]
 #[oai(deny_unknown_fields)]
 pub struct CancelOnBody {
@@ -119,10 +120,11 @@ pub struct CancelOnBody {
     /// JSONLogic over `{event, run}` (the event's payload and the run's)
     /// that must hold, e.g. `{"==": [{"var": "event.order_id"}, {"var":
     /// "run.order_id"}]}`; absent: every unfinished run of the job.
-    #[oai(rename = "match")]
+    #[oai(rename = "match", skip_serializing_if_is_none)]
     pub condition: Option<Value>,
     /// Only runs made at most this long before the event (1 to 604800);
     /// absent: any unfinished run.
+    #[oai(skip_serializing_if_is_none)]
     pub timeout_secs: Option<i64>,
 }
 

@@ -128,6 +128,7 @@ async fn an_event_cancels_the_workflow_runs_its_match_holds_for() {
     let steps = json!([{"step_ref": "work", "job_id": slow}, {"step_ref": "hold", "event_key": "order.paid"}]);
     let wf = workflow(&env, &project, json!({"steps": steps, "cancel_on": [rule(json!({}))]})).await;
     assert_eq!(wf["cancel_on"][0]["event_key"], "order.cancelled", "{wf}");
+    assert!(wf["cancel_on"][0].get("timeout_secs").is_none(), "an absent field is left out, not null: {wf}");
     env.spawn_worker();
     env.spawn_scheduler();
     let a = trigger(&env, &wf, json!({"payload": {"order_id": "a"}})).await["id"].as_str().unwrap().to_string();
