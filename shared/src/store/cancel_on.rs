@@ -20,7 +20,6 @@ use super::workflow_engine;
 use super::workflow_runs::{WorkflowRun, RUN_COLUMNS};
 use crate::domain::cancel_on::{self, CancelOn};
 use crate::engine::moves;
-use crate::ids::{RunId, WorkflowRunId};
 
 /// Most unfinished runs of one job (or workflow) an event looks at: an
 /// event stays one bounded transaction however large a backlog is. The
@@ -48,10 +47,11 @@ pub async fn cancel_matching(
     event_at: chrono::DateTime<chrono::Utc>,
 ) -> Result<Cancelled, sqlx::Error> {
     let reason = format!("cancelled by event {event_key} ({event_id})");
-    let mut moves = cancel_job_runs(conn, project_id, event_key, event_payload, event_at, &reason).await?;
+    let event = Event { key: event_key, payload: event_payload, at: event_at };
+    let job_runs = doomed(conn, &JOBS, project_id, &event).await?;
+    let mut moves = transitions::cancel_in(conn, &job_runs, &reason).await?;
     let mut runs = moves.changes().len();
-    let doomed = doomed_workflow_runs(conn, project_id, event_key, event_payload, event_at).await?;
-    for id in doomed {
+    for id in doomed(conn, &WORKFLOWS, project_id, &event).await? {
         let run: Option<WorkflowRun> =
             sqlx::query_as(&format!("SELECT {RUN_COLUMNS} FROM workflow_runs WHERE id = $1 FOR UPDATE"))
                 .bind(&id)
@@ -66,48 +66,74 @@ pub async fn cancel_matching(
     Ok(Cancelled { moves, runs })
 }
 
-/// The project's workflows' unfinished runs the event's rules name, in id
-/// order, read without a lock.
-async fn doomed_workflow_runs(
+/// The event as the rules see it.
+struct Event<'a> {
+    key: &'a str,
+    payload: Option<&'a Value>,
+    at: chrono::DateTime<chrono::Utc>,
+}
+
+/// Where one kind of owner (jobs, workflows) keeps its rules and its runs.
+struct Owners {
+    /// `(id, rules)` of the project's owners ($1) whose rules hold the
+    /// probe ($2), through the partial index of owners with rules.
+    rules: &'static str,
+    /// `(id, payload, created_at)` of the owner's ($2) unfinished runs of
+    /// the project ($1) made by $3 and, with $4, at most $4 seconds before
+    /// it; the oldest $5.
+    runs: &'static str,
+}
+
+const JOBS: Owners = Owners {
+    rules: "SELECT id, spec -> 'cancel_on' FROM jobs
+             WHERE deleted_at IS NULL AND spec ? 'cancel_on' AND project_id = $1 AND spec -> 'cancel_on' @> $2
+             ORDER BY id",
+    runs: concat!(
+        "SELECT id, payload, created_at FROM job_runs
+          WHERE project_id = $1 AND job_id = $2 AND status IN ",
+        crate::run_active_sql!(),
+        " AND created_at <= $3 AND ($4::float8 IS NULL OR created_at >= $3 - make_interval(secs => $4))
+          ORDER BY id LIMIT $5"
+    ),
+};
+
+const WORKFLOWS: Owners = Owners {
+    rules: "SELECT id, cancel_on FROM workflows
+             WHERE deleted_at IS NULL AND cancel_on <> '[]'::jsonb AND project_id = $1 AND cancel_on @> $2
+             ORDER BY id",
+    runs: "SELECT id, payload, created_at FROM workflow_runs
+            WHERE project_id = $1 AND workflow_id = $2 AND status IN ('pending', 'running', 'paused')
+              AND created_at <= $3 AND ($4::float8 IS NULL OR created_at >= $3 - make_interval(secs => $4))
+            ORDER BY id LIMIT $5",
+};
+
+/// The unfinished runs of `owners` of the project that the event's rules
+/// name, in id order (the order they are locked in), read without a lock.
+async fn doomed(
     conn: &mut PgConnection,
+    owners: &Owners,
     project_id: &str,
-    event_key: &str,
-    event_payload: Option<&Value>,
-    event_at: chrono::DateTime<chrono::Utc>,
-) -> Result<Vec<WorkflowRunId>, sqlx::Error> {
-    let probe = serde_json::json!([{ "event_key": event_key }]);
-    let workflows: Vec<(String, Json<Vec<CancelOn>>)> = sqlx::query_as(
-        "SELECT id, cancel_on FROM workflows
-          WHERE deleted_at IS NULL AND cancel_on <> '[]'::jsonb AND project_id = $1 AND cancel_on @> $2
-          ORDER BY id",
-    )
-    .bind(project_id)
-    .bind(Json(&probe))
-    .fetch_all(&mut *conn)
-    .await?;
+    event: &Event<'_>,
+) -> Result<Vec<String>, sqlx::Error> {
+    let probe = serde_json::json!([{ "event_key": event.key }]);
+    let found: Vec<(String, Json<Vec<CancelOn>>)> =
+        sqlx::query_as(owners.rules).bind(project_id).bind(Json(&probe)).fetch_all(&mut *conn).await?;
     let mut doomed = Vec::new();
-    for (workflow_id, rules) in workflows {
-        let rules: Vec<&CancelOn> = rules.0.iter().filter(|r| r.event_key == event_key).collect();
-        let runs: Vec<(WorkflowRunId, Option<Json<Value>>, chrono::DateTime<chrono::Utc>)> = sqlx::query_as(
-            "SELECT id, payload, created_at FROM workflow_runs
-              WHERE project_id = $1 AND workflow_id = $2 AND status IN ('pending', 'running', 'paused')
-                AND created_at <= $3 AND ($4::float8 IS NULL OR created_at >= $3 - make_interval(secs => $4))
-              ORDER BY id LIMIT $5",
-        )
-        .bind(project_id)
-        .bind(&workflow_id)
-        .bind(event_at)
-        .bind(longest(&rules).map(|s| s as f64))
-        .bind(MAX_RUNS_PER_JOB)
-        .fetch_all(&mut *conn)
-        .await?;
-        doomed.extend(
-            runs.into_iter()
-                .filter(|(_, payload, made_at)| {
-                    holds(&rules, event_payload, payload.as_ref().map(|p| &p.0), event_at, *made_at)
-                })
-                .map(|(id, _, _)| id),
-        );
+    for (owner_id, rules) in found {
+        let rules: Vec<&CancelOn> = rules.0.iter().filter(|r| r.event_key == event.key).collect();
+        let runs: Vec<(String, Option<Json<Value>>, chrono::DateTime<chrono::Utc>)> = sqlx::query_as(owners.runs)
+            .bind(project_id)
+            .bind(&owner_id)
+            .bind(event.at)
+            .bind(longest(&rules).map(|s| s as f64))
+            .bind(MAX_RUNS_PER_JOB)
+            .fetch_all(&mut *conn)
+            .await?;
+        for (id, payload, made_at) in runs {
+            if holds(&rules, event.payload, payload.as_ref().map(|p| &p.0), event.at, made_at) {
+                doomed.push(id);
+            }
+        }
     }
     doomed.sort();
     Ok(doomed)
@@ -132,50 +158,4 @@ fn holds(
 ) -> bool {
     let in_time = |r: &CancelOn| r.timeout_secs.is_none_or(|t| event_at - made_at <= chrono::Duration::seconds(t));
     rules.iter().any(|r| in_time(r) && cancel_on::matches(r, event_payload, payload))
-}
-
-/// Cancels the unfinished runs of the project's jobs whose rules the event
-/// matches.
-async fn cancel_job_runs(
-    conn: &mut PgConnection,
-    project_id: &str,
-    event_key: &str,
-    event_payload: Option<&Value>,
-    event_at: chrono::DateTime<chrono::Utc>,
-    reason: &str,
-) -> Result<Staged, sqlx::Error> {
-    let probe = serde_json::json!([{ "event_key": event_key }]);
-    let jobs: Vec<(String, Json<Vec<CancelOn>>)> = sqlx::query_as(
-        "SELECT id, spec -> 'cancel_on' FROM jobs
-          WHERE deleted_at IS NULL AND spec ? 'cancel_on' AND project_id = $1 AND spec -> 'cancel_on' @> $2
-          ORDER BY id",
-    )
-    .bind(project_id)
-    .bind(Json(&probe))
-    .fetch_all(&mut *conn)
-    .await?;
-    let mut doomed: Vec<String> = Vec::new();
-    for (job_id, rules) in jobs {
-        let rules: Vec<&CancelOn> = rules.0.iter().filter(|r| r.event_key == event_key).collect();
-        let runs: Vec<(RunId, Option<Json<Value>>, chrono::DateTime<chrono::Utc>)> = sqlx::query_as(&format!(
-            "SELECT id, payload, created_at FROM job_runs
-              WHERE project_id = $1 AND job_id = $2 AND status IN {active} AND created_at <= $3
-                AND ($4::float8 IS NULL OR created_at >= $3 - make_interval(secs => $4))
-              ORDER BY id LIMIT $5",
-            active = crate::run_active_sql!()
-        ))
-        .bind(project_id)
-        .bind(&job_id)
-        .bind(event_at)
-        .bind(longest(&rules).map(|s| s as f64))
-        .bind(MAX_RUNS_PER_JOB)
-        .fetch_all(&mut *conn)
-        .await?;
-        for (id, payload, made_at) in runs {
-            if holds(&rules, event_payload, payload.as_ref().map(|p| &p.0), event_at, made_at) {
-                doomed.push(id.into_string());
-            }
-        }
-    }
-    transitions::cancel_in(conn, &doomed, reason).await
 }
