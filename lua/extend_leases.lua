@@ -35,11 +35,7 @@ for i = 3, #ARGV, 2 do
   elseif cur_id ~= '' and leased_under ~= cur_id then
     redis.call('ZADD', KEYS[1], ARGV[1], e)
     local run, job, rankhex, ckey = string.match(e, '^([^|]+)|([^|]+)|([^|]+)|(.*)$')
-    local tag = fair_tag_of(fs, e)
-    if tag then
-      fair_untag(fs, e, job)
-      rankhex = fair_hex(tag)
-    end
+    rankhex = fair_take(fs, e, job, rankhex)
     for k = 6, 8 do redis.call('ZREM', KEYS[k], e) end
     redis.call('ZREM', KEYS[9], 'J|' .. job .. '|' .. rankhex .. '|' .. e, 'U|' .. job .. '|' .. rankhex .. '|' .. e,
       'K|' .. job .. '|' .. #ckey .. ':' .. ckey .. '|' .. rankhex .. '|' .. e)

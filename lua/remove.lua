@@ -10,12 +10,8 @@ local n = 0
 for i = 1, 3 do n = n + redis.call('ZREM', KEYS[i], e) end
 local run, job, rankhex, ckey = string.match(e, '^([^|]+)|([^|]+)|([^|]+)|(.*)$')
 local fs = fair_open(KEYS[5], nil)
-local tag = fair_tag_of(fs, e)
-if tag then
-  fair_untag(fs, e, job)
-  rankhex = fair_hex(tag)
-  fair_flush(fs)
-end
+rankhex = fair_take(fs, e, job, rankhex)
+fair_flush(fs)
 n = n + redis.call('ZREM', KEYS[4], 'J|' .. job .. '|' .. rankhex .. '|' .. e)
 n = n + redis.call('ZREM', KEYS[4], 'U|' .. job .. '|' .. rankhex .. '|' .. e)
 if ckey ~= '' then

@@ -113,6 +113,16 @@ local function fair_untag(s, e, job)
   j.n = j.n - 1
 end
 
+-- Entry `e` of `job` leaves the waiting sets without being leased: drops
+-- its tag, if it holds one, and returns the rank its parked member is
+-- written with (the tag's, else `rankhex`, its own).
+local function fair_take(s, e, job, rankhex)
+  local tag = fair_tag_of(s, e)
+  if not tag then return rankhex end
+  fair_untag(s, e, job)
+  return fair_hex(tag)
+end
+
 -- Entry `e`, ranked `score` in `ready`, is leased: if it held a tag (its
 -- score), the clock moves on to it. One call, where fair_tag_of and
 -- fair_untag take two: dequeue does this for every entry of a fair job.
