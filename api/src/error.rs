@@ -37,7 +37,10 @@ pub struct Problem {
 /// One invalid value.
 #[derive(Object, Clone, Debug, serde::Serialize)]
 pub struct ErrorDetail {
-    /// Where the value is, e.g. `body.endpoint_url` or `query.limit`.
+    /// Where the value is: the request's part (body, query, header, path),
+    /// a dot, and a JSON pointer (RFC 6901) to it without its leading
+    /// slash, e.g. `body.endpoint_url`, `body.steps/2/depends_on`,
+    /// `query.limit`.
     pub location: String,
     pub message: String,
     /// The offending value.

@@ -22,7 +22,7 @@ use poem_openapi::payload::{Json, ParsePayload, Payload};
 use poem_openapi::registry::{MetaSchemaRef, Registry};
 use poem_openapi::types::{ParseFromJSON, Type};
 use serde_json::{Map, Value};
-use switchyard_shared::domain::FieldError;
+use switchyard_shared::domain::{child, FieldError};
 
 /// A JSON request body, checked against its documented schema before it is
 /// parsed (see the module doc).
@@ -318,7 +318,7 @@ fn check(components: &Map<String, Value>, schema: &Value, v: &Value, at: &str, o
         }
         if let Some(item) = s.get("items") {
             for (i, x) in items.iter().enumerate() {
-                check(components, item, x, &format!("{at}[{i}]"), out);
+                check(components, item, x, &child(at, i), out);
             }
         }
     }
@@ -326,11 +326,16 @@ fn check(components: &Map<String, Value>, schema: &Value, v: &Value, at: &str, o
         let props = s.get("properties").and_then(Value::as_object);
         let extra = s.get("additionalProperties");
         for (k, x) in obj {
-            let place = format!("{at}.{k}");
+            let place = child(at, k);
             match (props.and_then(|p| p.get(k)), extra) {
                 (Some(p), _) => check(components, p, x, &place, out),
                 (None, Some(Value::Bool(false))) => {
-                    out.push((Class::Shape, FieldError::new(place, "unknown property", None)))
+                    let known = props.into_iter().flat_map(|p| p.keys());
+                    let message = match nearest(k, known) {
+                        Some(near) => format!("unknown property; did you mean `{near}`?"),
+                        None => "unknown property".to_string(),
+                    };
+                    out.push((Class::Shape, FieldError::new(place, message, None)))
                 }
                 (None, Some(extra)) if extra.is_object() => check(components, extra, x, &place, out),
                 (None, _) => {}
@@ -345,10 +350,60 @@ fn check(components: &Map<String, Value>, schema: &Value, v: &Value, at: &str, o
         };
         for r in s.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str) {
             if !obj.contains_key(r) && typed(r) {
-                out.push((Class::Shape, FieldError::new(format!("{at}.{r}"), "is required", None)));
+                out.push((Class::Shape, FieldError::new(child(at, r), "is required", None)));
             }
         }
     }
+}
+
+/// The known property an unknown `name` most likely meant: one that
+/// extends it by a word (`type` for `step_type`, `url` for
+/// `endpoint_url`), or one a typo or two away (`cron_expresion`). Only a
+/// single best candidate is named; a tie names none.
+fn nearest<'a>(name: &str, known: impl Iterator<Item = &'a String>) -> Option<&'a str> {
+    let name = name.to_ascii_lowercase();
+    let mut best: Option<(usize, &str)> = None;
+    let mut tied = false;
+    for k in known {
+        let by_word = k.ends_with(&format!("_{name}")) || k.starts_with(&format!("{name}_"));
+        let cost = if k.eq_ignore_ascii_case(&name) {
+            0
+        } else if by_word {
+            1
+        } else {
+            edit_distance(&name, k)
+        };
+        // Short names are a typo away from too much to guess at.
+        let bound = if name.len() < 4 { 1 } else { 2 };
+        if cost > bound {
+            continue;
+        }
+        match best {
+            Some((c, _)) if c < cost => {}
+            Some((c, _)) if c == cost => tied = true,
+            _ => {
+                best = Some((cost, k));
+                tied = false;
+            }
+        }
+    }
+    best.filter(|_| !tied).map(|(_, k)| k)
+}
+
+/// Levenshtein distance over bytes (property names are ASCII).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.iter().enumerate() {
+        let mut diag = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let next = (diag + usize::from(ca != cb)).min(row[j] + 1).min(row[j + 1] + 1);
+            diag = row[j + 1];
+            row[j + 1] = next;
+        }
+    }
+    row[b.len()]
 }
 
 #[cfg(test)]
@@ -415,8 +470,28 @@ mod tests {
         let nested = refusal(object(), json!({"name": "a", "inner": {"n": "1"}, "maybe": {"x": 1}, "map": {"k": "v"}}));
         let at_: Vec<_> = nested.1.iter().map(|(l, _)| l.as_str()).collect();
         assert_eq!(nested.0, 400);
-        assert_eq!(at_, ["body.inner.n", "body.map.k", "body.maybe.x", "body.maybe.n"]);
+        assert_eq!(at_, ["body.inner/n", "body.map/k", "body.maybe/x", "body.maybe/n"]);
         assert_eq!(refusal(json!({"type": "object"}), json!([1])).0, 400);
+        let listed = refusal(object(), json!({"name": "a", "list": ["x", 2]}));
+        assert_eq!(listed, (400, vec![at("body.list/1", "expected string, got integer")]));
+    }
+
+    #[test]
+    fn an_unknown_property_names_the_one_it_likely_meant() {
+        let at = |loc: &str, msg: &str| (loc.to_string(), msg.to_string());
+        assert_eq!(
+            refusal(object(), json!({"name": "a", "flg": true})),
+            (400, vec![at("body.flg", "unknown property; did you mean `flag`?")])
+        );
+        let known: Vec<String> =
+            ["step_type", "step_ref", "job_id", "endpoint_url", "cron_expression"].map(String::from).into();
+        assert_eq!(nearest("type", known.iter()), Some("step_type"));
+        assert_eq!(nearest("url", known.iter()), Some("endpoint_url"));
+        assert_eq!(nearest("cron_expresion", known.iter()), Some("cron_expression"));
+        assert_eq!(nearest("Job_Id", known.iter()), Some("job_id"));
+        // Both step_type and step_ref extend `step`: no guess.
+        assert_eq!(nearest("step", known.iter()), None);
+        assert_eq!(nearest("colour", known.iter()), None);
     }
 
     #[test]
@@ -433,7 +508,7 @@ mod tests {
         assert_eq!(
             msgs,
             [
-                "body.inner.n: must be between 1 and 100",
+                "body.inner/n: must be between 1 and 100",
                 "body.list: must hold at most 2 items",
                 "body.mode: must be one of: a, b",
                 "body.name: must be at most 5 characters",

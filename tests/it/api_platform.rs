@@ -261,7 +261,7 @@ async fn every_validation_error_lists_its_errors() {
     let body = json!({"project_id": project, "name": "k", "scopes": ["runs:read", "runs:destroy"]});
     let p = assert_problem(400, env.post("/v1/api-keys", body).await, 400);
     let e = first_error(&p);
-    assert_eq!((e["location"].as_str(), e["value"].as_str()), (Some("body.scopes[1]"), Some("runs:destroy")), "{p}");
+    assert_eq!((e["location"].as_str(), e["value"].as_str()), (Some("body.scopes/1"), Some("runs:destroy")), "{p}");
     // And a 422, as before.
     let p = assert_problem(422, env.post(&trigger, json!({"priority": 5000})).await, 422);
     assert_eq!(first_error(&p)["location"], "body.priority", "{p}");

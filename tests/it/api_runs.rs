@@ -70,7 +70,7 @@ async fn trigger_validation_changes_nothing() {
         (json!({"delay_secs": 5, "scheduled_at": "2030-01-01T00:00:00Z"}), "body.delay_secs"),
         (json!({"parent_run_id": "run_nope"}), "body.parent_run_id"),
         (json!({"concurrency_key": ""}), "body.concurrency_key"),
-        (json!({"depends_on": ["run_x"]}), "body.depends_on[0]"),
+        (json!({"depends_on": ["run_x"]}), "body.depends_on/0"),
     ];
     for (body, loc) in cases {
         let v = assert_problem(422, env.post(&format!("/v1/jobs/{id}/trigger"), body.clone()).await, 422);

@@ -114,8 +114,8 @@ async fn batching_refuses_what_it_cannot_honour() {
     let env = TestEnv::start().await;
     let project = env.project().await;
     let bad = [
-        (json!({"batch": {"max_size": 1, "timeout_secs": 5}}), "body.batch.max_size"),
-        (json!({"batch": {"max_size": 5, "timeout_secs": 0}}), "body.batch.timeout_secs"),
+        (json!({"batch": {"max_size": 1, "timeout_secs": 5}}), "body.batch/max_size"),
+        (json!({"batch": {"max_size": 5, "timeout_secs": 0}}), "body.batch/timeout_secs"),
         (json!({"batch": {"max_size": 5, "timeout_secs": 5}, "singleton": {"mode": "skip"}}), "body.batch"),
     ];
     for (extra, at) in bad {

@@ -100,9 +100,9 @@ async fn cancel_on_rules_are_checked() {
     let env = TestEnv::start().await;
     let project = env.project().await;
     let bad = [
-        (json!([{"event_key": "order.*"}]), "body.cancel_on[0].event_key"),
-        (json!([{"event_key": "a", "match": {"no_such_op": [1]}}]), "body.cancel_on[0].match"),
-        (json!([{"event_key": "a", "timeout_secs": 0}]), "body.cancel_on[0].timeout_secs"),
+        (json!([{"event_key": "order.*"}]), "body.cancel_on/0/event_key"),
+        (json!([{"event_key": "a", "match": {"no_such_op": [1]}}]), "body.cancel_on/0/match"),
+        (json!([{"event_key": "a", "timeout_secs": 0}]), "body.cancel_on/0/timeout_secs"),
         (json!((0..11).map(|i| json!({"event_key": format!("k{i}")})).collect::<Vec<_>>()), "body.cancel_on"),
     ];
     for (rules, at) in bad {
@@ -151,7 +151,7 @@ async fn an_event_cancels_the_workflow_runs_its_match_holds_for() {
     // Rules are replaced by a PATCH and checked like a job's.
     let path = format!("/v1/workflows/{}", wf["id"].as_str().unwrap());
     let p = assert_problem(422, env.patch(&path, json!({"cancel_on": [{"event_key": ""}]})).await, 422);
-    assert_eq!(p["errors"][0]["location"], "body.cancel_on[0].event_key", "{p}");
+    assert_eq!(p["errors"][0]["location"], "body.cancel_on/0/event_key", "{p}");
     let (s, v) = env.patch(&path, json!({"cancel_on": []})).await;
     assert_eq!((s, v["cancel_on"].clone()), (200, json!([])), "{v}");
     let d = dispatch(&env, &project, "order.cancelled", json!({"order_id": "b"})).await;

@@ -233,7 +233,7 @@ async fn dependencies_must_be_runs_of_the_project() {
         422,
     );
     let locs: Vec<&str> = v["errors"].as_array().unwrap().iter().map(|e| e["location"].as_str().unwrap()).collect();
-    assert_eq!(locs, ["body.depends_on[1]", "body.depends_on[2]", "body.depends_on[3]"]);
+    assert_eq!(locs, ["body.depends_on/1", "body.depends_on/2", "body.depends_on/3"]);
     assert_eq!(v["errors"][1]["value"], foreign["id"]);
     let many: Vec<String> = (0..101).map(|_| mine["id"].as_str().unwrap().to_string()).collect();
     assert_problem(422, env.post(&path, json!({"depends_on": many})).await, 422);

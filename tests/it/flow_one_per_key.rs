@@ -188,9 +188,9 @@ async fn gates_refuse_what_they_cannot_honour() {
     let env = TestEnv::start().await;
     let project = env.project().await;
     let bad = [
-        (json!({"debounce": {"period_secs": 0}}), "body.debounce.period_secs"),
-        (json!({"debounce": {"period_secs": 10, "max_wait_secs": 5}}), "body.debounce.max_wait_secs"),
-        (json!({"debounce": {"key": "a[", "period_secs": 10}}), "body.debounce.key"),
+        (json!({"debounce": {"period_secs": 0}}), "body.debounce/period_secs"),
+        (json!({"debounce": {"period_secs": 10, "max_wait_secs": 5}}), "body.debounce/max_wait_secs"),
+        (json!({"debounce": {"key": "a[", "period_secs": 10}}), "body.debounce/key"),
         (json!({"singleton": {"mode": "skip"}, "debounce": {"period_secs": 1}}), "body.singleton"),
     ];
     for (extra, at) in bad {

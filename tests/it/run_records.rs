@@ -266,7 +266,7 @@ async fn metadata_merges_and_debug_mode_toggles() {
 
     // A value is a string or null, as the document says: another type is 400.
     let p = assert_problem(400, env.patch(&url, json!({"metadata": {"n": 5}})).await, 400);
-    assert_eq!(p["errors"][0]["location"], "body.metadata.n");
+    assert_eq!(p["errors"][0]["location"], "body.metadata/n");
     assert_problem(422, env.patch(&url, json!({"metadata": {"long": "x".repeat(1025)}})).await, 422);
     assert_problem(422, env.patch(&url, json!({"metadata": {"nul": "a\u{0}b"}})).await, 422);
     assert_problem(422, env.patch(&url, json!({"metadata": {"a\u{0}": "b"}})).await, 422);

@@ -124,7 +124,7 @@ async fn subscriptions_get_exactly_the_events_they_name_for_their_project_only()
         .await;
     let p = assert_problem(422, bad, 422);
     let at: Vec<&str> = p["errors"].as_array().unwrap().iter().map(|e| e["location"].as_str().unwrap()).collect();
-    assert_eq!(at, ["body.webhook_url", "body.event_types[0]", "body.secret"]);
+    assert_eq!(at, ["body.webhook_url", "body.event_types/0", "body.secret"]);
     let (key, _) = crate::support::access::key(&env, &other, &["*"]).await;
     let (s, _) = crate::support::access::with(
         &env,

@@ -119,11 +119,11 @@ async fn bad_plan_and_simulate_requests_are_refused_where_they_are_wrong() {
     let got = env.post(&plan, json!({"overrides": {"ghost": {"skip": true}, "fetch": {"skip": true}}})).await;
     let p = assert_problem(422, got, 422);
     assert_eq!(p["errors"].as_array().unwrap().len(), 1, "{p}");
-    assert_eq!(p["errors"][0]["location"], "body.overrides.ghost");
+    assert_eq!(p["errors"][0]["location"], "body.overrides/ghost");
     assert_eq!(p["errors"][0]["message"], "names no step of the workflow");
     let got = env.post(&plan, json!({"overrides": {"fetch": {"expected_duration_secs": -1}}})).await;
     let p = assert_problem(422, got, 422);
-    assert_eq!(p["errors"][0]["location"], "body.overrides.fetch.expected_duration_secs");
+    assert_eq!(p["errors"][0]["location"], "body.overrides/fetch/expected_duration_secs");
     let p = assert_problem(400, env.post(&plan, json!({"overrides": {}, "extra": 1})).await, 400);
     assert_eq!(p["errors"][0]["location"], "body.extra");
 
@@ -131,7 +131,7 @@ async fn bad_plan_and_simulate_requests_are_refused_where_they_are_wrong() {
         env.post(&simulate, json!({"outcomes": {"fetch": "exploded", "nope": "failed"}, "outputs": {"zz": 1}})).await;
     let p = assert_problem(422, got, 422);
     let at: Vec<_> = p["errors"].as_array().unwrap().iter().map(|e| e["location"].as_str().unwrap()).collect();
-    assert_eq!(at, ["body.outcomes.nope", "body.outputs.zz", "body.outcomes.fetch"], "{p}");
+    assert_eq!(at, ["body.outcomes/nope", "body.outputs/zz", "body.outcomes/fetch"], "{p}");
     assert_eq!(p["errors"][2]["message"], "must be one of completed, failed, timed_out");
     let p = assert_problem(400, env.post(&simulate, json!({"payload": 1, "outcome": {}})).await, 400);
     assert_eq!(p["errors"][0]["location"], "body.outcome");

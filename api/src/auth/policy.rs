@@ -31,7 +31,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 use sqlx::PgPool;
-use switchyard_shared::domain::{FieldError, FieldErrors};
+use switchyard_shared::domain::{child, FieldError, FieldErrors};
 use switchyard_shared::store::policies::PolicyRule;
 use switchyard_shared::store::{self, policies::TagRule};
 
@@ -158,12 +158,12 @@ pub fn tag_violations(rules: &[TagRule], tags: &BTreeMap<String, String>) -> Res
     for rule in rules {
         for k in &rule.required_keys {
             let message = format!("tag policy {} requires the tag {k:?}", rule.id);
-            e.check(tags.contains_key(k), format!("body.tags.{k}"), message, None);
+            e.check(tags.contains_key(k), child("body.tags", k), message, None);
         }
         for (k, allowed) in &rule.allowed_values {
             if let Some(v) = tags.get(k).filter(|v| !allowed.contains(v)) {
                 let message = format!("tag policy {} allows only {allowed:?}", rule.id);
-                e.push(format!("body.tags.{k}"), message, Some(v.clone().into()));
+                e.push(child("body.tags", k), message, Some(v.clone().into()));
             }
         }
     }
@@ -240,8 +240,8 @@ mod tests {
         assert!(tag_violations(&[], &tags(&[])).is_ok());
         let got = tag_violations(std::slice::from_ref(&rule), &tags(&[("env", "qa")])).unwrap_err();
         assert_eq!(got.len(), 2);
-        assert_eq!(got[0], FieldError::new("body.tags.team", "tag policy tpol_1 requires the tag \"team\"", None));
-        assert_eq!(got[1].location, "body.tags.env");
+        assert_eq!(got[0], FieldError::new("body.tags/team", "tag policy tpol_1 requires the tag \"team\"", None));
+        assert_eq!(got[1].location, "body.tags/env");
         assert_eq!(got[1].message, r#"tag policy tpol_1 allows only ["prod", "dev"]"#);
         assert_eq!(got[1].value, Some("qa".into()));
     }

@@ -243,7 +243,7 @@ impl MembersApi {
         let mut results = Vec::with_capacity(b.members.len());
         let mut changed = false;
         for (i, m) in b.members.into_iter().enumerate() {
-            let location = format!("body.members[{i}].");
+            let location = format!("body.members/{i}/");
             match assign(&state, &auth, &project_id, &m.user_id, &m.role_id, &location).await {
                 Ok((member, status)) => {
                     changed |= status != "unchanged";
@@ -331,8 +331,8 @@ mod tests {
     fn a_user_id_is_printable_without_slash_or_space() {
         assert_eq!(validate_user_id("auth0|abc", "body.user_id"), Ok(()));
         for bad in ["", "a/b", "a b", "a\nb"] {
-            let got = validate_user_id(bad, "body.members[2].user_id").unwrap_err();
-            assert_eq!(got[0].location, "body.members[2].user_id", "{bad:?}");
+            let got = validate_user_id(bad, "body.members/2/user_id").unwrap_err();
+            assert_eq!(got[0].location, "body.members/2/user_id", "{bad:?}");
         }
         assert!(validate_user_id(&"u".repeat(257), "body.user_id").is_err());
     }

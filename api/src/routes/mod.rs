@@ -55,7 +55,7 @@ use poem_openapi::payload::Json;
 use poem_openapi::types::{MaybeUndefined, ToJSON};
 use poem_openapi::{ApiResponse, Tags};
 use switchyard_shared::domain::rules::Text;
-use switchyard_shared::domain::{FieldError, FieldErrors, JobSpec, RunStatus};
+use switchyard_shared::domain::{child, FieldError, FieldErrors, JobSpec, RunStatus};
 use switchyard_shared::ids::RunId;
 use switchyard_shared::queue::WakeLoop;
 use switchyard_shared::store::workflow_runs::WorkflowRun;
@@ -227,13 +227,13 @@ pub fn check_scopes(field: &str, list: &[String]) -> ApiResult<Vec<String>> {
 }
 
 /// The list without duplicates, in first-seen order, or one failure per
-/// unknown scope at `field[i]`.
+/// unknown scope at `field/i`.
 pub fn validate_scopes(field: &str, list: &[String]) -> Result<Vec<String>, Vec<FieldError>> {
     let mut e = FieldErrors::new();
     for (i, s) in list.iter().enumerate() {
         if !scopes::is_scope(s) {
             let known = scopes::SCOPES.join(", ");
-            e.push(format!("{field}[{i}]"), format!("unknown scope; known: {known}"), Some(s.as_str().into()));
+            e.push(child(field, i), format!("unknown scope; known: {known}"), Some(s.as_str().into()));
         }
     }
     e.finish()?;
@@ -635,7 +635,7 @@ mod tests {
         );
         let got = validate_scopes("body.scopes", &list(&["nope", "jobs:read", "jobs:reed"])).unwrap_err();
         let at: Vec<_> = got.iter().map(|f| f.location.as_str()).collect();
-        assert_eq!(at, ["body.scopes[0]", "body.scopes[2]"]);
+        assert_eq!(at, ["body.scopes/0", "body.scopes/2"]);
         assert!(got[0].message.starts_with("unknown scope; known: "));
         assert_eq!(got[1].value, Some("jobs:reed".into()));
     }

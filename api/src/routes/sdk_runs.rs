@@ -270,14 +270,14 @@ impl SdkRunsApi {
             if let Some(level) = &l.level {
                 errors.check(
                     LOG_LEVELS.contains(&level.as_str()),
-                    format!("body.lines[{i}].level"),
+                    format!("body.lines/{i}/level"),
                     "must be debug, info, warn or error",
                     Some(level.clone().into()),
                 );
             }
-            check_text(&mut errors, &format!("body.lines[{i}].message"), &l.message, &rec_rules::LOG_MESSAGE);
+            check_text(&mut errors, &format!("body.lines/{i}/message"), &l.message, &rec_rules::LOG_MESSAGE);
             if let Some(f) = &l.fields {
-                let loc = format!("body.lines[{i}].fields");
+                let loc = format!("body.lines/{i}/fields");
                 if !f.is_object() {
                     errors.push(loc, "must be a JSON object", None);
                 } else if json_len(f) > MAX_FIELDS_BYTES {

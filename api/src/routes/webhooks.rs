@@ -199,7 +199,7 @@ fn check(
     for (i, t) in types.iter().enumerate() {
         e.check(
             EVENT_TYPES.contains(&t.as_str()),
-            format!("body.event_types[{i}]"),
+            format!("body.event_types/{i}"),
             format!("must be one of {}", EVENT_TYPES.join(", ")),
             Some(t.clone().into()),
         );

@@ -15,7 +15,7 @@ use poem_openapi::{ApiExtractor, ApiExtractorType, ExtractParamOptions, Object, 
 use serde_json::Value;
 use switchyard_shared::domain::workflow::MAX_WORKFLOW_TIMEOUT_SECS;
 use switchyard_shared::domain::workflow_plan::{self as plan, Assumptions, Outcome, PlanOverride};
-use switchyard_shared::domain::FieldErrors;
+use switchyard_shared::domain::{child, FieldErrors};
 use switchyard_shared::store;
 use switchyard_shared::store::workflows::WorkflowRecord;
 
@@ -81,7 +81,7 @@ pub(crate) fn value_rules() -> Vec<(Place, Value)> {
 #[oai(deny_unknown_fields)]
 pub struct WorkflowPlanRequest {
     /// By step_ref; a ref that names no step is 422 at
-    /// `body.overrides.<ref>`.
+    /// `body.overrides/<ref>`.
     pub overrides: Option<BTreeMap<String, WorkflowPlanOverride>>,
 }
 
@@ -215,7 +215,7 @@ impl WorkflowPlansApi {
         errors.extend(plan::unknown_refs(steps, "body.overrides", overrides.keys()));
         let mut wanted: HashMap<String, PlanOverride> = HashMap::new();
         for (r, o) in overrides {
-            let at = format!("body.overrides.{r}.expected_duration_secs");
+            let at = child(&child("body.overrides", &r), "expected_duration_secs");
             let expected_duration_secs = errors.in_range(&at, o.expected_duration_secs, 0, MAX_WORKFLOW_TIMEOUT_SECS);
             wanted.insert(r, PlanOverride { skip: o.skip.unwrap_or(false), expected_duration_secs });
         }
@@ -272,7 +272,7 @@ impl WorkflowPlansApi {
                 Ok(o) => {
                     given.outcomes.insert(r, o);
                 }
-                Err(message) => errors.push(format!("body.outcomes.{r}"), message, Some(o.into())),
+                Err(message) => errors.push(child("body.outcomes", r), message, Some(o.into())),
             }
         }
         errors.finish()?;

@@ -29,16 +29,16 @@ pub fn validate(batch: Option<&Batch>, gated: bool, errs: &mut FieldErrors) {
     let Some(b) = batch else { return };
     if let Some(k) = &b.key {
         if let Err(m) = check_output_transform(k) {
-            errs.push("body.batch.key", m, Some(k.clone().into()));
+            errs.push("body.batch/key", m, Some(k.clone().into()));
         }
     }
     let (lo, hi) = MAX_SIZE;
     if !(lo..=hi).contains(&b.max_size) {
-        errs.push("body.batch.max_size", format!("must be between {lo} and {hi}"), Some(b.max_size.into()));
+        errs.push("body.batch/max_size", format!("must be between {lo} and {hi}"), Some(b.max_size.into()));
     }
     let (lo, hi) = TIMEOUT_SECS;
     if !(lo..=hi).contains(&b.timeout_secs) {
-        errs.push("body.batch.timeout_secs", format!("must be between {lo} and {hi}"), Some(b.timeout_secs.into()));
+        errs.push("body.batch/timeout_secs", format!("must be between {lo} and {hi}"), Some(b.timeout_secs.into()));
     }
     if gated {
         // A batch's run is many triggers' run: there is no one trigger
@@ -57,7 +57,7 @@ mod tests {
         let b = Batch { key: Some("a[".into()), max_size: 1, timeout_secs: 0 };
         validate(Some(&b), true, &mut errs);
         let locs: Vec<String> = errs.into_vec().into_iter().map(|e| e.location).collect();
-        assert_eq!(locs, ["body.batch.key", "body.batch.max_size", "body.batch.timeout_secs", "body.batch"]);
+        assert_eq!(locs, ["body.batch/key", "body.batch/max_size", "body.batch/timeout_secs", "body.batch"]);
         let mut errs = FieldErrors::new();
         validate(Some(&Batch { key: Some("tenant".into()), max_size: 10, timeout_secs: 5 }), false, &mut errs);
         assert!(errs.into_vec().is_empty());

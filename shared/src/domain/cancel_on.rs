@@ -32,16 +32,16 @@ pub fn validate(rules: &[CancelOn], errs: &mut FieldErrors) {
     }
     let (lo, hi) = TIMEOUT_SECS;
     for (i, r) in rules.iter().enumerate() {
-        event_key::check_key(errs, &format!("body.cancel_on[{i}].event_key"), &r.event_key);
+        event_key::check_key(errs, &format!("body.cancel_on/{i}/event_key"), &r.event_key);
         if let Some(c) = &r.condition {
             if let Err(m) = workflow::check_condition(c) {
-                errs.push(format!("body.cancel_on[{i}].match"), m, Some(c.clone()));
+                errs.push(format!("body.cancel_on/{i}/match"), m, Some(c.clone()));
             }
         }
         if let Some(t) = r.timeout_secs {
             if !(lo..=hi).contains(&t) {
                 errs.push(
-                    format!("body.cancel_on[{i}].timeout_secs"),
+                    format!("body.cancel_on/{i}/timeout_secs"),
                     format!("must be between {lo} and {hi}"),
                     Some(t.into()),
                 );
@@ -85,6 +85,6 @@ mod tests {
         let bad = CancelOn { event_key: "a*".into(), condition: Some(json!({"nope": []})), timeout_secs: Some(0) };
         validate(&[bad], &mut errs);
         let locs: Vec<String> = errs.into_vec().into_iter().map(|e| e.location).collect();
-        assert_eq!(locs, ["body.cancel_on[0].event_key", "body.cancel_on[0].match", "body.cancel_on[0].timeout_secs"]);
+        assert_eq!(locs, ["body.cancel_on/0/event_key", "body.cancel_on/0/match", "body.cancel_on/0/timeout_secs"]);
     }
 }

@@ -6,13 +6,28 @@
 use serde_json::Value;
 
 /// A validation failure of one value: where (`body.priority`,
-/// `query.limit`, `body.payload/user/age`), what, and the offending value
-/// when it is worth echoing.
+/// `query.limit`, `body.payload/user/age`; see [`child`]), what, and the
+/// offending value when it is worth echoing.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FieldError {
     pub location: String,
     pub message: String,
     pub value: Option<Value>,
+}
+
+/// The location of `token` (a property name or an array index) inside the
+/// value located at `parent`: `body` and `steps` give `body.steps`, then
+/// `0` gives `body.steps/0`. Every location has this one notation: the
+/// request's part (`body`, `query`, `header`, `path`), a dot, and a JSON
+/// pointer (RFC 6901) to the value without its leading slash, so a `~` or
+/// `/` in a key is written `~0` or `~1`.
+pub fn child(parent: &str, token: impl std::fmt::Display) -> String {
+    let token = token.to_string().replace('~', "~0").replace('/', "~1");
+    if parent.contains('.') {
+        format!("{parent}/{token}")
+    } else {
+        format!("{parent}.{token}")
+    }
 }
 
 impl FieldError {
@@ -94,6 +109,15 @@ impl Extend<FieldError> for FieldErrors {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_location_is_a_part_then_a_json_pointer() {
+        let steps = child("body", "steps");
+        assert_eq!(steps, "body.steps");
+        assert_eq!(child(&child(&steps, 0), "step_type"), "body.steps/0/step_type");
+        assert_eq!(child("body.metadata", "a/b~c"), "body.metadata/a~1b~0c");
+        assert_eq!(child("query", "limit"), "query.limit");
+    }
 
     #[test]
     fn keeps_every_failure_in_order() {

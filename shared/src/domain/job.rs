@@ -342,21 +342,21 @@ impl JobSpec {
         for (i, k) in self.rate_limit_keys.iter().enumerate() {
             if !is_valid_rate_limit_name(&k.name) {
                 bad(
-                    &format!("rate_limit_keys[{i}].name"),
+                    &format!("rate_limit_keys/{i}/name"),
                     "must be 1 to 128 letters, digits, '_', '-', '.' or ':'".into(),
                     k.name.clone().into(),
                 );
             } else if self.rate_limit_keys[..i].iter().any(|o| o.name == k.name) {
-                bad(&format!("rate_limit_keys[{i}].name"), "named twice".into(), k.name.clone().into());
+                bad(&format!("rate_limit_keys/{i}/name"), "named twice".into(), k.name.clone().into());
             }
             if k.max <= 0 {
-                bad(&format!("rate_limit_keys[{i}].max"), "must be positive".into(), k.max.into());
+                bad(&format!("rate_limit_keys/{i}/max"), "must be positive".into(), k.max.into());
             } else if k.max > COUNT_BOUNDS.1 {
-                bad(&format!("rate_limit_keys[{i}].max"), format!("must be at most {}", COUNT_BOUNDS.1), k.max.into());
+                bad(&format!("rate_limit_keys/{i}/max"), format!("must be at most {}", COUNT_BOUNDS.1), k.max.into());
             }
             if !(1..=MAX_RATE_WINDOW_SECS).contains(&k.window_secs) {
                 bad(
-                    &format!("rate_limit_keys[{i}].window_secs"),
+                    &format!("rate_limit_keys/{i}/window_secs"),
                     format!("must be between 1 and {MAX_RATE_WINDOW_SECS}"),
                     k.window_secs.into(),
                 );
@@ -463,9 +463,9 @@ mod tests {
         s.execution_window_cron = Some("0 0 30 2 *".into());
         let locs: Vec<_> = s.validate().into_iter().map(|e| e.location).collect();
         for want in [
-            "body.rate_limit_keys[0].name",
-            "body.rate_limit_keys[2].name",
-            "body.rate_limit_keys[2].window_secs",
+            "body.rate_limit_keys/0/name",
+            "body.rate_limit_keys/2/name",
+            "body.rate_limit_keys/2/window_secs",
             "body.payload_schema",
             "body.execution_window_cron",
         ] {

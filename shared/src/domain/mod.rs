@@ -26,7 +26,7 @@ pub mod workflow;
 pub mod workflow_plan;
 pub mod workflow_run;
 
-pub use field_errors::{FieldError, FieldErrors};
+pub use field_errors::{child, FieldError, FieldErrors};
 pub use job::{JobSpec, RateLimitKey};
 pub use retry::{RetryPolicy, RetryStrategy};
 pub use status::{ExecutionMode, RunStatus};

@@ -65,24 +65,24 @@ pub struct Singleton {
 pub fn validate(debounce: Option<&Debounce>, singleton: Option<&Singleton>, errs: &mut FieldErrors) {
     let (lo, hi) = DEBOUNCE_SECS;
     if let Some(d) = debounce {
-        check_key(d.key.as_deref(), "body.debounce.key", errs);
+        check_key(d.key.as_deref(), "body.debounce/key", errs);
         if !(lo..=hi).contains(&d.period_secs) {
             errs.push(
-                "body.debounce.period_secs",
+                "body.debounce/period_secs",
                 format!("must be between {lo} and {hi}"),
                 Some(d.period_secs.into()),
             );
         }
         if let Some(w) = d.max_wait_secs {
             if !(lo..=hi).contains(&w) {
-                errs.push("body.debounce.max_wait_secs", format!("must be between {lo} and {hi}"), Some(w.into()));
+                errs.push("body.debounce/max_wait_secs", format!("must be between {lo} and {hi}"), Some(w.into()));
             } else if w < d.period_secs {
-                errs.push("body.debounce.max_wait_secs", "must not be shorter than period_secs", Some(w.into()));
+                errs.push("body.debounce/max_wait_secs", "must not be shorter than period_secs", Some(w.into()));
             }
         }
     }
     if let Some(s) = singleton {
-        check_key(s.key.as_deref(), "body.singleton.key", errs);
+        check_key(s.key.as_deref(), "body.singleton/key", errs);
         if debounce.is_some() {
             // A debounced run waits by design; a singleton would refuse the
             // very triggers that are meant to move its window on.
@@ -146,7 +146,7 @@ mod tests {
         let locs: Vec<String> = errs.into_vec().into_iter().map(|e| e.location).collect();
         assert_eq!(
             locs,
-            ["body.debounce.key", "body.debounce.period_secs", "body.debounce.max_wait_secs", "body.singleton"]
+            ["body.debounce/key", "body.debounce/period_secs", "body.debounce/max_wait_secs", "body.singleton"]
         );
         let mut errs = FieldErrors::new();
         let d = Debounce { key: None, period_secs: 10, max_wait_secs: Some(5) };

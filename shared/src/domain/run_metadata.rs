@@ -26,7 +26,7 @@ pub fn change(requested: HashMap<String, Value>) -> Result<MetadataChange, Vec<F
     let mut out = MetadataChange::default();
     let mut errors = FieldErrors::new();
     for (k, v) in requested {
-        let loc = format!("body.metadata.{k}");
+        let loc = super::child("body.metadata", &k);
         if !MAP_KEY.ok(&k) {
             errors.push(loc, "keys are 1 to 128 characters, without NUL", Some(k.into()));
             continue;
@@ -70,10 +70,10 @@ mod tests {
         let mut got: Vec<(String, String)> = errs.into_iter().map(|e| (e.location, e.message)).collect();
         got.sort();
         let mut want = vec![
-            (format!("body.metadata.{long}"), "keys are 1 to 128 characters, without NUL".to_string()),
-            ("body.metadata.nul".into(), "values are at most 1024 characters, without NUL".into()),
-            ("body.metadata.big".into(), "values are at most 1024 characters, without NUL".into()),
-            ("body.metadata.n".into(), "must be a string, or null to remove the key".into()),
+            (format!("body.metadata/{long}"), "keys are 1 to 128 characters, without NUL".to_string()),
+            ("body.metadata/nul".into(), "values are at most 1024 characters, without NUL".into()),
+            ("body.metadata/big".into(), "values are at most 1024 characters, without NUL".into()),
+            ("body.metadata/n".into(), "must be a string, or null to remove the key".into()),
         ];
         want.sort();
         assert_eq!(got, want);
@@ -82,6 +82,6 @@ mod tests {
     #[test]
     fn an_empty_key_is_refused() {
         let errs = change(req(json!({"": "x"}))).unwrap_err();
-        assert_eq!(errs[0].location, "body.metadata.");
+        assert_eq!(errs[0].location, "body.metadata/");
     }
 }

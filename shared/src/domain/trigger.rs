@@ -180,7 +180,7 @@ fn check_dependencies(errs: &mut FieldErrors, req: &Request, refs: &References) 
     for (i, id) in raw.iter().enumerate() {
         match refs.runs.get(id.as_str()) {
             Some((project, completed)) if *project == refs.project_id => all_completed &= completed,
-            _ => errs.push(format!("body.depends_on[{i}]"), "no such run in this project", Some(id.clone().into())),
+            _ => errs.push(format!("body.depends_on/{i}"), "no such run in this project", Some(id.clone().into())),
         }
     }
     let mut ids: Vec<String> = Vec::with_capacity(raw.len());
@@ -321,7 +321,7 @@ mod tests {
         refs.runs.insert("run_other".into(), ("prj_2".into(), true));
         let e = validate(&req, &spec(), &refs).unwrap_err();
         let locs: Vec<_> = e.iter().map(|f| f.location.as_str()).collect();
-        assert_eq!(locs, ["body.depends_on[3]", "body.depends_on[4]"]);
+        assert_eq!(locs, ["body.depends_on/3", "body.depends_on/4"]);
 
         let req = Request { depends_on: Some(vec!["run_a".into(), "run_b".into(), "run_a".into()]), ..req };
         let v = validate(&req, &spec(), &refs).unwrap();

@@ -323,7 +323,7 @@ impl Policy {
         ] {
             for (i, t) in list.iter().flatten().enumerate() {
                 if let Err(m) = t.parse::<StepType>() {
-                    e.push(format!("body.{field}[{i}]"), m, Some(t.clone().into()));
+                    e.push(format!("body.{field}/{i}"), m, Some(t.clone().into()));
                 }
             }
         }
@@ -588,12 +588,12 @@ fn check_type(e: &mut FieldErrors, i: usize, s: &StepRequest) -> Option<StepType
     };
     for (field, other) in &implied {
         if *other != t {
-            e.push(at(field), format!("a {t} step does not take {field} (a field of {other} steps)"), None);
+            e.push(at(field), format!("{} step does not take {field} (a field of {other} steps)", a_or_an(t)), None);
         }
     }
     let required = DEFINING.iter().find(|(_, dt)| *dt == t).map(|(f, _)| *f).unwrap_or("");
     if !s.has(required) {
-        e.push(at(required), format!("a {t} step needs {required}"), None);
+        e.push(at(required), format!("{} step needs {required}", a_or_an(t)), None);
     }
     for (field, fits) in ONLY_FOR {
         if s.has(field) && !fits.contains(&t) {
@@ -675,7 +675,7 @@ fn check_values(e: &mut FieldErrors, i: usize, s: &StepRequest) {
             Some(list.len().into()),
         );
         for (k, a) in list.iter().enumerate() {
-            e.text(&format!("body.steps/{i}/approval_approvers[{k}]"), Some(a), &APPROVER);
+            e.text(&format!("body.steps/{i}/approval_approvers/{k}"), Some(a), &APPROVER);
         }
     }
     if let Some(c) = &s.condition {
@@ -1000,7 +1000,10 @@ fn check_policy(e: &mut FieldErrors, steps: &[StepRequest], deps: &[Vec<usize>],
             if !ancestors(deps, i).iter().any(|&a| types[a] == Some(StepType::Approval)) {
                 e.push(
                     format!("body.steps/{i}/step_type"),
-                    format!("workflow policy approval_required_before: a {t} step needs an approval step before it"),
+                    format!(
+                        "workflow policy approval_required_before: {} step needs an approval step before it",
+                        a_or_an(t)
+                    ),
                     Some(t.as_str().into()),
                 );
             }
@@ -1031,6 +1034,13 @@ fn ancestors(deps: &[Vec<usize>], n: usize) -> HashSet<usize> {
         }
     }
     seen
+}
+
+/// "a sleep", "an approval": a step type with its article, for messages.
+fn a_or_an(t: StepType) -> String {
+    let name = t.as_str();
+    let article = if name.starts_with(['a', 'e', 'i', 'o', 'u']) { "an" } else { "a" };
+    format!("{article} {name}")
 }
 
 #[cfg(test)]
@@ -1326,7 +1336,7 @@ mod tests {
             ..Policy::default()
         };
         let got = p.validate();
-        assert_eq!(at(&got), ["body.max_steps", "body.allowed_step_types[1]"]);
+        assert_eq!(at(&got), ["body.max_steps", "body.allowed_step_types/1"]);
     }
 
     #[test]

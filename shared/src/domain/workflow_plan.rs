@@ -245,7 +245,7 @@ pub fn unknown_refs<'a>(
     let refs: HashSet<&str> = steps.iter().map(|s| s.def.step_ref.as_str()).collect();
     keys.into_iter()
         .filter(|k| !refs.contains(k.as_str()))
-        .map(|k| FieldError::new(format!("{location}.{k}"), "names no step of the workflow", Some(k.as_str().into())))
+        .map(|k| FieldError::new(super::child(location, k), "names no step of the workflow", Some(k.as_str().into())))
         .collect()
 }
 
@@ -629,7 +629,7 @@ mod tests {
     fn unknown_refs_are_located_at_their_key() {
         let keys = ["b".to_string(), "zz".to_string()];
         let got = unknown_refs(&diamond(), "body.overrides", &keys);
-        assert_eq!(got, [FieldError::new("body.overrides.zz", "names no step of the workflow", Some("zz".into()))]);
+        assert_eq!(got, [FieldError::new("body.overrides/zz", "names no step of the workflow", Some("zz".into()))]);
     }
 
     fn statuses(sim: &Simulation) -> Vec<(String, &'static str, Option<String>)> {

@@ -162,7 +162,7 @@ async fn tag_policies_govern_job_tags() {
         json!({"project_id": project, "name": format!("job {n}"), "endpoint_url": TARGET, "tags": tags})
     };
     let p = assert_problem(422, env.post("/v1/jobs", job(json!({"env": "dev"}))).await, 422);
-    assert_eq!(p["errors"][0]["location"], "body.tags.team", "{p}");
+    assert_eq!(p["errors"][0]["location"], "body.tags/team", "{p}");
     let p = assert_problem(422, env.post("/v1/jobs", job(json!({"team": "a", "env": "qa"}))).await, 422);
     assert_eq!(p["errors"][0]["value"], "qa", "{p}");
     let (s, created) = env.post("/v1/jobs", job(json!({"team": "a", "env": "prod"}))).await;
