@@ -355,6 +355,16 @@ async fn every_invalid_save_is_located_at_its_step() {
     let got = refused(&env, &project, json!([{"step_ref": "a"}])).await;
     assert_eq!(got[0].0, "body.steps/0/step_type");
 
+    // A step's kind is `step_type`: `type` is a 400 at it, in the same
+    // notation as the 422s above, with a hint.
+    let sent = json!({"project_id": project, "name": "bad", "steps": [{"step_ref": "a", "type": "approval"}]});
+    let p = assert_problem(400, env.post("/v1/workflows", sent).await, 400);
+    assert_eq!(p["errors"][0]["location"], "body.steps/0/type", "{p}");
+    assert_eq!(p["errors"][0]["message"], "unknown property; did you mean `step_type`?", "{p}");
+    assert_eq!(p["detail"], "body.steps/0/type: unknown property; did you mean `step_type`?", "{p}");
+    let got = refused(&env, &project, json!([{"step_ref": "a", "step_type": "approval"}])).await;
+    assert_eq!(got, [("body.steps/0/approval_approvers".into(), "an approval step needs approval_approvers".into())]);
+
     let got = refused(&env, &project, json!([{"step_ref": "a", "sub_workflow_id": "wf_nope"}])).await;
     assert_eq!(got, [("body.steps/0/sub_workflow_id".into(), "no such workflow in this project".into())]);
 
@@ -524,4 +534,41 @@ async fn a_trigger_right_after_a_change_sees_the_change() {
     let (s, _) = env.delete(&path).await;
     assert_eq!(s, 204);
     assert_problem(404, env.post(&trigger, json!({})).await, 404);
+}
+
+/// docs/steps.md's examples, `(kind, steps)` in the order written: each
+/// ```json block under a "### `kind`" heading.
+fn step_reference_examples() -> Vec<(String, String)> {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/steps.md")).unwrap();
+    let (mut out, mut kind, mut block) = (Vec::new(), String::new(), None::<String>);
+    for line in text.lines() {
+        match (&mut block, line) {
+            (None, l) if l.starts_with("### `") => kind = l.trim_start_matches("### `").trim_end_matches('`').into(),
+            (None, "```json") => block = Some(String::new()),
+            (Some(b), "```") => {
+                out.push((kind.clone(), std::mem::take(b)));
+                block = None;
+            }
+            (Some(b), l) => b.push_str(l),
+            _ => {}
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn every_example_of_the_step_reference_is_accepted() {
+    let env = TestEnv::start().await;
+    let (project, a, _) = setup(&env).await;
+    let child = create(&env, &project, "child", json!([{"step_ref": "a", "job_id": a}])).await;
+    let examples = step_reference_examples();
+    let kinds: Vec<&str> = examples.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(kinds, ["job", "sub_workflow", "sleep", "wait_for_event", "approval", "cost_gate"]);
+    for (i, (kind, steps)) in examples.iter().enumerate() {
+        let steps = steps.replace("$JOB", &a).replace("$CHILD", child["id"].as_str().unwrap());
+        let steps: Value = serde_json::from_str(&steps).unwrap_or_else(|e| panic!("{kind}: {e}: {steps}"));
+        let saved = create(&env, &project, &format!("example {i}"), steps).await;
+        let last = saved["steps"].as_array().unwrap().last().cloned().unwrap();
+        assert_eq!(last["step_type"], kind.as_str(), "{saved}");
+    }
 }
