@@ -177,6 +177,14 @@ pub fn analytics_query(period_hours: i64, took: std::time::Duration) {
         .record(took.as_secs_f64());
 }
 
+/// Whether logs are coloured: only on a terminal, so a log redirected to a
+/// file or collected by a container runtime holds no escape codes, and
+/// never when `NO_COLOR` is set to anything but the empty string
+/// (no-color.org).
+fn colour_logs(stderr_is_terminal: bool, no_color: Option<std::ffi::OsString>) -> bool {
+    stderr_is_terminal && no_color.is_none_or(|v| v.is_empty())
+}
+
 /// Logs to stderr (`RUST_LOG` filters), and exports traces over OTLP when
 /// the standard OpenTelemetry variables ask for it (`crate::traces`):
 /// `service` is then the `service.name` unless `OTEL_SERVICE_NAME` says
@@ -187,7 +195,8 @@ pub fn init_tracing(service: &'static str) -> Result<(), String> {
     use tracing_subscriber::util::SubscriberInitExt as _;
     use tracing_subscriber::Layer as _;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn"));
-    let logs = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_filter(filter);
+    let ansi = colour_logs(std::io::IsTerminal::is_terminal(&std::io::stderr()), std::env::var_os("NO_COLOR"));
+    let logs = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_ansi(ansi).with_filter(filter);
     // Only the spans made for export (the api's request spans) become
     // OpenTelemetry spans, whatever RUST_LOG lets into the logs.
     let otel = crate::traces::init(service)?.map(|tracer| {
@@ -284,6 +293,14 @@ pub fn spawn_metrics(
 mod tests {
     use super::*;
     use crate::config::Secret;
+
+    #[test]
+    fn logs_are_coloured_only_on_a_terminal_without_no_color() {
+        assert!(colour_logs(true, None));
+        assert!(!colour_logs(false, None), "a file or a pipe");
+        assert!(!colour_logs(true, Some("1".into())));
+        assert!(colour_logs(true, Some("".into())), "NO_COLOR set empty does not count");
+    }
 
     #[test]
     fn the_metrics_token_is_a_bearer_credential() {
