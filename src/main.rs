@@ -6,6 +6,7 @@
 //! - `switchyard api|worker|scheduler`: run one service alone (the same as
 //!   the `switchyard-api`, `switchyard-worker`, `switchyard-scheduler` binaries).
 //! - `switchyard openapi`: print the OpenAPI document.
+//! - `switchyard health [URL]`: a container healthcheck.
 //! - `switchyard runs|jobs|workflows|queues|dlq ...`: operator commands
 //!   over the public HTTP API ([`cli`]).
 //!
@@ -63,6 +64,14 @@ enum Command {
     Migrate,
     /// Print the OpenAPI document (JSON).
     Openapi,
+    /// Ask a process's health endpoint, for container healthchecks (the
+    /// images have no curl): exit 0 when it answers 2xx within 3 s, else 1.
+    Health {
+        /// The api's is /health/ready (Postgres and Redis answer); a
+        /// worker's or scheduler's is /health on its METRICS_ADDR.
+        #[arg(default_value = "http://127.0.0.1:8080/health/ready")]
+        url: String,
+    },
     #[command(flatten)]
     Operator(cli::Command),
 }
@@ -80,6 +89,7 @@ async fn main() -> ExitCode {
             println!("{}", switchyard_api::openapi_json());
             Ok(())
         }
+        Command::Health { url } => return health(&url).await,
         Command::Migrate => migrate().await,
         Command::Dev => dev().await,
         Command::Api => single("api").await,
@@ -91,6 +101,21 @@ async fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("Error: {e:?}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn health(url: &str) -> ExitCode {
+    let answer = reqwest::Client::new().get(url).timeout(Duration::from_secs(3)).send().await;
+    match answer {
+        Ok(r) if r.status().is_success() => ExitCode::SUCCESS,
+        Ok(r) => {
+            eprintln!("{url}: {}", r.status());
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("{url}: {e}");
             ExitCode::FAILURE
         }
     }
