@@ -10,8 +10,9 @@ use sqlx::PgPool;
 use switchyard_shared::config::Secret;
 use switchyard_shared::queue::{self, Queue};
 use switchyard_shared::shutdown::Shutdown;
-use switchyard_shared::testing::Scratch;
+use switchyard_shared::testing::{self, RemoveOnDrop, Scratch};
 use switchyard_shared::Config;
+use tokio::sync::OwnedSemaphorePermit;
 // Where Postgres and Redis are, as every crate's tests find them.
 pub use switchyard_shared::testing::{pg_base, redis_url};
 
@@ -28,6 +29,8 @@ pub struct TestEnv {
     pub http: reqwest::Client,
     pub stop: Shutdown,
     scratch: Scratch,
+    /// The Postgres connections this test may hold (`testing::admit`).
+    _connections: OwnedSemaphorePermit,
 }
 
 fn init_logs() {
@@ -58,7 +61,8 @@ impl TestEnv {
         config.rate_limit_bulk_per_min = 0;
         config.lease = Duration::from_secs(3);
         // The api, worker and scheduler of a test share this pool: a small
-        // one keeps 8 tests at once inside Postgres' default 100 slots
+        // one keeps 8 tests at once inside Postgres' default 100 slots, and
+        // `testing::admit` holds a test back while the server has no room
         // (docs/testing.md, "On a busy machine").
         config.database_max_connections = 10;
         config.shutdown_grace = Duration::from_secs(5);
@@ -66,6 +70,9 @@ impl TestEnv {
         // The tweak may have moved the database or the prefix: what the
         // configuration names is what is made and removed.
         let scratch = Scratch::at(&config.database_url, &config.redis_url, &config.redis_key_prefix);
+        // The pool, the api's workflow engine's two, and setup's one.
+        let connections = testing::admit(config.database_max_connections + 3).await;
+        let setup = RemoveOnDrop::new(&scratch);
         scratch.prepare().await;
         let state = switchyard_api::state_from_config(config.clone()).expect("state");
         let pool = state.pool.clone();
@@ -79,7 +86,8 @@ impl TestEnv {
         let stop = Shutdown::new();
         tokio::spawn(switchyard_api::serve(acceptor, state, stop.clone(), Duration::from_secs(1)));
         let http = reqwest::Client::builder().no_proxy().build().expect("client");
-        TestEnv { config, pool, queue, base: format!("http://{addr}"), http, stop, scratch }
+        setup.disarm();
+        TestEnv { config, pool, queue, base: format!("http://{addr}"), http, stop, scratch, _connections: connections }
     }
 
     /// A worker like a worker process would run, on this test's database and prefix.

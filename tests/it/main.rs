@@ -41,6 +41,7 @@ mod security;
 mod stats_queues;
 mod store_tenancy;
 mod streams;
+mod suite_hygiene;
 mod traces;
 mod transitions;
 mod waiting_steps;

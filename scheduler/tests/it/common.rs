@@ -49,6 +49,8 @@ pub struct Env {
     pub job_id: switchyard_shared::ids::JobId,
     pub version_id: String,
     scratch: Scratch,
+    /// The Postgres connections this test may hold (`testing::admit`).
+    _connections: tokio::sync::OwnedSemaphorePermit,
 }
 
 /// Runs `test` in a fresh environment and tears it down afterwards, even
@@ -75,8 +77,10 @@ where
 
 impl Env {
     async fn create(spec: JobSpec) -> Env {
-        let scratch = Scratch::create("sy_test", "t").await;
         // Two scheduler loops hold a connection each for their LISTEN.
+        let connections = switchyard_shared::testing::admit(16 + 1).await;
+        let scratch = Scratch::create("sy_test", "t").await;
+        let setup = switchyard_shared::testing::RemoveOnDrop::new(&scratch);
         let pool = switchyard_shared::db::lazy_pool(&scratch.database_url, 16).expect("pool");
         let redis = queue::Redis::open(&scratch.redis_url).expect("redis url");
         let wake_ups = redis.pubsub_client();
@@ -115,7 +119,8 @@ impl Env {
         // As the api does when it saves a job: dequeue parks the runs of a
         // job whose limits Redis does not know.
         queue.set_limits(&project_id, &job_id, spec.limits_field(&project_id, false).as_deref()).await.expect("limits");
-        Env { pool, queue, scheduler, project_id, job_id, version_id, scratch }
+        setup.disarm();
+        Env { pool, queue, scheduler, project_id, job_id, version_id, scratch, _connections: connections }
     }
 
     async fn destroy(&self) {
