@@ -29,8 +29,10 @@ pub mod audit;
 pub mod auth;
 pub mod body_limit;
 pub mod docs_page;
+
 pub mod document;
 pub mod error;
+mod http_metrics;
 pub mod intake;
 pub mod openapi31;
 pub mod pagination;
@@ -165,6 +167,7 @@ pub fn app(state: AppState) -> impl poem::Endpoint<Output = poem::Response> {
         // compiler's query depth in release builds.
         .boxed()
         .around(trace_context::around)
+        .around(http_metrics::observe)
         .map_to_response()
 }
 

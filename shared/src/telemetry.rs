@@ -27,10 +27,31 @@ pub const LOG_DRAIN_LINES_SENT: &str = "svc_log_drain_lines_sent_total";
 pub const LOG_DRAIN_LINES_DROPPED: &str = "svc_log_drain_lines_dropped_total";
 pub const QUEUE_DEPTH: &str = "svc_queue_depth";
 pub const QUEUE_OLDEST_AGE: &str = "svc_queue_oldest_age_seconds";
+pub const JOB_RUN_TRANSITIONS: &str = "svc_job_run_transitions_total";
+pub const HTTP_REQUESTS: &str = "svc_http_requests_total";
+pub const HTTP_REQUEST_DURATION: &str = "svc_http_request_duration_seconds";
+pub const BUILD_INFO: &str = "svc_build_info";
+
+/// The most jobs a process gives [`JOB_RUN_TRANSITIONS`] series of their
+/// own. Each job's transitions are a handful of series (one per pair of
+/// statuses it moves through); past this many jobs, the runs of jobs not
+/// yet seen are counted under `job_id="_other"`, so a project with
+/// thousands of jobs cannot grow the exposition (and Prometheus) without
+/// bound. The spec's [`RUN_TRANSITIONS`] counts every run either way.
+pub const MAX_JOB_SERIES: usize = 500;
 
 /// (name, type, labels, help) of every metric `/metrics` shows.
-pub const METRICS: [(&str, &str, &[&str], &str); 14] = [
+pub const METRICS: [(&str, &str, &[&str], &str); 18] = [
     (RUN_TRANSITIONS, "counter", &["from_status", "to_status"], "Run status transitions."),
+    (
+        JOB_RUN_TRANSITIONS,
+        "counter",
+        &["job_id", "from_status", "to_status"],
+        "Run status transitions by job (at most MAX_JOB_SERIES jobs per process; later ones as job_id _other).",
+    ),
+    (HTTP_REQUESTS, "counter", &["method", "route", "status"], "HTTP requests answered, by route template."),
+    (HTTP_REQUEST_DURATION, "histogram", &["method", "route"], "Time to answer an HTTP request (to its headers)."),
+    (BUILD_INFO, "gauge", &["service", "version"], "Always 1; its labels name the running build."),
     (DISPATCH_DURATION, "histogram", &["job_id", "outcome"], "Time from sending a dispatch to its outcome."),
     (DEQUEUE_DURATION, "histogram", &[], "Time of one dequeue call to Redis."),
     (WORKER_POOL_ACTIVE, "gauge", &[], "Dispatches in flight in this worker process."),
@@ -79,6 +100,7 @@ pub fn metrics_handle() -> &'static PrometheusHandle {
                 _ => metrics::describe_histogram!(name, metrics::Unit::Seconds, help),
             }
         }
+        process_collector().describe();
         for (name, kind, labels, _) in METRICS {
             if labels.is_empty() {
                 match kind {
@@ -96,7 +118,9 @@ pub fn metrics_handle() -> &'static PrometheusHandle {
 /// one not yet observed is listed with its HELP and TYPE (and zero samples
 /// where it has no labels).
 pub fn render_metrics() -> String {
-    let mut out = metrics_handle().render();
+    let handle = metrics_handle();
+    process_collector().collect();
+    let mut out = handle.render();
     for (name, kind, labels, help) in METRICS {
         if out.contains(&format!("# TYPE {name} ")) {
             continue;
@@ -108,8 +132,23 @@ pub fn render_metrics() -> String {
         if name == QUEUE_DEPTH || name == QUEUE_OLDEST_AGE {
             render_queue_series(name, &mut out);
         }
+        if name == BUILD_INFO {
+            let service = SERVICE.get().copied().unwrap_or("switchyard");
+            let _ = writeln!(out, "{name}{{service=\"{service}\",version=\"{}\"}} 1", env!("CARGO_PKG_VERSION"));
+        }
     }
     out
+}
+
+/// The process's name in [`BUILD_INFO`], as `init_tracing` was told it.
+static SERVICE: OnceLock<&'static str> = OnceLock::new();
+
+/// `process_cpu_seconds_total`, `process_resident_memory_bytes`,
+/// `process_open_fds` and the rest of the Prometheus client libraries'
+/// standard process metrics, read from /proc at each scrape.
+fn process_collector() -> &'static metrics_process::Collector {
+    static COLLECTOR: OnceLock<metrics_process::Collector> = OnceLock::new();
+    COLLECTOR.get_or_init(metrics_process::Collector::default)
 }
 
 /// How long a job's queue gauges stay at 0 once its queue emptied: long
@@ -165,10 +204,50 @@ fn render_queue_series(name: &str, out: &mut String) {
     }
 }
 
-/// Counts one run status transition.
-pub fn transition(from: Option<&str>, to: &str) {
-    metrics::counter!(RUN_TRANSITIONS, "from_status" => from.unwrap_or("none").to_string(), "to_status" => to.to_string())
+/// Counts one run status transition of a run of `job_id`.
+pub fn transition(job_id: &str, from: Option<&str>, to: &str) {
+    let from = from.unwrap_or("none");
+    metrics::counter!(RUN_TRANSITIONS, "from_status" => from.to_string(), "to_status" => to.to_string()).increment(1);
+    let job = if job_series_admit(job_id) { job_id.to_string() } else { "_other".to_string() };
+    metrics::counter!(JOB_RUN_TRANSITIONS, "job_id" => job, "from_status" => from.to_string(), "to_status" => to.to_string())
         .increment(1);
+}
+
+/// Whether `job_id` has (or now gets) series of its own in
+/// [`JOB_RUN_TRANSITIONS`]: the first [`MAX_JOB_SERIES`] jobs a process
+/// sees do.
+fn job_series_admit(job_id: &str) -> bool {
+    static SEEN: Mutex<Option<std::collections::HashSet<String>>> = Mutex::new(None);
+    let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    let seen = seen.get_or_insert_with(Default::default);
+    if seen.contains(job_id) {
+        return true;
+    }
+    if seen.len() >= MAX_JOB_SERIES {
+        return false;
+    }
+    seen.insert(job_id.to_string());
+    true
+}
+
+/// Counts one HTTP request answered with `status` after `took`. `route` is
+/// the matched route's template (`/v1/jobs/{job_id}/trigger`), or
+/// `unmatched`: never the raw path, whose ids would make a series each.
+pub fn http_request(method: &str, route: &str, status: u16, took: std::time::Duration) {
+    let method: &'static str = match method {
+        "GET" => "GET",
+        "POST" => "POST",
+        "PUT" => "PUT",
+        "PATCH" => "PATCH",
+        "DELETE" => "DELETE",
+        "HEAD" => "HEAD",
+        "OPTIONS" => "OPTIONS",
+        _ => "other",
+    };
+    metrics::counter!(HTTP_REQUESTS, "method" => method, "route" => route.to_string(), "status" => status.to_string())
+        .increment(1);
+    metrics::histogram!(HTTP_REQUEST_DURATION, "method" => method, "route" => route.to_string())
+        .record(took.as_secs_f64());
 }
 
 /// Times one analytics query (a report of `period_hours`).
@@ -191,6 +270,7 @@ fn colour_logs(stderr_is_terminal: bool, no_color: Option<std::ffi::OsString>) -
 /// otherwise. A process told to export that cannot build its exporter
 /// stops here, with the reason.
 pub fn init_tracing(service: &'static str) -> Result<(), String> {
+    let _ = SERVICE.set(service);
     use tracing_subscriber::layer::SubscriberExt as _;
     use tracing_subscriber::util::SubscriberInitExt as _;
     use tracing_subscriber::Layer as _;

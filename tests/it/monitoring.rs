@@ -121,3 +121,47 @@ async fn every_metric_the_dashboard_queries_is_exported() {
     let missing: Vec<&String> = wanted.iter().filter(|n| !sampled.contains(n.as_str())).collect();
     assert!(missing.is_empty(), "the dashboard queries metrics /metrics does not export: {missing:?}");
 }
+
+/// Beside the spec's `svc_*` families: HTTP requests by route template and
+/// status with their latency, run transitions by job, the process's own
+/// figures and the build.
+#[tokio::test]
+async fn requests_job_transitions_process_and_build_are_exported() {
+    let env = TestEnv::start().await;
+    let target = Target::start().await;
+    let job = env.job(&target.url, json!({})).await;
+    let job_id = job["id"].as_str().unwrap();
+    let trigger = |text: &str| {
+        let series = r#"route="/v1/jobs/{job_id}/trigger",status="201""#;
+        metric_sum(text, "svc_http_requests_total", &[r#"method="POST""#, series])
+    };
+    let before = scrape(&env).await;
+    let run = env.trigger(job_id, json!({})).await;
+    env.spawn_worker();
+    env.wait_status(run["id"].as_str().unwrap(), "completed", T).await;
+    let (s, _) = env.get("/v1/runs/run_0000000000000000000000000000000/nothing").await;
+    assert_eq!(s, 404);
+    let text = scrape(&env).await;
+
+    // Counted under the route's template, never its ids; a path no route
+    // has, as `unmatched`.
+    assert!(trigger(&text) >= trigger(&before) + 1.0, "{text}");
+    assert!(!text.contains(&format!("route=\"/v1/jobs/{job_id}")), "a raw path is a label: {text}");
+    assert!(metric_sum(&text, "svc_http_requests_total", &[r#"route="unmatched",status="404""#]) >= 1.0);
+    let timed = r#"route="/v1/jobs/{job_id}/trigger""#;
+    assert!(metric_sum(&text, "svc_http_request_duration_seconds_count", &[timed]) >= 1.0, "{text}");
+
+    // This job's own run moved none → queued → running → completed.
+    let job_label = format!("job_id=\"{job_id}\"");
+    for (from, to) in [("none", "queued"), ("queued", "running"), ("running", "completed")] {
+        let pair = [job_label.as_str(), &format!("from_status=\"{from}\""), &format!("to_status=\"{to}\"")];
+        assert_eq!(metric_sum(&text, "svc_job_run_transitions_total", &pair), 1.0, "{from} -> {to}: {text}");
+    }
+
+    for name in ["process_resident_memory_bytes", "process_open_fds", "process_threads", "process_start_time_seconds"] {
+        assert!(metric_sum(&text, name, &[]) > 0.0, "{name}: {text}");
+    }
+    assert!(text.lines().any(|l| l.starts_with("process_cpu_seconds_total ")), "{text}");
+    let version = format!("version=\"{}\"", env!("CARGO_PKG_VERSION"));
+    assert_eq!(metric_sum(&text, "svc_build_info", &[&version]), 1.0, "{text}");
+}

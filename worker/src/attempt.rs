@@ -115,7 +115,7 @@ async fn handle(w: &Inner, entry: &Entry, key: u64, dequeue: Duration) {
     // Counted here, once nothing but a shutdown stops the attempt (a job
     // gone missing still ends as an attempt), whichever statement records
     // it: the outcome, the lazy mark, an SDK call or a 202.
-    telemetry::transition(Some("queued"), "running");
+    telemetry::transition(run.job_id.as_str(), Some("queued"), "running");
 
     let waiting_since = due_at.or(run.scheduled_at.filter(|s| *s > run.created_at)).unwrap_or(run.created_at);
     let trace = ExecutionTrace::new(waiting_since, claimed_at, dequeue);

@@ -342,7 +342,7 @@ pub async fn apply_resolutions(
     super::deliveries::runs_ended(conn, rows.iter().filter(|r| r.status == RunStatus::Failed)).await?;
     for r in &rows {
         if r.status != RunStatus::Pending {
-            crate::telemetry::transition(Some("pending"), r.status.as_str());
+            crate::telemetry::transition(r.job_id.as_str(), Some("pending"), r.status.as_str());
         }
     }
     Ok(rows)
@@ -385,7 +385,7 @@ pub async fn expire_due(pool: &PgPool, now: DateTime<Utc>, limit: i64) -> Result
     super::deliveries::runs_ended(&mut tx, rows.iter().map(|r| &r.run)).await?;
     tx.commit().await?;
     for r in &rows {
-        crate::telemetry::transition(Some(r.from_status.as_str()), "expired");
+        crate::telemetry::transition(r.run.job_id.as_str(), Some(r.from_status.as_str()), "expired");
     }
     Ok(rows.into_iter().map(|r| Changed { run: r.run, from: r.from_status }).collect())
 }

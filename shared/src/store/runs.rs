@@ -287,7 +287,7 @@ pub async fn insert_in(conn: &mut sqlx::PgConnection, r: &NewRun) -> Result<(Run
         .fetch_optional(&mut *conn)
         .await?;
     if let Some(run) = inserted {
-        crate::telemetry::transition(None, r.status.as_str());
+        crate::telemetry::transition(r.job_id.as_str(), None, r.status.as_str());
         return Ok((run, true));
     }
     // Only the unique keys a caller chose can conflict (ids are fresh):
@@ -409,7 +409,7 @@ pub(super) async fn inserted_runs(
     let mut out = Vec::with_capacity(runs.len());
     for r in runs {
         if inserted.contains(&r.id) {
-            crate::telemetry::transition(None, r.status.as_str());
+            crate::telemetry::transition(r.job_id.as_str(), None, r.status.as_str());
             out.push((Run::from_new(r.clone(), created_at), true));
         } else {
             out.push(insert_in(conn, r).await?);
@@ -663,7 +663,7 @@ static FINISH_MANY_SQL: LazyLock<String> = LazyLock::new(|| {
                 started_at, finished_at, trace)
             SELECT id, attempt, status, status_code, error, endpoint_url, started_at, now(), trace FROM u
         ), {}, {}
-        SELECT id, status FROM u",
+        SELECT id, status, job_id FROM u",
         super::streams::log_runs_cte("streamed", "u"),
         super::deliveries::runs_ended_ctes(13, Some("SELECT id FROM u"), false)
     )
@@ -733,11 +733,11 @@ pub async fn finish_many_in(
         .bind(&codes)
         .bind(&urls)
         .bind(&starts);
-    let recorded: Vec<(RunId, String)> = ended.bind(q).fetch_all(conn).await?;
+    let recorded: Vec<(RunId, String, String)> = ended.bind(q).fetch_all(conn).await?;
     let done: std::collections::HashSet<RunId> = recorded
         .into_iter()
-        .map(|(id, status)| {
-            crate::telemetry::transition(Some("running"), &status);
+        .map(|(id, status, job_id)| {
+            crate::telemetry::transition(&job_id, Some("running"), &status);
             id
         })
         .collect();
@@ -918,8 +918,8 @@ pub async fn expire_unstarted(pool: &PgPool, ids: &[RunId]) -> Result<u64, sqlx:
     .await?;
     super::deliveries::runs_ended(&mut tx, &expired).await?;
     tx.commit().await?;
-    for _ in &expired {
-        crate::telemetry::transition(Some("queued"), "expired");
+    for r in &expired {
+        crate::telemetry::transition(r.job_id.as_str(), Some("queued"), "expired");
     }
     Ok(expired.len() as u64)
 }
@@ -930,7 +930,7 @@ pub async fn expire_unstarted(pool: &PgPool, ids: &[RunId]) -> Result<u64, sqlx:
 /// stays (`one_per_key`): the check is made under the row's lock, which the
 /// trigger that moves the window also takes.
 pub async fn mark_due_queued(pool: &PgPool, ids: &[RunId]) -> Result<Vec<RunId>, sqlx::Error> {
-    let moved: Vec<(RunId, String)> = sqlx::query_as(&format!(
+    let moved: Vec<(RunId, String, String)> = sqlx::query_as(&format!(
         "WITH old AS (
             SELECT id, status FROM job_runs WHERE id = ANY($1) AND status IN ('retrying', 'pending')
                AND NOT (debounce_key IS NOT NULL AND status = 'pending' AND scheduled_at > now()) FOR UPDATE
@@ -941,16 +941,16 @@ pub async fn mark_due_queued(pool: &PgPool, ids: &[RunId]) -> Result<Vec<RunId>,
             INSERT INTO job_run_events (run_id, from_status, to_status, attempt, reason)
             SELECT id, status, 'queued', attempt, 'due' FROM u
         ), {}
-        SELECT id, status FROM u",
+        SELECT id, status, job_id FROM u",
         super::streams::log_runs_cte("streamed", "(SELECT id, project_id, job_id, 'queued' AS status FROM u)")
     ))
     .bind(ids)
     .fetch_all(pool)
     .await?;
-    for (_, from) in &moved {
-        crate::telemetry::transition(Some(from), "queued");
+    for (_, from, job_id) in &moved {
+        crate::telemetry::transition(job_id, Some(from), "queued");
     }
-    Ok(moved.into_iter().map(|(id, _)| id).collect())
+    Ok(moved.into_iter().map(|(id, _, _)| id).collect())
 }
 
 /// A run whose worker vanished: `running -> queued` for a redelivery of the
@@ -971,8 +971,8 @@ pub async fn requeue_lost(pool: &PgPool, run_id: &RunId) -> Result<Option<Run>, 
         streamed = super::streams::log_runs_cte("streamed", "u")
     );
     let run: Option<Run> = sqlx::query_as(&sql).bind(run_id).fetch_optional(pool).await?;
-    if run.is_some() {
-        crate::telemetry::transition(Some("running"), "queued");
+    if let Some(run) = &run {
+        crate::telemetry::transition(run.job_id.as_str(), Some("running"), "queued");
     }
     Ok(run)
 }

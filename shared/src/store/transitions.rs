@@ -54,7 +54,7 @@ fn counted(changed: Vec<Changed>) -> Vec<Changed> {
 
 fn count(changed: &[Changed]) {
     for c in changed {
-        crate::telemetry::transition(Some(c.from.as_str()), c.run.status.as_str());
+        crate::telemetry::transition(c.run.job_id.as_str(), Some(c.from.as_str()), c.run.status.as_str());
     }
 }
 

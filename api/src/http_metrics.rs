@@ -1,0 +1,75 @@
+//! Every request the api answers, counted by route template and status,
+//! and timed (`svc_http_requests_total`, `svc_http_request_duration_seconds`).
+//! The outermost layer, so what the layers around the handlers answer (a
+//! 401, a 413, a 429) is counted too.
+
+use std::collections::BTreeMap;
+use std::sync::RwLock;
+use std::time::Instant;
+
+use poem::PathPattern;
+use poem::{Endpoint, IntoResponse, Request, Response};
+use switchyard_shared::telemetry;
+
+pub async fn observe<E: Endpoint>(ep: E, req: Request) -> poem::Result<Response> {
+    let started = Instant::now();
+    let method = req.method().clone();
+    let answer = ep.call(req).await.map(IntoResponse::into_response);
+    let (status, pattern) = match &answer {
+        Ok(r) => (r.status(), r.data::<PathPattern>()),
+        Err(e) => (e.status(), e.data::<PathPattern>()),
+    };
+    let route = pattern.map_or_else(|| "unmatched".to_string(), |p| documented(&p.0));
+    telemetry::http_request(method.as_str(), &route, status.as_u16(), started.elapsed());
+    answer
+}
+
+/// The OpenAPI document's path for poem's route pattern: poem-openapi
+/// names its parameters `:param0`, `:param1`, so `/v1/jobs/:param0/trigger`
+/// is `/v1/jobs/{job_id}/trigger`, as an operator finds it in /docs. A
+/// route outside the document (/ui, /docs) keeps its own names. Each
+/// pattern is looked up once.
+fn documented(pattern: &str) -> String {
+    static SEEN: RwLock<BTreeMap<String, String>> = RwLock::new(BTreeMap::new());
+    if let Some(known) = SEEN.read().unwrap_or_else(|e| e.into_inner()).get(pattern) {
+        return known.clone();
+    }
+    let own = template(pattern);
+    fn shape(path: &str) -> Vec<&str> {
+        path.split('/').map(|seg| if seg.starts_with('{') { "{}" } else { seg }).collect()
+    }
+    let paths = crate::openapi_value()["paths"].as_object().map(|p| p.keys().cloned().collect::<Vec<_>>());
+    let found = paths.unwrap_or_default().into_iter().find(|p| shape(p) == shape(&own)).unwrap_or(own);
+    SEEN.write().unwrap_or_else(|e| e.into_inner()).insert(pattern.to_string(), found.clone());
+    found
+}
+
+/// poem's pattern with its parameters in braces: `/v1/runs/:run_id` as
+/// `/v1/runs/{run_id}`, a rest segment `*path` as `{path}`.
+fn template(pattern: &str) -> String {
+    pattern
+        .split('/')
+        .map(|seg| match seg.strip_prefix(':').or_else(|| seg.strip_prefix('*')) {
+            Some(name) if !name.is_empty() => format!("{{{name}}}"),
+            _ => seg.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_pattern_reads_as_the_documents_path() {
+        assert_eq!(super::template("/v1/jobs/:job_id/trigger"), "/v1/jobs/{job_id}/trigger");
+        assert_eq!(super::template("/v1/runs"), "/v1/runs");
+        assert_eq!(super::template("/ui/*path"), "/ui/{path}");
+    }
+
+    #[test]
+    fn a_pattern_takes_the_documents_parameter_names() {
+        assert_eq!(super::documented("/v1/jobs/:param0/trigger"), "/v1/jobs/{job_id}/trigger");
+        assert_eq!(super::documented("/v1/jobs/:param0/trigger"), "/v1/jobs/{job_id}/trigger");
+        assert_eq!(super::documented("/ui/*path"), "/ui/{path}");
+    }
+}
