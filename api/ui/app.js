@@ -1224,7 +1224,7 @@ function queuesPage(main, project) {
     try {
       const s = await api("GET", "/v1/stats/queues", undefined, project);
       body.replaceChildren(
-        el("p", { class: "muted" }, `Generated ${s.generated_at}${s.history_through ? `, history through ${s.history_through}` : ""}.`),
+        el("p", { class: "muted" }, "Generated ", time(s.generated_at), s.history_through ? [", history through ", time(s.history_through)] : "", "."),
         table(
           ["Job", "Ready#", "Scheduled#", "Throttled#", "Parked#", "Leased#", "Pending#", "Queued#", "Running#", "Retrying#", "Oldest queued s#", "History"],
           s.jobs.map((j) => [
@@ -1378,7 +1378,8 @@ function workflowsPage(main, project) {
 function workflowPage(main, project, id) {
   const p = encodeURIComponent(project);
   const { body, say } = header(main, "Workflow");
-  const payload = el("textarea", { id: "workflow-payload", name: "payload", rows: 3, cols: 50, spellcheck: "false" }, "{}");
+  // Left empty, the run has no payload (as before the box existed).
+  const payload = el("textarea", { id: "workflow-payload", name: "payload", rows: 3, cols: 50, spellcheck: "false", placeholder: '{"region": "eu"}' });
   const trigger = async () => {
     // The run's input, checked as JSON here: what is not JSON is not sent.
     let input;
