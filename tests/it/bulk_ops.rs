@@ -258,10 +258,12 @@ async fn replay_with_an_edited_payload() {
     assert_eq!(v["payload"], json!({"to": "x@y.z"}));
     assert_eq!((v["continuation_of"].as_str(), v["priority"].as_i64()), (Some(orig_id), Some(3)));
     assert_eq!(env.run(v["id"].as_str().unwrap()).await["payload"], json!({"to": "x@y.z"}));
-    // No payload, or no body at all: the original's.
-    let (s, v) = env.post(&replay, json!({})).await;
-    assert_eq!(s, 201, "{v}");
-    assert_eq!(v["payload"], json!({"to": "a@b.c"}));
+    // No payload, a null one, or no body at all: the original's.
+    for body in [json!({}), json!({"payload": null})] {
+        let (s, v) = env.post(&replay, body).await;
+        assert_eq!(s, 201, "{v}");
+        assert_eq!(v["payload"], json!({"to": "a@b.c"}));
+    }
     let key = api_key(&env, job["project_id"].as_str().unwrap(), &["runs:write"]).await;
     let (s, v) = call_as(&env, Method::POST, &replay, &key, None).await;
     assert_eq!(s, 201, "{v}");

@@ -177,9 +177,13 @@ def main():
         expect(editor).to_have_value(re.compile(r'"from": "ui-test"'))
         editor.fill('{"from": "edited in the page"}')
         shot("replay-editor")
+        replays = []
+        page.on("request", lambda r: r.url.endswith("/replay") and replays.append(r.url))
         editor.fill("{nope")
         page.click("#replay-submit")
         expect(page.locator(".flash")).to_contain_text("The payload is not JSON")
+        if replays:
+            problems.append("a replay payload that is not JSON was sent")
         editor.fill('{"from": "edited in the page"}')
         page.click("#replay-submit")
         expect(page.locator(".flash")).to_contain_text("Replayed as")

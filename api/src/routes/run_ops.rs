@@ -68,7 +68,7 @@ pub struct DebugModeRequest {
 pub struct ReplayRequest {
     /// Replaces the original run's payload, checked against the job's
     /// payload_schema as a trigger's payload is (422 when it does not fit).
-    /// Left out: the original's payload.
+    /// Left out, or null: the original's payload (a replay cannot clear it).
     pub payload: Option<Value>,
 }
 
