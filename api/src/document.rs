@@ -332,6 +332,10 @@ fn parameter_rules() -> Vec<(Place, Value)> {
     for param in ["from", "to"] {
         r.push((Query("listAuditEvents", param), json!({"format": "date-time", "pattern": routes::audit::RFC3339})));
     }
+    // The time range of the runs list.
+    for param in ["created_after", "created_before"] {
+        r.push((Query("listRuns", param), json!({"format": "date-time", "pattern": routes::audit::RFC3339})));
+    }
     // Filters: any text but U+0000 (Postgres compares text with them).
     for (op, param) in [
         ("listAuditEvents", "action"),

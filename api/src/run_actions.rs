@@ -202,8 +202,10 @@ pub fn cancel_reason(who: &Principal) -> String {
 /// Triggers a new run of `orig`'s job with the same payload and options,
 /// through the same path as any trigger, marked `triggered_by: replay` and
 /// `continuation_of` the original. Not copied: the idempotency key (it would
-/// return the original), scheduling, dependencies and the batch.
-pub async fn replay_run(state: &AppState, who: &Principal, orig: &Run) -> ApiResult<JobRun> {
+/// return the original), scheduling, dependencies and the batch. `payload`,
+/// when given, replaces the original's, and is checked against the job's
+/// payload_schema as any trigger's payload is.
+pub async fn replay_run(state: &AppState, who: &Principal, orig: &Run, payload: Option<Value>) -> ApiResult<JobRun> {
     let Some(job) = store::jobs::get(&state.pool, &orig.job_id).await? else {
         return Err(ApiError::conflict(format!("the run's job {} was deleted; it cannot be replayed", orig.job_id)));
     };
@@ -213,7 +215,7 @@ pub async fn replay_run(state: &AppState, who: &Principal, orig: &Run) -> ApiRes
             .unwrap_or_default()
     };
     let req = TriggerRequest {
-        payload: orig.payload.as_ref().map(|p| p.0.clone()),
+        payload: payload.or_else(|| orig.payload.as_ref().map(|p| p.0.clone())),
         priority: Some(orig.priority.into()),
         tags: Some(strings(&orig.tags.0)),
         metadata: Some(strings(&orig.metadata.0)),

@@ -1,6 +1,6 @@
-//! The web dashboard at /ui: a static page, one ES module and a stylesheet,
-//! embedded in the binary and served as plain routes outside the OpenAPI
-//! service (they are not part of the API document). The page talks to the
+//! The web dashboard at /ui: a static page, one ES module, a stylesheet and
+//! an icon, embedded in the binary and served as plain routes outside the
+//! OpenAPI service (they are not part of the API document). The page talks to the
 //! public API only, with the token the user pastes into its login form.
 //!
 //! Every answer carries a strict Content-Security-Policy (same origin only,
@@ -23,10 +23,12 @@ struct Asset {
     body: &'static [u8],
 }
 
-const ASSETS: [Asset; 3] = [
+const ASSETS: [Asset; 4] = [
     Asset { name: "index.html", content_type: "text/html; charset=utf-8", body: include_bytes!("../ui/index.html") },
     Asset { name: "app.js", content_type: "text/javascript; charset=utf-8", body: include_bytes!("../ui/app.js") },
     Asset { name: "app.css", content_type: "text/css; charset=utf-8", body: include_bytes!("../ui/app.css") },
+    // An image, which the policy's img-src 'self' allows (no script in it).
+    Asset { name: "favicon.svg", content_type: "image/svg+xml", body: include_bytes!("../ui/favicon.svg") },
 ];
 
 fn etag(body: &[u8]) -> String {
@@ -101,6 +103,7 @@ mod tests {
             ("/ui/projects", "text/html; charset=utf-8"),
             ("/ui/app.js", "text/javascript; charset=utf-8"),
             ("/ui/app.css", "text/css; charset=utf-8"),
+            ("/ui/favicon.svg", "image/svg+xml"),
         ] {
             let resp = cli.get(path).send().await;
             resp.assert_status_is_ok();

@@ -10,15 +10,19 @@
 //   #/login                          the login form
 //   #/projects                       projects (internal secret) or the key's project
 //   #/p/{project}/jobs               jobs, their recent runs and run rate; trigger, pause, resume
-//   #/p/{project}/runs/{run}         a run: attempts, timeline, logs, outputs,
-//                                    checkpoints, state, dispatch trace
+//   #/p/{project}/runs[?filters]     runs, filtered by status, job, time, payload (the
+//                                    filters are the hash's); bulk cancel, replay
+//   #/p/{project}/runs/{run}         a run: attempts (and their waterfall), timeline,
+//                                    logs, outputs, checkpoints, state, dispatch
+//                                    trace; replay, with an edited payload
 //   #/p/{project}/queues             queue statistics with per-minute history
 //   #/p/{project}/dead-letters       dead-letter runs, with replay
 //   #/p/{project}/workflows          workflows
-//   #/p/{project}/workflows/{id}     a workflow's DAG, trigger, its runs
-//   #/p/{project}/workflow-runs/{id} a workflow run: each step's status on the DAG;
-//                                    cancel, pause, resume; approve, reject,
-//                                    skip a waiting step, retry a failed one
+//   #/p/{project}/workflows/{id}     a workflow's DAG, trigger (with a payload), its runs
+//   #/p/{project}/workflow-runs/{id} a workflow run: each step's status on the DAG,
+//                                    the steps' waterfall; cancel, pause, resume;
+//                                    approve, reject, skip a waiting step (with a
+//                                    comment), retry a failed one
 //   #/p/{project}/deliveries         webhook deliveries, with retry
 //
 // The run, workflow-run and list pages follow the API's live streams
@@ -66,24 +70,58 @@ const status = (s) => el("span", { class: `status ${s}`, "data-status": s }, s);
 const json = (v) => el("pre", {}, v === undefined ? "" : JSON.stringify(v, null, 2));
 const short = (id) => (id && id.length > 14 ? `${id.slice(0, 8)}…${id.slice(-4)}` : id || "");
 
-function when(ts) {
+// How long ago (or until) `d`, in the largest unit that fits.
+function relative(d) {
+  const secs = Math.round((Date.now() - d.getTime()) / 1000);
+  const abs = Math.abs(secs);
+  const span = abs < 60 ? `${abs}s` : abs < 3600 ? `${Math.round(abs / 60)}m` : abs < 172800 ? `${Math.round(abs / 3600)}h` : `${Math.round(abs / 86400)}d`;
+  return secs >= 0 ? `${span} ago` : `in ${span}`;
+}
+
+const pad = (n, w = 2) => String(n).padStart(w, "0");
+
+// A time as the reader's clock shows it, to the second: `14:02:07` today,
+// `2025-01-31 14:02:07` on another day. Relative times alone hide what
+// matters (twelve rows all "4m ago" say nothing of the gaps between them).
+function absolute(d) {
+  const clock = `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
+  const today = new Date();
+  if (d.toDateString() === today.toDateString()) return clock;
+  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${clock}`;
+}
+
+// A <time>: the absolute time, with the relative one and the exact UTC
+// instant in its tooltip.
+function time(ts) {
   if (!ts) return "";
   const d = new Date(ts);
   if (Number.isNaN(d.getTime())) return ts;
-  const secs = Math.round((Date.now() - d.getTime()) / 1000);
-  const abs = Math.abs(secs);
-  const span = abs < 60 ? `${abs}s` : abs < 3600 ? `${Math.round(abs / 60)}m` : abs < 172800 ? `${Math.round(abs / 3600)}h` : null;
-  if (!span) return d.toISOString().slice(0, 19).replace("T", " ");
-  return secs >= 0 ? `${span} ago` : `in ${span}`;
+  return el("time", { datetime: ts, title: `${relative(d)} (${ts})` }, absolute(d));
 }
-const time = (ts) => el("time", { datetime: ts || "", title: ts || "" }, when(ts));
+
+// A duration in ms, short: `412 ms`, `3.2 s`, `4m 05s`, `2h 10m`.
+function span(ms) {
+  if (ms == null || Number.isNaN(ms)) return "";
+  if (ms < 1000) return `${Math.round(ms)} ms`;
+  if (ms < 60000) return `${(ms / 1000).toFixed(1)} s`;
+  const s = Math.round(ms / 1000);
+  if (s < 3600) return `${Math.floor(s / 60)}m ${pad(s % 60)}s`;
+  return `${Math.floor(s / 3600)}h ${pad(Math.floor((s % 3600) / 60))}m`;
+}
+
+// The time since the row before, for a timeline: retry gaps show.
+function gapCell(ts, prev) {
+  if (!ts || !prev) return el("td", { class: "num gap muted" }, "");
+  const d = new Date(ts) - new Date(prev);
+  return el("td", { class: "num gap" }, d >= 0 ? `+${span(d)}` : `−${span(-d)}`);
+}
 
 function table(headers, rows, empty = "Nothing yet.") {
   if (!rows.length) return el("p", { class: "muted empty" }, empty);
   return el(
     "table",
     {},
-    el("thead", {}, el("tr", {}, headers.map((h) => el("th", { class: h.endsWith("#") ? "num" : "" }, h.replace(/#$/, ""))))),
+    el("thead", {}, el("tr", {}, headers.map((h) => (h instanceof Node ? el("th", {}, h) : el("th", { class: h.endsWith("#") ? "num" : "" }, h.replace(/#$/, "")))))),
     el("tbody", {}, rows.map((cells) => el("tr", {}, cells.map((c) => (c instanceof Node && c.tagName === "TD" ? c : el("td", {}, c)))))),
   );
 }
@@ -133,6 +171,60 @@ const qs = (params) => {
   const s = u.toString();
   return s ? `?${s}` : "";
 };
+
+// ---------------------------------------------------------------- names
+
+// Job and workflow names by id, for this page load: pages show a name where
+// the API gives them an id. An id the API cannot name (a deleted job) is
+// remembered as null, and shown as the id.
+const names = new Map(); // "{project} {kind} {id}" -> name or null
+const listed = new Set(); // "{project} {kind}": its first hundred were read
+const named = (project, kind, id) => names.get(`${project} ${kind} ${id}`);
+const remember = (project, kind, items) => {
+  for (const x of items) names.set(`${project} ${kind} ${x.id}`, x.name);
+};
+const NAMED = { job: "/v1/jobs", workflow: "/v1/workflows" };
+
+// Learns the names of `ids` (kind `job` or `workflow`) not known yet: one
+// listing of the project's first hundred, then one read per id still
+// missing (at most 20 a call, so a page of odd ids costs little).
+async function learnNames(project, kind, ids) {
+  const unknown = () => [...new Set(ids.filter((id) => id && named(project, kind, id) === undefined))];
+  if (!unknown().length) return;
+  const path = NAMED[kind];
+  if (!listed.has(`${project} ${kind}`)) {
+    listed.add(`${project} ${kind}`);
+    remember(project, kind, (await api("GET", `${path}?limit=100`, undefined, project)).data);
+  }
+  await Promise.all(
+    unknown().slice(0, 20).map(async (id) => {
+      try {
+        remember(project, kind, [await api("GET", `${path}/${encodeURIComponent(id)}`, undefined, project)]);
+      } catch (e) {
+        if (e instanceof AuthRequired) throw e;
+        names.set(`${project} ${kind} ${id}`, null);
+      }
+    }),
+  );
+}
+
+// A job by its name, linked to its runs; the id in the tooltip.
+function jobRef(project, id) {
+  const name = named(project, "job", id);
+  const href = `#/p/${encodeURIComponent(project)}/runs?job=${encodeURIComponent(id)}`;
+  return el("a", { href, title: id, class: "job-ref" }, name || short(id));
+}
+
+// A workflow by its name, linked to its page; the id in the tooltip.
+function workflowRef(project, id) {
+  const name = named(project, "workflow", id);
+  const href = `#/p/${encodeURIComponent(project)}/workflows/${encodeURIComponent(id)}`;
+  return el("a", { href, title: id, class: "workflow-ref" }, name || short(id));
+}
+
+// Who decided a step. A decision made with the internal secret and no
+// X-Actor-Id is recorded as "the internal secret": an operator's.
+const actorName = (a) => (a === "the internal secret" ? "operator (internal secret)" : a || "");
 
 // Keyset paging over a list (`limit`, `cursor`, `has_more`, `next_cursor`):
 // "Older" follows next_cursor, "Newer" goes back the way it came. The
@@ -354,6 +446,7 @@ function setNav(project, active) {
     const p = encodeURIComponent(project);
     for (const [key, label] of [
       ["jobs", "Jobs"],
+      ["runs", "Runs"],
       ["queues", "Queues"],
       ["dead-letters", "Dead letters"],
       ["workflows", "Workflows"],
@@ -371,7 +464,10 @@ function route() {
   if (page) page.stop();
   page = null;
   document.getElementById("live").textContent = "";
-  const parts = location.hash.replace(/^#\/?/, "").split("/").filter(Boolean).map(decodeURIComponent);
+  // A page's path, then its parameters (the runs list's filters).
+  const [path, query = ""] = location.hash.replace(/^#\/?/, "").split("?");
+  const parts = path.split("/").filter(Boolean).map(decodeURIComponent);
+  const params = new URLSearchParams(query);
   const main = document.getElementById("main");
   main.replaceChildren();
   if (!token() || parts[0] === "login") {
@@ -383,11 +479,11 @@ function route() {
     const project = parts[1];
     sessionStorage.setItem(PROJECT_KEY, project);
     const [kind, id] = [parts[2] || "jobs", parts[3]];
-    const section = { runs: "jobs", "workflow-runs": "workflows" }[kind] || kind;
+    const section = { "workflow-runs": "workflows" }[kind] || kind;
     setNav(project, section);
     const pages = {
       jobs: jobsPage,
-      runs: runPage,
+      runs: id ? runPage : runsPage,
       queues: queuesPage,
       "dead-letters": deadLettersPage,
       workflows: id ? workflowPage : workflowsPage,
@@ -395,7 +491,7 @@ function route() {
       deliveries: deliveriesPage,
     };
     const fn = pages[kind];
-    if (fn) return fn(main, project, id);
+    if (fn) return fn(main, project, id, params);
   }
   setNav(sessionStorage.getItem(PROJECT_KEY));
   return projectsPage(main);
@@ -626,19 +722,20 @@ function jobsPage(main, project) {
         api("GET", "/v1/runs?limit=100", undefined, project),
       ]);
       pages.seen(jobs);
+      remember(project, "job", jobs.data);
+      await learnNames(project, "job", runs.data.slice(0, 25).map((r) => r.job_id));
       const byJob = new Map();
       for (const r of runs.data) {
         if (!byJob.has(r.job_id)) byJob.set(r.job_id, []);
         byJob.get(r.job_id).push(r);
       }
-      const jobName = new Map(jobs.data.map((j) => [j.id, j.name]));
       body.replaceChildren(
         table(
           ["Job", "Endpoint", "State", "Flow control", "Recent runs", "Runs/min (30 min)", ""],
           jobs.data.map((j) => {
             const mine = byJob.get(j.id) || [];
             return [
-              el("span", {}, el("strong", {}, j.name), el("br"), el("code", { class: "muted" }, j.slug)),
+              el("span", {}, el("strong", {}, jobRef(project, j.id)), el("br"), el("code", { class: "muted" }, j.slug)),
               el("code", {}, j.endpoint_url),
               !j.enabled ? "disabled" : j.paused ? "paused" : "enabled",
               flowControl(j),
@@ -659,12 +756,12 @@ function jobsPage(main, project) {
           "No jobs yet: create one above, or with POST /v1/jobs.",
         ),
         pages.nav,
-        el("h2", {}, "Recent runs"),
+        el("h2", {}, "Recent runs ", el("a", { href: `#/p/${p}/runs`, class: "all-runs" }, "(all runs, with filters →)")),
         table(
           ["Run", "Job", "Status", "Attempt#", "Created", "Finished"],
           runs.data.slice(0, 25).map((r) => [
             link(`#/p/${p}/runs/${encodeURIComponent(r.id)}`, short(r.id)),
-            jobName.get(r.job_id) || short(r.job_id),
+            jobRef(project, r.job_id),
             status(r.status),
             num(r.attempt),
             time(r.created_at),
@@ -678,6 +775,259 @@ function jobsPage(main, project) {
       throw e;
     }
   }, "/v1/stream?kinds=run", project, 1000);
+}
+
+// ---------------------------------------------------------------- runs
+
+const RUN_STATUSES = ["pending", "queued", "running", "retrying", "completed", "failed", "timed_out", "cancelled", "expired"];
+
+// The runs list's filters, as its hash carries them (a filtered view is a
+// link): status, job (an id), after and before (RFC 3339: created at or
+// after, before), payload (a JSON document the payload contains).
+const RUN_FILTERS = ["status", "job", "after", "before", "payload"];
+
+// A datetime-local input's value (the reader's clock, to the second) for
+// an RFC 3339 time.
+function localInput(ts) {
+  const d = new Date(ts);
+  if (Number.isNaN(d.getTime())) return "";
+  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())}T${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
+}
+
+// The filter form's values as hash parameters, or the first problem with
+// them (said in the page: nothing is sent).
+function runFilters(form) {
+  const out = new URLSearchParams();
+  const v = (name) => form.elements[name].value.trim();
+  if (v("status")) out.set("status", v("status"));
+  if (v("job")) out.set("job", v("job"));
+  for (const k of ["after", "before"]) {
+    if (!v(k)) continue;
+    const d = new Date(v(k)); // a datetime-local value is the reader's clock
+    if (Number.isNaN(d.getTime())) return { error: `"${k === "after" ? "Created after" : "Created before"}" is not a time.` };
+    out.set(k, d.toISOString());
+  }
+  if (v("payload")) {
+    try {
+      JSON.parse(v("payload"));
+    } catch (e) {
+      return { error: `"Payload contains" is not JSON: ${e.message}` };
+    }
+    out.set("payload", v("payload"));
+  }
+  return { params: out };
+}
+
+// What a bulk cancel or replay did, item by item.
+function bulkSummary(project, verb, results) {
+  const ok = verb === "cancel" ? "cancelled" : "replayed";
+  const done = results.filter((r) => r.status === ok);
+  const not = results.filter((r) => r.status !== ok);
+  const runLink = (id) => link(`#/p/${encodeURIComponent(project)}/runs/${encodeURIComponent(id)}`, short(id));
+  return [
+    `${verb === "cancel" ? "Cancelled" : "Replayed"} ${done.length} of ${results.length}`,
+    verb === "replay" && done.length ? [" as ", done.map((r, i) => [i ? ", " : "", runLink(r.new_run_id)])] : "",
+    not.length ? `; ${not.length} not:` : ".",
+    not.length ? el("ul", { class: "failures" }, not.map((r) => el("li", {}, el("code", {}, short(r.run_id)), ` ${r.status}: ${r.error || ""}`))) : "",
+  ];
+}
+
+function runsPage(main, project, _id, params) {
+  const p = encodeURIComponent(project);
+  const f = Object.fromEntries(RUN_FILTERS.map((k) => [k, params.get(k) || ""]));
+  const { body, say } = header(main, `Runs of ${project}`);
+  const jobSelect = el("select", { name: "job" }, el("option", { value: "" }, "any job"));
+  const form = el(
+    "form",
+    { class: "inline filters", id: "run-filters" },
+    el("label", {}, "Status", el("select", { name: "status" }, el("option", { value: "" }, "any status"), RUN_STATUSES.map((st) => el("option", { value: st, selected: st === f.status }, st)))),
+    el("label", {}, "Job", jobSelect),
+    el("label", {}, "Created after", el("input", { type: "datetime-local", name: "after", step: 1, value: f.after && localInput(f.after) })),
+    el("label", {}, "Created before", el("input", { type: "datetime-local", name: "before", step: 1, value: f.before && localInput(f.before) })),
+    el("label", {}, "Payload contains (JSON)", el("input", { name: "payload", size: 26, placeholder: '{"user": "42"}', value: f.payload })),
+    el("button", { type: "submit" }, "Filter"),
+    el("a", { href: `#/p/${p}/runs`, class: "clear" }, "Clear"),
+  );
+  form.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const { params: next, error } = runFilters(form);
+    if (error) return say(el("span", { class: "error" }, error));
+    const q = next.toString();
+    go(`#/p/${p}/runs${q ? `?${q}` : ""}`);
+  });
+  // The job choices: the project's first hundred jobs, and the one the
+  // hash names if it is not among them.
+  api("GET", "/v1/jobs?limit=100", undefined, project)
+    .then(async (jobs) => {
+      remember(project, "job", jobs.data);
+      await learnNames(project, "job", [f.job]);
+      const ids = jobs.data.map((j) => j.id);
+      if (f.job && !ids.includes(f.job)) ids.push(f.job);
+      for (const id of ids) jobSelect.append(el("option", { value: id, selected: id === f.job }, named(project, "job", id) || id));
+    })
+    .catch((e) => {
+      if (!(e instanceof AuthRequired)) say(el("span", { class: "error" }, `Could not list jobs: ${e.message}`));
+    });
+
+  // The selection outlives redraws; bulk actions act on it.
+  const selected = new Set();
+  const count = el("span", { class: "muted selected-count" }, "");
+  const cancelSelected = el("button", { type: "button", class: "secondary", id: "cancel-selected", disabled: true }, "Cancel selected");
+  const replaySelected = el("button", { type: "button", class: "secondary", id: "replay-selected", disabled: true }, "Replay selected");
+  const sync = () => {
+    count.textContent = selected.size ? `${selected.size} selected` : "";
+    cancelSelected.disabled = replaySelected.disabled = selected.size === 0;
+  };
+  const bulk = async (verb) => {
+    const ids = [...selected];
+    if (!ids.length) return;
+    try {
+      const out = await api("POST", `/v1/runs/bulk-${verb}`, { run_ids: ids }, project);
+      say(...bulkSummary(project, verb, out.results));
+      selected.clear();
+      sync();
+      page?.now();
+    } catch (e) {
+      if (!(e instanceof AuthRequired)) say(el("span", { class: "error" }, `Bulk ${verb} failed: ${e.message}`));
+    }
+  };
+  cancelSelected.addEventListener("click", () => bulk("cancel"));
+  replaySelected.addEventListener("click", () => bulk("replay"));
+  main.insertBefore(el("div", {}, form, el("p", { class: "actions bulk" }, cancelSelected, replaySelected, count)), main.querySelector(".flash"));
+
+  const pages = pager(() => page?.now());
+  page = live(async () => {
+    try {
+      const query = { status: f.status, job_id: f.job, created_after: f.after, created_before: f.before, payload_contains: f.payload, ...pages.params() };
+      const runs = await api("GET", `/v1/runs${qs(query)}`, undefined, project);
+      const rows = pages.seen(runs);
+      await learnNames(project, "job", rows.map((r) => r.job_id));
+      const pick = (r) => {
+        const box = el("input", { type: "checkbox", class: "pick", "data-run": r.id, "aria-label": `select ${r.id}`, checked: selected.has(r.id) });
+        box.addEventListener("change", () => {
+          if (box.checked) selected.add(r.id);
+          else selected.delete(r.id);
+          sync();
+        });
+        return box;
+      };
+      const all = el("input", { type: "checkbox", class: "pick-all", "aria-label": "select every run of this page", checked: rows.length > 0 && rows.every((r) => selected.has(r.id)) });
+      all.addEventListener("change", () => {
+        for (const r of rows) {
+          if (all.checked) selected.add(r.id);
+          else selected.delete(r.id);
+        }
+        body.querySelectorAll("input.pick").forEach((b) => (b.checked = all.checked));
+        sync();
+      });
+      const took = (r) => (r.started_at && r.finished_at ? span(new Date(r.finished_at) - new Date(r.started_at)) : "");
+      body.replaceChildren(
+        table(
+          [all, "Run", "Job", "Status", "Attempt#", "Created", "Started", "Finished", "Took#"],
+          rows.map((r) => [
+            pick(r),
+            link(`#/p/${p}/runs/${encodeURIComponent(r.id)}`, short(r.id)),
+            jobRef(project, r.job_id),
+            status(r.status),
+            num(r.attempt),
+            time(r.created_at),
+            time(r.started_at),
+            time(r.finished_at),
+            num(took(r)),
+          ]),
+          RUN_FILTERS.some((k) => f[k]) ? "No run matches these filters." : "No runs yet.",
+        ),
+        pages.nav,
+      );
+    } catch (e) {
+      failed(body, e);
+      throw e;
+    }
+  }, "/v1/stream?kinds=run", project, 1000);
+}
+
+// ---------------------------------------------------------------- waterfalls
+
+const ms = (ts) => new Date(ts).getTime();
+
+// Bars on one time axis from t0 to t1 (ms), a row each: a label, segments
+// ({from, to, class, title}) and a note. The bars are placed through the
+// CSSOM (element.style), which the page's policy allows where a style
+// attribute would not be.
+function waterfall(rows, t0, t1, label) {
+  const total = Math.max(1, t1 - t0);
+  const pct = (t) => `${(((t - t0) / total) * 100).toFixed(3)}%`;
+  const segment = (sg) => {
+    const bar = el("span", { class: `wf-seg ${sg.class}`, title: sg.title || "" });
+    bar.style.left = pct(sg.from);
+    bar.style.width = pct(t0 + Math.max(0, sg.to - sg.from));
+    return bar;
+  };
+  return el(
+    "div",
+    { class: "waterfall", role: "img", "aria-label": label },
+    el("div", { class: "wf-axis muted" }, el("span", {}, absolute(new Date(t0))), el("span", {}, span(total)), el("span", {}, absolute(new Date(t1)))),
+    rows.map((row) =>
+      el(
+        "div",
+        { class: "wf-row", "data-row": row.key },
+        el("span", { class: "wf-label", title: row.title || row.label }, row.label),
+        el("span", { class: "wf-track" }, row.segments.map(segment)),
+        el("span", { class: "wf-note muted" }, row.note || ""),
+      ),
+    ),
+  );
+}
+
+// A run's attempts on its time line: before each, the wait (queued, or a
+// retry's backoff), then the attempt coloured by what it ended in. An
+// attempt under way reaches to now, as does the wait for the next one.
+function attemptsWaterfall(r, events) {
+  const rows = [];
+  let prev = ms(r.created_at);
+  const wait = (to) => ({ from: prev, to, class: "wait", title: `waited ${span(to - prev)}` });
+  for (const a of events.filter((e) => e.type === "attempt")) {
+    const end = ms(a.at);
+    const start = a.started_at ? ms(a.started_at) : end - (a.duration_ms || 0);
+    const outcome = a.outcome || "ended";
+    rows.push({
+      key: `attempt-${a.attempt}`,
+      label: `attempt ${a.attempt}`,
+      note: `${outcome} · ${span(end - start)}${start > prev ? ` after ${span(start - prev)}` : ""}`,
+      segments: [wait(start), { from: start, to: end, class: `bar ${outcome}`, title: `${outcome}: ${absolute(new Date(start))} → ${absolute(new Date(end))} (${span(end - start)})` }],
+    });
+    prev = end;
+  }
+  const now = Date.now();
+  if (r.status === "running") {
+    const began = events.filter((e) => e.type === "transition" && e.to_status === "running").pop();
+    const start = Math.max(prev, began ? ms(began.at) : ms(r.started_at || r.created_at));
+    rows.push({ key: `attempt-${r.attempt}`, label: `attempt ${r.attempt}`, note: `running · ${span(now - start)}`, segments: [wait(start), { from: start, to: now, class: "bar running", title: "running" }] });
+  } else if (!FINISHED.has(r.status)) {
+    rows.push({ key: "next", label: rows.length ? "next attempt" : "attempt 1", note: r.status, segments: [wait(now)] });
+  }
+  if (!rows.length) return el("p", { class: "muted empty" }, "No attempt yet.");
+  const end = Math.max(...rows.flatMap((row) => row.segments.map((sg) => sg.to)), r.finished_at ? ms(r.finished_at) : 0);
+  return waterfall(rows, ms(r.created_at), end, "attempts waterfall");
+}
+
+// A workflow run's steps on its time line, in the order they started; a
+// step under way reaches to now, one not started has no bar.
+function stepsWaterfall(run, nodes) {
+  const now = Date.now();
+  const rows = nodes
+    .map((n) => {
+      if (!n.started_at) return { key: n.step_ref, label: n.step_ref, note: n.status, segments: [], at: Infinity };
+      const [start, end] = [ms(n.started_at), n.finished_at ? ms(n.finished_at) : now];
+      const title = `${n.step_ref} ${n.status}: ${absolute(new Date(start))} → ${n.finished_at ? absolute(new Date(end)) : "now"} (${span(end - start)})`;
+      return { key: n.step_ref, label: n.step_ref, note: `${n.status} · ${span(end - start)}`, segments: [{ from: start, to: end, class: `bar ${n.status}`, title }], at: start };
+    })
+    .sort((a, b) => a.at - b.at);
+  const ends = rows.flatMap((row) => row.segments.map((sg) => sg.to));
+  if (!FINISHED.has(run.status)) ends.push(now);
+  if (run.finished_at) ends.push(ms(run.finished_at));
+  const t0 = ms(run.created_at);
+  return waterfall(rows, t0, Math.max(t0 + 1, ...ends), "steps waterfall");
 }
 
 // ---------------------------------------------------------------- a run
@@ -716,17 +1066,52 @@ function runPage(main, project, runId) {
   const p = encodeURIComponent(project);
   const { body, say } = header(main, `Run ${runId}`);
   let finished = false;
-  let lastStatus = null;
-  const act = async (what) => {
+  let lastRun = null;
+  const act = async (what, payload) => {
     try {
-      const out = await api("POST", `/v1/runs/${encodeURIComponent(runId)}/${what}`, undefined, project);
+      const out = await api("POST", `/v1/runs/${encodeURIComponent(runId)}/${what}`, payload, project);
       if (what === "replay") say("Replayed as ", link(`#/p/${p}/runs/${encodeURIComponent(out.id)}`, out.id));
       else say(`Run ${what}led.`);
       page?.now();
+      return true;
     } catch (e) {
       if (!(e instanceof AuthRequired)) say(el("span", { class: "error" }, `${what} failed: ${e.message}`));
+      return false;
     }
   };
+  // Replay with an edited payload: an editor outside the redrawn body (a
+  // redraw keeps what is typed), filled with the run's payload when opened.
+  // What is not JSON is said here and never sent.
+  const edited = el("textarea", { id: "replay-payload", name: "payload", rows: 8, cols: 60, spellcheck: "false" });
+  const editor = el(
+    "form",
+    { id: "replay-editor", class: "card editor", hidden: true },
+    el("label", {}, "Payload of the new run (JSON; checked against the job's payload schema)", edited),
+    el("p", { class: "actions" },
+      el("button", { type: "submit", id: "replay-submit" }, "Replay with this payload"), " ",
+      el("button", { type: "button", class: "secondary", onclick: () => (editor.hidden = true) }, "Close")),
+  );
+  const openEditor = () => {
+    edited.value = JSON.stringify(lastRun?.payload ?? {}, null, 2);
+    editor.hidden = false;
+    edited.focus();
+  };
+  editor.addEventListener("submit", async (ev) => {
+    ev.preventDefault();
+    let payload;
+    try {
+      payload = JSON.parse(edited.value);
+    } catch (e) {
+      say(el("span", { class: "error" }, `The payload is not JSON: ${e.message}. Nothing was sent.`));
+      return;
+    }
+    if (payload === null) {
+      say(el("span", { class: "error" }, "A replay's payload cannot be null: Replay keeps the run's own. Nothing was sent."));
+      return;
+    }
+    if (await act("replay", { payload })) editor.hidden = true;
+  });
+  main.insertBefore(editor, main.querySelector(".flash"));
   page = live(
     async () => {
       let b;
@@ -737,14 +1122,15 @@ function runPage(main, project, runId) {
         throw e;
       }
       const r = b.run;
+      lastRun = r;
       finished = FINISHED.has(r.status);
-      if (lastStatus !== r.status) lastStatus = r.status;
+      await learnNames(project, "job", [r.job_id]);
       const attempts = b.events.filter((e) => e.type === "attempt");
       const summary = el(
         "dl",
         { class: "kv" },
         el("dt", {}, "Status"), el("dd", { id: "run-status" }, status(r.status)),
-        el("dt", {}, "Job"), el("dd", {}, el("code", {}, r.job_id), ` v${r.job_version}`),
+        el("dt", {}, "Job"), el("dd", { id: "run-job" }, jobRef(project, r.job_id), ` v${r.job_version} `, el("code", { class: "muted" }, r.job_id)),
         el("dt", {}, "Attempt"), el("dd", {}, String(r.attempt)),
         el("dt", {}, "Triggered by"), el("dd", {}, r.triggered_by),
         el("dt", {}, "Created"), el("dd", {}, time(r.created_at)),
@@ -761,23 +1147,26 @@ function runPage(main, project, runId) {
           { class: "row" },
           el("div", { class: "card" }, summary, el("p", {},
             !finished ? el("button", { type: "button", class: "secondary", onclick: () => act("cancel") }, "Cancel") : null, " ",
-            el("button", { type: "button", class: "secondary", onclick: () => act("replay") }, "Replay"))),
+            el("button", { type: "button", class: "secondary", id: "replay", onclick: () => act("replay") }, "Replay"), " ",
+            el("button", { type: "button", class: "secondary", id: "replay-edit", onclick: openEditor }, "Replay with edits"))),
           el("div", { class: "card" }, el("h2", {}, "Payload"), json(r.payload)),
           el("div", { class: "card" }, el("h2", {}, "Result"), json(r.result)),
         ),
         el("h2", {}, "Dispatch trace"),
         traceView(r.execution_trace),
         el("h2", {}, `Attempts (${attempts.length})`),
+        attemptsWaterfall(r, b.events),
         table(
-          ["Attempt#", "Outcome", "HTTP#", "Duration ms#", "Endpoint", "Error", "At"],
-          attempts.map((a) => [num(a.attempt), a.outcome || "", num(a.status_code), num(a.duration_ms), el("code", {}, a.endpoint_url || ""), a.error || "", time(a.at)]),
+          ["Attempt#", "Outcome", "HTTP#", "Duration ms#", "Endpoint", "Error", "Started", "Ended"],
+          attempts.map((a) => [num(a.attempt), a.outcome || "", num(a.status_code), num(a.duration_ms), el("code", {}, a.endpoint_url || ""), a.error || "", time(a.started_at), time(a.at)]),
           "No attempt has finished yet.",
         ),
         el("h2", {}, "Timeline"),
         table(
-          ["At", "Type", "Attempt#", "Change", "Reason"],
-          b.events.map((e) => [
+          ["At", "Since previous#", "Type", "Attempt#", "Change", "Reason"],
+          b.events.map((e, i) => [
             time(e.at),
+            gapCell(e.at, b.events[i - 1]?.at),
             e.type,
             num(e.attempt),
             e.type === "transition" ? [e.from_status ? status(e.from_status) : "", " → ", status(e.to_status)] : e.outcome || "",
@@ -835,7 +1224,7 @@ function queuesPage(main, project) {
     try {
       const s = await api("GET", "/v1/stats/queues", undefined, project);
       body.replaceChildren(
-        el("p", { class: "muted" }, `Generated ${s.generated_at}${s.history_through ? `, history through ${s.history_through}` : ""}.`),
+        el("p", { class: "muted" }, "Generated ", time(s.generated_at), s.history_through ? [", history through ", time(s.history_through)] : "", "."),
         table(
           ["Job", "Ready#", "Scheduled#", "Throttled#", "Parked#", "Leased#", "Pending#", "Queued#", "Running#", "Retrying#", "Oldest queued s#", "History"],
           s.jobs.map((j) => [
@@ -871,17 +1260,14 @@ function deadLettersPage(main, project) {
   const pages = pager(() => page?.now());
   page = live(async () => {
     try {
-      const [d, jobs] = await Promise.all([
-        api("GET", `/v1/runs/dead-letters${qs(pages.params())}`, undefined, project),
-        api("GET", "/v1/jobs?limit=100", undefined, project),
-      ]);
-      const jobName = new Map(jobs.data.map((j) => [j.id, j.name]));
+      const d = await api("GET", `/v1/runs/dead-letters${qs(pages.params())}`, undefined, project);
+      await learnNames(project, "job", d.data.map((r) => r.job_id));
       body.replaceChildren(
         table(
           ["Run", "Job", "Status", "Attempt#", "Error", "Finished", ""],
           pages.seen(d).map((r) => [
             link(`#/p/${p}/runs/${encodeURIComponent(r.id)}`, short(r.id)),
-            jobName.get(r.job_id) || el("code", {}, short(r.job_id)),
+            jobRef(project, r.job_id),
             status(r.status),
             num(r.attempt),
             [r.error_class ? el("code", {}, r.error_class) : "", " ", r.error || ""],
@@ -966,7 +1352,8 @@ function workflowsPage(main, project) {
         api("GET", `/v1/workflows${qs(pages.params())}`, undefined, project),
         api("GET", "/v1/workflow-runs?limit=25", undefined, project),
       ]);
-      const names = new Map(wfs.data.map((w) => [w.id, w.name]));
+      remember(project, "workflow", wfs.data);
+      await learnNames(project, "workflow", runs.data.map((r) => r.workflow_id));
       body.replaceChildren(
         table(
           ["Workflow", "Version#", "Steps#", "Enabled", "Updated"],
@@ -977,7 +1364,7 @@ function workflowsPage(main, project) {
         el("h2", {}, "Recent workflow runs"),
         table(
           ["Run", "Workflow", "Status", "Created", "Finished"],
-          runs.data.map((r) => [link(`#/p/${p}/workflow-runs/${encodeURIComponent(r.id)}`, short(r.id)), names.get(r.workflow_id) || short(r.workflow_id), status(r.status), time(r.created_at), time(r.finished_at)]),
+          runs.data.map((r) => [link(`#/p/${p}/workflow-runs/${encodeURIComponent(r.id)}`, short(r.id)), workflowRef(project, r.workflow_id), status(r.status), time(r.created_at), time(r.finished_at)]),
           "No workflow runs yet.",
         ),
       );
@@ -991,16 +1378,29 @@ function workflowsPage(main, project) {
 function workflowPage(main, project, id) {
   const p = encodeURIComponent(project);
   const { body, say } = header(main, "Workflow");
+  // Left empty, the run has no payload (as before the box existed).
+  const payload = el("textarea", { id: "workflow-payload", name: "payload", rows: 3, cols: 50, spellcheck: "false", placeholder: '{"region": "eu"}' });
   const trigger = async () => {
+    // The run's input, checked as JSON here: what is not JSON is not sent.
+    let input;
     try {
-      const run = await api("POST", `/v1/workflows/${encodeURIComponent(id)}/trigger`, {}, project);
+      input = JSON.parse(payload.value.trim() || "null");
+    } catch (e) {
+      say(el("span", { class: "error" }, `The payload is not JSON: ${e.message}. Nothing was sent.`));
+      return;
+    }
+    try {
+      const run = await api("POST", `/v1/workflows/${encodeURIComponent(id)}/trigger`, input === null ? {} : { payload: input }, project);
       say("Triggered ", link(`#/p/${p}/workflow-runs/${encodeURIComponent(run.id)}`, run.id), " ", status(run.status));
       page?.now();
     } catch (e) {
       if (!(e instanceof AuthRequired)) say(el("span", { class: "error" }, `Trigger failed: ${e.message}`));
     }
   };
-  main.insertBefore(el("p", {}, el("button", { type: "button", id: "trigger-workflow", onclick: trigger }, "Trigger workflow")), body);
+  main.insertBefore(
+    el("div", { class: "trigger-box" }, el("label", {}, "Payload of the run (JSON)", payload), el("p", {}, el("button", { type: "button", id: "trigger-workflow", onclick: trigger }, "Trigger workflow"))),
+    main.querySelector(".flash"),
+  );
   page = live(async () => {
     try {
       const [w, runs] = await Promise.all([
@@ -1027,42 +1427,76 @@ function workflowPage(main, project, id) {
   }, `/v1/stream${qs({ kinds: "workflow_run", workflow_id: id })}`, project, 1000);
 }
 
+// A step's decision: what, by whom, when, and the comment given with it.
+function decision(s) {
+  if (!s.decision) return "";
+  return el(
+    "span",
+    { class: "decision", "data-step": s.step_ref },
+    `${s.decision} by `,
+    el("span", { class: "decided-by", title: s.decided_by || "" }, actorName(s.decided_by)),
+    s.decided_at ? [" at ", time(s.decided_at)] : "",
+    s.decision_comment ? el("q", { class: "decision-comment" }, s.decision_comment) : "",
+  );
+}
+
 function workflowRunPage(main, project, id) {
   const p = encodeURIComponent(project);
   const { body, say } = header(main, `Workflow run ${id}`);
   const run = `/v1/workflow-runs/${encodeURIComponent(id)}`;
   let ended = false;
+  // The run's status in the message of the last action: each redraw sets
+  // it, so the message follows the run (an approval's answer says
+  // `running`; the run goes on to complete) instead of keeping the answer's.
+  let actedStatus = null;
   // A run-level action (cancel, pause, resume) or a step's (approve,
   // reject, skip, retry); the API says whether it applies (409 otherwise).
   const act = async (path, what, body) => {
     try {
       const r = await api("POST", `${run}${path}`, body, project);
-      say(what, " ", status(r?.status || ""));
+      actedStatus = el("span", { class: "acted-status" }, status(r?.status || ""));
+      say(what, " done; the run is ", actedStatus);
       page?.now();
     } catch (e) {
       if (!(e instanceof AuthRequired)) say(el("span", { class: "error" }, `${what} failed: ${e.message}`));
     }
   };
+  // A comment box per waiting step, kept across redraws (so is its text).
+  const comments = new Map();
+  const commentBox = (n) => {
+    if (!comments.has(n.step_ref)) {
+      comments.set(n.step_ref, el("input", { class: "comment", name: "comment", "data-step": n.step_ref, placeholder: "comment (optional)", maxlength: 2000, size: 22 }));
+    }
+    return comments.get(n.step_ref);
+  };
   const decide = (n, verb, label) =>
     el(
       "button",
-      { type: "button", class: `secondary ${verb}`, "data-step": n.step_ref, onclick: () => act(`/steps/${encodeURIComponent(n.step_ref)}/${verb}`, `${label} ${n.step_ref}:`, {}) },
+      {
+        type: "button",
+        class: `secondary ${verb}`,
+        "data-step": n.step_ref,
+        onclick: () => {
+          const comment = comments.get(n.step_ref)?.value.trim();
+          act(`/steps/${encodeURIComponent(n.step_ref)}/${verb}`, `${label} ${n.step_ref}`, comment ? { comment } : {});
+        },
+      },
       label,
     );
   const stepActions = (n) => {
     const gate = n.step_type === "approval" || n.step_type === "cost_gate";
-    if (n.status === "waiting") return [...(gate ? [decide(n, "approve", "Approve"), " ", decide(n, "reject", "Reject"), " "] : []), decide(n, "skip", "Skip")];
+    if (n.status === "waiting") return [commentBox(n), " ", ...(gate ? [decide(n, "approve", "Approve"), " ", decide(n, "reject", "Reject"), " "] : []), decide(n, "skip", "Skip")];
     if (["failed", "timed_out", "cancelled"].includes(n.status)) return decide(n, "retry", "Retry");
     return "";
   };
   const controls = el(
     "p",
     { class: "actions" },
-    el("button", { type: "button", class: "secondary", id: "pause-workflow-run", onclick: () => act("/pause", "Paused:") }, "Pause"),
+    el("button", { type: "button", class: "secondary", id: "pause-workflow-run", onclick: () => act("/pause", "Pause") }, "Pause"),
     " ",
-    el("button", { type: "button", class: "secondary", id: "resume-workflow-run", onclick: () => act("/resume", "Resumed:") }, "Resume"),
+    el("button", { type: "button", class: "secondary", id: "resume-workflow-run", onclick: () => act("/resume", "Resume") }, "Resume"),
     " ",
-    el("button", { type: "button", class: "secondary", id: "cancel-workflow-run", onclick: () => act("/cancel", "Cancelled:") }, "Cancel run"),
+    el("button", { type: "button", class: "secondary", id: "cancel-workflow-run", onclick: () => act("/cancel", "Cancel") }, "Cancel run"),
   );
   main.insertBefore(controls, body);
   page = live(
@@ -1073,6 +1507,8 @@ function workflowRunPage(main, project, id) {
           api("GET", `/v1/workflow-runs/${encodeURIComponent(id)}/graph`, undefined, project),
         ]);
         ended = ["completed", "failed", "cancelled", "timed_out"].includes(r.status);
+        actedStatus?.replaceChildren(status(r.status));
+        await learnNames(project, "workflow", [r.workflow_id]);
         document.getElementById("pause-workflow-run").disabled = ended || r.status === "paused";
         document.getElementById("resume-workflow-run").disabled = r.status !== "paused";
         document.getElementById("cancel-workflow-run").disabled = ended;
@@ -1082,7 +1518,7 @@ function workflowRunPage(main, project, id) {
             "dl",
             { class: "kv card" },
             el("dt", {}, "Status"), el("dd", { id: "workflow-run-status" }, status(r.status)),
-            el("dt", {}, "Workflow"), el("dd", {}, link(`#/p/${p}/workflows/${encodeURIComponent(r.workflow_id)}`, r.workflow_id), ` v${r.version}`),
+            el("dt", {}, "Workflow"), el("dd", { id: "workflow-run-workflow" }, workflowRef(project, r.workflow_id), ` v${r.version} `, el("code", { class: "muted" }, r.workflow_id)),
             el("dt", {}, "Created"), el("dd", {}, time(r.created_at)),
             el("dt", {}, "Finished"), el("dd", {}, time(r.finished_at)),
             el("dt", {}, "Trace"), el("dd", {}, el("code", {}, r.trace_id || "")),
@@ -1091,8 +1527,11 @@ function workflowRunPage(main, project, id) {
           el("h2", {}, "Steps"),
           dag(g.nodes, (n) => n.status),
           g.critical_path?.step_refs?.length ? el("p", { class: "muted" }, `Critical path: ${g.critical_path.step_refs.join(" → ")} (~${Math.round(g.critical_path.estimated_duration_secs)} s)`) : null,
+          el("h2", {}, "Waterfall"),
+          stepsWaterfall(r, g.nodes),
+          el("h2", {}, "Step runs"),
           table(
-            ["Step", "Type", "Status", "Attempt#", "Job run", "Started", "Finished", "Error", ""],
+            ["Step", "Type", "Status", "Attempt#", "Job run", "Started", "Finished", "Decision", "Error", ""],
             g.nodes.map((n) => {
               const s = steps.get(n.step_ref) || {};
               return [
@@ -1103,6 +1542,7 @@ function workflowRunPage(main, project, id) {
                 n.job_run_id ? link(`#/p/${p}/runs/${encodeURIComponent(n.job_run_id)}`, short(n.job_run_id)) : "",
                 time(n.started_at),
                 time(n.finished_at),
+                decision(s),
                 s.error || "",
                 stepActions(n),
               ];

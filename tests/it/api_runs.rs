@@ -131,6 +131,62 @@ async fn list_filters_and_pages() {
     assert_problem(404, env.get("/v1/runs/run_doesnotexist").await, 404);
 }
 
+/// `created_after` (inclusive) and `created_before` (exclusive) cut the list
+/// at a time; a value that is no RFC 3339 time is 422 naming its parameter.
+#[tokio::test]
+async fn list_filters_by_creation_time() {
+    let env = TestEnv::start().await;
+    let job = env.job("http://127.0.0.1:9/hook", json!({})).await;
+    let project = job["project_id"].as_str().unwrap();
+    let id = job["id"].as_str().unwrap();
+    for i in 0..3 {
+        env.trigger(id, json!({"payload": {"i": i}})).await;
+    }
+    let (_, all) = env.get(&format!("/v1/runs?project_id={project}")).await;
+    let all = all["data"].as_array().unwrap().clone();
+    assert_eq!(all.len(), 3);
+    let created = |r: &serde_json::Value| {
+        chrono::DateTime::parse_from_rfc3339(r["created_at"].as_str().unwrap()).unwrap().with_timezone(&chrono::Utc)
+    };
+    // Cut at the middle run's time: what each side holds follows from the
+    // runs' own times (two triggers may share a microsecond).
+    let cut = created(&all[1]);
+    let side = |keep: &dyn Fn(chrono::DateTime<chrono::Utc>) -> bool| -> Vec<String> {
+        all.iter().filter(|r| keep(created(r))).map(|r| r["id"].as_str().unwrap().to_string()).collect()
+    };
+    let ids = |v: &serde_json::Value| -> Vec<String> {
+        v["data"].as_array().unwrap().iter().map(|r| r["id"].as_str().unwrap().to_string()).collect()
+    };
+    let at = urlencode(&cut.to_rfc3339_opts(chrono::SecondsFormat::Micros, true));
+    let (s, after) = env.get(&format!("/v1/runs?project_id={project}&created_after={at}")).await;
+    assert_eq!(s, 200, "{after}");
+    assert_eq!(ids(&after), side(&|t| t >= cut));
+    assert!(ids(&after).contains(&all[1]["id"].as_str().unwrap().to_string()), "the bound is inclusive");
+    let (s, before) = env.get(&format!("/v1/runs?project_id={project}&created_before={at}")).await;
+    assert_eq!(s, 200, "{before}");
+    assert_eq!(ids(&before), side(&|t| t < cut));
+    assert!(!ids(&before).contains(&all[1]["id"].as_str().unwrap().to_string()), "the bound is exclusive");
+    // Both bounds, in another offset, with the other filters.
+    let from = urlencode(
+        &(cut - chrono::Duration::hours(1)).with_timezone(&chrono::FixedOffset::east_opt(7200).unwrap()).to_rfc3339(),
+    );
+    let (_, window) = env
+        .get(&format!(
+            "/v1/runs?project_id={project}&job_id={id}&created_after={from}&created_before=2999-01-01T00:00:00Z"
+        ))
+        .await;
+    assert_eq!(window["data"].as_array().unwrap().len(), 3);
+    let (_, none) = env.get(&format!("/v1/runs?project_id={project}&created_after=2999-01-01T00:00:00Z")).await;
+    assert_eq!(none["data"].as_array().unwrap().len(), 0);
+
+    for (param, bad) in
+        [("created_after", "yesterday"), ("created_before", "2025-02-30T00:00:00Z"), ("created_after", "2025-01-31")]
+    {
+        let v = assert_problem(422, env.get(&format!("/v1/runs?project_id={project}&{param}={bad}")).await, 422);
+        assert_eq!(v["errors"][0]["location"], format!("query.{param}"), "{v}");
+    }
+}
+
 #[tokio::test]
 async fn cancel_removes_from_queue_and_is_final() {
     let env = TestEnv::start().await;

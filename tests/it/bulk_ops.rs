@@ -242,6 +242,45 @@ async fn replay_makes_a_continuation_with_the_same_options() {
     assert_eq!(s, 404);
 }
 
+/// A replay may carry an edited payload: it replaces the original's, and is
+/// checked against the job's payload_schema as a trigger's is.
+#[tokio::test]
+async fn replay_with_an_edited_payload() {
+    let env = TestEnv::start().await;
+    let schema = json!({"type": "object", "required": ["to"], "properties": {"to": {"type": "string"}}});
+    let job = env.job(NOWHERE, json!({"payload_schema": schema})).await;
+    let orig = env.trigger(job["id"].as_str().unwrap(), json!({"payload": {"to": "a@b.c"}, "priority": 3})).await;
+    let orig_id = orig["id"].as_str().unwrap();
+    let replay = format!("/v1/runs/{orig_id}/replay");
+
+    let (s, v) = env.post(&replay, json!({"payload": {"to": "x@y.z"}})).await;
+    assert_eq!(s, 201, "{v}");
+    assert_eq!(v["payload"], json!({"to": "x@y.z"}));
+    assert_eq!((v["continuation_of"].as_str(), v["priority"].as_i64()), (Some(orig_id), Some(3)));
+    assert_eq!(env.run(v["id"].as_str().unwrap()).await["payload"], json!({"to": "x@y.z"}));
+    // No payload, a null one, or no body at all: the original's.
+    for body in [json!({}), json!({"payload": null})] {
+        let (s, v) = env.post(&replay, body).await;
+        assert_eq!(s, 201, "{v}");
+        assert_eq!(v["payload"], json!({"to": "a@b.c"}));
+    }
+    let key = api_key(&env, job["project_id"].as_str().unwrap(), &["runs:write"]).await;
+    let (s, v) = call_as(&env, Method::POST, &replay, &key, None).await;
+    assert_eq!(s, 201, "{v}");
+    assert_eq!(v["payload"], json!({"to": "a@b.c"}));
+
+    // A payload the schema refuses, an unknown field, a body that is not an
+    // object: refused, and no run is made.
+    let list = format!("/v1/runs?project_id={}", job["project_id"].as_str().unwrap());
+    let before = env.get(&list).await.1["data"].as_array().unwrap().len();
+    let v = assert_problem(422, env.post(&replay, json!({"payload": {"to": 5}})).await, 422);
+    assert!(v["errors"][0]["location"].as_str().unwrap().starts_with("body.payload"), "{v}");
+    assert_problem(400, env.post(&replay, json!({"payload": {"to": "a"}, "priority": 1})).await, 400);
+    assert_problem(400, env.post(&replay, json!([1])).await, 400);
+    let after = env.get(&list).await.1["data"].as_array().unwrap().len();
+    assert_eq!(after, before, "a refused replay makes no run");
+}
+
 #[tokio::test]
 async fn dlq_replay_takes_exhausted_failures_once() {
     let env = TestEnv::start().await;

@@ -11,7 +11,11 @@ a closed port so that a delivery fails), then in the browser: logs in with
 the internal secret, opens the project, creates a job with the form,
 triggers it and waits for its run to show `completed`, and visits every
 page, asserting each renders the data and saving a screenshot of it;
-approves a waiting approval step from its run's page, watches a run's page
+checks absolute times, names for ids and the waterfalls; replays a run
+with an edited payload; filters the runs list (status, job, time, payload)
+and cancels and replays picked runs in bulk; triggers a workflow with a
+payload; approves a waiting approval step from its run's page with a
+comment, watches a run's page
 follow its run from queued to completed through the live stream (no
 polling, no reload), and pages through a project with more jobs than one
 page holds. Any
@@ -32,6 +36,9 @@ import uuid
 from playwright.sync_api import expect, sync_playwright
 
 TIMEOUT_MS = 30_000
+# A time as the page shows it: the reader's clock to the second, with the
+# date when not today.
+ABSOLUTE = re.compile(r"^(\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}$")
 
 
 def call(base, secret, method, path, body=None, project=None):
@@ -152,7 +159,42 @@ def main():
         expect(page.get_by_text("ui-test").first).to_be_visible()
         expect(page.locator("svg.bars rect").first).to_be_attached()
         expect(page.get_by_role("heading", name="Attempts (1)")).to_be_visible()
+        # The job by its name (its id beside it), times to the second on
+        # the reader's clock, the gap since the row before on the timeline,
+        # and the attempt on the waterfall.
+        expect(page.locator("#run-job a.job-ref")).to_have_text("echo ok")
+        expect(page.locator("#run-job")).to_contain_text("job_")
+        expect(page.locator("main time").first).to_have_text(ABSOLUTE)
+        expect(page.locator("td.gap").nth(1)).to_have_text(re.compile(r"^\+\d"))
+        expect(page.locator(".waterfall .wf-row[data-row=attempt-1] .wf-seg.bar.completed")).to_have_count(1)
         shot("run")
+
+        # Replay with edits: the editor opens with the run's payload; what
+        # is not JSON is said in the page and not sent; the new run has the
+        # edited payload.
+        page.click("#replay-edit")
+        editor = page.locator("#replay-payload")
+        expect(editor).to_have_value(re.compile(r'"from": "ui-test"'))
+        editor.fill('{"from": "edited in the page"}')
+        shot("replay-editor")
+        replays = []
+        page.on("request", lambda r: r.url.endswith("/replay") and replays.append(r.url))
+        editor.fill("{nope")
+        page.click("#replay-submit")
+        expect(page.locator(".flash")).to_contain_text("The payload is not JSON")
+        if replays:
+            problems.append("a replay payload that is not JSON was sent")
+        editor.fill('{"from": "edited in the page"}')
+        page.click("#replay-submit")
+        expect(page.locator(".flash")).to_contain_text("Replayed as")
+        edited_id = page.locator(".flash a").first.inner_text()
+        replayed = api("GET", f"/v1/runs/{edited_id}", project=project)
+        if replayed["payload"] != {"from": "edited in the page"} or replayed["continuation_of"] != run_id:
+            problems.append(f"the replay with edits made {replayed}")
+        expect(page.locator("#replay-editor")).to_be_hidden()
+        page.locator(".flash a").first.click()
+        expect(page.locator("#run-status [data-status=completed]")).to_be_visible()
+        expect(page.get_by_text("edited in the page").first).to_be_visible()
         page.goto(f"{base}/ui/#/p/{project}/jobs")
         expect(page.locator(f"a[href$='/runs/{run_id}'] [data-status=completed]").first).to_be_visible()
         expect(page.locator("svg.spark polyline").first).to_be_attached()
@@ -179,6 +221,48 @@ def main():
         page.click("button.resume[data-job='echo-ok']")
         expect(row.get_by_text("enabled", exact=True)).to_be_visible()
 
+        # The runs list: filters narrow it and live in the hash (a link).
+        echo_ok = next(j for j in api("GET", "/v1/jobs?limit=100", project=project)["data"] if j["slug"] == "echo-ok")
+        page.goto(f"{base}/ui/#/p/{project}/runs")
+        rows = page.locator("main .content tbody tr")
+        expect(rows.first).to_be_visible()
+        everything = len(api("GET", "/v1/runs?limit=100", project=project)["data"])
+        expect(rows).to_have_count(everything)
+        expect(page.locator("main .content a.job-ref", has_text="echo ok").first).to_be_visible()
+        page.select_option("#run-filters select[name=status]", "failed")
+        page.click("#run-filters button[type=submit]")
+        expect(page).to_have_url(re.compile(r"#/p/[^/]+/runs\?status=failed$"))
+        failed_runs = api("GET", "/v1/runs?status=failed", project=project)["data"]
+        expect(rows).to_have_count(len(failed_runs))
+        expect(rows.locator("[data-status=failed]")).to_have_count(len(failed_runs))
+        # Job and payload: the one edited replay.
+        page.select_option("#run-filters select[name=status]", "")
+        page.select_option("#run-filters select[name=job]", label="echo ok")
+        page.fill("#run-filters input[name=payload]", '{"from": "edited in the page"}')
+        page.click("#run-filters button[type=submit]")
+        expect(page).to_have_url(re.compile(r"\?job=job_[^&]+&payload="))
+        expect(rows).to_have_count(1)
+        expect(rows.locator(f"a[href$='/runs/{edited_id}']")).to_be_visible()
+        shot("runs-filtered")
+        # The hash is the view: opened again, it filters the same way.
+        page.reload()
+        expect(rows).to_have_count(1)
+        expect(page.locator("#run-filters select[name=job]")).to_have_value(echo_ok["id"])
+        # A time range: nothing was created after 2999.
+        page.fill("#run-filters input[name=after]", "2999-01-01T00:00:00")
+        page.click("#run-filters button[type=submit]")
+        expect(page).to_have_url(re.compile(r"after=2999-"))
+        expect(page.get_by_text("No run matches these filters.")).to_be_visible()
+        # A payload that is not JSON is said in the page, and not sent.
+        before = page.url
+        page.fill("#run-filters input[name=payload]", "{nope")
+        page.click("#run-filters button[type=submit]")
+        expect(page.locator(".flash")).to_contain_text("is not JSON")
+        if page.url != before:
+            problems.append("a filter that is not JSON changed the view")
+        page.click("#run-filters a.clear")
+        expect(rows.first).to_be_visible()
+
         # Queue statistics: one row per job, with a history chart.
         page.get_by_role("link", name="Queues").click()
         expect(page.locator("main table tbody tr")).to_have_count(5)
@@ -203,12 +287,26 @@ def main():
         expect(page.locator("svg.dag g.node")).to_have_count(4)
         expect(page.locator("svg.dag path.edge")).to_have_count(4)
         shot("workflow")
+        # Triggered with a payload: what is not JSON is not sent.
+        page.fill("#workflow-payload", "{")
+        page.click("#trigger-workflow")
+        expect(page.locator(".flash")).to_contain_text("The payload is not JSON")
+        page.fill("#workflow-payload", '{"region": "eu"}')
         page.click("#trigger-workflow")
         wf_link = page.locator(".flash a").first
         expect(wf_link).to_be_visible()
+        wf_run = api("GET", f"/v1/workflow-runs/{wf_link.inner_text()}", project=project)
+        if wf_run["payload"] != {"region": "eu"}:
+            problems.append(f"the workflow run's payload is {wf_run['payload']!r}")
         wf_link.click()
         expect(page.locator("#workflow-run-status [data-status=completed]")).to_be_visible()
         expect(page.locator("svg.dag g.node[data-status=completed]")).to_have_count(4)
+        expect(page.locator("#workflow-run-workflow a.workflow-ref")).to_have_text("etl")
+        expect(page.get_by_text('"region": "eu"').first).to_be_visible()
+        # The steps' waterfall: a bar each, load after extract.
+        expect(page.locator(".waterfall .wf-seg.bar.completed")).to_have_count(4)
+        expect(page.locator(".waterfall .wf-row").first).to_have_attribute("data-row", "extract")
+        expect(page.locator(".waterfall .wf-row").last).to_have_attribute("data-row", "load")
         shot("workflow-run")
 
         # A waiting approval step, approved from the run's page.
@@ -217,11 +315,24 @@ def main():
         approve = page.locator("button.approve[data-step=gate]")
         expect(approve).to_be_visible()
         expect(page.locator("button.reject[data-step=gate]")).to_be_visible()
+        page.fill("input.comment[data-step=gate]", "ship it")
         shot("workflow-run-approval")
         approve.click()
         expect(page.locator(".flash")).to_contain_text("Approve gate")
         expect(page.locator("#workflow-run-status [data-status=completed]")).to_be_visible()
         expect(page.locator("#cancel-workflow-run")).to_be_disabled()
+        # The message follows the run: it does not stay "running" once the
+        # run completed. The step says who decided, and why.
+        expect(page.locator(".flash .acted-status [data-status=completed]")).to_be_visible()
+        expect(page.locator(".flash [data-status=running]")).to_have_count(0)
+        gate_decision = page.locator(".decision[data-step=gate]")
+        expect(gate_decision.locator(".decided-by")).to_have_text("operator (internal secret)")
+        expect(gate_decision.locator(".decision-comment")).to_have_text("ship it")
+        gate_step = next(st for st in api("GET", f"/v1/workflow-runs/{gated_run['id']}", project=project)["steps"]
+                         if st["step_ref"] == "gate")
+        if gate_step.get("decision_comment") != "ship it":
+            problems.append(f"the approval's comment was not recorded: {gate_step}")
+        shot("workflow-run-approved")
 
         # Live: a run's page follows the run through its stream. The run waits
         # queued (its job is paused) and the page reads nothing meanwhile (it
@@ -248,6 +359,41 @@ def main():
             problems.append(f"the run page reloaded: {loads}")
         shot("run-live")
 
+        # Bulk cancel and replay from the runs list: three runs wait (their
+        # job is paused); two are picked and cancelled, the third is not.
+        bulk_job = api("POST", "/v1/jobs", {"name": "bulk", "endpoint_url": f"{a.echo}/ok"}, project=project)
+        api("POST", f"/v1/jobs/{bulk_job['id']}/pause", None, project=project)
+        waiting = [api("POST", f"/v1/jobs/{bulk_job['id']}/trigger", {"payload": {"i": i}}, project=project)["id"]
+                   for i in range(3)]
+        page.goto(f"{base}/ui/#/p/{project}/runs?job={bulk_job['id']}")
+        rows = page.locator("main .content tbody tr")
+        expect(rows).to_have_count(3)
+        expect(page.locator("#cancel-selected")).to_be_disabled()
+        for rid in waiting[:2]:
+            page.check(f"input.pick[data-run='{rid}']")
+        expect(page.locator(".selected-count")).to_have_text("2 selected")
+        page.click("#cancel-selected")
+        expect(page.locator(".flash")).to_contain_text("Cancelled 2 of 2.")
+        for rid in waiting[:2]:
+            expect(page.locator("main .content tr", has=page.locator(f"input[data-run='{rid}']"))
+                   .locator("[data-status=cancelled]")).to_be_visible()
+        expect(page.locator("main .content tr", has=page.locator(f"input[data-run='{waiting[2]}']"))
+               .locator("[data-status=queued]")).to_be_visible()
+        statuses = [api("GET", f"/v1/runs/{rid}", project=project)["status"] for rid in waiting]
+        if statuses != ["cancelled", "cancelled", "queued"]:
+            problems.append(f"bulk cancel left the runs {statuses}")
+        # Every run of the page picked: a finished run cannot be cancelled
+        # again, and the summary says so item by item.
+        page.check("input.pick-all")
+        page.click("#cancel-selected")
+        expect(page.locator(".flash")).to_contain_text("Cancelled 1 of 3; 2 not:")
+        expect(page.locator(".flash ul.failures li")).to_have_count(2)
+        shot("runs-bulk")
+        page.check(f"input.pick[data-run='{waiting[0]}']")
+        page.click("#replay-selected")
+        expect(page.locator(".flash")).to_contain_text("Replayed 1 of 1 as")
+        expect(rows).to_have_count(4)
+
         # Webhook deliveries: the hook's port is closed, so they fail; retry one.
         page.get_by_role("link", name="Deliveries").click()
         expect(page.locator("main tbody tr").first).to_be_visible()
@@ -256,6 +402,12 @@ def main():
         shot("deliveries")
         retry.click()
         expect(page.locator(".flash")).to_contain_text("Retrying delivery")
+
+        # The icon: an SVG of this origin, which the policy allows.
+        expect(page.locator("link[rel=icon]")).to_have_attribute("href", "/ui/favicon.svg")
+        icon = page.request.get(f"{base}/ui/favicon.svg")
+        if icon.status != 200 or icon.headers.get("content-type") != "image/svg+xml":
+            problems.append(f"the icon: HTTP {icon.status} {icon.headers.get('content-type')}")
 
         # Lists page: 50 jobs, then the 5 older ones, and back.
         page.goto(f"{base}/ui/#/p/{many}/jobs")

@@ -47,15 +47,16 @@ view_from_row!(AuditRow => AuditEvent {
 });
 
 /// The form of an RFC 3339 time, as the document states it for `from` and
-/// `to`; [`time`] reads it (and refuses a date the calendar lacks, such
+/// `to` (and `created_after`, `created_before` of `GET /v1/runs`); [`time`] reads it (and refuses a date the calendar lacks, such
 /// as 30 February).
 pub const RFC3339: &str = concat!(
     r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[Tt ]([01][0-9]|2[0-3]):[0-5][0-9]:([0-5][0-9]|60)",
     r"(\.[0-9]+)?([Zz]|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$"
 );
 
-/// An RFC 3339 time of the query, if given.
-fn time(field: &str, raw: Option<&str>) -> Result<Option<DateTime<Utc>>, Vec<FieldError>> {
+/// An RFC 3339 time of the query, if given (also the time filters of
+/// `GET /v1/runs`).
+pub(crate) fn time(field: &str, raw: Option<&str>) -> Result<Option<DateTime<Utc>>, Vec<FieldError>> {
     let Some(s) = raw else { return Ok(None) };
     let t = DateTime::parse_from_rfc3339(s).map_err(|_| {
         let message = "an RFC 3339 date-time, e.g. 2025-01-31T12:00:00Z";

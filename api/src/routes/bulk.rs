@@ -555,7 +555,7 @@ impl BulkApi {
 }
 
 async fn replay_result(state: &AppState, who: &Principal, run: &Run) -> BulkReplayResult {
-    match run_actions::replay_run(state, who, run).await {
+    match run_actions::replay_run(state, who, run, None).await {
         Ok(new) => BulkReplayResult {
             run_id: run.id.to_string(),
             status: "replayed".into(),

@@ -11,6 +11,7 @@ use serde_json::Value;
 use switchyard_shared::domain::run_metadata;
 use switchyard_shared::store::{self, transitions, Changed};
 
+use super::workflow_plans::OptionalBody;
 use super::{load_run, Tag};
 use crate::audit::{self, Change};
 use crate::auth::Auth;
@@ -61,6 +62,16 @@ pub struct DebugModeRequest {
     pub enabled: bool,
 }
 
+/// What a replay changes. The body may be left out, as may `payload`.
+#[derive(Object, Default)]
+#[oai(deny_unknown_fields)]
+pub struct ReplayRequest {
+    /// Replaces the original run's payload, checked against the job's
+    /// payload_schema as a trigger's payload is (422 when it does not fit).
+    /// Left out, or null: the original's payload (a replay cannot clear it).
+    pub payload: Option<Value>,
+}
+
 #[derive(ApiResponse)]
 pub enum Replayed {
     /// The new run.
@@ -72,13 +83,21 @@ pub enum Replayed {
 impl RunOpsApi {
     /// Replay a run: a new run of the same job with the same payload and
     /// options, `continuation_of` the original and `triggered_by: replay`.
-    /// The original may be in any status. It goes through the trigger's
-    /// checks (a disabled job is 409, a payload that no longer fits the
-    /// job's payload_schema 422).
+    /// The original may be in any status. A `payload` in the body replaces
+    /// the original's (a replay with an edited payload). It goes through
+    /// the trigger's checks (a disabled job is 409, a payload that does not
+    /// fit the job's payload_schema 422).
     #[oai(path = "/v1/runs/:run_id/replay", method = "post", operation_id = "replayRun")]
-    async fn replay(&self, state: Data<&AppState>, auth: Auth, run_id: Path<String>) -> ApiResult<Replayed> {
+    async fn replay(
+        &self,
+        state: Data<&AppState>,
+        auth: Auth,
+        run_id: Path<String>,
+        body: OptionalBody<ReplayRequest>,
+    ) -> ApiResult<Replayed> {
         let orig = load_run(&state, &auth, &run_id).await?;
-        let run = replay_run(&state, &auth.0, &orig).await?;
+        let payload = body.0.unwrap_or_default().payload;
+        let run = replay_run(&state, &auth.0, &orig, payload).await?;
         Ok(Replayed::Created(Json(run)))
     }
 

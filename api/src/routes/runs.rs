@@ -10,6 +10,7 @@ use serde_json::Value;
 use switchyard_shared::domain::RunStatus;
 use switchyard_shared::store::{self, flow, runs::RunFilter};
 
+use super::audit::time;
 use super::{load_run, project_of, Tag};
 use crate::audit::{self, Change};
 use crate::auth::Auth;
@@ -57,11 +58,17 @@ impl RunsApi {
         /// A JSON document the payload must contain (jsonb `@>`), e.g. `{"user":"42"}`.
         payload_contains: Query<Option<String>>,
         batch_id: Query<Option<String>>,
+        /// Only runs created at or after this time (inclusive), RFC 3339.
+        created_after: Query<Option<String>>,
+        /// Only runs created before this time (exclusive), RFC 3339.
+        created_before: Query<Option<String>>,
         #[oai(validator(minimum(value = "1"), maximum(value = "100")))] limit: Query<Option<i64>>,
         cursor: Query<Option<String>>,
     ) -> ApiResult<Json<Page<JobRun>>> {
         let project_id = project_of(&auth.0, "query", project_id.0.as_deref())?;
         let w = Window::parse(limit.0, cursor.0)?;
+        let created_after = time("created_after", created_after.0.as_deref())?;
+        let created_before = time("created_before", created_before.0.as_deref())?;
         if let Some(s) = &status.0 {
             if let Err(m) = s.parse::<RunStatus>() {
                 return Err(ApiError::invalid_field("query.status", m, Some(s.clone().into())));
@@ -79,6 +86,8 @@ impl RunsApi {
             status: status.0.as_deref(),
             payload_contains: contains,
             batch_id: batch_id.0.as_deref(),
+            created_after,
+            created_before,
         };
         let rows = store::runs::list(&state.pool, &filter, w.after(), w.fetch()).await?;
         Ok(Json(w.page(rows, |r| r.id.to_string(), run_view)))

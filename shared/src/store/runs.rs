@@ -1006,6 +1006,10 @@ pub struct RunFilter<'a> {
     /// A JSON document the payload must contain (jsonb `@>`).
     pub payload_contains: Option<Value>,
     pub batch_id: Option<&'a str>,
+    /// Created at or after this time.
+    pub created_after: Option<DateTime<Utc>>,
+    /// Created before this time.
+    pub created_before: Option<DateTime<Utc>>,
 }
 
 /// The project's runs matching `f`, newest first, older than `before`.
@@ -1015,6 +1019,7 @@ pub async fn list(pool: &PgPool, f: &RunFilter<'_>, before: Option<&str>, limit:
            AND ($2::text IS NULL OR job_id = $2) AND ($3::text IS NULL OR status = $3)
            AND ($4::jsonb IS NULL OR payload @> $4) AND ($5::text IS NULL OR batch_id = $5)
            AND ($6::text IS NULL OR id < $6)
+           AND ($8::timestamptz IS NULL OR created_at >= $8) AND ($9::timestamptz IS NULL OR created_at < $9)
          ORDER BY id DESC LIMIT $7"
     ))
     .bind(f.project_id)
@@ -1024,6 +1029,8 @@ pub async fn list(pool: &PgPool, f: &RunFilter<'_>, before: Option<&str>, limit:
     .bind(f.batch_id)
     .bind(before)
     .bind(limit)
+    .bind(f.created_after)
+    .bind(f.created_before)
     .fetch_all(pool)
     .await
 }
