@@ -5,6 +5,12 @@
 //! document with its start-up call) and an inline stylesheet, so the policy
 //! allows exactly those scripts by their SHA-256, computed once from the
 //! page itself, instead of `'unsafe-inline'`.
+//!
+//! The page poem-openapi renders embeds its own OpenAPI 3.0 document; the
+//! page served here embeds the one /openapi.json serves instead (3.1.0,
+//! with its examples and rules), so what /docs shows is what clients get.
+//! Its long description is folded there, section by section, so the
+//! operations start a screen down rather than after pages of prose.
 
 use base64::Engine;
 use poem::http::header;
@@ -22,6 +28,7 @@ pub async fn secure<E: Endpoint>(next: E, req: Request) -> poem::Result<Response
     let (mut parts, body) = resp.into_parts();
     let body = if is_html {
         let bytes = body.into_bytes().await?;
+        let bytes = with_served_document(&bytes);
         let csp = policy_for(&bytes);
         parts.headers.insert(header::CONTENT_SECURITY_POLICY, csp.parse().expect("a policy is a valid header value"));
         poem::Body::from(bytes)
@@ -32,6 +39,58 @@ pub async fn secure<E: Endpoint>(next: E, req: Request) -> poem::Result<Response
     parts.headers.insert(header::X_CONTENT_TYPE_OPTIONS, "nosniff".parse().expect("valid"));
     parts.headers.insert(header::REFERRER_POLICY, "no-referrer".parse().expect("valid"));
     Ok(Response::from_parts(parts, body))
+}
+
+/// The Swagger UI page with the served document in place of the one it
+/// embeds (`let spec = {...};`). A page without that shape (the OAuth
+/// receiver) is left as it is. Built once: the page is static.
+fn with_served_document(page: &[u8]) -> Vec<u8> {
+    static PAGE: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    let text = String::from_utf8_lossy(page);
+    const START: &str = "let spec = ";
+    const END: &str = ";\n    let oauth2RedirectUrl";
+    let (Some(start), Some(end)) = (text.find(START), text.find(END)) else { return page.to_vec() };
+    PAGE.get_or_init(|| {
+        let mut doc = crate::openapi_value().clone();
+        if let Some(d) = doc["info"]["description"].as_str() {
+            doc["info"]["description"] = fold(d).into();
+        }
+        // A `</script>` in a string would end the script early.
+        let json = serde_json::to_string(&doc).unwrap_or_default().replace("</", "<\\/");
+        format!("{}{json}{}", &text[..start + START.len()], &text[end..]).into_bytes()
+    })
+    .clone()
+}
+
+/// The description with its first paragraph open and each `**Section.**`
+/// after it folded under its title (HTML `<details>`, which Swagger UI
+/// renders).
+fn fold(description: &str) -> String {
+    let mut out = String::new();
+    let mut open = false;
+    for para in description.split("\n\n") {
+        let title = para.strip_prefix("**").and_then(|p| p.split_once("**")).map(|(t, _)| t.trim_end_matches('.'));
+        match title {
+            Some(t) => {
+                if open {
+                    out.push_str("\n\n</details>\n\n");
+                } else if !out.is_empty() {
+                    out.push_str("\n\n");
+                }
+                out.push_str(&format!("<details><summary>{t}</summary>\n\n{para}"));
+                open = true;
+            }
+            None if out.is_empty() => out.push_str(para),
+            None => {
+                out.push_str("\n\n");
+                out.push_str(para);
+            }
+        }
+    }
+    if open {
+        out.push_str("\n\n</details>");
+    }
+    out
 }
 
 /// The policy of a page: its inline scripts allowed by hash (two pages,
@@ -70,6 +129,59 @@ fn inline_scripts(page: &str) -> Vec<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Markdown reads a line that starts with `403. ` or `- ` as a list
+    /// item, which wrapped prose never means.
+    #[test]
+    fn no_line_of_a_description_reads_as_a_list_item() {
+        fn walk(v: &serde_json::Value, at: &str, bad: &mut Vec<String>) {
+            match v {
+                serde_json::Value::Object(o) => {
+                    for (k, x) in o {
+                        if let (true, Some(text)) = (k == "description", x.as_str()) {
+                            for line in text.lines() {
+                                let t = line.trim_start();
+                                let numbered = t
+                                    .split_once(". ")
+                                    .is_some_and(|(n, _)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+                                if numbered || t.starts_with("- ") || t.starts_with("* ") || t.starts_with("+ ") {
+                                    bad.push(format!("{at}: {line}"));
+                                }
+                            }
+                        }
+                        walk(x, &format!("{at}/{k}"), bad);
+                    }
+                }
+                serde_json::Value::Array(a) => a.iter().for_each(|x| walk(x, at, bad)),
+                _ => {}
+            }
+        }
+        let mut bad = Vec::new();
+        walk(crate::openapi_value(), "", &mut bad);
+        assert!(bad.is_empty(), "{bad:#?}");
+    }
+
+    #[test]
+    fn the_page_embeds_the_served_document() {
+        let page = "<script>\n    let spec = {\"openapi\":\"3.0.0\"};\n    let oauth2RedirectUrl;\n</script>";
+        let served = String::from_utf8(with_served_document(page.as_bytes())).unwrap();
+        assert!(served.contains("\"openapi\":\"3.1.0\""), "{}", &served[..200]);
+        // In the script, `</` is written `<\/` (the same JSON string).
+        assert!(served.contains("<details><summary>Authentication<\\/summary>"));
+        assert!(served.ends_with(";\n    let oauth2RedirectUrl;\n</script>"));
+        assert_eq!(with_served_document(b"<html>receiver</html>"), b"<html>receiver</html>");
+    }
+
+    #[test]
+    fn each_section_is_folded_under_its_title() {
+        let d = "Intro.\n\n**Auth.** Send a key.\n\nMore on keys.\n\n**Errors** are JSON.\n\n**Paging.** Cursors.";
+        assert_eq!(
+            fold(d),
+            "Intro.\n\n<details><summary>Auth</summary>\n\n**Auth.** Send a key.\n\nMore on keys.\n\n</details>\n\n\
+             <details><summary>Errors</summary>\n\n**Errors** are JSON.\n\n</details>\n\n\
+             <details><summary>Paging</summary>\n\n**Paging.** Cursors.\n\n</details>"
+        );
+    }
 
     #[test]
     fn every_inline_script_is_found_and_external_ones_are_not() {

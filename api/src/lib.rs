@@ -158,6 +158,7 @@ pub fn app(state: AppState) -> impl poem::Endpoint<Output = poem::Response> {
         .at("/openapi.json", poem::get(openapi_document))
         .nest("/docs", docs.around(docs_page::secure))
         .nest("/ui", ui::routes())
+        .at("/favicon.ico", poem::get(ui::favicon))
         .around(move |ep, req| body_limit::limit_body(ep, req, limit))
         .around(auth::internal_secret_header)
         .around(rate_limit::limit)

@@ -83,6 +83,13 @@ fn ui_file(req: &Request, poem::web::Path(path): poem::web::Path<String>) -> Res
     }
 }
 
+/// The dashboard's icon at /favicon.ico, where a browser asks for it on
+/// every other page (/docs, /openapi.json).
+#[poem::handler]
+pub fn favicon(req: &Request) -> Response {
+    serve(req, "favicon.svg")
+}
+
 /// The dashboard's routes, to nest at /ui.
 pub fn routes() -> Route {
     Route::new().at("/", poem::get(index)).at("/*path", poem::get(ui_file))
@@ -96,8 +103,9 @@ mod tests {
 
     #[tokio::test]
     async fn assets_have_their_types_a_strict_policy_and_revalidate() {
-        let cli = TestClient::new(Route::new().nest("/ui", routes()));
+        let cli = TestClient::new(Route::new().nest("/ui", routes()).at("/favicon.ico", poem::get(favicon)));
         for (path, ty) in [
+            ("/favicon.ico", "image/svg+xml"),
             ("/ui", "text/html; charset=utf-8"),
             ("/ui/", "text/html; charset=utf-8"),
             ("/ui/projects", "text/html; charset=utf-8"),

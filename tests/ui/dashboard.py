@@ -437,6 +437,20 @@ def main():
         page.goto(f"{base}/ui/#/projects")
         page.reload()
         expect(page.locator("form#login")).to_be_visible()
+
+        # The API reference at /docs: the document /openapi.json serves
+        # (OpenAPI 3.1), its prose folded by section so the operations
+        # start on the first screen.
+        page.goto(f"{base}/docs/")
+        expect(page.locator(".info .title")).to_contain_text("OAS 3.1")
+        expect(page.locator(".info details summary").first).to_have_text("Authentication")
+        first_tag = page.locator(".opblock-tag").first
+        expect(first_tag).to_be_visible()
+        top = first_tag.bounding_box()["y"]
+        if top > 1000:
+            problems.append(f"/docs: the first operation starts {top:.0f} px down")
+        page.screenshot(path=f"{a.shots}/docs.png")
+        print("ui-test: docs ok", flush=True)
         browser.close()
 
     # The refused token's 401 (and the console line it logs) is expected.
