@@ -14,12 +14,19 @@ use switchyard_shared::telemetry;
 pub async fn observe<E: Endpoint>(ep: E, req: Request) -> poem::Result<Response> {
     let started = Instant::now();
     let method = req.method().clone();
+    let path = req.uri().path().to_string();
     let answer = ep.call(req).await.map(IntoResponse::into_response);
     let (status, pattern) = match &answer {
         Ok(r) => (r.status(), r.data::<PathPattern>()),
         Err(e) => (e.status(), e.data::<PathPattern>()),
     };
-    let route = pattern.map_or_else(|| "unmatched".to_string(), |p| documented(&p.0));
+    // A request refused before routing (a 401, a 413, a 429) has no
+    // pattern: its path is matched against the document's.
+    // A path under no route ends at the nest's own pattern, "".
+    let route = match pattern.filter(|p| !p.0.trim_matches('/').is_empty()) {
+        Some(p) => documented(&p.0),
+        None => path_route(&path).unwrap_or_else(|| "unmatched".to_string()),
+    };
     telemetry::http_request(method.as_str(), &route, status.as_u16(), started.elapsed());
     answer
 }
@@ -44,6 +51,33 @@ fn documented(pattern: &str) -> String {
     found
 }
 
+/// The document's path that `path` would be routed to: the one whose
+/// segments match it with the most static segments first, as the router
+/// prefers them.
+fn path_route(path: &str) -> Option<String> {
+    let segs: Vec<&str> = path.trim_end_matches('/').split('/').collect();
+    let paths = crate::openapi_value()["paths"].as_object()?;
+    paths
+        .keys()
+        .filter_map(|p| {
+            let r: Vec<&str> = p.split('/').collect();
+            if r.len() != segs.len() {
+                return None;
+            }
+            let mut specificity = Vec::with_capacity(r.len());
+            for (want, got) in r.iter().zip(&segs) {
+                match want.starts_with('{') {
+                    true if !got.is_empty() => specificity.push(0u8),
+                    false if want == got => specificity.push(1),
+                    _ => return None,
+                }
+            }
+            Some((specificity, p))
+        })
+        .max_by(|a, b| a.0.cmp(&b.0))
+        .map(|(_, p)| p.clone())
+}
+
 /// poem's pattern with its parameters in braces: `/v1/runs/:run_id` as
 /// `/v1/runs/{run_id}`, a rest segment `*path` as `{path}`.
 fn template(pattern: &str) -> String {
@@ -64,6 +98,13 @@ mod tests {
         assert_eq!(super::template("/v1/jobs/:job_id/trigger"), "/v1/jobs/{job_id}/trigger");
         assert_eq!(super::template("/v1/runs"), "/v1/runs");
         assert_eq!(super::template("/ui/*path"), "/ui/{path}");
+    }
+
+    #[test]
+    fn a_path_refused_before_routing_finds_its_route() {
+        assert_eq!(super::path_route("/v1/jobs/job_1/trigger").as_deref(), Some("/v1/jobs/{job_id}/trigger"));
+        assert_eq!(super::path_route("/v1/runs/dead-letters").as_deref(), Some("/v1/runs/dead-letters"));
+        assert_eq!(super::path_route("/v1/nothing/here/at/all"), None);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! response an `X-Request-Id`.
 
 use poem::http::header::{HeaderValue, ALLOW, CONTENT_TYPE};
-use poem::{Endpoint, IntoResponse, Middleware, Request, Response};
+use poem::{Endpoint, IntoResponse, Middleware, PathPattern, Request, Response};
 use switchyard_shared::domain::FieldError;
 
 use crate::error::{ErrorDetail, Problem};
@@ -49,8 +49,15 @@ impl<E: Endpoint> Endpoint for ProblemEndpoint<E> {
         // `error::refused` locates and classes it (400 or 422). A missing or
         // wrong Content-Type, which the framework answers 415, is one of
         // them: 400, as the document states.
-        let resp = match self.0.call(req).await {
-            Ok(r) => r.into_response(),
+        let answer = self.0.call(req).await.map(IntoResponse::into_response);
+        // The matched route, which an error's conversion below would drop
+        // (`http_metrics` labels the request with it).
+        let pattern = match &answer {
+            Ok(r) => r.data::<PathPattern>().cloned(),
+            Err(e) => e.data::<PathPattern>().cloned(),
+        };
+        let resp = match answer {
+            Ok(r) => r,
             Err(e)
                 if !e.is_from_response()
                     && (matches!(e.status().as_u16(), 400 | 415) || e.downcast_ref::<BodyRefused>().is_some()) =>
@@ -92,6 +99,9 @@ impl<E: Endpoint> Endpoint for ProblemEndpoint<E> {
         }
         if let Ok(v) = HeaderValue::from_str(&request_id) {
             resp.headers_mut().insert("x-request-id", v);
+        }
+        if let Some(p) = pattern {
+            resp.set_data(p);
         }
         Ok(resp)
     }

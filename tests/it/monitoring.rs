@@ -141,13 +141,29 @@ async fn requests_job_transitions_process_and_build_are_exported() {
     env.wait_status(run["id"].as_str().unwrap(), "completed", T).await;
     let (s, _) = env.get("/v1/runs/run_0000000000000000000000000000000/nothing").await;
     assert_eq!(s, 404);
+    // Refused by the body check, and by authentication before routing:
+    // still counted under their routes.
+    let (s, _) = env.post(&format!("/v1/jobs/{job_id}/trigger"), json!({"priorty": 1})).await;
+    assert_eq!(s, 400);
+    let refused = env
+        .http
+        .get(format!("{}/v1/webhooks/subscriptions", env.base))
+        .bearer_auth("svc_not_a_key")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 401);
     let text = scrape(&env).await;
 
     // Counted under the route's template, never its ids; a path no route
     // has, as `unmatched`.
     assert!(trigger(&text) >= trigger(&before) + 1.0, "{text}");
     assert!(!text.contains(&format!("route=\"/v1/jobs/{job_id}")), "a raw path is a label: {text}");
-    assert!(metric_sum(&text, "svc_http_requests_total", &[r#"route="unmatched",status="404""#]) >= 1.0);
+    assert!(metric_sum(&text, "svc_http_requests_total", &[r#"route="unmatched",status="404""#]) >= 1.0, "{text}");
+    let bad_body = [r#"route="/v1/jobs/{job_id}/trigger",status="400""#];
+    assert!(metric_sum(&text, "svc_http_requests_total", &bad_body) >= 1.0, "{text}");
+    let no_key = [r#"route="/v1/webhooks/subscriptions",status="401""#];
+    assert!(metric_sum(&text, "svc_http_requests_total", &no_key) >= 1.0, "{text}");
     let timed = r#"route="/v1/jobs/{job_id}/trigger""#;
     assert!(metric_sum(&text, "svc_http_request_duration_seconds_count", &[timed]) >= 1.0, "{text}");
 
