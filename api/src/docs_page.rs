@@ -5,11 +5,34 @@
 //! document with its start-up call) and an inline stylesheet, so the policy
 //! allows exactly those scripts by their SHA-256, computed once from the
 //! page itself, instead of `'unsafe-inline'`.
+//!
+//! The page shows the document as served at /openapi.json (OpenAPI 3.1,
+//! with what `document` adds: the layers' answers, the rules, the request
+//! examples), not the one poem-openapi generates ([`reference`]).
 
 use base64::Engine;
 use poem::http::header;
 use poem::{Endpoint, IntoResponse, Request, Response};
 use sha2::{Digest, Sha256};
+
+/// The Swagger UI endpoint, its page holding the served document in place
+/// of the generated one (poem-openapi writes the document into the page
+/// as is, so the one text is swapped for the other).
+pub fn reference<T: poem_openapi::OpenApi>(service: &poem_openapi::OpenApiService<T, ()>) -> impl Endpoint {
+    let page = served_page(&service.swagger_ui_html(), &service.spec(), &crate::openapi_json());
+    poem::Route::new()
+        .at("/", poem::endpoint::make_sync(move |_| poem::web::Html(page.clone())))
+        .at("/oauth-receiver.html", service.swagger_ui())
+}
+
+/// `page` with the `generated` document replaced by the `served` one; the
+/// page as it is when it does not hold `generated` (the test catches it).
+fn served_page(page: &str, generated: &str, served: &str) -> String {
+    match page.find(generated) {
+        Some(at) => format!("{}{}{}", &page[..at], served, &page[at + generated.len()..]),
+        None => page.to_string(),
+    }
+}
 
 /// Wraps the Swagger UI endpoint with the headers.
 pub async fn secure<E: Endpoint>(next: E, req: Request) -> poem::Result<Response> {
@@ -70,6 +93,13 @@ fn inline_scripts(page: &str) -> Vec<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_page_shows_the_served_document() {
+        let page = served_page(&crate::api_service().swagger_ui_html(), &crate::api_service().spec(), "{}");
+        assert!(page.contains("let spec = {};"), "the generated document was not found in the page");
+        assert!(!page.contains("\"openapi\": \"3.0"));
+    }
 
     #[test]
     fn every_inline_script_is_found_and_external_ones_are_not() {

@@ -151,7 +151,7 @@ fn openapi_document() -> poem::Response {
 /// that every error is problem+json and bodies over the limit are refused.
 pub fn app(state: AppState) -> impl poem::Endpoint<Output = poem::Response> {
     let service = api_service();
-    let docs = service.swagger_ui();
+    let docs = docs_page::reference(&service);
     let limit = state.config.max_body_bytes;
     Route::new()
         .nest("/", service)
