@@ -64,6 +64,12 @@ mod tests {
         crate::openapi_value()["components"].as_object().unwrap()
     }
 
+    /// The component schemas, by name: what `strict_json::check_body`
+    /// resolves a `$ref` in, as the server's body check passes them.
+    fn schemas() -> &'static Map<String, Value> {
+        crate::openapi_value()["components"]["schemas"].as_object().unwrap()
+    }
+
     /// The body schema as a standalone draft 2020-12 schema whose `$ref`s
     /// resolve into the document's components.
     fn validator(schema: &Value) -> jsonschema::Validator {
@@ -99,7 +105,7 @@ mod tests {
         for (id, schema, example) in bodies() {
             let example = example.unwrap_or_else(|| panic!("{id}: no example"));
             failures.extend(errors(&schema, &example).into_iter().map(|e| format!("{id} {e}")));
-            if let Err(refused) = crate::strict_json::check_body(components(), &schema, &example) {
+            if let Err(refused) = crate::strict_json::check_body(schemas(), &schema, &example) {
                 failures.push(format!("{id}: strict_json refuses it: {}", refused.detail));
             }
         }
@@ -108,7 +114,8 @@ mod tests {
 
     /// The check above is not vacuous: the validator refuses an example
     /// with a wrong type, an out-of-range value, an unknown property, a
-    /// value outside a closed set, or a missing required property.
+    /// value outside a closed set, or a missing required property, and
+    /// `check_body` a wrong type or an unknown property.
     #[test]
     fn a_wrong_example_is_refused() {
         let (_, schema, example) = bodies().into_iter().find(|b| b.0 == "createJob").unwrap();
@@ -128,5 +135,11 @@ mod tests {
         let mut wrong = example.clone();
         wrong.as_object_mut().unwrap().remove("endpoint_url");
         assert!(!errors(&schema, &wrong).is_empty(), "a missing endpoint_url was accepted");
+        // The strict body check refuses the shape errors too (400).
+        for (key, value) in [("timeout_secs", json!("60")), ("no_such_field", json!(1))] {
+            let mut wrong = example.clone();
+            wrong[key] = value.clone();
+            assert!(crate::strict_json::check_body(schemas(), &schema, &wrong).is_err(), "{key}: {value}");
+        }
     }
 }
