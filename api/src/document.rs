@@ -26,7 +26,10 @@
 //!   module's `value_rules()` (written with [`rules`]); only the rules of
 //!   the operations' path and query parameters are here
 //!   ([`parameter_rules`]).
+//! - An example of every request body ([`examples`]), from the reviewed
+//!   table `api/src/request_examples.json`.
 
+pub(crate) mod examples;
 pub(crate) mod rules;
 
 use rules::{text, Place};
@@ -450,6 +453,7 @@ const JSON_PARAMETERS: [(&str, &str); 1] = [("listRuns", "payload_contains")];
 
 pub fn annotate(doc: &mut Value) {
     annotate_value_rules(doc);
+    examples::annotate(doc);
     annotate_closed_sets(doc);
     let server = switchyard_shared::Config::defaults().api_addr;
     doc["servers"] = json!([{"url": format!("http://{server}"), "description": "The default API_ADDR"}]);

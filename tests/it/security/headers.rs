@@ -21,6 +21,22 @@ async fn the_api_reference_has_a_content_security_policy_and_refuses_framing() {
     assert!(page.contains("SwaggerUIBundle"), "the reference itself is served");
 }
 
+/// /docs renders the document as served at /openapi.json (3.1, with the
+/// request examples), not the one poem-openapi generates, and its
+/// OAuth receiver page is still there.
+#[tokio::test]
+async fn the_api_reference_shows_the_served_document() {
+    let env = TestEnv::start().await;
+    let page = reqwest::get(format!("{}/docs/", env.base)).await.unwrap().text().await.unwrap();
+    let doc = reqwest::get(format!("{}/openapi.json", env.base)).await.unwrap().text().await.unwrap();
+    // The served document, compact, its description folded by section.
+    assert!(doc.contains(r#""openapi": "3.1.0""#) && doc.contains("send-welcome-email"));
+    assert!(page.contains(r#""openapi":"3.1.0""#) && page.contains("send-welcome-email"), "not the served document");
+    assert!(page.contains("<details><summary>Errors<\\/summary>"), "the description is not folded");
+    let receiver = reqwest::get(format!("{}/docs/oauth-receiver.html", env.base)).await.unwrap();
+    assert_eq!(receiver.status(), 200);
+}
+
 #[tokio::test]
 async fn metrics_need_the_metrics_token_when_one_is_set() {
     use switchyard_shared::config::Secret;
