@@ -70,7 +70,7 @@ pub async fn run(c: Dlq) -> Result<u8, Failure> {
             if g.is_json() {
                 output::json(&r);
             } else {
-                let mut t = Table::new(&["RUN", "STATUS", "NEW_RUN", "ERROR"]);
+                let mut t = Table::new(&["RUN", "STATUS", "NEW_RUN", "ERROR"]).optional(&["NEW_RUN"]);
                 for x in &results {
                     t.row(vec![
                         output::cell(&x["run_id"]),

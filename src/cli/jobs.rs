@@ -120,7 +120,7 @@ pub async fn run(c: Jobs) -> Result<u8, Failure> {
                 output::json(&page);
                 return Ok(exit::OK);
             }
-            print_page(&page, &HEADERS, |j| {
+            print_page(&page, &HEADERS, &["SLUG", "ENDPOINT", "VERSION", "PAUSED"], |j| {
                 vec![
                     output::cell(&j["id"]),
                     output::cell(&j["slug"]),

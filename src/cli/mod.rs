@@ -205,8 +205,14 @@ pub async fn list(client: &Client, path: &str, query: &[(&str, String)], paging:
 
 /// A page of a list as a table, one row per item, and where the next page
 /// starts.
-pub fn print_page(page: &Value, headers: &[&'static str], row: impl Fn(&Value) -> Vec<String>) {
-    let mut t = output::Table::new(headers);
+/// `optional` names the columns a narrow terminal does without first.
+pub fn print_page(
+    page: &Value,
+    headers: &[&'static str],
+    optional: &[&'static str],
+    row: impl Fn(&Value) -> Vec<String>,
+) {
+    let mut t = output::Table::new(headers).optional(optional);
     for item in page["data"].as_array().into_iter().flatten() {
         t.row(row(item));
     }

@@ -26,6 +26,8 @@ pub enum Format {
 
 /// The width tables are fitted to, chosen once per process (`set_format`).
 static WIDTH: OnceLock<Option<usize>> = OnceLock::new();
+/// Whether tables show values whole (`--output wide`).
+static WIDE: OnceLock<bool> = OnceLock::new();
 
 /// Chooses how wide tables may be for this process's output.
 pub fn set_format(f: Format) {
@@ -34,6 +36,7 @@ pub fn set_format(f: Format) {
         Format::Wide | Format::Json => None,
     };
     let _ = WIDTH.set(width);
+    let _ = WIDE.set(f == Format::Wide);
 }
 
 /// `COLUMNS` when it is a number (a person asked for that width, piped or
@@ -76,16 +79,38 @@ pub fn cell(v: &Value) -> String {
     }
 }
 
+/// A timestamp as table text: `2026-11-28T10:18:34Z` for the API's UTC
+/// `2026-11-28T10:18:34.451644+00:00` (the fraction and the long offset
+/// cost a narrow table a column); whole with `--output wide`, or when it
+/// is not UTC.
+pub fn time(v: &Value) -> String {
+    let s = cell(v);
+    let utc = s.len() > 19 && s.is_char_boundary(19) && s.as_bytes()[10] == b'T' && s.ends_with("+00:00");
+    if !utc || WIDE.get().copied().unwrap_or(false) {
+        return s;
+    }
+    format!("{}Z", &s[..19])
+}
+
 /// Columns padded to their widest cell, two spaces apart; the last column
 /// is not padded.
 pub struct Table {
     headers: Vec<&'static str>,
     rows: Vec<Vec<String>>,
+    /// Columns a narrow terminal does without first, in this order.
+    optional: Vec<&'static str>,
 }
 
 impl Table {
     pub fn new(headers: &[&'static str]) -> Table {
-        Table { headers: headers.to_vec(), rows: Vec::new() }
+        Table { headers: headers.to_vec(), rows: Vec::new(), optional: Vec::new() }
+    }
+
+    /// Names the columns of least value: when the table is too wide they
+    /// are left out, in this order, before any cell is cut.
+    pub fn optional(mut self, headers: &[&'static str]) -> Table {
+        self.optional = headers.to_vec();
+        self
     }
 
     /// One row; line breaks and tabs in a cell become spaces, so a row is
@@ -101,10 +126,11 @@ impl Table {
         self.render_within(None)
     }
 
-    /// The table in at most `width` columns when given: the rightmost
-    /// columns are left out while the rest would not fit even cut, then the
-    /// widest cells but the first column's (the id a person copies) are
-    /// cut, each down to its header's width or 6.
+    /// The table in at most `width` columns when given: first the optional
+    /// columns are left out, then the rightmost ones while the rest would
+    /// not fit even cut; then the widest cells but the first column's (the
+    /// id a person copies) are cut, none below 10 characters (or its
+    /// header's width), so a status stays whole.
     pub fn render_within(&self, width: Option<usize>) -> String {
         let mut widths: Vec<usize> = self.headers.iter().map(|h| h.chars().count()).collect();
         for r in &self.rows {
@@ -112,17 +138,26 @@ impl Table {
                 *w = (*w).max(c.chars().count());
             }
         }
-        let mut shown = widths.len();
+        // The columns shown, by index, in their order.
+        let mut shown: Vec<usize> = (0..widths.len()).collect();
         if let Some(max) = width {
-            let total = |ws: &[usize]| ws.iter().sum::<usize>() + 2 * ws.len().saturating_sub(1);
+            let total = |cols: &[usize], ws: &[usize]| {
+                cols.iter().map(|&i| ws[i]).sum::<usize>() + 2 * cols.len().saturating_sub(1)
+            };
             let floor: Vec<usize> = (0..widths.len())
-                .map(|i| if i == 0 { widths[0] } else { widths[i].min(self.headers[i].chars().count().max(6)) })
+                .map(|i| if i == 0 { widths[0] } else { widths[i].min(self.headers[i].chars().count().max(10)) })
                 .collect();
-            while shown > 1 && total(&floor[..shown]) > max {
-                shown -= 1;
+            for name in &self.optional {
+                if total(&shown, &widths) <= max {
+                    break;
+                }
+                shown.retain(|&i| i == 0 || self.headers[i] != *name);
             }
-            while total(&widths[..shown]) > max {
-                match (1..shown).filter(|&i| widths[i] > floor[i]).max_by_key(|&i| widths[i]) {
+            while shown.len() > 1 && total(&shown, &floor) > max {
+                shown.pop();
+            }
+            while total(&shown, &widths) > max {
+                match shown.iter().copied().filter(|&i| widths[i] > floor[i]).max_by_key(|&i| widths[i]) {
                     Some(i) => widths[i] -= 1,
                     None => break,
                 }
@@ -132,12 +167,12 @@ impl Table {
         let header: Vec<String> = self.headers.iter().map(|h| h.to_string()).collect();
         for r in std::iter::once(&header).chain(&self.rows) {
             let mut line = String::new();
-            for (i, (c, w)) in r.iter().zip(&widths).take(shown).enumerate() {
-                let c = cut(c, *w);
-                if i + 1 == shown {
+            for (n, &i) in shown.iter().enumerate() {
+                let c = cut(&r[i], widths[i]);
+                if n + 1 == shown.len() {
                     line.push_str(&c);
                 } else {
-                    let _ = write!(line, "{c}{}  ", " ".repeat(w - c.chars().count()));
+                    let _ = write!(line, "{c}{}  ", " ".repeat(widths[i] - c.chars().count()));
                 }
             }
             out.push_str(line.trim_end());
@@ -192,14 +227,22 @@ mod tests {
     }
 
     #[test]
-    fn a_narrow_width_cuts_the_widest_cells_then_drops_columns() {
-        let mut t = Table::new(&["ID", "STATUS", "ERROR"]);
-        t.row(vec!["run_1".into(), "completed".into(), "a long error message".into()]);
+    fn a_narrow_width_drops_optional_columns_then_cuts_the_widest_cells() {
+        let mut t = Table::new(&["ID", "JOB", "STATUS", "ERROR"]).optional(&["JOB"]);
+        t.row(vec!["run_1".into(), "job_1".into(), "completed".into(), "a long error message".into()]);
         assert_eq!(t.render_within(Some(30)), "ID     STATUS     ERROR\nrun_1  completed  a long erro…\n");
         assert!(t.render_within(Some(30)).lines().all(|l| l.chars().count() <= 30));
         assert_eq!(t.render_within(Some(16)), "ID     STATUS\nrun_1  completed\n");
+        assert_eq!(t.render_within(Some(60)), t.render(), "what fits is whole");
         assert_eq!(t.render_within(None), t.render());
         assert!(t.render().contains("a long error message"));
+    }
+
+    #[test]
+    fn utc_times_are_short_in_tables() {
+        assert_eq!(time(&json!("2026-11-28T10:18:34.451644+00:00")), "2026-11-28T10:18:34Z");
+        assert_eq!(time(&json!("2026-11-28T10:18:34+02:00")), "2026-11-28T10:18:34+02:00");
+        assert_eq!(time(&json!(null)), "-");
     }
 
     #[test]

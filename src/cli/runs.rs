@@ -76,14 +76,18 @@ fn run_statuses() -> PossibleValuesParser {
 /// The columns of a run in a listing.
 pub const HEADERS: [&str; 7] = ["ID", "JOB", "STATUS", "ATTEMPT", "CREATED", "FINISHED", "ERROR"];
 
+/// The columns a narrow terminal does without first: the job (a listing is
+/// often of one job), the attempt, the end.
+const OPTIONAL: [&str; 3] = ["JOB", "ATTEMPT", "FINISHED"];
+
 pub fn row(r: &Value) -> Vec<String> {
     vec![
         output::cell(&r["id"]),
         output::cell(&r["job_id"]),
         output::cell(&r["status"]),
         output::cell(&r["attempt"]),
-        output::cell(&r["created_at"]),
-        output::cell(&r["finished_at"]),
+        output::time(&r["created_at"]),
+        output::time(&r["finished_at"]),
         output::cell(&r["error"]),
     ]
 }
@@ -148,8 +152,8 @@ pub async fn run(c: Runs) -> Result<u8, Failure> {
             if g.is_json() {
                 output::json(&page);
             } else {
-                print_page(&page, &["AT", "ATTEMPT", "EVENT", "ERROR"], |e| {
-                    vec![output::cell(&e["at"]), output::cell(&e["attempt"]), event_text(e), output::cell(&e["error"])]
+                print_page(&page, &["AT", "ATTEMPT", "EVENT", "ERROR"], &["ATTEMPT"], |e| {
+                    vec![output::time(&e["at"]), output::cell(&e["attempt"]), event_text(e), output::cell(&e["error"])]
                 });
             }
         }
@@ -159,15 +163,20 @@ pub async fn run(c: Runs) -> Result<u8, Failure> {
             if g.is_json() {
                 output::json(&page);
             } else {
-                print_page(&page, &["TIMESTAMP", "LEVEL", "ATTEMPT", "MESSAGE", "FIELDS"], |l| {
-                    vec![
-                        output::cell(&l["timestamp"]),
-                        output::cell(&l["level"]),
-                        output::cell(&l["attempt"]),
-                        output::cell(&l["message"]),
-                        output::cell(&l["fields"]),
-                    ]
-                });
+                print_page(
+                    &page,
+                    &["TIMESTAMP", "LEVEL", "ATTEMPT", "MESSAGE", "FIELDS"],
+                    &["FIELDS", "ATTEMPT"],
+                    |l| {
+                        vec![
+                            output::time(&l["timestamp"]),
+                            output::cell(&l["level"]),
+                            output::cell(&l["attempt"]),
+                            output::cell(&l["message"]),
+                            output::cell(&l["fields"]),
+                        ]
+                    },
+                );
             }
         }
         RunsCmd::Watch { run_id, timeout } => {
@@ -201,7 +210,7 @@ pub async fn run(c: Runs) -> Result<u8, Failure> {
 
 /// A page of runs as a table, and where the next page starts.
 pub fn print_runs(page: &Value) {
-    print_page(page, &HEADERS, row);
+    print_page(page, &HEADERS, &OPTIONAL, row);
 }
 
 /// What an entry of a run's history says: `from -> to (reason)` for a

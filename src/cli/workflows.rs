@@ -152,7 +152,7 @@ pub async fn run(c: Workflows) -> Result<u8, Failure> {
                 output::json(&page);
                 return Ok(exit::OK);
             }
-            print_page(&page, &HEADERS, |w| {
+            print_page(&page, &HEADERS, &["SLUG", "CRON", "VERSION"], |w| {
                 vec![
                     output::cell(&w["id"]),
                     output::cell(&w["slug"]),
@@ -246,7 +246,7 @@ fn show(g: &Global, w: &Value) {
     }
     print!("{}", output::fields(w, &DETAIL));
     println!();
-    let mut t = output::Table::new(&STEP_DEFS);
+    let mut t = output::Table::new(&STEP_DEFS).optional(&["ON_FAILURE", "JOB"]);
     for s in w["steps"].as_array().into_iter().flatten() {
         let deps: Vec<&str> = s["depends_on"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
         t.row(vec![
@@ -268,15 +268,15 @@ fn show_run(g: &Global, r: &Value) {
     }
     print!("{}", output::fields(r, &RUN_DETAIL));
     println!();
-    let mut t = output::Table::new(&STEPS);
+    let mut t = output::Table::new(&STEPS).optional(&["STARTED", "ATTEMPT", "DECIDED_BY", "TYPE"]);
     for s in r["steps"].as_array().into_iter().flatten() {
         t.row(vec![
             output::cell(&s["step_ref"]),
             output::cell(&s["step_type"]),
             output::cell(&s["status"]),
             output::cell(&s["attempt"]),
-            output::cell(&s["started_at"]),
-            output::cell(&s["finished_at"]),
+            output::time(&s["started_at"]),
+            output::time(&s["finished_at"]),
             output::cell(&s["decision"]),
             output::cell(&s["decided_by"]),
             output::cell(&s["error"]),

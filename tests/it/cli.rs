@@ -462,6 +462,8 @@ async fn jobs_from_files_in_tables_that_fit() {
     assert_eq!(o.code, 0, "{o:?}");
     assert!(o.stdout.lines().all(|l| l.chars().count() <= 60), "{o:?}");
     assert!(o.stdout.lines().nth(1).is_some_and(|l| l.starts_with(id(&job))), "the id is whole: {o:?}");
+    let header: Vec<&str> = o.stdout.lines().next().unwrap_or_default().split_whitespace().collect();
+    assert_eq!(header, ["ID", "NAME", "ENABLED"], "the slug, endpoint, version and paused go first: {o:?}");
     let o = cli_with(&[&list[..], &["--output", "wide"]].concat(), &narrow).await;
     assert!(o.code == 0 && o.stdout.contains(name) && o.stdout.contains(&target.url), "{o:?}");
     for flag in [&["--output", "json"][..], &["-o", "json"], &["--json"]] {
