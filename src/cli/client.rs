@@ -16,8 +16,8 @@ pub mod exit {
     /// `--wait` ended in another status than completed, or an item of a
     /// bulk call (`dlq replay`) was not replayed.
     pub const OUTCOME: u8 = 1;
-    /// The command line is wrong (clap's code, also for a `--payload` that
-    /// is not JSON or a file that cannot be read).
+    /// The command line is wrong (clap's code, also for a `--payload` or
+    /// `--file` that is not JSON or a file that cannot be read).
     pub const USAGE: u8 = 2;
     /// The API answered 404: no such run, job or workflow in the project.
     pub const NOT_FOUND: u8 = 3;
@@ -90,7 +90,7 @@ impl Client {
             return Ok(resp);
         }
         let text = resp.text().await.unwrap_or_default();
-        Err(Failure::new(exit_code(status), problem_message(status, &text)))
+        Err(self.refused(status, &text))
     }
 
     /// One request; a 2xx answer's JSON body (Null when empty), or the
@@ -125,8 +125,46 @@ impl Client {
                 Failure::new(exit::UNAVAILABLE, format!("{method} {path}: the answer is not JSON ({e}): {text:.200}"))
             });
         }
-        Err(Failure::new(exit_code(status), problem_message(status, &text)))
+        Err(self.refused(status, &text))
     }
+
+    /// The failure of an answer that is not 2xx: the problem, and for the
+    /// refusals a person fixes on the command line, which flag fixes it.
+    fn refused(&self, status: reqwest::StatusCode, body: &str) -> Failure {
+        let mut message = problem_message(status, body);
+        if let Some(hint) = hint(status, body, self.token.is_some()) {
+            message.push('\n');
+            message.push_str(&hint);
+        }
+        Failure::new(exit_code(status), message)
+    }
+}
+
+/// What to change on the command line for a 401 (no token, or one the API
+/// refused) or for the API's "project_id is required" (the internal secret
+/// names no project of its own).
+fn hint(status: reqwest::StatusCode, body: &str, token_given: bool) -> Option<String> {
+    if status == reqwest::StatusCode::UNAUTHORIZED {
+        return Some(if token_given {
+            "the API refused the token given (--token or SWITCHYARD_TOKEN): it is not a valid API key \
+             or the internal secret of this deployment"
+                .to_string()
+        } else {
+            "no token was given: pass --token TOKEN or set SWITCHYARD_TOKEN to an API key (svc_...) or \
+             the internal secret"
+                .to_string()
+        });
+    }
+    let p: Value = serde_json::from_str(body).ok()?;
+    let missing_project = p["errors"].as_array().into_iter().flatten().any(|e| {
+        e["location"].as_str().is_some_and(|l| l.ends_with(".project_id"))
+            && e["message"].as_str().is_some_and(|m| m.starts_with("project_id is required"))
+    });
+    missing_project.then(|| {
+        "no project was named: pass --project ID or set SWITCHYARD_PROJECT (needed with the internal \
+         secret; an API key implies its project)"
+            .to_string()
+    })
 }
 
 /// The exit code of an answer that is not 2xx (a 3xx that redirects did
@@ -156,10 +194,16 @@ pub fn problem_message(status: reqwest::StatusCode, body: &str) -> String {
         out.push_str(": ");
         out.push_str(d);
     }
+    // The API's detail of a single invalid value is that entry itself
+    // (`location: message`): print it once.
+    let detail = p["detail"].as_str().unwrap_or("");
     for e in p["errors"].as_array().into_iter().flatten() {
         let at = e["location"].as_str().unwrap_or("?");
         let msg = e["message"].as_str().unwrap_or("");
-        out.push_str(&format!("\n  {at}: {msg}"));
+        let line = format!("{at}: {msg}");
+        if !detail.contains(&line) {
+            out.push_str(&format!("\n  {line}"));
+        }
     }
     out
 }
@@ -185,6 +229,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_401_and_a_missing_project_name_the_flag_that_fixes_them() {
+        let no_token = hint(reqwest::StatusCode::UNAUTHORIZED, "", false).unwrap();
+        assert!(no_token.contains("--token") && no_token.contains("SWITCHYARD_TOKEN"), "{no_token}");
+        assert!(hint(reqwest::StatusCode::UNAUTHORIZED, "", true).unwrap().contains("refused"));
+        let body = r#"{"status":422,"detail":"query.project_id: project_id is required (query, body, or the X-Project-Id header)",
+            "errors":[{"location":"query.project_id","message":"project_id is required (query, body, or the X-Project-Id header)"}]}"#;
+        let missing = hint(reqwest::StatusCode::UNPROCESSABLE_ENTITY, body, true).unwrap();
+        assert!(missing.contains("--project ID") && missing.contains("SWITCHYARD_PROJECT"), "{missing}");
+        assert_eq!(hint(reqwest::StatusCode::NOT_FOUND, "{}", true), None);
+    }
+
+    #[test]
     fn statuses_map_to_exit_codes() {
         let code = |n| exit_code(reqwest::StatusCode::from_u16(n).unwrap());
         assert_eq!([code(404), code(400), code(409), code(422), code(429)], [3, 4, 4, 4, 4]);
@@ -198,6 +254,12 @@ mod tests {
         assert_eq!(
             problem_message(reqwest::StatusCode::UNPROCESSABLE_ENTITY, body),
             "422 Unprocessable Entity: invalid values\n  body.payload: missing to"
+        );
+        let one = r#"{"title":"Unprocessable Entity","status":422,"detail":"query.status: not a status",
+            "errors":[{"location":"query.status","message":"not a status"}]}"#;
+        assert_eq!(
+            problem_message(reqwest::StatusCode::UNPROCESSABLE_ENTITY, one),
+            "422 Unprocessable Entity: query.status: not a status"
         );
         assert_eq!(problem_message(reqwest::StatusCode::BAD_GATEWAY, "oops"), "502 Bad Gateway: oops");
         assert_eq!(problem_message(reqwest::StatusCode::NOT_FOUND, ""), "404 Not Found");

@@ -49,7 +49,7 @@ pub async fn run(c: Dlq) -> Result<u8, Failure> {
             let mut q = g.project_query();
             q.extend(job.map(|j| ("job_id", j)));
             let page = list(&client, "/v1/runs/dead-letters", &q, &paging).await?;
-            if g.json {
+            if g.is_json() {
                 output::json(&page);
             } else {
                 print_runs(&page);
@@ -67,16 +67,16 @@ pub async fn run(c: Dlq) -> Result<u8, Failure> {
             let r = client.post("/v1/runs/bulk-dlq-replay", Some(body)).await?;
             let results = r["results"].as_array().cloned().unwrap_or_default();
             let failed = results.iter().filter(|x| x["status"] != "replayed").count();
-            if g.json {
+            if g.is_json() {
                 output::json(&r);
             } else {
-                let mut t = Table::new(&["RUN", "STATUS", "NEW_RUN", "ERROR"]);
+                let mut t = Table::new(&["RUN", "STATUS", "NEW_RUN", "ERROR"]).optional(&["NEW_RUN"]);
                 for x in &results {
                     t.row(vec![
                         output::cell(&x["run_id"]),
                         output::cell(&x["status"]),
                         output::cell(&x["new_run_id"]),
-                        output::short(&x["error"], 80),
+                        output::cell(&x["error"]),
                     ]);
                 }
                 t.print();

@@ -6,6 +6,7 @@
 //! `Last-Event-ID`, so no change is missed; `--timeout` bounds the whole
 //! wait (exit 6).
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -67,6 +68,65 @@ pub async fn follow(
                 ));
             }
         }
+    }
+}
+
+/// How often `--wait` says it is still waiting when nothing changed.
+const STILL_WAITING: Duration = Duration::from_secs(15);
+
+/// What `--wait` shows on stderr (stdout keeps the final answer alone): a
+/// line at once, so the wait is never silent; a line per change of
+/// status; and while nothing changes, a line every 15 s with the time
+/// waited. Plain lines, so a CI log reads the same as a terminal.
+pub struct Progress {
+    what: String,
+    started: tokio::time::Instant,
+    status: Arc<Mutex<String>>,
+    ticker: tokio::task::JoinHandle<()>,
+}
+
+impl Progress {
+    /// Says that `what` (e.g. `run run_...`) is waited on, in `status`
+    /// when known.
+    pub fn start(what: String, status: Option<&str>, timeout: Duration) -> Progress {
+        let now = status.map_or(String::new(), |s| format!("  {s}"));
+        eprintln!("{what}{now}: waiting for it to end (--timeout {}s)", timeout.as_secs());
+        let started = tokio::time::Instant::now();
+        let shared = Arc::new(Mutex::new(status.unwrap_or("not ended").to_string()));
+        let (label, current) = (what.clone(), shared.clone());
+        let ticker = tokio::spawn(async move {
+            let mut tick = tokio::time::interval_at(started + STILL_WAITING, STILL_WAITING);
+            loop {
+                tick.tick().await;
+                let now = current.lock().map(|s| s.clone()).unwrap_or_default();
+                eprintln!("{label}  still {now} after {}s", started.elapsed().as_secs());
+            }
+        });
+        Progress { what, started, status: shared, ticker }
+    }
+
+    /// Prints the new status when it changed.
+    pub fn status(&self, status: &str) {
+        if self.note(status) {
+            eprintln!("{}  {status}  ({}s)", self.what, self.started.elapsed().as_secs());
+        }
+    }
+
+    /// Records the status without printing it (when the caller prints its
+    /// own lines); whether it changed.
+    pub fn note(&self, status: &str) -> bool {
+        let Ok(mut cur) = self.status.lock() else { return false };
+        if *cur == status {
+            return false;
+        }
+        *cur = status.to_string();
+        true
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        self.ticker.abort();
     }
 }
 

@@ -1,4 +1,4 @@
-//! `switchyard jobs list|get|trigger|pause|resume`.
+//! `switchyard jobs list|get|create|update|trigger|pause|resume|disable|enable`.
 
 use std::time::Duration;
 
@@ -6,9 +6,9 @@ use clap::{Args, Subcommand};
 use serde_json::{json, Value};
 
 use super::client::Client;
-use super::follow::follow;
+use super::follow::{follow, Progress};
 use super::output;
-use super::{exit, list, print_page, read_payload, runs, seg, Failure, Global, Paging};
+use super::{exit, list, print_page, read_file, read_payload, runs, seg, Failure, Global, Paging};
 
 #[derive(Args, Debug)]
 #[command(after_help = super::EXIT_CODES)]
@@ -31,6 +31,22 @@ pub enum JobsCmd {
     },
     /// One job's definition.
     Get { job_id: String },
+    /// Create a job from a JSON file (the body of `POST /v1/jobs`: at
+    /// least `name` and `endpoint_url`); `--project` fills in its
+    /// `project_id` when the file has none. Prints the job.
+    Create {
+        /// The job as JSON; `-` reads stdin.
+        #[arg(long, short = 'f')]
+        file: String,
+    },
+    /// Change a job from a JSON file (the body of `PATCH /v1/jobs/{id}`:
+    /// the fields to change); a new version of the job. Prints the job.
+    Update {
+        job_id: String,
+        /// The changes as JSON; `-` reads stdin.
+        #[arg(long, short = 'f')]
+        file: String,
+    },
     /// Trigger a run of a job; prints the run (with --wait, once it ended).
     Trigger {
         job_id: String,
@@ -100,29 +116,34 @@ pub async fn run(c: Jobs) -> Result<u8, Failure> {
             let mut q = g.project_query();
             q.extend(group.map(|v| ("group_id", v)));
             let page = list(&client, "/v1/jobs", &q, &paging).await?;
-            if g.json {
+            if g.is_json() {
                 output::json(&page);
                 return Ok(exit::OK);
             }
-            print_page(&page, &HEADERS, |j| {
+            print_page(&page, &HEADERS, &["SLUG", "ENDPOINT", "VERSION", "PAUSED"], |j| {
                 vec![
                     output::cell(&j["id"]),
                     output::cell(&j["slug"]),
-                    output::short(&j["name"], 40),
+                    output::cell(&j["name"]),
                     output::cell(&j["enabled"]),
                     output::cell(&j["paused"]),
                     output::cell(&j["version"]),
-                    output::short(&j["endpoint_url"], 60),
+                    output::cell(&j["endpoint_url"]),
                 ]
             });
         }
         JobsCmd::Get { job_id } => {
             let j = client.get(&format!("/v1/jobs/{}", seg(&job_id)), &[]).await?;
-            if g.json {
-                output::json(&j);
-            } else {
-                print!("{}", output::fields(&j, &DETAIL));
-            }
+            show(g, &j);
+        }
+        JobsCmd::Create { file } => {
+            let body = g.with_project(read_file(&file)?);
+            let j = client.post("/v1/jobs", Some(body)).await?;
+            show(g, &j);
+        }
+        JobsCmd::Update { job_id, file } => {
+            let j = client.patch(&format!("/v1/jobs/{}", seg(&job_id)), read_file(&file)?).await?;
+            show(g, &j);
         }
         JobsCmd::Trigger { job_id, payload, idempotency_key, priority, wait, timeout } => {
             let mut body = json!({});
@@ -139,7 +160,7 @@ pub async fn run(c: Jobs) -> Result<u8, Failure> {
             // A batching job answers with the batch the trigger joined.
             let batched = r.get("trigger_id").is_some();
             if !wait {
-                if g.json {
+                if g.is_json() {
                     output::json(&r);
                 } else if batched {
                     let run = r["run_id"].as_str().map(|id| format!("  run {id}")).unwrap_or_default();
@@ -160,13 +181,16 @@ pub async fn run(c: Jobs) -> Result<u8, Failure> {
             let path = format!("/v1/runs/{}/stream", seg(id));
             // Each change of status on stderr while it waits; the run, once
             // it ended, on stdout.
+            let first = if batched { None } else { r["status"].as_str() };
+            let progress = Progress::start(format!("run {id}"), first, limit);
             let done = follow(&client, &path, "run", limit, |e| {
                 if e.event == "run" {
-                    eprintln!("{id}  {}", e.data["run"]["status"].as_str().unwrap_or("?"));
+                    progress.status(e.data["run"]["status"].as_str().unwrap_or("?"));
                 }
             })
             .await?;
-            if g.json {
+            drop(progress);
+            if g.is_json() {
                 output::json(&done);
             } else {
                 runs::show(&done);
@@ -179,6 +203,15 @@ pub async fn run(c: Jobs) -> Result<u8, Failure> {
         JobsCmd::Enable { job_id } => set_enabled(&client, g, &job_id, true).await?,
     }
     Ok(exit::OK)
+}
+
+/// Prints one job: its JSON, or its fields for people.
+fn show(g: &Global, j: &Value) {
+    if g.is_json() {
+        output::json(j);
+    } else {
+        print!("{}", output::fields(j, &DETAIL));
+    }
 }
 
 /// The run a batched trigger's batch made: at once when the trigger filled
@@ -211,7 +244,7 @@ async fn batch_run(client: &Client, r: &Value, limit: Duration) -> Result<String
 async fn set_paused(client: &Client, g: &Global, job_id: &str, paused: bool) -> Result<(), Failure> {
     let verb = if paused { "pause" } else { "resume" };
     let j = client.post(&format!("/v1/jobs/{}/{verb}", seg(job_id)), None).await?;
-    if g.json {
+    if g.is_json() {
         output::json(&j);
     } else {
         println!("{}  paused={}", output::cell(&j["id"]), output::cell(&j["paused"]));
@@ -223,7 +256,7 @@ async fn set_paused(client: &Client, g: &Global, job_id: &str, paused: bool) -> 
 /// of the job, as for any change).
 async fn set_enabled(client: &Client, g: &Global, job_id: &str, enabled: bool) -> Result<(), Failure> {
     let j = client.patch(&format!("/v1/jobs/{}", seg(job_id)), json!({"enabled": enabled})).await?;
-    if g.json {
+    if g.is_json() {
         output::json(&j);
     } else {
         println!("{}  enabled={}  version={}", output::cell(&j["id"]), output::cell(&j["enabled"]), j["version"]);

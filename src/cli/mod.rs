@@ -6,7 +6,8 @@
 //! - [`client`]: the HTTP call and the exit code a failure maps to.
 //! - [`follow`]: following a run or a workflow run through its live stream
 //!   (`--wait`, `watch`).
-//! - [`output`]: tables and `key value` blocks for people, `--json` for scripts.
+//! - [`output`]: tables that fit the terminal and `key value` blocks for
+//!   people, `--output json` for scripts.
 //! - [`runs`], [`jobs`], [`workflows`], [`queues`], [`dlq`]: one file per
 //!   resource, each a clap subcommand and its handlers.
 
@@ -30,7 +31,9 @@ pub const EXIT_CODES: &str = "Exit codes:
   0  success
   1  the outcome was not success: a run waited on (--wait) did not complete,
      or an item of a bulk call (dlq replay) failed
-  2  usage error: unknown command or flag, bad --payload JSON, unreadable @file
+  2  usage error: unknown command or flag, a value not among a flag's
+     (--status, --output, --level), --payload or --file not JSON, an
+     unreadable file
   3  the API answered 404: no such run, job or workflow (in this project)
   4  the API refused the request (another 4xx: 400, 401, 403, 409, 422, 429)
   5  the API failed (5xx) or could not be reached
@@ -40,11 +43,13 @@ The API's problem title and detail go to stderr.";
 /// The operator commands (flattened into `switchyard`'s own).
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Job runs: list, get, watch, cancel, replay.
+    /// Job runs: list, get, events, logs, watch, cancel, replay.
     Runs(runs::Runs),
-    /// Jobs: list, get, trigger (and wait), pause, resume, disable, enable.
+    /// Jobs: list, get, create, update, trigger (and wait), pause, resume,
+    /// disable, enable.
     Jobs(jobs::Jobs),
-    /// Workflows: list, trigger (and wait); watch a workflow run.
+    /// Workflows: list, create, update, trigger (and wait); workflow runs:
+    /// get, watch, approve, reject and skip a step.
     Workflows(workflows::Workflows),
     /// Queue depths per job of a project.
     Queues(queues::Queues),
@@ -73,12 +78,32 @@ pub struct Global {
     /// an API key.
     #[arg(long, global = true, env = "SWITCHYARD_PROJECT", hide_env_values = true)]
     pub project: Option<String>,
-    /// Print the API's JSON as it came instead of a table.
+    /// How to print answers: `table` fits the terminal (cut cells, fewer
+    /// columns), `wide` keeps every column whole, `json` is the API's JSON
+    /// as it came.
+    #[arg(long, short = 'o', global = true, value_enum, default_value_t = output::Format::Table)]
+    pub output: output::Format,
+    /// Same as `--output json`.
     #[arg(long, global = true)]
     pub json: bool,
 }
 
 impl Global {
+    /// Whether answers are printed as the API's JSON (`--output json` or
+    /// `--json`).
+    pub fn is_json(&self) -> bool {
+        self.json || self.output == output::Format::Json
+    }
+
+    /// The body of a create call: the file's JSON, with `--project` as its
+    /// `project_id` when the file names none.
+    fn with_project(&self, mut body: Value) -> Value {
+        if let (Some(p), Some(obj)) = (&self.project, body.as_object_mut()) {
+            obj.entry("project_id").or_insert_with(|| Value::String(p.clone()));
+        }
+        body
+    }
+
     /// `project_id` for a query, when a project was named.
     fn project_query(&self) -> Vec<(&'static str, String)> {
         self.project.iter().map(|p| ("project_id", p.clone())).collect()
@@ -118,6 +143,14 @@ impl Failure {
 /// Runs one operator command; returns the process's exit code, having
 /// printed any failure on stderr.
 pub async fn run(cmd: Command) -> u8 {
+    let g = match &cmd {
+        Command::Runs(c) => &c.global,
+        Command::Jobs(c) => &c.global,
+        Command::Workflows(c) => &c.global,
+        Command::Queues(c) => &c.global,
+        Command::Dlq(c) => &c.global,
+    };
+    output::set_format(if g.json { output::Format::Json } else { g.output });
     let outcome = match cmd {
         Command::Runs(c) => runs::run(c).await,
         Command::Jobs(c) => jobs::run(c).await,
@@ -172,8 +205,14 @@ pub async fn list(client: &Client, path: &str, query: &[(&str, String)], paging:
 
 /// A page of a list as a table, one row per item, and where the next page
 /// starts.
-pub fn print_page(page: &Value, headers: &[&'static str], row: impl Fn(&Value) -> Vec<String>) {
-    let mut t = output::Table::new(headers);
+/// `optional` names the columns a narrow terminal does without first.
+pub fn print_page(
+    page: &Value,
+    headers: &[&'static str],
+    optional: &[&'static str],
+    row: impl Fn(&Value) -> Vec<String>,
+) {
+    let mut t = output::Table::new(headers).optional(optional);
     for item in page["data"].as_array().into_iter().flatten() {
         t.row(row(item));
     }
@@ -209,6 +248,25 @@ pub fn read_payload(arg: &str) -> Result<Value, Failure> {
     serde_json::from_str(&text).map_err(|e| Failure::usage(format!("{from} is not JSON: {e}")))
 }
 
+/// A `--file`: a JSON object from a file, `-` for stdin (JSON only: the
+/// CLI reads no YAML).
+pub fn read_file(path: &str) -> Result<Value, Failure> {
+    let text = if path == "-" {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)
+            .map_err(|e| Failure::usage(format!("--file -: cannot read stdin: {e}")))?;
+        s
+    } else {
+        std::fs::read_to_string(path).map_err(|e| Failure::usage(format!("--file {path}: {e}")))?
+    };
+    let from = if path == "-" { "stdin" } else { path };
+    let v: Value = serde_json::from_str(&text).map_err(|e| Failure::usage(format!("{from} is not JSON: {e}")))?;
+    if !v.is_object() {
+        return Err(Failure::usage(format!("{from}: a JSON object is needed, not {v:.40}")));
+    }
+    Ok(v)
+}
+
 /// Path segments come from the command line: keep them one segment.
 pub fn seg(s: &str) -> String {
     url::form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>().replace('+', "%20")
@@ -227,6 +285,17 @@ mod tests {
         std::fs::remove_file(&dir).unwrap();
         assert_eq!(read_payload("{nope").unwrap_err().code, exit::USAGE);
         assert_eq!(read_payload("@/no/such/file").unwrap_err().code, exit::USAGE);
+    }
+
+    #[test]
+    fn a_file_is_one_json_object() {
+        let path = std::env::temp_dir().join(format!("sy-cli-file-{}", std::process::id()));
+        std::fs::write(&path, r#"{"name":"n"}"#).unwrap();
+        assert_eq!(read_file(&path.to_string_lossy()).unwrap(), json!({"name": "n"}));
+        std::fs::write(&path, "[1]").unwrap();
+        assert_eq!(read_file(&path.to_string_lossy()).unwrap_err().code, exit::USAGE);
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(read_file("/no/such/file").unwrap_err().code, exit::USAGE);
     }
 
     #[test]

@@ -44,7 +44,7 @@ pub async fn run(c: Queues) -> Result<u8, Failure> {
     match c.cmd {
         QueuesCmd::Stats => {
             let s = client.get("/v1/stats/queues", &g.project_query()).await?;
-            if g.json {
+            if g.is_json() {
                 output::json(&s);
                 return Ok(exit::OK);
             }

@@ -1,9 +1,11 @@
-//! `switchyard runs list|get|watch|cancel|replay`.
+//! `switchyard runs list|get|events|logs|watch|cancel|replay`.
 
 use std::time::Duration;
 
+use clap::builder::PossibleValuesParser;
 use clap::{Args, Subcommand};
 use serde_json::Value;
+use switchyard_shared::domain::RunStatus;
 
 use super::client::Client;
 use super::follow::{describe_run_event, watch};
@@ -26,15 +28,30 @@ pub enum RunsCmd {
         /// Only this job's runs.
         #[arg(long)]
         job: Option<String>,
-        /// Only runs in this status (pending, queued, running, retrying,
-        /// completed, failed, timed_out, cancelled, expired).
-        #[arg(long)]
+        /// Only runs in this status.
+        #[arg(long, value_parser = run_statuses())]
         status: Option<String>,
         #[command(flatten)]
         paging: Paging,
     },
     /// One run, with its payload, result and error.
     Get { run_id: String },
+    /// A run's history, oldest first: each change of status and each
+    /// attempt (its HTTP status, duration and error).
+    Events {
+        run_id: String,
+        #[command(flatten)]
+        paging: Paging,
+    },
+    /// The log lines a run's code sent (over the SDK), oldest first.
+    Logs {
+        run_id: String,
+        /// Only lines of this level.
+        #[arg(long, value_parser = ["debug", "info", "warn", "error"])]
+        level: Option<String>,
+        #[command(flatten)]
+        paging: Paging,
+    },
     /// Follow a run as it changes (its live stream) until it ends: each
     /// status change and each entry of its history, one line each (with
     /// --json, each event's JSON). Exit 0 only if it completed.
@@ -50,8 +67,18 @@ pub enum RunsCmd {
     Replay { run_id: String },
 }
 
+/// `--status` of runs: the statuses a run has (shared with the API, so
+/// `--help` and a wrong value's usage error list the same ones).
+fn run_statuses() -> PossibleValuesParser {
+    PossibleValuesParser::new(RunStatus::ALL.map(RunStatus::as_str))
+}
+
 /// The columns of a run in a listing.
 pub const HEADERS: [&str; 7] = ["ID", "JOB", "STATUS", "ATTEMPT", "CREATED", "FINISHED", "ERROR"];
+
+/// The columns a narrow terminal does without first: the job (a listing is
+/// often of one job), the attempt, the end.
+const OPTIONAL: [&str; 3] = ["JOB", "ATTEMPT", "FINISHED"];
 
 pub fn row(r: &Value) -> Vec<String> {
     vec![
@@ -59,9 +86,9 @@ pub fn row(r: &Value) -> Vec<String> {
         output::cell(&r["job_id"]),
         output::cell(&r["status"]),
         output::cell(&r["attempt"]),
-        output::cell(&r["created_at"]),
-        output::cell(&r["finished_at"]),
-        output::short(&r["error"], 60),
+        output::time(&r["created_at"]),
+        output::time(&r["finished_at"]),
+        output::cell(&r["error"]),
     ]
 }
 
@@ -106,7 +133,7 @@ pub async fn run(c: Runs) -> Result<u8, Failure> {
             q.extend(job.map(|j| ("job_id", j)));
             q.extend(status.map(|s| ("status", s)));
             let page = list(&client, "/v1/runs", &q, &paging).await?;
-            if g.json {
+            if g.is_json() {
                 output::json(&page);
             } else {
                 print_runs(&page);
@@ -114,19 +141,51 @@ pub async fn run(c: Runs) -> Result<u8, Failure> {
         }
         RunsCmd::Get { run_id } => {
             let r = client.get(&format!("/v1/runs/{}", seg(&run_id)), &[]).await?;
-            if g.json {
+            if g.is_json() {
                 output::json(&r);
             } else {
                 show(&r);
             }
         }
+        RunsCmd::Events { run_id, paging } => {
+            let page = list(&client, &format!("/v1/runs/{}/events", seg(&run_id)), &[], &paging).await?;
+            if g.is_json() {
+                output::json(&page);
+            } else {
+                print_page(&page, &["AT", "ATTEMPT", "EVENT", "ERROR"], &["ATTEMPT"], |e| {
+                    vec![output::time(&e["at"]), output::cell(&e["attempt"]), event_text(e), output::cell(&e["error"])]
+                });
+            }
+        }
+        RunsCmd::Logs { run_id, level, paging } => {
+            let q: Vec<_> = level.map(|l| ("level", l)).into_iter().collect();
+            let page = list(&client, &format!("/v1/runs/{}/logs", seg(&run_id)), &q, &paging).await?;
+            if g.is_json() {
+                output::json(&page);
+            } else {
+                print_page(
+                    &page,
+                    &["TIMESTAMP", "LEVEL", "ATTEMPT", "MESSAGE", "FIELDS"],
+                    &["FIELDS", "ATTEMPT"],
+                    |l| {
+                        vec![
+                            output::time(&l["timestamp"]),
+                            output::cell(&l["level"]),
+                            output::cell(&l["attempt"]),
+                            output::cell(&l["message"]),
+                            output::cell(&l["fields"]),
+                        ]
+                    },
+                );
+            }
+        }
         RunsCmd::Watch { run_id, timeout } => {
             let path = format!("/v1/runs/{}/stream", seg(&run_id));
-            return watch(&client, &path, "run", Duration::from_secs(timeout), g.json, describe_run_event).await;
+            return watch(&client, &path, "run", Duration::from_secs(timeout), g.is_json(), describe_run_event).await;
         }
         RunsCmd::Cancel { run_id } => {
             let r = client.post(&format!("/v1/runs/{}/cancel", seg(&run_id)), None).await?;
-            if g.json {
+            if g.is_json() {
                 output::json(&r);
             } else {
                 println!("{}  {}", output::cell(&r["id"]), output::cell(&r["status"]));
@@ -134,7 +193,7 @@ pub async fn run(c: Runs) -> Result<u8, Failure> {
         }
         RunsCmd::Replay { run_id } => {
             let r = client.post(&format!("/v1/runs/{}/replay", seg(&run_id)), None).await?;
-            if g.json {
+            if g.is_json() {
                 output::json(&r);
             } else {
                 println!(
@@ -151,5 +210,18 @@ pub async fn run(c: Runs) -> Result<u8, Failure> {
 
 /// A page of runs as a table, and where the next page starts.
 pub fn print_runs(page: &Value) {
-    print_page(page, &HEADERS, row);
+    print_page(page, &HEADERS, &OPTIONAL, row);
+}
+
+/// What an entry of a run's history says: `from -> to (reason)` for a
+/// change of status, `attempt ended OUTCOME HTTP N in M ms` for an attempt.
+fn event_text(e: &Value) -> String {
+    if e["type"] == "attempt" {
+        let code = e["status_code"].as_i64().map_or(String::new(), |c| format!(" HTTP {c}"));
+        let ms = e["duration_ms"].as_i64().map_or(String::new(), |m| format!(" in {m} ms"));
+        return format!("attempt ended {}{code}{ms}", output::cell(&e["outcome"]));
+    }
+    let from = e["from_status"].as_str().unwrap_or("(new)");
+    let why = e["reason"].as_str().map_or(String::new(), |r| format!(" ({r})"));
+    format!("{from} -> {}{why}", output::cell(&e["to_status"]))
 }

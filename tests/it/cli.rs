@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::harness::{TestEnv, SECRET};
+use crate::support::sdk::{accepted_async_run, sdk_post};
 use crate::target::{refused_url, Reply, Target};
 
 const T: Duration = Duration::from_secs(20);
@@ -68,6 +69,10 @@ async fn trigger_wait_get_list_and_not_found() {
     let o = cli(&env, &["jobs", "trigger", id(&job), "--payload", r#"{"to":"ada"}"#, "--wait"]).await;
     assert_eq!(o.code, 0, "{o:?}");
     assert!(o.stdout.contains("completed"), "{o:?}");
+    let first = o.stderr.lines().next().unwrap_or_default();
+    assert!(first.starts_with("run run_") && first.contains("waiting for it to end"), "--wait says so at once: {o:?}");
+    assert!(o.stderr.lines().any(|l| l.contains("completed")), "and each change of status: {o:?}");
+    assert!(!o.stdout.contains("waiting"), "stdout keeps the run alone: {o:?}");
     let run_id = o.stdout.lines().find_map(|l| l.strip_prefix("id")).map(str::trim).expect("an id line").to_string();
     assert_eq!(target.requests()[0].body["payload"], json!({"to": "ada"}));
 
@@ -103,8 +108,6 @@ async fn trigger_wait_get_list_and_not_found() {
     let o = cli(&env, &["runs", "cancel", &run_id]).await;
     assert_eq!(o.code, 4, "a finished run cannot be cancelled (409): {o:?}");
     assert!(o.stderr.contains("409"), "{o:?}");
-    let o = cli(&env, &["runs", "list", "--project", &project, "--status", "nonsense"]).await;
-    assert_eq!(o.code, 4, "422: {o:?}");
     let o = cli_with(&["runs", "list", "--project", &project], &[("SWITCHYARD_API", env.base.as_str())]).await;
     assert_eq!(o.code, 4, "no token is 401: {o:?}");
 
@@ -353,4 +356,216 @@ async fn a_batched_trigger_names_its_batch_and_waits_for_the_batchs_run() {
         (Some("completed"), &json!([{"row": 1}, {"row": 2}])),
         "{o:?}"
     );
+}
+
+/// A file holding `v` as JSON, removed when dropped.
+struct JsonFile(std::path::PathBuf);
+
+impl JsonFile {
+    fn new(name: &str, v: &Value) -> JsonFile {
+        let path = std::env::temp_dir().join(format!("sy-cli-{}-{name}.json", std::process::id()));
+        std::fs::write(&path, v.to_string()).unwrap();
+        JsonFile(path)
+    }
+
+    fn path(&self) -> &str {
+        self.0.to_str().unwrap()
+    }
+}
+
+impl Drop for JsonFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// The workflow run once `pred` holds for it (polled; fails after `T`).
+async fn wait_workflow_run(env: &TestEnv, id: &str, pred: impl Fn(&Value) -> bool) -> Value {
+    let deadline = tokio::time::Instant::now() + T;
+    loop {
+        let (s, r) = env.get(&format!("/v1/workflow-runs/{id}")).await;
+        assert_eq!(s, 200, "{r}");
+        if pred(&r) {
+            return r;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the workflow run never got there: {r}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn step<'a>(r: &'a Value, step_ref: &str) -> &'a Value {
+    r["steps"].as_array().unwrap().iter().find(|s| s["step_ref"] == step_ref).unwrap()
+}
+
+#[tokio::test]
+async fn refusals_name_the_flag_that_fixes_them_once() {
+    let env = TestEnv::start().await;
+    let project = env.project().await;
+    let api = ("SWITCHYARD_API", env.base.as_str());
+
+    let o = cli_with(&["runs", "list", "--project", &project], &[api]).await;
+    assert_eq!(o.code, 4, "{o:?}");
+    assert!(o.stderr.contains("401") && o.stderr.contains("--token"), "{o:?}");
+    assert!(o.stderr.contains("SWITCHYARD_TOKEN") && o.stderr.contains("internal secret"), "{o:?}");
+    let o = cli_with(&["runs", "list", "--project", &project], &[api, ("SWITCHYARD_TOKEN", "svc_nope")]).await;
+    assert_eq!(o.code, 4, "{o:?}");
+    assert!(o.stderr.contains("refused the token"), "{o:?}");
+
+    // The internal secret without a project: the flag, not the query.
+    let o = cli(&env, &["runs", "list"]).await;
+    assert_eq!(o.code, 4, "{o:?}");
+    assert!(o.stderr.contains("--project ID") && o.stderr.contains("SWITCHYARD_PROJECT"), "{o:?}");
+    assert_eq!(o.stderr.matches("project_id is required").count(), 1, "the detail once: {o:?}");
+    let o = cli(&env, &["runs", "list", "--project", "not an id!"]).await;
+    assert_eq!(o.code, 4, "{o:?}");
+    assert_eq!(o.stderr.matches("1 to 64 letters").count(), 1, "the detail once: {o:?}");
+
+    // A status that is not one: a usage error listing the statuses.
+    let o = cli(&env, &["runs", "list", "--project", &project, "--status", "nonsense"]).await;
+    assert_eq!(o.code, 2, "{o:?}");
+    for s in ["pending", "queued", "running", "retrying", "completed", "failed", "timed_out", "cancelled", "expired"] {
+        assert!(o.stderr.contains(s), "{s}: {o:?}");
+    }
+    let o = cli_with(&["runs", "list", "--help"], &[]).await;
+    assert!(o.code == 0 && o.stdout.contains("timed_out"), "--help lists the statuses: {o:?}");
+}
+
+#[tokio::test]
+async fn jobs_from_files_in_tables_that_fit() {
+    let env = TestEnv::start().await;
+    let target = Target::start().await;
+    let project = env.project().await;
+    let name = "a job whose name is long enough to push a table past a narrow terminal";
+    let file = JsonFile::new("job", &json!({"name": name, "endpoint_url": target.url}));
+    let o = cli(&env, &["jobs", "create", "--file", file.path(), "--project", &project, "--json"]).await;
+    assert_eq!(o.code, 0, "{o:?}");
+    let job = o.json();
+    assert_eq!((job["name"].as_str(), job["project_id"].as_str()), (Some(name), Some(project.as_str())));
+    let change = JsonFile::new("change", &json!({"description": "sends the mail"}));
+    let o = cli(&env, &["jobs", "update", id(&job), "-f", change.path()]).await;
+    assert_eq!(o.code, 0, "{o:?}");
+    assert!(o.stdout.lines().any(|l| l.starts_with("description") && l.ends_with("sends the mail")), "{o:?}");
+    assert!(o.stdout.lines().any(|l| l.starts_with("version") && l.ends_with('2')), "{o:?}");
+    let bad = JsonFile::new("bad", &json!({"name": "no endpoint"}));
+    let o = cli(&env, &["jobs", "create", "--file", bad.path(), "--project", &project]).await;
+    assert_eq!(o.code, 4, "{o:?}");
+    let o = cli(&env, &["jobs", "create", "--file", "/no/such/file"]).await;
+    assert_eq!(o.code, 2, "{o:?}");
+
+    // Piped, a table is whole; COLUMNS fits it; wide never cuts; json is
+    // the page.
+    let list = ["jobs", "list", "--project", &project];
+    let o = cli(&env, &list).await;
+    assert!(o.code == 0 && o.stdout.contains(name), "{o:?}");
+    let narrow = [("SWITCHYARD_API", env.base.as_str()), ("SWITCHYARD_TOKEN", SECRET), ("COLUMNS", "60")];
+    let o = cli_with(&list, &narrow).await;
+    assert_eq!(o.code, 0, "{o:?}");
+    assert!(o.stdout.lines().all(|l| l.chars().count() <= 60), "{o:?}");
+    assert!(o.stdout.lines().nth(1).is_some_and(|l| l.starts_with(id(&job))), "the id is whole: {o:?}");
+    let header: Vec<&str> = o.stdout.lines().next().unwrap_or_default().split_whitespace().collect();
+    assert_eq!(header, ["ID", "NAME", "ENABLED"], "the slug, endpoint, version and paused go first: {o:?}");
+    let o = cli_with(&[&list[..], &["--output", "wide"]].concat(), &narrow).await;
+    assert!(o.code == 0 && o.stdout.contains(name) && o.stdout.contains(&target.url), "{o:?}");
+    for flag in [&["--output", "json"][..], &["-o", "json"], &["--json"]] {
+        let o = cli_with(&[&list[..], flag].concat(), &narrow).await;
+        assert_eq!(o.json()["data"][0]["id"], job["id"], "{flag:?}: {o:?}");
+    }
+    let o = cli(&env, &["jobs", "list", "--output", "yaml"]).await;
+    assert_eq!(o.code, 2, "{o:?}");
+}
+
+#[tokio::test]
+async fn workflows_from_files_and_decisions_on_their_steps() {
+    let env = TestEnv::start().await;
+    let target = Target::start().await;
+    let project = env.project().await;
+    let job = env.job_in(&project, &target.url, json!({})).await;
+    let def = json!({"name": "gated", "steps": [
+        {"step_ref": "build", "job_id": id(&job)},
+        {"step_ref": "gate", "approval_approvers": ["ops"], "depends_on": ["build"]},
+        {"step_ref": "ship", "job_id": id(&job), "depends_on": ["gate"]},
+    ]});
+    let file = JsonFile::new("wf", &def);
+    let o = cli(&env, &["workflows", "create", "--file", file.path(), "--project", &project, "--json"]).await;
+    assert_eq!(o.code, 0, "{o:?}");
+    let wf = o.json();
+    let change = JsonFile::new("wf-change", &json!({"description": "ships after a look"}));
+    let o = cli(&env, &["workflows", "update", id(&wf), "--file", change.path()]).await;
+    assert_eq!(o.code, 0, "{o:?}");
+    assert!(o.stdout.lines().any(|l| l.starts_with("description") && l.ends_with("ships after a look")), "{o:?}");
+    assert!(o.stdout.lines().any(|l| l.starts_with("gate ") && l.contains("approval")), "the steps: {o:?}");
+    env.spawn_worker();
+    env.spawn_scheduler();
+
+    async fn trigger(env: &TestEnv, wf: &Value) -> String {
+        let (s, r) = env.post(&format!("/v1/workflows/{}/trigger", id(wf)), json!({})).await;
+        assert_eq!(s, 201, "{r}");
+        r["id"].as_str().unwrap().to_string()
+    }
+    let run = trigger(&env, &wf).await;
+    wait_workflow_run(&env, &run, |r| step(r, "gate")["status"] == "waiting").await;
+    let o = cli(&env, &["workflows", "runs", "get", &run]).await;
+    assert_eq!(o.code, 0, "{o:?}");
+    assert!(o.stdout.lines().any(|l| l.starts_with("gate ") && l.contains("waiting")), "{o:?}");
+    assert!(o.stdout.lines().any(|l| l.starts_with("build ") && l.contains("completed")), "{o:?}");
+
+    let o = cli(&env, &["workflows", "runs", "approve", &run, "gate", "--comment", "looks right"]).await;
+    assert_eq!(o.code, 0, "{o:?}");
+    let r = wait_workflow_run(&env, &run, |r| r["status"] == "completed").await;
+    assert_eq!(step(&r, "gate")["decision_comment"], json!("looks right"), "{r}");
+    let o = cli(&env, &["workflows", "runs", "get", &run]).await;
+    assert_eq!(o.code, 0, "{o:?}");
+    let gate = o.stdout.lines().find(|l| l.starts_with("gate ")).unwrap_or_default();
+    assert!(gate.contains("completed") && gate.contains("approved"), "the step decided: {o:?}");
+    assert!(o.stdout.lines().any(|l| l.starts_with("status") && l.ends_with("completed")), "{o:?}");
+    let o = cli(&env, &["workflows", "runs", "get", &run, "--json"]).await;
+    assert_eq!(step(&o.json(), "gate")["decision"], json!("approved"), "{o:?}");
+
+    let rejected = trigger(&env, &wf).await;
+    wait_workflow_run(&env, &rejected, |r| step(r, "gate")["status"] == "waiting").await;
+    let o = cli(&env, &["workflows", "runs", "reject", &rejected, "gate"]).await;
+    assert_eq!(o.code, 0, "{o:?}");
+    let r = wait_workflow_run(&env, &rejected, |r| step(r, "gate")["decision"] == "rejected").await;
+    assert_ne!(step(&r, "ship")["status"], "completed", "{r}");
+    let skipped = trigger(&env, &wf).await;
+    wait_workflow_run(&env, &skipped, |r| step(r, "gate")["status"] == "waiting").await;
+    let o = cli(&env, &["workflows", "runs", "skip", &skipped, "gate"]).await;
+    assert_eq!(o.code, 0, "{o:?}");
+    wait_workflow_run(&env, &skipped, |r| step(r, "gate")["status"] == "skipped").await;
+    // A decision on a step that does not wait is refused.
+    let o = cli(&env, &["workflows", "runs", "approve", &run, "gate"]).await;
+    assert_eq!(o.code, 4, "{o:?}");
+}
+
+#[tokio::test]
+async fn a_runs_events_and_logs() {
+    let env = TestEnv::start().await;
+    let a = accepted_async_run(&env, json!({}), json!({})).await;
+    let lines = json!({"lines": [
+        {"level": "info", "message": "starting the import"},
+        {"level": "error", "message": "row 7 is odd"},
+    ]});
+    let (s, v) = sdk_post(&env, &a.run_id, "logs", &a.token, lines).await;
+    assert_eq!(s, 200, "{v}");
+
+    let o = cli(&env, &["runs", "logs", &a.run_id]).await;
+    assert_eq!(o.code, 0, "{o:?}");
+    assert!(o.stdout.starts_with("TIMESTAMP"), "{o:?}");
+    assert!(o.stdout.contains("starting the import") && o.stdout.contains("row 7 is odd"), "{o:?}");
+    let o = cli(&env, &["runs", "logs", &a.run_id, "--level", "error", "--json"]).await;
+    let data = o.json()["data"].as_array().unwrap().clone();
+    assert_eq!(data.len(), 1, "{o:?}");
+    assert_eq!(data[0]["message"], json!("row 7 is odd"));
+    let o = cli(&env, &["runs", "logs", &a.run_id, "--level", "loud"]).await;
+    assert_eq!(o.code, 2, "{o:?}");
+
+    let o = cli(&env, &["runs", "events", &a.run_id]).await;
+    assert_eq!(o.code, 0, "{o:?}");
+    assert!(o.stdout.starts_with("AT"), "{o:?}");
+    assert!(o.stdout.contains("-> queued"), "{o:?}");
+    assert!(o.stdout.contains("-> running"), "{o:?}");
+    let o = cli(&env, &["runs", "events", &a.run_id, "--json"]).await;
+    assert!(!o.json()["data"].as_array().unwrap().is_empty(), "{o:?}");
+    let o = cli(&env, &["runs", "events", "run_missing"]).await;
+    assert_eq!(o.code, 3, "{o:?}");
 }
