@@ -3,9 +3,11 @@
 //! The outermost layer, so what the layers around the handlers answer (a
 //! 401, a 413, a 429) is counted too.
 
-use std::collections::BTreeMap;
-use std::sync::RwLock;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Mutex, RwLock};
 use std::time::Instant;
+
+use poem::http::Method;
 
 use poem::PathPattern;
 use poem::{Endpoint, IntoResponse, Request, Response};
@@ -23,12 +25,42 @@ pub async fn observe<E: Endpoint>(ep: E, req: Request) -> poem::Result<Response>
     // A request refused before routing (a 401, a 413, a 429) has no
     // pattern: its path is matched against the document's.
     // A path under no route ends at the nest's own pattern, "".
-    let route = match pattern.filter(|p| !p.0.trim_matches('/').is_empty()) {
-        Some(p) => documented(&p.0),
-        None => path_route(&path).unwrap_or_else(|| "unmatched".to_string()),
-    };
-    telemetry::http_request(method.as_str(), &route, status.as_u16(), started.elapsed());
+    match pattern.filter(|p| !p.0.trim_matches('/').is_empty()) {
+        Some(p) => routed(&p.0, &method, status.as_u16(), started.elapsed()),
+        None => {
+            let route = path_route(&path).unwrap_or_else(|| "unmatched".to_string());
+            telemetry::http_request(method.as_str(), &route, status.as_u16(), started.elapsed());
+        }
+    }
     answer
+}
+
+/// A routed request's series: (method, status, counter, histogram) by
+/// route pattern.
+type Series = Vec<(Method, u16, metrics::Counter, metrics::Histogram)>;
+
+/// Counts a request of a routed pattern with the handles kept for it, so
+/// the hot routes (a trigger) skip building labels and looking them up
+/// in the recorder. Bounded by the routes, their methods and statuses.
+fn routed(pattern: &str, method: &Method, status: u16, took: std::time::Duration) {
+    static KEPT: Mutex<Option<HashMap<Box<str>, Series>>> = Mutex::new(None);
+    let mut kept = KEPT.lock().unwrap_or_else(|e| e.into_inner());
+    let kept = kept.get_or_insert_with(HashMap::new);
+    let series = match kept.get_mut(pattern) {
+        Some(s) => s,
+        None => kept.entry(pattern.into()).or_default(),
+    };
+    let at = match series.iter().position(|(m, s, _, _)| m == method && *s == status) {
+        Some(at) => at,
+        None => {
+            let (count, time) = telemetry::http_series(method.as_str(), &documented(pattern), status);
+            series.push((method.clone(), status, count, time));
+            series.len() - 1
+        }
+    };
+    let (_, _, count, time) = &series[at];
+    count.increment(1);
+    time.record(took.as_secs_f64());
 }
 
 /// The OpenAPI document's path for poem's route pattern: poem-openapi

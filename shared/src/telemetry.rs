@@ -207,34 +207,75 @@ fn render_queue_series(name: &str, out: &mut String) {
 /// Counts one run status transition of a run of `job_id`.
 pub fn transition(job_id: &str, from: Option<&str>, to: &str) {
     let from = from.unwrap_or("none");
-    metrics::counter!(RUN_TRANSITIONS, "from_status" => from.to_string(), "to_status" => to.to_string()).increment(1);
-    let job = if job_series_admit(job_id) { job_id.to_string() } else { "_other".to_string() };
-    metrics::counter!(JOB_RUN_TRANSITIONS, "job_id" => job, "from_status" => from.to_string(), "to_status" => to.to_string())
-        .increment(1);
+    let mut cache = TRANSITIONS.lock().unwrap_or_else(|e| e.into_inner());
+    // The handles must come from the process's recorder, not the no-op one
+    // of a process that has not installed it yet.
+    let cache = cache.get_or_insert_with(|| {
+        metrics_handle();
+        Transitions::default()
+    });
+    pair(
+        &mut cache.all,
+        from,
+        to,
+        || metrics::counter!(RUN_TRANSITIONS, "from_status" => from.to_string(), "to_status" => to.to_string()),
+    )
+    .increment(1);
+    let job = if cache.jobs.contains_key(job_id) || cache.jobs.len() < MAX_JOB_SERIES { job_id } else { "_other" };
+    let pairs = match cache.jobs.get_mut(job) {
+        Some(p) => p,
+        None => cache.jobs.entry(job.to_string()).or_default(),
+    };
+    pair(pairs, from, to, || {
+        let (job, from, to) = (job.to_string(), from.to_string(), to.to_string());
+        metrics::counter!(JOB_RUN_TRANSITIONS, "job_id" => job, "from_status" => from, "to_status" => to)
+    })
+    .increment(1);
 }
 
-/// Whether `job_id` has (or now gets) series of its own in
-/// [`JOB_RUN_TRANSITIONS`]: the first [`MAX_JOB_SERIES`] jobs a process
-/// sees do.
-fn job_series_admit(job_id: &str) -> bool {
-    static SEEN: Mutex<Option<std::collections::HashSet<String>>> = Mutex::new(None);
-    let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
-    let seen = seen.get_or_insert_with(Default::default);
-    if seen.contains(job_id) {
-        return true;
-    }
-    if seen.len() >= MAX_JOB_SERIES {
-        return false;
-    }
-    seen.insert(job_id.to_string());
-    true
+/// The transition counters' handles, kept so that counting a transition
+/// (several per run, on the hot path) finds its series without building
+/// its labels and looking them up in the recorder each time. `jobs` holds
+/// at most [`MAX_JOB_SERIES`] jobs, and `_other`.
+#[derive(Default)]
+struct Transitions {
+    all: Vec<(String, String, metrics::Counter)>,
+    jobs: std::collections::HashMap<String, Vec<(String, String, metrics::Counter)>>,
 }
 
-/// Counts one HTTP request answered with `status` after `took`. `route` is
-/// the matched route's template (`/v1/jobs/{job_id}/trigger`), or
-/// `unmatched`: never the raw path, whose ids would make a series each.
-pub fn http_request(method: &str, route: &str, status: u16, took: std::time::Duration) {
-    let method: &'static str = match method {
+static TRANSITIONS: Mutex<Option<Transitions>> = Mutex::new(None);
+
+/// The counter of (`from`, `to`) among `pairs`, made by `make` the first
+/// time (a job's runs move through a handful of pairs).
+fn pair<'a>(
+    pairs: &'a mut Vec<(String, String, metrics::Counter)>,
+    from: &str,
+    to: &str,
+    make: impl FnOnce() -> metrics::Counter,
+) -> &'a metrics::Counter {
+    let at = match pairs.iter().position(|(f, t, _)| f == from && t == to) {
+        Some(at) => at,
+        None => {
+            pairs.push((from.to_string(), to.to_string(), make()));
+            pairs.len() - 1
+        }
+    };
+    &pairs[at].2
+}
+
+/// The request counter and the latency histogram of one (method, route,
+/// status), to keep for the route's later requests (see `http_request`).
+pub fn http_series(method: &str, route: &str, status: u16) -> (metrics::Counter, metrics::Histogram) {
+    metrics_handle();
+    let method = http_method(method);
+    (
+        metrics::counter!(HTTP_REQUESTS, "method" => method, "route" => route.to_string(), "status" => status.to_string()),
+        metrics::histogram!(HTTP_REQUEST_DURATION, "method" => method, "route" => route.to_string()),
+    )
+}
+
+fn http_method(method: &str) -> &'static str {
+    match method {
         "GET" => "GET",
         "POST" => "POST",
         "PUT" => "PUT",
@@ -243,11 +284,16 @@ pub fn http_request(method: &str, route: &str, status: u16, took: std::time::Dur
         "HEAD" => "HEAD",
         "OPTIONS" => "OPTIONS",
         _ => "other",
-    };
-    metrics::counter!(HTTP_REQUESTS, "method" => method, "route" => route.to_string(), "status" => status.to_string())
-        .increment(1);
-    metrics::histogram!(HTTP_REQUEST_DURATION, "method" => method, "route" => route.to_string())
-        .record(took.as_secs_f64());
+    }
+}
+
+/// Counts one HTTP request answered with `status` after `took`. `route` is
+/// the matched route's template (`/v1/jobs/{job_id}/trigger`), or
+/// `unmatched`: never the raw path, whose ids would make a series each.
+pub fn http_request(method: &str, route: &str, status: u16, took: std::time::Duration) {
+    let (count, time) = http_series(method, route, status);
+    count.increment(1);
+    time.record(took.as_secs_f64());
 }
 
 /// Times one analytics query (a report of `period_hours`).
