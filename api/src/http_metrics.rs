@@ -3,8 +3,8 @@
 //! The outermost layer, so what the layers around the handlers answer (a
 //! 401, a 413, a 429) is counted too.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Mutex, RwLock};
+use std::collections::HashMap;
+use std::sync::Mutex;
 use std::time::Instant;
 
 use poem::http::Method;
@@ -66,48 +66,24 @@ fn routed(pattern: &str, method: &Method, status: u16, took: std::time::Duration
 /// The OpenAPI document's path for poem's route pattern: poem-openapi
 /// names its parameters `:param0`, `:param1`, so `/v1/jobs/:param0/trigger`
 /// is `/v1/jobs/{job_id}/trigger`, as an operator finds it in /docs. A
-/// route outside the document (/ui, /docs) keeps its own names. Each
-/// pattern is looked up once.
+/// route outside the document (/ui, /docs) keeps its own names. Looked up
+/// once per series (`routed` keeps their handles).
 fn documented(pattern: &str) -> String {
-    static SEEN: RwLock<BTreeMap<String, String>> = RwLock::new(BTreeMap::new());
-    if let Some(known) = SEEN.read().unwrap_or_else(|e| e.into_inner()).get(pattern) {
-        return known.clone();
-    }
     let own = template(pattern);
     fn shape(path: &str) -> Vec<&str> {
         path.split('/').map(|seg| if seg.starts_with('{') { "{}" } else { seg }).collect()
     }
-    let paths = crate::openapi_value()["paths"].as_object().map(|p| p.keys().cloned().collect::<Vec<_>>());
-    let found = paths.unwrap_or_default().into_iter().find(|p| shape(p) == shape(&own)).unwrap_or(own);
-    SEEN.write().unwrap_or_else(|e| e.into_inner()).insert(pattern.to_string(), found.clone());
-    found
+    let mut paths = crate::openapi_value()["paths"].as_object().into_iter().flat_map(|p| p.keys());
+    paths.find(|p| shape(p) == shape(&own)).cloned().unwrap_or(own)
 }
 
-/// The document's path that `path` would be routed to: the one whose
-/// segments match it with the most static segments first, as the router
-/// prefers them.
+/// The document's path that `path` would be routed to (static segments
+/// win over parameters, as in the router).
 fn path_route(path: &str) -> Option<String> {
-    let segs: Vec<&str> = path.trim_end_matches('/').split('/').collect();
     let paths = crate::openapi_value()["paths"].as_object()?;
-    paths
-        .keys()
-        .filter_map(|p| {
-            let r: Vec<&str> = p.split('/').collect();
-            if r.len() != segs.len() {
-                return None;
-            }
-            let mut specificity = Vec::with_capacity(r.len());
-            for (want, got) in r.iter().zip(&segs) {
-                match want.starts_with('{') {
-                    true if !got.is_empty() => specificity.push(0u8),
-                    false if want == got => specificity.push(1),
-                    _ => return None,
-                }
-            }
-            Some((specificity, p))
-        })
-        .max_by(|a, b| a.0.cmp(&b.0))
-        .map(|(_, p)| p.clone())
+    let best =
+        paths.keys().filter_map(|p| Some((crate::problem::specificity(p, path)?, p))).max_by(|a, b| a.0.cmp(&b.0));
+    best.map(|(_, p)| p.clone())
 }
 
 /// poem's pattern with its parameters in braces: `/v1/runs/:run_id` as

@@ -112,23 +112,33 @@ impl<E: Endpoint> Endpoint for ProblemEndpoint<E> {
 fn allowed_methods(path: &str) -> Vec<String> {
     static ROUTES: std::sync::OnceLock<Vec<(String, String)>> = std::sync::OnceLock::new();
     let routes = ROUTES.get_or_init(crate::routed_operations);
-    let segs: Vec<&str> = path.trim_end_matches('/').split('/').collect();
-    // Per matching route, which of its segments are static (1) or a
-    // parameter (0): the router prefers the greater one.
-    let specificity = |route: &str| -> Option<Vec<u8>> {
-        let r: Vec<&str> = route.split('/').collect();
-        (r.len() == segs.len()).then_some(())?;
-        r.iter().zip(&segs).map(|(a, b)| if *a == "{}" { Some(0) } else { (a == b).then_some(1) }).collect()
-    };
-    let best = routes.iter().filter_map(|(_, route)| specificity(route)).max();
+    let best = routes.iter().filter_map(|(_, route)| specificity(route, path)).max();
     let mut methods: Vec<String> = routes
         .iter()
-        .filter(|(_, route)| best.is_some() && specificity(route) == best)
+        .filter(|(_, route)| best.is_some() && specificity(route, path) == best)
         .map(|(method, _)| method.clone())
         .collect();
     methods.sort();
     methods.dedup();
     methods
+}
+
+/// How `route` (a template, its parameters in braces: `{}` or `{name}`)
+/// matches `path`: per segment, 1 where it is static and 0 where it is a
+/// parameter, or `None` when it does not match. The router prefers the
+/// route with the greater one, and a parameter never matches an empty
+/// segment.
+pub(crate) fn specificity(route: &str, path: &str) -> Option<Vec<u8>> {
+    let segs: Vec<&str> = path.trim_end_matches('/').split('/').collect();
+    let r: Vec<&str> = route.split('/').collect();
+    (r.len() == segs.len()).then_some(())?;
+    r.iter()
+        .zip(&segs)
+        .map(|(want, got)| match want.starts_with('{') {
+            true => (!got.is_empty()).then_some(0),
+            false => (want == got).then_some(1),
+        })
+        .collect()
 }
 
 /// problem+json, or a JSON body an operation chose on purpose (the 503 of

@@ -19,8 +19,10 @@ use poem::http::StatusCode;
 use poem::{FromRequest, Request, RequestBody};
 use poem_openapi::error::ParseRequestPayloadError;
 use poem_openapi::payload::{Json, ParsePayload, Payload};
+use poem_openapi::registry::MetaRequest;
 use poem_openapi::registry::{MetaSchemaRef, Registry};
 use poem_openapi::types::{ParseFromJSON, Type};
+use poem_openapi::{ApiExtractor, ApiExtractorType, ExtractParamOptions};
 use serde_json::{Map, Value};
 use switchyard_shared::domain::{child, FieldError};
 
@@ -62,7 +64,7 @@ impl<T: ParseFromJSON> ParsePayload for JsonBody<T> {
     const IS_REQUIRED: bool = T::IS_REQUIRED;
 
     async fn from_request(request: &Request, body: &mut RequestBody) -> poem::Result<Self> {
-        let data = Vec::<u8>::from_request(request, body).await?;
+        let data = <Vec<u8> as FromRequest>::from_request(request, body).await?;
         let mut value = if data.is_empty() {
             Value::Null
         } else {
@@ -84,6 +86,38 @@ impl<T: ParseFromJSON> ParsePayload for JsonBody<T> {
 }
 
 poem_openapi::impl_apirequest_for_payload!(JsonBody<T>, T: ParseFromJSON);
+
+/// A JSON body the client may leave out: a request that sends none (no
+/// Content-Type, no length) reads as `None`, so `curl -X POST .../plan`
+/// needs no `-d '{}'`. A body that is sent is read as `JsonBody` reads it.
+pub struct OptionalBody<T>(pub Option<T>);
+
+impl<'a, T: ParseFromJSON + Send> ApiExtractor<'a> for OptionalBody<T> {
+    const TYPES: &'static [ApiExtractorType] = &[ApiExtractorType::RequestObject];
+    type ParamType = ();
+    type ParamRawType = ();
+
+    fn register(registry: &mut Registry) {
+        <JsonBody<Option<T>> as ApiExtractor>::register(registry);
+    }
+
+    fn request_meta() -> Option<MetaRequest> {
+        <JsonBody<Option<T>> as ApiExtractor>::request_meta()
+    }
+
+    async fn from_request(
+        request: &'a Request,
+        body: &mut RequestBody,
+        opts: ExtractParamOptions<Self::ParamType>,
+    ) -> poem::Result<Self> {
+        let no_length = request.header("content-length").is_none_or(|l| l.trim() == "0");
+        if request.content_type().is_none() && no_length {
+            return Ok(OptionalBody(None));
+        }
+        let JsonBody(v) = <JsonBody<Option<T>> as ApiExtractor>::from_request(request, body, opts).await?;
+        Ok(OptionalBody(v))
+    }
+}
 
 /// A body refused by its schema: 400 for its shape, 422 for its values.
 #[derive(Debug, thiserror::Error)]

@@ -11,7 +11,6 @@ use serde_json::Value;
 use switchyard_shared::domain::run_metadata;
 use switchyard_shared::store::{self, transitions, Changed};
 
-use super::workflow_plans::OptionalBody;
 use super::{load_run, Tag};
 use crate::audit::{self, Change};
 use crate::auth::Auth;
@@ -19,7 +18,7 @@ use crate::document::rules::Place;
 use crate::error::{ApiError, ApiResult};
 use crate::run_actions::replay_run;
 use crate::state::AppState;
-use crate::strict_json::JsonBody;
+use crate::strict_json::{JsonBody, OptionalBody};
 use crate::views::{run_view, JobRun};
 
 pub struct RunOpsApi;

@@ -6,12 +6,9 @@
 use std::collections::{BTreeMap, HashMap};
 
 use poem::web::Data;
-use poem::{Request, RequestBody};
 use poem_openapi::param::Path;
 use poem_openapi::payload::Json;
-use poem_openapi::registry::{MetaRequest, Registry};
-use poem_openapi::types::ParseFromJSON;
-use poem_openapi::{ApiExtractor, ApiExtractorType, ExtractParamOptions, Object, OpenApi};
+use poem_openapi::{Object, OpenApi};
 use serde_json::Value;
 use switchyard_shared::domain::workflow::MAX_WORKFLOW_TIMEOUT_SECS;
 use switchyard_shared::domain::workflow_plan::{self as plan, Assumptions, Outcome, PlanOverride};
@@ -24,41 +21,9 @@ use crate::auth::Auth;
 use crate::document::rules::Place;
 use crate::error::ApiResult;
 use crate::state::AppState;
-use crate::strict_json::JsonBody;
+use crate::strict_json::OptionalBody;
 
 pub struct WorkflowPlansApi;
-
-/// A JSON body the client may leave out: a request that sends none (no
-/// Content-Type, no length) reads as `None`, so `curl -X POST .../plan`
-/// needs no `-d '{}'`. A body that is sent is read as `JsonBody` reads it.
-pub struct OptionalBody<T>(pub Option<T>);
-
-impl<'a, T: ParseFromJSON + Send> ApiExtractor<'a> for OptionalBody<T> {
-    const TYPES: &'static [ApiExtractorType] = &[ApiExtractorType::RequestObject];
-    type ParamType = ();
-    type ParamRawType = ();
-
-    fn register(registry: &mut Registry) {
-        <JsonBody<Option<T>> as ApiExtractor>::register(registry);
-    }
-
-    fn request_meta() -> Option<MetaRequest> {
-        <JsonBody<Option<T>> as ApiExtractor>::request_meta()
-    }
-
-    async fn from_request(
-        request: &'a Request,
-        body: &mut RequestBody,
-        opts: ExtractParamOptions<Self::ParamType>,
-    ) -> poem::Result<Self> {
-        let no_length = request.header("content-length").is_none_or(|l| l.trim() == "0");
-        if request.content_type().is_none() && no_length {
-            return Ok(OptionalBody(None));
-        }
-        let JsonBody(v) = <JsonBody<Option<T>> as ApiExtractor>::from_request(request, body, opts).await?;
-        Ok(OptionalBody(v))
-    }
-}
 
 /// What the plan assumes of one step instead of its definition.
 #[derive(Object)]
