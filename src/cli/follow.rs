@@ -164,18 +164,28 @@ pub fn describe_run_event(e: &Event) -> Option<String> {
             let h = &d["entry"];
             let at = text(&h["at"]);
             if h["type"] == "attempt" {
-                let code = h["status_code"].as_i64().map_or(String::new(), |c| format!(" HTTP {c}"));
-                let ms = h["duration_ms"].as_i64().map_or(String::new(), |m| format!(" in {m} ms"));
                 let err = h["error"].as_str().map_or(String::new(), |e| format!(": {e}"));
-                Some(format!("{at}  attempt {} ended {}{code}{ms}{err}", h["attempt"], text(&h["outcome"])))
+                Some(format!("{at}  attempt {} {}{err}", h["attempt"], history_text(h)))
             } else {
-                let from = h["from_status"].as_str().unwrap_or("(new)");
-                let why = h["reason"].as_str().map_or(String::new(), |r| format!(" ({r})"));
-                Some(format!("{at}  {from} -> {}{why}", text(&h["to_status"])))
+                Some(format!("{at}  {}", history_text(h)))
             }
         }
         _ => None,
     }
+}
+
+/// What an entry of a run's history says, without its time, attempt
+/// number or error: `from -> to (reason)` for a change of status,
+/// `ended OUTCOME HTTP N in M ms` for an attempt.
+pub fn history_text(h: &Value) -> String {
+    if h["type"] == "attempt" {
+        let code = h["status_code"].as_i64().map_or(String::new(), |c| format!(" HTTP {c}"));
+        let ms = h["duration_ms"].as_i64().map_or(String::new(), |m| format!(" in {m} ms"));
+        return format!("ended {}{code}{ms}", text(&h["outcome"]));
+    }
+    let from = h["from_status"].as_str().unwrap_or("(new)");
+    let why = h["reason"].as_str().map_or(String::new(), |r| format!(" ({r})"));
+    format!("{from} -> {}{why}", text(&h["to_status"]))
 }
 
 /// One line for a person about an event of a workflow run's stream.

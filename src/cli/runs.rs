@@ -8,7 +8,7 @@ use serde_json::Value;
 use switchyard_shared::domain::RunStatus;
 
 use super::client::Client;
-use super::follow::{describe_run_event, watch};
+use super::follow::{describe_run_event, history_text, watch};
 use super::output;
 use super::{exit, list, print_page, seg, Failure, Global, Paging};
 
@@ -213,15 +213,11 @@ pub fn print_runs(page: &Value) {
     print_page(page, &HEADERS, &OPTIONAL, row);
 }
 
-/// What an entry of a run's history says: `from -> to (reason)` for a
-/// change of status, `attempt ended OUTCOME HTTP N in M ms` for an attempt.
+/// An entry of a run's history in the events table, whose attempt and
+/// error have their own columns.
 fn event_text(e: &Value) -> String {
-    if e["type"] == "attempt" {
-        let code = e["status_code"].as_i64().map_or(String::new(), |c| format!(" HTTP {c}"));
-        let ms = e["duration_ms"].as_i64().map_or(String::new(), |m| format!(" in {m} ms"));
-        return format!("attempt ended {}{code}{ms}", output::cell(&e["outcome"]));
+    match e["type"] == "attempt" {
+        true => format!("attempt {}", history_text(e)),
+        false => history_text(e),
     }
-    let from = e["from_status"].as_str().unwrap_or("(new)");
-    let why = e["reason"].as_str().map_or(String::new(), |r| format!(" ({r})"));
-    format!("{from} -> {}{why}", output::cell(&e["to_status"]))
 }
